@@ -1,0 +1,42 @@
+# Tether's two front doors: `make demo` and `make test`. Everything installs from
+# this repository's own files and the package registries.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-dev
+
+.PHONY: demo test lint typecheck unit bench soak clean
+
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(VENV)/.installed: $(VENV)/bin/python pyproject.toml
+	$(PY) -m pip install --quiet -e .
+	touch $@
+
+$(STAMP): $(VENV)/bin/python pyproject.toml
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@ $(VENV)/.installed
+
+demo: $(VENV)/.installed
+	@echo '$$ tether mock exec "stream 5 hello from the mock agent"' >&2
+	$(VENV)/bin/tether mock exec "stream 5 hello from the mock agent"
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+test: $(STAMP) lint typecheck
+	$(PY) -m pytest -q
+
+bench: $(VENV)/.installed
+	$(PY) bench/run.py
+
+soak: $(VENV)/.installed
+	$(PY) bench/soak.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,376 @@
+"""Every exception Tether raises, in one tree.
+
+::
+
+    TetherError                         exit 1   code RUNTIME
+    ├── ProtocolError
+    │   ├── LocalProtocolError          we broke ACP/IPC framing or ordering (a bug on our side)
+    │   │   └── InvalidTransition       a state-table miss: machine, state, input
+    │   └── RemoteProtocolError         the agent or the owner broke it (malformed, oversized frame)
+    ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
+    ├── ResourceError
+    │   ├── ClosedResourceError         we already closed it
+    │   └── BrokenResourceError         it died under us
+    │       ├── AgentExited             the agent process ended (exit code, signal, stderr tail)
+    │       └── OwnerLost               the session owner vanished mid-request: outcome unknown
+    ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
+    │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
+    │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
+    │   └── StopTimeout                 a graceful stop did not finish in time
+    ├── SupervisionError
+    │   ├── SpawnError                  the agent (or its keeper) could not be started
+    │   ├── ProcessGone                 the process named by a lease no longer exists
+    │   ├── IdentityUnverified          live evidence does not prove ownership: never signalled
+    │   └── EscalationFailed            the tree survived SIGKILL (should not happen; reported)
+    ├── SessionError
+    │   ├── NoSession                   exit 4   code NO_SESSION
+    │   ├── OwnerUnavailable            no owner could be reached or started
+    │   ├── QueueOverloaded             retryable: the owner's FIFO is full
+    │   ├── RequestCancelled            a queued request was removed by `cancel`
+    │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
+    │   └── GenerationMismatch          the request named another owner generation
+    ├── PermissionDenied                exit 5   code PERMISSION_DENIED
+    ├── Interrupted                     exit 130 (Ctrl-C)
+    └── UsageError                      exit 2   code USAGE
+
+Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
+(``exit_code``), and the IPC hop between an owner and its callers carries errors as
+JSON (``to_wire`` / ``from_wire``), so a caller re-raises the very class the owner
+raised. Classes carry structured fields (``session_id``, ``pid``, ``lease_id``...) in
+``fields`` and render them in ``__str__``.
+
+Foreign exceptions (``OSError``, ``json.JSONDecodeError``...) are translated only at
+boundaries; nothing here imports anything heavier than the standard library, so the
+thin CLI path can import this module for free.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+__all__ = [
+    "AgentExited",
+    "AgentRequestError",
+    "BrokenResourceError",
+    "ClosedResourceError",
+    "EscalationFailed",
+    "GenerationMismatch",
+    "HandshakeTimeout",
+    "IdentityUnverified",
+    "Interrupted",
+    "InvalidTransition",
+    "LocalProtocolError",
+    "NoSession",
+    "OwnerLost",
+    "OwnerShuttingDown",
+    "OwnerUnavailable",
+    "PermissionDenied",
+    "ProcessGone",
+    "PromptTimeout",
+    "ProtocolError",
+    "QueueOverloaded",
+    "RemoteProtocolError",
+    "RequestCancelled",
+    "ResourceError",
+    "SessionError",
+    "SpawnError",
+    "StopTimeout",
+    "SupervisionError",
+    "TetherError",
+    "TetherTimeout",
+    "UsageError",
+    "error_from_wire",
+]
+
+
+class TetherError(Exception):
+    """Base of every Tether error.
+
+    Attributes:
+        message: a sentence for humans.
+        fields: structured context (``session_id``, ``pid``, ``lease_id``...), JSON-safe.
+        exit_code: the CLI exit code (acpx's table: 1 runtime, 2 usage, 3 timeout,
+            4 no session, 5 permission denied, 130 interrupted).
+        code: acpx's coarse error code, carried in ``--format json`` envelopes.
+        detail_code: a finer, stable identifier (``QUEUE_OVERLOADED``...).
+        origin: where it arose: ``queue``, ``runtime``, ``protocol``, ``permission``, ``cli``.
+        retryable: whether submitting the same request again may succeed.
+    """
+
+    exit_code: ClassVar[int] = 1
+    code: ClassVar[str] = "RUNTIME"
+    default_detail_code: ClassVar[str] = "RUNTIME_ERROR"
+    default_origin: ClassVar[str] = "runtime"
+    retryable: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        message: str = "",
+        *,
+        detail_code: str | None = None,
+        origin: str | None = None,
+        acp: dict[str, Any] | None = None,
+        **fields: Any,
+    ) -> None:
+        super().__init__(message)
+        self.message = message or self.__class__.__doc__ or self.__class__.__name__
+        self.detail_code = detail_code or self.default_detail_code
+        self.origin = origin or self.default_origin
+        self.acp = acp
+        self.fields: dict[str, Any] = fields
+
+    def __str__(self) -> str:
+        if not self.fields:
+            return self.message
+        context = ", ".join(f"{k}={v!r}" for k, v in sorted(self.fields.items()) if k != "stderr_tail")
+        return f"{self.message} ({context})" if context else self.message
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Keep structured fields across pickling (psutil's habit), e.g. in multiprocessing.
+        return (error_from_wire, (self.to_wire(),))
+
+    def to_wire(self) -> dict[str, Any]:
+        """The IPC form: ``{code, detailCode, origin, retryable, message, type, fields, acp?}``."""
+        wire: dict[str, Any] = {
+            "code": self.code,
+            "detailCode": self.detail_code,
+            "origin": self.origin,
+            "retryable": self.retryable,
+            "message": self.message,
+            "type": self.__class__.__name__,
+            "fields": self.fields,
+        }
+        if self.acp is not None:
+            wire["acp"] = self.acp
+        return wire
+
+
+def error_from_wire(wire: dict[str, Any]) -> TetherError:
+    """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``."""
+    cls = _BY_NAME.get(str(wire.get("type", "")), TetherError)
+    fields = wire.get("fields")
+    err = cls(
+        str(wire.get("message", "")),
+        detail_code=wire.get("detailCode"),
+        origin=wire.get("origin"),
+        acp=wire.get("acp") if isinstance(wire.get("acp"), dict) else None,
+        **(fields if isinstance(fields, dict) else {}),
+    )
+    return err
+
+
+# --- protocol -------------------------------------------------------------------
+
+
+class ProtocolError(TetherError):
+    """A protocol rule was broken."""
+
+    default_origin = "protocol"
+    default_detail_code = "PROTOCOL_ERROR"
+
+
+class LocalProtocolError(ProtocolError):
+    """We broke a protocol rule: a bug on Tether's side."""
+
+
+class InvalidTransition(LocalProtocolError):
+    """A state machine was asked for a transition its table does not have."""
+
+    default_detail_code = "INVALID_TRANSITION"
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer (agent or owner) broke a protocol rule: malformed or oversized frame."""
+
+    default_detail_code = "REMOTE_PROTOCOL_ERROR"
+
+
+class AgentRequestError(TetherError):
+    """The agent answered a request with a JSON-RPC error (its code and data are kept in ``acp``)."""
+
+    default_origin = "runtime"
+    default_detail_code = "ACP_ERROR"
+
+
+# --- resources ------------------------------------------------------------------
+
+
+class ResourceError(TetherError):
+    """A resource (agent connection, socket, process) is not usable."""
+
+
+class ClosedResourceError(ResourceError):
+    """We already closed it."""
+
+    default_detail_code = "CLOSED"
+
+
+class BrokenResourceError(ResourceError):
+    """It died under us."""
+
+    default_detail_code = "BROKEN"
+
+
+class AgentExited(BrokenResourceError):
+    """The agent process ended; ``fields`` carry exit_code, signal and stderr_tail."""
+
+    default_detail_code = "AGENT_EXITED"
+
+
+class OwnerLost(BrokenResourceError):
+    """The session owner vanished before answering: the outcome is unknown, do not resubmit."""
+
+    default_origin = "queue"
+    default_detail_code = "QUEUE_DISCONNECTED_BEFORE_COMPLETION"
+
+
+# --- timeouts -------------------------------------------------------------------
+
+
+class TetherTimeout(TetherError, TimeoutError):
+    """Something did not happen before its deadline."""
+
+    exit_code = 3
+    code = "TIMEOUT"
+    default_detail_code = "TIMEOUT"
+
+
+class HandshakeTimeout(TetherTimeout):
+    """An ACP handshake step (initialize, authenticate, session/new) was not answered in time."""
+
+    default_detail_code = "HANDSHAKE_TIMEOUT"
+
+
+class PromptTimeout(TetherTimeout):
+    """A turn reached its ceiling and was abandoned (session/cancel sent once)."""
+
+    default_detail_code = "PROMPT_TIMEOUT"
+
+
+class StopTimeout(TetherTimeout):
+    """A graceful stop did not complete in time."""
+
+    default_detail_code = "STOP_TIMEOUT"
+
+
+# --- supervision ----------------------------------------------------------------
+
+
+class SupervisionError(TetherError):
+    """Starting, watching or ending a process failed."""
+
+    default_detail_code = "SUPERVISION_ERROR"
+
+
+class SpawnError(SupervisionError):
+    """The agent or its keeper could not be started."""
+
+    default_detail_code = "SPAWN_ERROR"
+
+
+class ProcessGone(SupervisionError):
+    """The process a lease names no longer exists."""
+
+    default_detail_code = "PROCESS_GONE"
+
+
+class IdentityUnverified(SupervisionError):
+    """Live evidence does not prove that we own this process, so it is never signalled."""
+
+    default_detail_code = "IDENTITY_UNVERIFIED"
+
+
+class EscalationFailed(SupervisionError):
+    """A process tree survived SIGKILL."""
+
+    default_detail_code = "ESCALATION_FAILED"
+
+
+# --- sessions and the owner queue -------------------------------------------------
+
+
+class SessionError(TetherError):
+    """A session-level failure."""
+
+    default_origin = "queue"
+    default_detail_code = "SESSION_ERROR"
+
+
+class NoSession(SessionError):
+    """No session exists for this agent, cwd and name; run `sessions new` or `sessions ensure`."""
+
+    exit_code = 4
+    code = "NO_SESSION"
+    default_detail_code = "NO_SESSION"
+
+
+class OwnerUnavailable(SessionError):
+    """No session owner could be reached or started."""
+
+    default_detail_code = "QUEUE_OWNER_UNAVAILABLE"
+
+
+class QueueOverloaded(SessionError):
+    """The owner's queue is full; retry later."""
+
+    retryable = True
+    default_detail_code = "QUEUE_OVERLOADED"
+
+
+class RequestCancelled(SessionError):
+    """A queued request was cancelled before it ran."""
+
+    default_detail_code = "QUEUE_REQUEST_CANCELLED"
+
+
+class OwnerShuttingDown(SessionError):
+    """The owner is shutting down and no longer admits or finishes requests."""
+
+    default_detail_code = "QUEUE_OWNER_SHUTTING_DOWN"
+
+
+class GenerationMismatch(SessionError):
+    """The request was addressed to another owner generation."""
+
+    retryable = True
+    default_detail_code = "QUEUE_OWNER_GENERATION_MISMATCH"
+
+
+# --- the rest -----------------------------------------------------------------------
+
+
+class PermissionDenied(TetherError):
+    """A permission request was denied and the run cannot go on."""
+
+    exit_code = 5
+    code = "PERMISSION_DENIED"
+    default_origin = "permission"
+    default_detail_code = "PERMISSION_DENIED"
+
+
+class Interrupted(TetherError):
+    """The user interrupted (Ctrl-C)."""
+
+    exit_code = 130
+    code = "INTERRUPTED"
+    default_origin = "cli"
+    default_detail_code = "INTERRUPTED"
+
+
+class UsageError(TetherError):
+    """The command line or a request was not valid."""
+
+    exit_code = 2
+    code = "USAGE"
+    default_origin = "cli"
+    default_detail_code = "USAGE"
+
+
+def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:
+    out = [cls]
+    for sub in cls.__subclasses__():
+        out.extend(_all_subclasses(sub))
+    return out
+
+
+_BY_NAME: dict[str, type[TetherError]] = {c.__name__: c for c in _all_subclasses(TetherError)}

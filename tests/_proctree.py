@@ -1,0 +1,116 @@
+"""Test-side view of the processes a test started, read from /proc in-process.
+
+The test session makes itself a child subreaper (PR_SET_CHILD_SUBREAPER), so every
+process any test starts -- detached owners, keepers, agents, `setsid` and
+double-forked grandchildren -- stays our descendant even after its parent dies. A
+walk of ``/proc/<pid>/task/*/children`` from our own pid therefore finds everything a
+test left behind, without matching on names or command lines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def descendants(root: int | None = None) -> dict[int, tuple[str, int]]:
+    """Every descendant of ``root`` (default: us): pid -> (state, starttime)."""
+    root = os.getpid() if root is None else root
+    seen: dict[int, tuple[str, int]] = {}
+    stack = _children(root)
+    while stack:
+        pid = stack.pop()
+        if pid in seen:
+            continue
+        st = _stat(pid)
+        if st is None:
+            continue
+        seen[pid] = st
+        stack.extend(_children(pid))
+    return seen
+
+
+def reap_zombie_children() -> None:
+    """Reap our own exited children (never blocks, never touches live ones)."""
+    for pid, (state, _) in descendants().items():
+        if state == "Z":
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+
+
+def live_descendants() -> dict[int, tuple[str, int]]:
+    return {p: s for p, s in descendants().items() if s[0] != "Z"}
+
+
+def wait_for_no_new_descendants(
+    before: set[tuple[int, int]], timeout: float
+) -> dict[int, tuple[str, int]]:
+    """Wait until no descendant born during the test is alive; return the survivors."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reap_zombie_children()
+        alive = {
+            p: s for p, s in live_descendants().items() if (p, s[1]) not in before
+        }
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.02)
+
+
+def kill_verified(survivors: dict[int, tuple[str, int]]) -> None:
+    """SIGKILL survivors we proved are ours: still our descendant, same starttime."""
+    current = descendants()
+    for pid, (_, starttime) in survivors.items():
+        st = current.get(pid)
+        if st is None or st[1] != starttime:
+            continue  # gone or a different process now: never signal it
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            if _stat(pid) == st or (_stat(pid) or ("", -1))[1] == starttime:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    time.sleep(0.05)
+    reap_zombie_children()
