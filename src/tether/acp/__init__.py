@@ -1,0 +1,1 @@
+"""The ACP client: an async connection driver over a sans-IO JSON-RPC core, plus policy."""

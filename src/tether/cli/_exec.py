@@ -1,0 +1,124 @@
+"""``tether exec``: one-shot, no saved session.
+
+Spawn the agent (under a keeper and a lease), initialize, open a new session, send one
+prompt, stream it, tear the whole tree down, exit. ``exec`` is a caller that plays owner
+for one turn, on the same code path as the owner (:class:`tether.live_agent.LiveAgent`).
+
+Ctrl-C: the first sends ``session/cancel`` (pending permission requests are answered
+``cancelled``) and waits briefly for the turn to end; a second, or the wait running
+out, abandons the turn. Either way the tree is torn down and the exit code is 130.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from typing import Any
+
+from tether.acp.connection import ClientOptions
+from tether.acp.policy import PermissionMode
+from tether.errors import Interrupted, PermissionDenied, TetherError, UsageError
+from tether.live_agent import AgentConfig, LiveAgent
+from tether.supervise.run_state import TerminationReason
+
+CANCEL_WAIT_S = 3.0  # after Ctrl-C, how long the turn may take to end with `cancelled`
+
+
+def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
+    cfg = ctx.config
+    return ClientOptions(
+        permission_mode=PermissionMode(ctx.permissions),
+        fs=not ctx.inv.no_fs,
+        liveness_interval=float(cfg.get("livenessInterval") or 30.0),
+        prompt_ceiling=None,
+        auth={str(k): str(v) for k, v in (cfg.get("auth") or {}).items()},
+        on_frame=on_frame,
+    )
+
+
+def run_exec(ctx: Any, text: str) -> int:
+    if not text.strip():
+        raise UsageError("exec needs prompt text (arguments, -f FILE, or stdin)")
+    return asyncio.run(_run(ctx, text))
+
+
+async def _run(ctx: Any, text: str) -> int:
+    from tether.registry import Registry
+
+    out = ctx.output
+    registry = Registry()
+    loop = asyncio.get_running_loop()
+    interrupted = asyncio.Event()
+    live: LiveAgent | None = None
+    prompt_task: asyncio.Task[Any] | None = None
+
+    def on_sigint() -> None:
+        if interrupted.is_set():
+            if prompt_task is not None:
+                prompt_task.cancel()  # second Ctrl-C: abandon the turn now
+            return
+        interrupted.set()
+        if live is not None and live.cancel():
+            loop.call_later(CANCEL_WAIT_S, lambda: prompt_task and prompt_task.cancel())
+        elif prompt_task is not None:
+            prompt_task.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_sigint)
+    on_frame = out.frame if ctx.fmt == "json" else _text_frames(out)
+    agent_cfg = AgentConfig(
+        argv=ctx.agent_argv,
+        cwd=str(ctx.cwd),
+        client=client_options(ctx, on_frame),
+        grace=1.5,
+    )
+    try:
+        out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")
+        try:
+            start = asyncio.ensure_future(LiveAgent.start(agent_cfg, registry))
+            prompt_task = start  # Ctrl-C during start-up cancels the start
+            live = await start
+        except asyncio.CancelledError:
+            raise Interrupted("interrupted while starting the agent") from None
+        prompt_task = asyncio.ensure_future(
+            live.prompt([{"type": "text", "text": text}], _noop, ceiling=ctx.timeout)
+        )
+        try:
+            result = await prompt_task
+        except asyncio.CancelledError:
+            raise Interrupted("interrupted; the turn was cancelled") from None
+        out.done(result.stop_reason)
+        if interrupted.is_set():
+            return 130
+        if result.permission_denied and ctx.non_interactive == "fail":
+            raise PermissionDenied(
+                f"{result.permission_denied} permission request(s) were denied",
+                denied=result.permission_denied,
+            )
+        return 0
+    except TetherError:
+        raise
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+        if live is not None:
+            reason = TerminationReason.MANUAL_CANCEL if interrupted.is_set() else TerminationReason.CLOSE
+            with contextlib.suppress(Exception):
+                report = await asyncio.shield(live.aclose(reason, close_session=True))
+                if report.survivors:
+                    sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
+        registry.close()
+
+
+def _noop(_frame: dict[str, Any]) -> None:
+    """Updates are rendered by the frame observer, in arrival order."""
+
+
+def _text_frames(out: Any) -> Any:
+    def observe(direction: str, frame: dict[str, Any]) -> None:
+        if direction == "in":
+            out.frame(direction, frame)
+
+    return observe

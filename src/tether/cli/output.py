@@ -1,0 +1,164 @@
+"""The three output formats, shared by ``exec`` (frames seen in-process) and ``prompt``
+(frames relayed by the owner): the same raw ACP frames go through the same renderer.
+
+``text``   assistant text on stdout as it streams, tool calls and plans as readable
+           lines, ``[done] <stopReason>`` at the end; banners and errors on stderr.
+``json``   NDJSON: every raw ACP JSON-RPC frame, unchanged, both directions (acpx's
+           "ACP-only stream contract"), plus Tether's control objects (an ``"action"``
+           key) and JSON-RPC shaped error envelopes carrying ``acpxCode``.
+``quiet``  assistant text only.
+
+Standard library only (``json``): on the thin path of ``prompt``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, TextIO
+
+from tether.errors import TetherError
+
+
+def _dumps(obj: Any) -> str:
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+
+
+class Output:
+    """Renders frames, control objects and errors in one format."""
+
+    def __init__(
+        self,
+        fmt: str = "text",
+        *,
+        verbose: bool = False,
+        json_strict: bool = False,
+        stdout: TextIO | None = None,
+        stderr: TextIO | None = None,
+    ) -> None:
+        self.fmt = fmt
+        self.verbose = verbose
+        self.json_strict = json_strict
+        self.out = stdout or sys.stdout
+        self.err = stderr or sys.stderr
+        self._mid_line = False
+        self._tool_titles: dict[str, str] = {}
+
+    # --- frames ---------------------------------------------------------------------
+
+    def frame(self, direction: str, frame: dict[str, Any]) -> None:
+        """One raw ACP frame (``direction`` is ``out`` = to the agent, ``in`` = from it)."""
+        if self.fmt == "json":
+            self.out.write(_dumps(frame) + "\n")
+            return
+        if frame.get("method") != "session/update":
+            return
+        params = frame.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        if isinstance(update, dict):
+            self._render_update(update)
+
+    def _text(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self._mid_line = not text.endswith("\n")
+
+    def _line(self, text: str) -> None:
+        if self._mid_line:
+            self.out.write("\n")
+        self.out.write(text + "\n")
+        self._mid_line = False
+
+    def _render_update(self, update: dict[str, Any]) -> None:
+        kind = update.get("sessionUpdate")
+        if kind == "agent_message_chunk":
+            content = update.get("content")
+            if isinstance(content, dict) and content.get("type") == "text":
+                self._text(str(content.get("text", "")))
+            return
+        if self.fmt == "quiet":
+            return
+        if kind == "agent_thought_chunk" and self.verbose:
+            content = update.get("content")
+            if isinstance(content, dict) and content.get("type") == "text":
+                self._line(f"[thought] {content.get('text', '')}")
+        elif kind == "tool_call":
+            call_id = str(update.get("toolCallId", ""))
+            title = str(update.get("title") or call_id)
+            self._tool_titles[call_id] = title
+            kind_name = update.get("kind") or "other"
+            self._line(f"[tool] {title} ({kind_name}) {update.get('status') or 'pending'}")
+        elif kind == "tool_call_update":
+            status = update.get("status")
+            if status:
+                call_id = str(update.get("toolCallId", ""))
+                title = update.get("title") or self._tool_titles.get(call_id, call_id)
+                self._line(f"[tool] {title} {status}")
+        elif kind == "plan":
+            entries = update.get("entries") if isinstance(update.get("entries"), list) else []
+            self._line("[plan]")
+            for entry in entries:
+                if isinstance(entry, dict):
+                    mark = {"completed": "x", "in_progress": "~"}.get(str(entry.get("status")), " ")
+                    self._line(f"  [{mark}] {entry.get('content', '')}")
+        elif kind == "current_mode_update":
+            self._line(f"[mode] {update.get('currentModeId')}")
+
+    # --- control --------------------------------------------------------------------
+
+    def done(self, stop_reason: str) -> None:
+        if self.fmt == "text":
+            self._line(f"[done] {stop_reason}")
+        elif self.fmt == "quiet" and self._mid_line:
+            self.out.write("\n")
+            self._mid_line = False
+        self.flush()
+
+    def control(self, obj: dict[str, Any], text: str | None = None, quiet: str | None = None) -> None:
+        """A control command's answer: the object in json, ``text`` or ``quiet`` otherwise."""
+        if self.fmt == "json":
+            self.out.write(_dumps(obj) + "\n")
+        elif self.fmt == "quiet":
+            if quiet is not None:
+                self.out.write(quiet + "\n")
+        elif text is not None:
+            self._line(text)
+        self.flush()
+
+    def banner(self, text: str) -> None:
+        if self.fmt == "text" or (self.verbose and not self.json_strict):
+            self.err.write(f"[tether] {text}\n")
+            self.err.flush()
+
+    def error(self, exc: TetherError) -> None:
+        if self.fmt == "json":
+            envelope = {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": -32070,
+                    "message": exc.message,
+                    "data": {
+                        "acpxCode": exc.code,
+                        "detailCode": exc.detail_code,
+                        "origin": exc.origin,
+                        "retryable": exc.retryable,
+                        **({"acp": exc.acp} if exc.acp else {}),
+                    },
+                },
+            }
+            self.out.write(_dumps(envelope) + "\n")
+            self.flush()
+        if self.fmt != "json" or not self.json_strict:
+            if self._mid_line:
+                self.out.write("\n")
+                self._mid_line = False
+                self.flush()
+            self.err.write(f"[error] {exc}\n")
+            tail = exc.fields.get("stderr_tail")
+            if tail and self.fmt != "quiet":
+                self.err.write("[error] agent stderr (tail):\n" + str(tail)[-2000:].rstrip() + "\n")
+            self.err.flush()
+
+    def flush(self) -> None:
+        self.out.flush()

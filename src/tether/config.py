@@ -1,0 +1,88 @@
+"""Configuration: ``config.toml`` (user) and ``./.tether.toml`` (project); flags win.
+
+Keys (acpx's names; snake_case spellings are accepted too)::
+
+    defaultAgent = "codex"              # used by the agent-less forms
+    defaultPermissions = "approve-reads"  # approve-all | approve-reads | deny-all
+    nonInteractivePermissions = "deny"  # deny | fail (exit 5)
+    format = "text"                     # text | json | quiet
+    timeout = 120                       # seconds per prompt (none by default)
+    ttl = 3600                          # owner idle TTL; 0 = forever
+    turnTimeout = 1800                  # hard ceiling of one turn inside the owner
+    ownerMaxLifetime = 0                # 0 = unbounded
+    queueMaxDepth = 16
+    livenessInterval = 30
+    [agents.mine]                       # a named agent; replaces a built-in of the same name
+    argv = ["node", "/abs/agent.js"]
+    [auth]                              # methodId -> credential (also TETHER_AUTH_<METHODID>)
+    api-key = "sk-..."
+
+The project file beats the user file; ``agents`` and ``auth`` merge key by key.
+Standard library only (``tomllib``).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from tether import paths
+from tether.errors import UsageError
+
+_ALIASES = {
+    "default_agent": "defaultAgent",
+    "default_permissions": "defaultPermissions",
+    "non_interactive_permissions": "nonInteractivePermissions",
+    "turn_timeout": "turnTimeout",
+    "owner_max_lifetime": "ownerMaxLifetime",
+    "owner_idle_ttl": "ttl",
+    "queue_max_depth": "queueMaxDepth",
+    "liveness_interval": "livenessInterval",
+}
+
+DEFAULTS: dict[str, Any] = {
+    "defaultAgent": "codex",
+    "defaultPermissions": "approve-reads",
+    "nonInteractivePermissions": "deny",
+    "format": "text",
+    "timeout": None,
+    "ttl": 3600.0,
+    "turnTimeout": 1800.0,
+    "ownerMaxLifetime": 0.0,
+    "queueMaxDepth": 16,
+    "livenessInterval": 30.0,
+    "agents": {},
+    "auth": {},
+}
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"cannot read config {path}: {exc}") from exc
+    return {_ALIASES.get(k, k): v for k, v in data.items()}
+
+
+def load(cwd: Path) -> dict[str, Any]:
+    """The merged configuration for a command run in ``cwd``."""
+    merged = dict(DEFAULTS)
+    merged["agents"] = {}
+    merged["auth"] = {}
+    for path in (paths.user_config_file(), paths.project_config_file(cwd)):
+        data = _read(path)
+        for key, value in data.items():
+            if key in ("agents", "auth") and isinstance(value, dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+    for name, value in os.environ.items():
+        if name.startswith("TETHER_AUTH_") and value:
+            method = name[len("TETHER_AUTH_") :].lower().replace("_", "-")
+            merged["auth"].setdefault(method, value)
+    return merged

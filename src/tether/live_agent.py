@@ -1,0 +1,145 @@
+"""One live agent: a supervised process, its ACP connection, and one ACP session.
+
+Shared by ``tether exec`` (one turn, then teardown) and the session owner (many turns,
+kept warm). Bring-up is spawn -> ``initialize`` -> ``authenticate`` (when configured)
+-> ``session/resume`` or ``session/load`` (when we hold an ACP session id and the agent
+advertises it) or ``session/new``; each handshake step has its own deadline.
+Teardown is ``session/close`` (only on a real close, and only when advertised) ->
+close stdin -> the supervisor's TERM -> grace -> KILL -> proven extinction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether import _log
+from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
+from tether.errors import AgentRequestError, TetherError
+from tether.supervise.run_state import TerminationReason
+from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
+
+# After closing stdin, how long an agent gets to exit by itself before the keeper's
+# SIGTERM (acpx: 100 ms). Most agents exit on EOF within 30 ms.
+STDIN_EOF_GRACE_S = 0.1
+
+
+@dataclass
+class AgentConfig:
+    """How to run and talk to an agent."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: dict[str, str] | None = None
+    client: ClientOptions = field(default_factory=ClientOptions)
+    session_key: str | None = None
+    grace: float = 1.5
+    mcp_servers: Sequence[Any] = ()
+
+
+class LiveAgent:
+    """A running agent with one ACP session. Create with :meth:`start`."""
+
+    def __init__(self, cfg: AgentConfig, proc: AgentProcess, conn: AgentConnection) -> None:
+        self.cfg = cfg
+        self.proc = proc
+        self.conn = conn
+        self.session_id: str = ""
+        self.session_result: dict[str, Any] = {}
+        self.resumed = False
+
+    @classmethod
+    async def start(
+        cls,
+        cfg: AgentConfig,
+        registry: Any,
+        *,
+        resume_session_id: str | None = None,
+        out_of_turn: UpdateListener | None = None,
+    ) -> LiveAgent:
+        """Spawn the agent and bring an ACP session up.
+
+        Raises:
+            SpawnError: the agent could not be started.
+            HandshakeTimeout: a handshake step had no answer in time.
+            AgentRequestError / RemoteProtocolError / AgentExited: the agent refused,
+                spoke something else, or died during bring-up.
+        In every failure case the process tree has been torn down and proven gone.
+
+        Cancellation: the tree is torn down (shielded) before the cancellation propagates.
+        """
+        proc = await spawn_agent(
+            SpawnSpec(
+                argv=list(cfg.argv),
+                cwd=cfg.cwd,
+                env=cfg.env,
+                session_key=cfg.session_key,
+                grace=cfg.grace,
+            ),
+            registry,
+        )
+        conn = AgentConnection(proc, cfg.cwd, cfg.client)
+        live = cls(cfg, proc, conn)
+        if out_of_turn is not None:
+            conn.set_fallback_listener(out_of_turn)
+        try:
+            await conn.initialize()
+            await conn.authenticate_if_needed()
+            await live._open_session(resume_session_id)
+        except BaseException as exc:
+            reason = TerminationReason.SPAWN_ERROR
+            with contextlib.suppress(Exception):
+                await asyncio.shield(live.aclose(reason, close_session=False))
+            if isinstance(exc, TetherError) and "stderr_tail" not in exc.fields:
+                exc.fields["stderr_tail"] = proc.stderr_tail()[-2000:]
+            raise
+        return live
+
+    async def _open_session(self, resume_session_id: str | None) -> None:
+        conn = self.conn
+        if resume_session_id and (conn.can_resume or conn.can_load):
+            try:
+                self.session_result = await conn.load_session(resume_session_id, self.cfg.cwd)
+                self.session_id = resume_session_id
+                self.resumed = True
+                return
+            except AgentRequestError as exc:
+                # -32002 (resource not found) and friends: fall back to a new session,
+                # as acpx does; the caller replays the desired mode and config.
+                _log.event("resume_failed", session_id=resume_session_id, error=str(exc))
+        result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers)
+        self.session_id = result["sessionId"]
+        self.session_result = result
+
+    async def prompt(
+        self, blocks: Sequence[dict[str, Any]], listener: UpdateListener, *, ceiling: float | None
+    ) -> TurnResult:
+        return await self.conn.prompt(self.session_id, blocks, listener, ceiling=ceiling)
+
+    def cancel(self) -> bool:
+        return self.conn.cancel(self.session_id)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.is_running and self.conn._dead is None
+
+    async def aclose(
+        self, reason: TerminationReason = TerminationReason.CLOSE, *, close_session: bool
+    ) -> ExtinctionReport:
+        """Tear down: ``session/close`` if asked and advertised, stdin EOF, then the tree.
+
+        Cancellation: the process-tree teardown is shielded and always completes.
+        """
+        self.proc.note_stop(reason)
+        if close_session and self.session_id and self.conn._dead is None:
+            with contextlib.suppress(Exception):
+                await self.conn.close_session(self.session_id)
+        await self.conn.aclose()
+        if self.proc.exited is not None and not self.proc.exited.done():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(STDIN_EOF_GRACE_S):
+                    await self.proc.wait_exited()
+        return await self.proc.aclose(reason)

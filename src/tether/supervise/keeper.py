@@ -1,0 +1,502 @@
+"""The keeper: a tiny process between a supervisor and the agent it runs.
+
+Theory of operation
+-------------------
+A supervisor (``tether exec`` or a session owner) never forks an agent itself. It
+starts ``python -m tether.supervise.keeper`` with the agent's stdio pipes as the
+keeper's own fds 0/1/2 and one end of a socketpair as a control channel. The keeper:
+
+1. makes itself a *child subreaper* (``PR_SET_CHILD_SUBREAPER``), so every
+   descendant of the agent -- including ones that ``setsid``, double-fork or clear
+   their environment -- is reparented to the keeper, never to init;
+2. arms ``PR_SET_PDEATHSIG`` and opens a pidfd on its supervisor, and also treats
+   EOF on the control channel as the supervisor's death. Three independent signals,
+   because each has a hole: pdeathsig follows the forking *thread*, a pidfd needs the
+   pid to still be the supervisor when opened (we check ``getppid()`` right after),
+   and EOF needs nobody else to hold the socket;
+3. forks the agent into its own session and process group (and its cgroup, where the
+   supervisor made one), then drops its own copies of the stdio pipes so that the
+   supervisor sees EOF when the agent's side closes;
+4. keeps the agent root *unreaped* after it exits (``waitid(WNOWAIT)``), which pins
+   its pid and therefore its process-group number: ``killpg`` can never hit a
+   recycled group while we hold the zombie;
+5. on ``terminate`` (or the supervisor's death, or a termination signal): SIGTERM to
+   the group, to every descendant and to every cgroup member; wait one grace
+   period, returning early the moment the tree is empty; then SIGKILL (``cgroup.kill``
+   first where available) and walk-kill-reap until nothing but the root's zombie is
+   left; reap the root; and only when ``waitpid(-1)`` raises ``ECHILD`` -- the proof
+   that no descendant is left -- report ``extinct`` and exit.
+
+The keeper decides no policy. Sessions, timeouts and ownership belong to the
+supervisor; the keeper only knows "start this", "end everything, with this grace"
+and "my supervisor is gone, so end everything with the default grace".
+
+Control protocol (NDJSON over the socketpair). Keeper -> supervisor::
+
+    {"event":"spawned","pid":P,"pgid":P,"starttime":T,"keeper_pid":K,"cgroup":path|null}
+    {"event":"spawn-failed","errno":E,"message":"..."}
+    {"event":"exited","pid":P,"code":C|null,"signal":S|null}
+    {"event":"extinct","mode":"cgroup|subreaper","signalled":N,"escalated":bool,"elapsed_ms":F}
+
+Supervisor -> keeper::
+
+    {"cmd":"terminate","grace_ms":G}
+    {"cmd":"signal","sig":N}            # forwarded to the agent's process group
+
+This module is on the cold path of every agent start, so it imports only the
+standard library modules it needs (no asyncio, no tether package imports).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+
+# Signals that ask the keeper to end its tree (forwarded, then escalated).
+_TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, arg: int) -> None:
+    if _libc.prctl(option, arg, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
+
+
+def _read_stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, pgid, starttime) of pid, or None if it is gone. comm may hold ')'."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[2]), int(fields[19])
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                out.extend(int(x) for x in f.read().split())
+        except OSError:
+            continue
+    return out
+
+
+def _descendants_deepest_first() -> list[tuple[int, int, str]]:
+    """Every descendant of this keeper as (pid, starttime, state), children before parents."""
+    order: list[tuple[int, int, str]] = []
+    seen: set[int] = set()
+
+    def visit(pid: int) -> None:
+        for child in _children(pid):
+            if child in seen:
+                continue
+            seen.add(child)
+            visit(child)
+            st = _read_stat(child)
+            if st is not None:
+                order.append((child, st[2], st[0]))
+
+    visit(os.getpid())
+    return order
+
+
+class Keeper:
+    """One agent run's keeper; see the module docstring."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        supervisor_pid: int,
+        control_fd: int,
+        default_grace: float,
+        cgroup: str | None,
+        pty: bool = False,
+    ) -> None:
+        self.argv = argv
+        self.pty = pty
+        self.supervisor_pid = supervisor_pid
+        self.control = control_fd
+        self.default_grace = default_grace
+        self.cgroup = cgroup
+        self.root_pid: int | None = None
+        self.root_exit: tuple[int | None, int | None] | None = None  # (code, signal)
+        self.root_reaped = False
+        self.signalled = 0
+        self.escalated = False
+        self._control_buf = b""
+        self._wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_w = wake_w
+        self._pending_signals: list[int] = []
+
+    # --- plumbing -----------------------------------------------------------------
+
+    def send(self, event: dict[str, object]) -> None:
+        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        try:
+            os.write(self.control, data)
+        except OSError:
+            pass  # supervisor gone: nobody to tell, the teardown goes on regardless
+
+    def _on_signal(self, signum: int, _frame: object) -> None:
+        self._pending_signals.append(signum)
+
+    def install_signals(self) -> None:
+        signal.set_wakeup_fd(self._wake_w, warn_on_full_buffer=False)
+        for sig in (*_TERMINATION_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, self._on_signal)
+
+    def _drain_wakeups(self) -> list[int]:
+        with contextlib.suppress(BlockingIOError):
+            while os.read(self._wake_r, 512):
+                pass
+        sigs, self._pending_signals = self._pending_signals, []
+        return sigs
+
+    # --- spawning -----------------------------------------------------------------
+
+    def spawn(self) -> bool:
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:  # the agent, between fork and exec: async-signal-safe work only
+            try:
+                os.close(err_r)
+                for sig in (*_TERMINATION_SIGNALS, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.set_wakeup_fd(-1)
+                os.setsid()
+                if self.pty:
+                    # A new session has no controlling terminal: take the PTY on fd 0.
+                    import fcntl
+                    import termios
+
+                    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+                if self.cgroup:
+                    with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
+                        f.write("0")
+                # If the keeper dies (it should never die first), the root goes too.
+                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                os.close(self.control)
+                os.execvp(self.argv[0], self.argv)
+            except OSError as exc:
+                os.write(err_w, f"{exc.errno or 0}:{exc.strerror or exc}".encode())
+            except BaseException as exc:  # never return into the keeper's code
+                os.write(err_w, f"0:{exc}".encode())
+            os._exit(127)
+        os.close(err_w)
+        report = b""
+        while chunk := os.read(err_r, 1024):
+            report += chunk
+        os.close(err_r)
+        if report:
+            code, _, message = report.decode(errors="replace").partition(":")
+            # The child already exited: reap it so nothing is left, then report.
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+            self.send({"event": "spawn-failed", "errno": int(code or 0), "message": message})
+            return False
+        self.root_pid = pid
+        st = _read_stat(pid)
+        # Drop our copies of the agent's stdio so the supervisor sees EOF when the agent
+        # side closes; the keeper itself never reads or writes them.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        self.send(
+            {
+                "event": "spawned",
+                "pid": pid,
+                "pgid": pid,
+                "starttime": st[2] if st else None,
+                "keeper_pid": os.getpid(),
+                "cgroup": self.cgroup,
+            }
+        )
+        return True
+
+    # --- reaping ------------------------------------------------------------------
+
+    def _check_root(self) -> None:
+        """Observe the root's exit without reaping it (WNOWAIT keeps its pgid pinned)."""
+        if self.root_pid is None or self.root_exit is not None:
+            return
+        try:
+            info = os.waitid(os.P_PID, self.root_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            info = None
+        if info is None:
+            return
+        if info.si_code == os.CLD_EXITED:
+            self.root_exit = (info.si_status, None)
+        else:
+            self.root_exit = (None, info.si_status)
+        code, sig = self.root_exit
+        self.send({"event": "exited", "pid": self.root_pid, "code": code, "signal": sig})
+
+    def _reap_others(self) -> None:
+        """Reap exited descendants other than the root (orphans adopted as subreaper)."""
+        for child in _children(os.getpid()):
+            if child == self.root_pid:
+                continue
+            st = _read_stat(child)
+            if st is not None and st[0] == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(child, os.WNOHANG)
+
+    def _live_descendants(self) -> list[tuple[int, int, str]]:
+        return [d for d in _descendants_deepest_first() if d[2] != "Z"]
+
+    # --- signalling -----------------------------------------------------------------
+
+    def _signal_pid(self, pid: int, starttime: int, sig: int) -> None:
+        """Signal a descendant through a pidfd opened after, and checked against, its identity."""
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            return
+        try:
+            st = _read_stat(pid)
+            if st is None or st[2] != starttime:
+                return  # it exited and the pid moved on between our walk and the open
+            signal.pidfd_send_signal(fd, sig)
+            self.signalled += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def _signal_tree(self, sig: int) -> None:
+        # The group first: while the root is unreaped its pgid cannot be recycled.
+        if self.root_pid is not None and not self.root_reaped:
+            try:
+                os.killpg(self.root_pid, sig)
+                self.signalled += 1
+            except OSError:
+                pass
+        # Then everything that left the group (setsid, double fork), deepest first.
+        for pid, starttime, _ in self._live_descendants():
+            self._signal_pid(pid, starttime, sig)
+        if self.cgroup:
+            for pid in self._cgroup_procs():
+                st = _read_stat(pid)
+                if st is not None:
+                    self._signal_pid(pid, st[2], sig)
+
+    def _cgroup_procs(self) -> list[int]:
+        assert self.cgroup is not None
+        try:
+            with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
+                return [int(x) for x in f.read().split()]
+        except OSError:
+            return []
+
+    def _cgroup_kill(self) -> bool:
+        if not self.cgroup:
+            return False
+        try:
+            with open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
+                f.write("1")
+        except OSError:
+            return False
+        self.signalled += 1
+        return True
+
+    def _tree_empty(self) -> bool:
+        self._reap_others()
+        self._check_root()
+        if self._live_descendants():
+            return False
+        return not (self.cgroup and self._cgroup_procs())
+
+    # --- the loop -----------------------------------------------------------------
+
+    def _wait(self, timeout: float | None, fds: list[int]) -> list[int]:
+        try:
+            ready, _, _ = select.select(fds, [], [], timeout)
+        except InterruptedError:
+            return []
+        return ready
+
+    def run(self, supervisor_pidfd: int | None) -> int:
+        """Serve until the tree is extinct; return the keeper's exit status."""
+        watch = [self._wake_r, self.control]
+        if supervisor_pidfd is not None:
+            watch.append(supervisor_pidfd)
+        while True:
+            self._reap_others()
+            self._check_root()
+            if self.root_exit is not None and not self._live_descendants():
+                return self.finish(mode_hint="exit")
+            ready = self._wait(None, watch)
+            for sig in self._drain_wakeups():
+                if sig in _TERMINATION_SIGNALS:
+                    return self.terminate(self.default_grace)
+            if supervisor_pidfd is not None and supervisor_pidfd in ready:
+                return self.terminate(self.default_grace)  # supervisor died
+            if self.control in ready:
+                try:
+                    data = os.read(self.control, 65536)
+                except OSError:
+                    data = b""
+                if not data:
+                    return self.terminate(self.default_grace)  # supervisor died
+                self._control_buf += data
+                while b"\n" in self._control_buf:
+                    line, self._control_buf = self._control_buf.split(b"\n", 1)
+                    outcome = self._command(line)
+                    if outcome is not None:
+                        return outcome
+
+    def _command(self, line: bytes) -> int | None:
+        try:
+            cmd = json.loads(line)
+        except ValueError:
+            return None
+        if not isinstance(cmd, dict):
+            return None
+        if cmd.get("cmd") == "terminate":
+            grace = cmd.get("grace_ms")
+            seconds = grace / 1000 if isinstance(grace, int | float) else self.default_grace
+            return self.terminate(max(0.0, seconds))
+        if cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int):
+            if self.root_pid is not None and not self.root_reaped:
+                with contextlib.suppress(OSError):
+                    os.killpg(self.root_pid, cmd["sig"])
+        return None
+
+    def terminate(self, grace: float) -> int:
+        """SIGTERM the tree, wait up to ``grace``, SIGKILL what is left, prove extinction."""
+        started = time.monotonic()
+        if not self._tree_empty():
+            self._signal_tree(signal.SIGTERM)
+            deadline = started + grace
+            while not self._tree_empty():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                # SIGCHLD wakes us the moment something exits; cap the wait because a
+                # grandchild's exit is reported to its parent, not to us.
+                self._wait(min(remaining, 0.02), [self._wake_r])
+                self._drain_wakeups()
+        if not self._tree_empty():
+            self.escalated = True
+            self._cgroup_kill()
+            # Walk, kill, reap until nothing but the root's zombie is left: members may
+            # reparent to us between walks.
+            while not self._tree_empty():
+                self._signal_tree(signal.SIGKILL)
+                self._wait(0.005, [self._wake_r])
+                self._drain_wakeups()
+        return self.finish(mode_hint="cgroup" if self.cgroup else "subreaper", started=started)
+
+    def finish(self, mode_hint: str, started: float | None = None) -> int:
+        """Reap the root last, prove ECHILD, clean the cgroup, report, exit."""
+        self._check_root()
+        if self.root_pid is not None and not self.root_reaped:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(self.root_pid, 0)
+            self.root_reaped = True
+        # ECHILD from waitpid(-1) is the proof: we are the subreaper of the whole tree,
+        # so no child means no descendant at all.
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+            if pid == 0:
+                break
+        if self.cgroup:
+            for _ in range(50):
+                try:
+                    os.rmdir(self.cgroup)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as exc:
+                    if exc.errno != errno.EBUSY:
+                        break
+                    time.sleep(0.002)  # the kernel frees the cgroup just after the last exit
+        elapsed = (time.monotonic() - started) * 1000 if started is not None else 0.0
+        self.send(
+            {
+                "event": "extinct",
+                "mode": mode_hint,
+                "signalled": self.signalled,
+                "escalated": self.escalated,
+                "elapsed_ms": round(elapsed, 3),
+            }
+        )
+        return 0
+
+
+def _parse_args(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    opts: dict[str, str] = {}
+    i = 0
+    while i < len(args):
+        if args[i] == "--":
+            return opts, args[i + 1 :]
+        key = args[i].lstrip("-")
+        opts[key] = args[i + 1]
+        i += 2
+    return opts, []
+
+
+def main(args: list[str] | None = None) -> int:
+    opts, argv = _parse_args(sys.argv[1:] if args is None else args)
+    supervisor_pid = int(opts["supervisor-pid"])
+    control_fd = int(opts["control-fd"])
+    keeper = Keeper(
+        argv,
+        supervisor_pid=supervisor_pid,
+        control_fd=control_fd,
+        default_grace=float(opts.get("grace-ms", "1500")) / 1000,
+        cgroup=opts.get("cgroup") or None,
+        pty=opts.get("pty") == "1",
+    )
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    keeper.install_signals()
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    # The pdeathsig race: if the supervisor died before prctl ran, no signal will ever
+    # come. getppid() tells us; and it makes the pidfd below refer to the right process.
+    if os.getppid() != supervisor_pid:
+        keeper.send({"event": "spawn-failed", "errno": 0, "message": "supervisor died"})
+        return 1
+    supervisor_pidfd: int | None
+    try:
+        supervisor_pidfd = os.pidfd_open(supervisor_pid)
+    except OSError:
+        supervisor_pidfd = None
+    if os.getppid() != supervisor_pid:
+        return 1
+    if not argv:
+        keeper.send({"event": "spawn-failed", "errno": errno.EINVAL, "message": "no command"})
+        return 2
+    if not keeper.spawn():
+        return 1
+    return keeper.run(supervisor_pidfd)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,723 @@
+"""The supervisor's shell: start an agent under a keeper, watch it, end it with proof.
+
+Theory of operation
+-------------------
+``spawn_agent()`` is the only way Tether starts an agent. It
+
+1. writes a lease (``open``) naming the keeper *before* the run is announced running;
+2. starts the keeper (``python -m tether.supervise.keeper``) from the event-loop
+   thread -- ``PR_SET_PDEATHSIG`` follows the forking thread, so a worker thread
+   would kill the keeper when it ended -- with the agent's pipes as the keeper's stdio
+   (or a PTY), the lease marker in the environment, and a socketpair as the control
+   channel;
+3. opens a pidfd on the keeper at once (it is our unreaped child, so the pid cannot
+   have been recycled) and watches it with ``add_reader``: asyncio's child watcher is
+   never involved, so no watcher thread reaps behind our back and no ``Process.wait``
+   waits for a grandchild to close a pipe;
+4. waits for the keeper's ``spawned`` event, records the agent's identity (boot id,
+   pid, starttime, pgid, cgroup) in the lease, and only then reports the run running.
+
+The agent's stdout is delivered through a callback straight from ``data_received``
+(no intermediate queue: the ACP layer's sans-IO decoder eats it synchronously, which
+is what keeps 50,000 updates/s cheap). stderr is always drained into an 8 KiB tail.
+
+``AgentProcess.aclose(reason)`` is the single finalizer: whatever ends the run -- a
+close, a cancel, a timeout, the agent exiting, the keeper dying -- converges there, it
+runs once, and duplicates wait for the first. It asks the keeper to terminate
+(SIGTERM -> grace -> SIGKILL -> ECHILD), waits for the ``extinct`` proof, and then
+checks the third witness itself: no live process carries the lease marker. If the
+keeper cannot do its job (it was SIGKILLed), the supervisor sweeps the lease's
+verified processes itself, through pidfds, and never signals anything it cannot prove
+it owns. The lease ends ``closed`` with the termination reason, exit code and the
+kill mode, or ``lost`` when extinction could not be proven.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether import _log, _os, metrics
+from tether.errors import SpawnError
+from tether.supervise.run_state import RunLifecycle, RunState, TerminationReason
+from tether.supervise.verify import command_hash, signal_verified
+
+STDERR_TAIL_BYTES = 8 * 1024
+DEFAULT_GRACE_S = 1.5  # SIGTERM -> SIGKILL grace; openab uses 1.5 s as well
+SPAWN_DEADLINE_S = 10.0  # keeper start + fork/exec of the agent; generous for loaded CI
+EXTINCTION_SLACK_S = 5.0  # beyond the grace, how long we wait for the keeper's proof
+
+
+@dataclass(frozen=True)
+class ExtinctionReport:
+    """How a run ended and the proof that nothing of it is left."""
+
+    reason: str
+    exit_code: int | None
+    exit_signal: int | None
+    mode: str  # cgroup | subreaper | supervisor-sweep
+    escalated: bool
+    survivors: tuple[int, ...]
+    elapsed_ms: float
+    stderr_tail: str = ""
+
+    @property
+    def clean(self) -> bool:
+        return not self.survivors
+
+
+class _Cgroups:
+    """cgroup v2 support, probed once per process and recorded in each lease."""
+
+    _probed = False
+    mount: str | None = None
+    reason = "not probed"
+
+    @classmethod
+    def base(cls) -> str | None:
+        if not cls._probed:
+            cls._probed = True
+            if os.environ.get("TETHER_NO_CGROUP"):
+                cls.reason = "disabled by TETHER_NO_CGROUP"
+                return None
+            mount = _os.find_cgroup2_mount()
+            if mount is None:
+                cls.reason = "no cgroup2 mount"
+            else:
+                ok, why = _os.cgroup_writable(mount)
+                cls.reason = why
+                if ok:
+                    cls.mount = mount
+            if cls.mount is None:
+                _log.event("cgroup_unavailable", reason=cls.reason)
+        return cls.mount
+
+
+def _new_cgroup(lease_id: str) -> str | None:
+    base = _Cgroups.base()
+    if base is None:
+        return None
+    path = os.path.join(base, "tether", lease_id)
+    try:
+        os.makedirs(path, mode=0o755)
+    except OSError as exc:
+        _log.event("cgroup_unavailable", reason=str(exc), lease_id=lease_id)
+        return None
+    return path
+
+
+class _PipeReader(asyncio.Protocol):
+    def __init__(self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+        self._on_data = on_data
+        self._on_eof = on_eof
+
+    def data_received(self, data: bytes) -> None:
+        self._on_data(data)
+
+    def eof_received(self) -> bool:
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._on_eof()
+
+
+class _PipeWriter(asyncio.Protocol):
+    """Write side with flow control: ``drain`` waits while the pipe is full."""
+
+    def __init__(self) -> None:
+        self._paused = False
+        self._resume: asyncio.Future[None] | None = None
+        self.closed = False
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._resume is not None and not self._resume.done():
+            self._resume.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.resume_writing()
+
+    async def drain(self) -> None:
+        while self._paused and not self.closed:
+            self._resume = asyncio.get_running_loop().create_future()
+            await self._resume
+
+
+@dataclass
+class SpawnSpec:
+    """What to run and how. ``grace`` is the SIGTERM -> SIGKILL wait."""
+
+    argv: Sequence[str]
+    cwd: str
+    env: Mapping[str, str] | None = None
+    session_key: str | None = None
+    grace: float = DEFAULT_GRACE_S
+    overall_timeout: float | None = None
+    no_output_timeout: float | None = None
+    pty: bool = False
+    use_cgroup: bool = True
+    extra_lease: dict[str, Any] = field(default_factory=dict)
+
+
+class AgentProcess:
+    """A running agent under its keeper. Obtain one from :func:`spawn_agent`."""
+
+    def __init__(self, spec: SpawnSpec, registry: Any, lease_id: str) -> None:
+        self.spec = spec
+        self.registry = registry
+        self.lease_id = lease_id
+        self.instance_id: str = registry.instance_id
+        self.table = _os.current()
+        self.lifecycle = RunLifecycle(
+            overall_timeout=spec.overall_timeout, no_output_timeout=spec.no_output_timeout
+        )
+        self.keeper: subprocess.Popen[bytes] | None = None
+        self.keeper_pidfd: int | None = None
+        self.pid: int | None = None
+        self.pgid: int | None = None
+        self.starttime: int | None = None
+        self.cgroup: str | None = None
+        self._stderr = bytearray()
+        self.stderr_bytes = 0
+        self._on_stdout: Callable[[bytes], None] = lambda _d: None
+        self._on_stdout_eof: Callable[[], None] = lambda: None
+        self._stdin: asyncio.WriteTransport | None = None
+        self._stdin_proto: _PipeWriter | None = None
+        self._control: socket.socket | None = None
+        self._control_buf = b""
+        self._spawned: asyncio.Future[dict[str, Any]] | None = None
+        self._extinct: asyncio.Future[dict[str, Any]] | None = None
+        self.exited: asyncio.Future[tuple[int | None, int | None]] | None = None
+        self._keeper_exited: asyncio.Future[int] | None = None
+        self._closing: asyncio.Task[ExtinctionReport] | None = None
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._transports: list[asyncio.BaseTransport] = []
+        self.last_output_at: float | None = None
+        self._root_reported_exit = False
+
+    # --- public surface -----------------------------------------------------------
+
+    def set_stdout_handler(
+        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
+    ) -> None:
+        """Route the agent's stdout bytes (and its EOF) to the caller, synchronously."""
+        self._on_stdout = on_data
+        self._on_stdout_eof = on_eof
+
+    def write(self, data: bytes) -> None:
+        if self._stdin is not None and not self._stdin.is_closing() and data:
+            self._stdin.write(data)
+
+    async def drain(self) -> None:
+        if self._stdin_proto is not None:
+            await self._stdin_proto.drain()
+
+    def close_stdin(self) -> None:
+        if self._stdin is not None and not self._stdin.is_closing():
+            self._stdin.close()
+
+    def stderr_tail(self) -> str:
+        return bytes(self._stderr).decode("utf-8", errors="replace")
+
+    @property
+    def is_running(self) -> bool:
+        return self.lifecycle.state is RunState.RUNNING
+
+    @property
+    def keeper_pid(self) -> int | None:
+        return self.keeper.pid if self.keeper else None
+
+    async def wait_exited(self) -> tuple[int | None, int | None]:
+        """Wait for the agent root to exit: (exit code, signal)."""
+        assert self.exited is not None
+        return await asyncio.shield(self.exited)
+
+    def signal_group(self, sig: int) -> None:
+        """Forward a signal to the agent's group, through the keeper (which pins the pgid)."""
+        self._control_send({"cmd": "signal", "sig": int(sig)})
+
+    def note_stop(self, reason: TerminationReason) -> None:
+        """Record why the run is about to end (first reason wins) before ending it."""
+        self.lifecycle.request_stop(reason)
+
+    async def aclose(self, reason: TerminationReason = TerminationReason.CLOSE) -> ExtinctionReport:
+        """End the run: TERM -> grace -> KILL through the keeper, then prove extinction.
+
+        Idempotent: the first call's reason wins; later calls wait for the same report.
+
+        Cancellation: the teardown runs in its own task and is awaited through a shield,
+        so cancelling the caller never leaves a half-ended tree; a second cancellation
+        still waits for it.
+        """
+        self.lifecycle.request_stop(reason)
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self._teardown())
+        try:
+            return await asyncio.shield(self._closing)
+        except asyncio.CancelledError:
+            await asyncio.shield(self._closing)
+            raise
+
+    # --- spawning -----------------------------------------------------------------
+
+    async def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+        spec = self.spec
+        self._spawned = loop.create_future()
+        self._extinct = loop.create_future()
+        self.exited = loop.create_future()
+        self._keeper_exited = loop.create_future()
+        argv = [str(a) for a in spec.argv]
+        if spec.use_cgroup:
+            self.cgroup = _new_cgroup(self.lease_id)
+        env = dict(os.environ if spec.env is None else spec.env)
+        env["TETHER_LEASE_ID"] = self.lease_id
+        env["TETHER_INSTANCE_ID"] = self.instance_id
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        keeper_argv = [
+            sys.executable,
+            "-m",
+            "tether.supervise.keeper",
+            "--supervisor-pid",
+            str(os.getpid()),
+            "--control-fd",
+            str(child_sock.fileno()),
+            "--grace-ms",
+            str(int(spec.grace * 1000)),
+            "--cgroup",
+            self.cgroup or "",
+        ]
+        if spec.pty:
+            keeper_argv += ["--pty", "1"]
+        keeper_argv += ["--", *argv]
+        master_fd: int | None = None
+        try:
+            if spec.pty:
+                import pty
+
+                master_fd, slave_fd = pty.openpty()
+                stdio: dict[str, Any] = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
+            else:
+                stdio = {
+                    "stdin": subprocess.PIPE,
+                    "stdout": subprocess.PIPE,
+                    "stderr": subprocess.PIPE,
+                }
+            self.keeper = subprocess.Popen(
+                keeper_argv,
+                cwd=spec.cwd,
+                env=env,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,
+                close_fds=True,
+                **stdio,
+            )
+        except OSError as exc:
+            child_sock.close()
+            parent_sock.close()
+            if master_fd is not None:
+                os.close(master_fd)
+            raise SpawnError(f"cannot start the keeper: {exc}", argv=argv) from exc
+        finally:
+            child_sock.close()
+            if spec.pty:
+                os.close(stdio["stdin"])
+        # Our unreaped child: the pid cannot have been recycled, so this pidfd is exact.
+        self.keeper_pidfd = os.pidfd_open(self.keeper.pid)
+        keeper_st = self.table.stat(self.keeper.pid)
+        boot_id = self.table.boot_id()
+        self.registry.create_lease(
+            lease_id=self.lease_id,
+            session_key=spec.session_key,
+            owner_pid=os.getpid(),
+            owner_starttime=_own_starttime(self.table),
+            keeper_pid=self.keeper.pid,
+            keeper_starttime=keeper_st.starttime if keeper_st else None,
+            boot_id=boot_id,
+            pid_namespace=self.table.pid_namespace(),
+            cgroup_path=self.cgroup,
+            command_hash=command_hash(argv),
+            cwd=spec.cwd,
+            **spec.extra_lease,
+        )
+        metrics.incr("run_spawn_total")
+        loop.add_reader(self.keeper_pidfd, self._on_keeper_exit)
+        self._control = parent_sock
+        parent_sock.setblocking(False)
+        loop.add_reader(parent_sock.fileno(), self._on_control_readable)
+        if spec.pty:
+            assert master_fd is not None
+            master = os.fdopen(master_fd, "rb", buffering=0)
+            t, _ = await loop.connect_read_pipe(
+                lambda: _PipeReader(self._stdout_data, self._stdout_eof), master
+            )
+            self._transports.append(t)
+            self._pty_master = master_fd
+        else:
+            assert self.keeper.stdout and self.keeper.stderr and self.keeper.stdin
+            t1, _ = await loop.connect_read_pipe(
+                lambda: _PipeReader(self._stdout_data, self._stdout_eof), self.keeper.stdout
+            )
+            t2, _ = await loop.connect_read_pipe(
+                lambda: _PipeReader(self._stderr_data, lambda: None), self.keeper.stderr
+            )
+            self._stdin_proto = _PipeWriter()
+            t3, _ = await loop.connect_write_pipe(lambda: self._stdin_proto, self.keeper.stdin)  # type: ignore[arg-type,return-value]
+            assert isinstance(t3, asyncio.WriteTransport)
+            self._stdin = t3
+            self._transports += [t1, t2, t3]
+        try:
+            async with asyncio.timeout(SPAWN_DEADLINE_S):
+                spawned = await asyncio.shield(self._spawned)
+        except (TimeoutError, SpawnError) as exc:
+            self.lifecycle.transition_spawn_failed()
+            await self._teardown()
+            if isinstance(exc, SpawnError):
+                raise
+            raise SpawnError("the keeper did not start the agent in time", argv=argv) from exc
+        self.pid = int(spawned["pid"])
+        self.pgid = int(spawned["pgid"])
+        self.starttime = spawned.get("starttime")
+        self.registry.update_lease(
+            self.lease_id, root_pid=self.pid, pgid=self.pgid, starttime=self.starttime
+        )
+        self.lifecycle.transition_spawned(time.monotonic())
+        self._arm_watchdog()
+        _log.event(
+            "spawn",
+            lease_id=self.lease_id,
+            session_key=spec.session_key,
+            pid=self.pid,
+            keeper_pid=self.keeper.pid,
+            cgroup=self.cgroup,
+            argv0=argv[0],
+        )
+
+    # --- I/O callbacks (event loop thread) ------------------------------------------
+
+    def _stdout_data(self, data: bytes) -> None:
+        now = time.monotonic()
+        if not self.lifecycle.deliver_output(now):
+            return  # the run has settled: no output after settlement
+        self.last_output_at = now
+        self._on_stdout(data)
+
+    def _stdout_eof(self) -> None:
+        self._on_stdout_eof()
+
+    def _stderr_data(self, data: bytes) -> None:
+        self.stderr_bytes += len(data)
+        self._stderr += data
+        if len(self._stderr) > STDERR_TAIL_BYTES:
+            del self._stderr[: len(self._stderr) - STDERR_TAIL_BYTES]
+
+    def _control_send(self, obj: dict[str, Any]) -> None:
+        if self._control is None:
+            return
+        try:
+            self._control.send((json.dumps(obj) + "\n").encode())
+        except OSError:
+            pass  # keeper gone; its exit is handled by the pidfd watch
+
+    def _on_control_readable(self) -> None:
+        assert self._control is not None
+        try:
+            data = self._control.recv(65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not data:
+            asyncio.get_running_loop().remove_reader(self._control.fileno())
+            return
+        self._control_buf += data
+        while b"\n" in self._control_buf:
+            line, self._control_buf = self._control_buf.split(b"\n", 1)
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            self._on_keeper_event(msg)
+
+    def _on_keeper_event(self, msg: dict[str, Any]) -> None:
+        kind = msg.get("event")
+        assert self._spawned and self._extinct and self.exited
+        if kind == "spawned" and not self._spawned.done():
+            self._spawned.set_result(msg)
+        elif kind == "spawn-failed" and not self._spawned.done():
+            err = msg.get("errno") or 0
+            text = os.strerror(err) if err else str(msg.get("message"))
+            self._spawned.set_exception(
+                SpawnError(
+                    f"cannot run {self.spec.argv[0]!r}: {text}",
+                    argv=list(self.spec.argv),
+                    errno=err,
+                )
+            )
+            self._spawned.exception()  # mark retrieved; _start re-raises it
+        elif kind == "exited" and not self.exited.done():
+            self._root_reported_exit = True
+            self.exited.set_result((msg.get("code"), msg.get("signal")))
+            _log.event(
+                "exit",
+                lease_id=self.lease_id,
+                session_key=self.spec.session_key,
+                code=msg.get("code"),
+                signal=msg.get("signal"),
+            )
+        elif kind == "extinct" and not self._extinct.done():
+            self._extinct.set_result(msg)
+
+    def _on_keeper_exit(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self.keeper_pidfd is not None and self.keeper is not None
+        loop.remove_reader(self.keeper_pidfd)
+        try:
+            info = os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)  # type: ignore[attr-defined]
+            status = info.si_status if info is not None else -1
+        except ChildProcessError:
+            status = -1
+        # Tell Popen, so its finalizer neither warns nor waits on a reaped pid.
+        self.keeper.returncode = status
+        os.close(self.keeper_pidfd)
+        self.keeper_pidfd = None
+        assert self._keeper_exited and self._spawned and self.exited
+        if not self._keeper_exited.done():
+            self._keeper_exited.set_result(status)
+        if not self._spawned.done():
+            self._spawned.set_exception(SpawnError("the keeper exited before starting the agent"))
+            self._spawned.exception()
+        if not self.exited.done():
+            self.exited.set_result((None, None))
+        # The keeper never leaves on its own while the run is live; if it did (it was
+        # killed), the run must still be ended and swept: the finalizer does that.
+        if self._closing is None and self.lifecycle.state is RunState.RUNNING:
+            if self._root_reported_exit:
+                self.lifecycle.transition_exited()  # it ended by itself: terminated by the agent
+            else:
+                self.lifecycle.request_stop(TerminationReason.SIGNAL)  # the keeper was killed
+            self._closing = loop.create_task(self._teardown())
+
+    # --- watchdog -------------------------------------------------------------------
+
+    def _arm_watchdog(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        deadline = self.lifecycle.next_deadline()
+        if deadline is None or self.lifecycle.state is not RunState.RUNNING:
+            return
+        loop = asyncio.get_running_loop()
+        delay = max(0.0, deadline - time.monotonic())
+        self._watchdog = loop.call_later(delay, self._on_watchdog)
+
+    def _on_watchdog(self) -> None:
+        self._watchdog = None
+        reason = self.lifecycle.due(time.monotonic())
+        if reason is None:
+            self._arm_watchdog()  # output re-armed the no-output deadline meanwhile
+            return
+        metrics.incr("run_timeout_total", type=reason.value)
+        _log.event(
+            "timeout",
+            lease_id=self.lease_id,
+            session_key=self.spec.session_key,
+            reason=reason.value,
+        )
+        if self._closing is None:
+            self.lifecycle.request_stop(reason)
+            self._closing = asyncio.get_running_loop().create_task(self._teardown())
+
+    # --- teardown: the single finalizer ------------------------------------------------
+
+    async def _teardown(self) -> ExtinctionReport:
+        started = time.monotonic()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        reason = self.lifecycle.stop_reason or TerminationReason.EXIT
+        if self.lifecycle.state is RunState.RUNNING:
+            self.lifecycle.transition_stop()
+        with contextlib.suppress(Exception):
+            self.registry.update_lease(self.lease_id, state="closing", reason=reason.value)
+        _log.event(
+            "cleanup",
+            lease_id=self.lease_id,
+            session_key=self.spec.session_key,
+            reason=reason.value,
+        )
+        keeper_report: dict[str, Any] | None = None
+        assert self._extinct is not None and self._keeper_exited is not None
+        if self.keeper is not None and not self._keeper_exited.done():
+            self._control_send({"cmd": "terminate", "grace_ms": int(self.spec.grace * 1000)})
+            try:
+                async with asyncio.timeout(self.spec.grace + EXTINCTION_SLACK_S):
+                    keeper_report = await asyncio.shield(self._extinct)
+                    await asyncio.shield(self._keeper_exited)
+            except TimeoutError:
+                keeper_report = None
+        elif self._extinct.done():
+            keeper_report = self._extinct.result()
+        if self.keeper is not None and self.keeper.returncode is None:
+            # The keeper did not answer: end it ourselves (our unreaped child, via pidfd).
+            await self._kill_keeper()
+        mode = str(keeper_report.get("mode")) if keeper_report else "supervisor-sweep"
+        escalated = bool(keeper_report.get("escalated")) if keeper_report else True
+        if keeper_report is None or self._marker_survivors():
+            await self._sweep_marker()
+        survivors = tuple(self._marker_survivors())
+        for t in self._transports:
+            t.close()
+        if self._control is not None:
+            with contextlib.suppress(Exception):
+                asyncio.get_running_loop().remove_reader(self._control.fileno())
+            self._control.close()
+            self._control = None
+        if self.cgroup:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.cgroup)
+        assert self.exited is not None
+        code, sig = self.exited.result() if self.exited.done() else (None, None)
+        if reason is TerminationReason.EXIT and sig is not None:
+            reason = TerminationReason.SIGNAL
+        if self.lifecycle.state is RunState.EXITING:
+            self.lifecycle.transition_extinct()
+        self.lifecycle.finalize(reason=reason, exit_code=code, exit_signal=sig)
+        reason = self.lifecycle.reason or reason
+        if escalated:
+            metrics.incr("run_cleanup_kill_total", mode="cgroup" if self.cgroup else "pgid")
+        metrics.incr("run_exit_total", reason=reason.value)
+        if survivors:
+            metrics.incr("run_ownership_escape_total", by=len(survivors))
+        report = ExtinctionReport(
+            reason=reason.value,
+            exit_code=code,
+            exit_signal=sig,
+            mode=mode,
+            escalated=escalated,
+            survivors=survivors,
+            elapsed_ms=round((time.monotonic() - started) * 1000, 3),
+            stderr_tail=self.stderr_tail(),
+        )
+        with contextlib.suppress(Exception):
+            self.registry.update_lease(
+                self.lease_id,
+                state="lost" if survivors else "closed",
+                reason=reason.value,
+                exit_code=code,
+                exit_signal=sig,
+                kill_mode=mode,
+                last_output_at=None,
+                note=f"survivors={list(survivors)}" if survivors else None,
+            )
+        _log.event(
+            "extinct",
+            lease_id=self.lease_id,
+            session_key=self.spec.session_key,
+            reason=reason.value,
+            mode=mode,
+            escalated=escalated,
+            survivors=list(survivors),
+            elapsed_ms=report.elapsed_ms,
+        )
+        return report
+
+    async def _kill_keeper(self) -> None:
+        assert self.keeper is not None and self._keeper_exited is not None
+        if self.keeper_pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.keeper_pidfd, signal.SIGKILL)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(2.0):
+                await asyncio.shield(self._keeper_exited)
+
+    def _marker_survivors(self) -> list[int]:
+        """Live processes that carry this run's lease marker (the third witness)."""
+        marker = self.lease_id.encode()
+        found: list[int] = []
+        me = os.getpid()
+        for pid in self.table.pids():
+            if pid == me:
+                continue
+            value = self.table.environ_value(pid, b"TETHER_LEASE_ID")
+            if value != marker:
+                continue
+            st = self.table.stat(pid)
+            if st is not None and st.state != "Z":
+                found.append(pid)
+        return found
+
+    async def _sweep_marker(self) -> None:
+        """Supervisor-side sweep: the keeper is gone, so kill verified marker carriers."""
+        if self.cgroup:
+            with contextlib.suppress(OSError):
+                self.table.cgroup_kill(self.cgroup)
+        boot_id = self.table.boot_id()
+        for _ in range(50):
+            pids = self._marker_survivors()
+            if not pids:
+                return
+            for pid in pids:
+                st = self.table.stat(pid)
+                if st is None:
+                    continue
+                signal_verified(
+                    self.table, _os.ProcessIdentity(boot_id, pid, st.starttime), signal.SIGKILL
+                )
+            await asyncio.sleep(0.01)
+
+
+def _own_starttime(table: _os.ProcessTable) -> int | None:
+    st = table.stat(os.getpid())
+    return st.starttime if st else None
+
+
+async def spawn_agent(spec: SpawnSpec, registry: Any) -> AgentProcess:
+    """Start ``spec.argv`` under a keeper and a fresh lease; return the running handle.
+
+    Args:
+        spec: the command, cwd, environment and stop policy.
+        registry: the open :class:`tether.registry.Registry` the lease is written to.
+
+    Returns:
+        An :class:`AgentProcess` in state RUNNING. End it with ``aclose()``.
+
+    Raises:
+        SpawnError: the keeper or the agent could not be started (command not found,
+            not executable, keeper start-up timed out). Nothing is left running.
+
+    Cancellation: if cancelled while starting, whatever was started is torn down
+    (bounded, shielded) before the cancellation propagates.
+    """
+    proc = AgentProcess(spec, registry, uuid.uuid4().hex)
+    try:
+        await proc._start()
+    except SpawnError as exc:
+        metrics.incr("run_exit_total", reason=TerminationReason.SPAWN_ERROR.value)
+        with contextlib.suppress(Exception):
+            registry.update_lease(
+                proc.lease_id, state="closed", reason="spawn-error", note=str(exc)
+            )
+        raise
+    except BaseException:
+        if proc.keeper is not None:
+            await asyncio.shield(proc.aclose(TerminationReason.SPAWN_ERROR))
+        raise
+    return proc
+
+
+__all__ = ["AgentProcess", "ExtinctionReport", "SpawnSpec", "spawn_agent"]

@@ -1,0 +1,428 @@
+"""Install the real agents the ``realagents`` tier drives, into a cached, git-ignored folder.
+
+Run as a script to install (or re-check) everything and print what happened::
+
+    .venv/bin/python tests/realagents/install.py            # install / verify
+    .venv/bin/python tests/realagents/install.py --resolve  # re-derive the Claude pin
+
+Everything lands under ``<repo>/.cache/realagents/`` (``.cache/`` is git-ignored), one npm
+prefix per agent so each can be checked and reinstalled on its own. A second run is a
+no-op when the pinned versions are already there. Nothing here raises on a missing tool
+or a failed install: every ``ensure_*`` returns a :class:`SkipReason` that says why, and
+the fixtures turn it into ``pytest.skip(reason)`` -- the tier never passes vacuously.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CACHE_DIR = REPO_ROOT / ".cache" / "realagents"
+
+# --- pins -------------------------------------------------------------------------------
+
+CLAUDE_PKG = "@agentclientprotocol/claude-agent-acp"
+# How this was chosen (2026, Node 20.20.2): `npm view <pkg>@'>=0.0.0' engines.node` lists
+# only the versions that declare an engine; every release from 0.50.0 up to the latest
+# (0.100.0) says ">=22", and 0.49.0 declares none (its dependency
+# @anthropic-ai/claude-agent-sdk@0.3.185 says ">=18.0.0"). So 0.49.0 is the newest release
+# whose declared engines the installed Node satisfies -- the same version an unpinned
+# `npm install` resolves to on Node 20. `python tests/realagents/install.py --resolve`
+# repeats that derivation against the registry. Bump this only together with Node.
+CLAUDE_VERSION = "0.49.0"
+CLAUDE_BIN = "claude-agent-acp"
+
+CODEX_PKG = "@zed-industries/codex-acp"
+# The legacy Rust adapter: a Node wrapper (bin/codex-acp.js) that spawns a native binary
+# from a platform optional dependency. Works on Node 20.
+CODEX_VERSION = "0.16.0"
+CODEX_BIN = "codex-acp"
+
+SDK_DIST = "agent-client-protocol"
+SDK_VERSION = "0.12.1"  # must match the dev pin in pyproject.toml
+SDK_EXAMPLE = "examples/echo_agent.py"
+
+NPM_TIMEOUT_S = 600.0
+PIP_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class SkipReason:
+    """Why a component is unavailable; tests skip with ``str(reason)``."""
+
+    reason: str
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str
+    path: Path  # the executable (npm bin) or script (echo agent) to run
+    installed_now: bool  # False when the cache already held it
+    install_seconds: float  # wall time of the install that produced it (from the stamp)
+
+
+@dataclass
+class InstallResult:
+    components: dict[str, Component] = field(default_factory=dict)
+    skipped: dict[str, SkipReason] = field(default_factory=dict)
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """Serialise installs across concurrent pytest processes."""
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    with open(CACHE_DIR / f".{name}.lock", "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _stamp_path(prefix: Path) -> Path:
+    return prefix / "tether-install.json"
+
+
+def _read_stamp(prefix: Path) -> dict[str, object]:
+    try:
+        data = json.loads(_stamp_path(prefix).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _write_stamp(prefix: Path, **info: object) -> None:
+    info["installed_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    _stamp_path(prefix).write_text(json.dumps(info, indent=2) + "\n")
+
+
+def _tail(text: str, n: int = 1200) -> str:
+    text = text.strip()
+    return text if len(text) <= n else "..." + text[-n:]
+
+
+def node_version() -> tuple[int, int, int] | SkipReason:
+    node = shutil.which("node")
+    if node is None:
+        return SkipReason("node is not on PATH (the realagents tier needs Node.js and npm)")
+    try:
+        out = subprocess.run(
+            [node, "--version"], capture_output=True, text=True, timeout=30, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError) as e:
+        return SkipReason(f"`node --version` failed: {e}")
+    m = re.fullmatch(r"v(\d+)\.(\d+)\.(\d+)", out)
+    if not m:
+        return SkipReason(f"cannot parse `node --version` output {out!r}")
+    return int(m[1]), int(m[2]), int(m[3])
+
+
+def _parse_version(v: str) -> tuple[int, int, int] | None:
+    m = re.fullmatch(r"v?(\d+)(?:\.(\d+|x|\*))?(?:\.(\d+|x|\*))?", v.strip())
+    if not m:
+        return None
+    parts = [int(p) if p and p.isdigit() else 0 for p in (m[1], m[2], m[3])]
+    return parts[0], parts[1], parts[2]
+
+
+def engines_satisfied(spec: str | None, node: tuple[int, int, int]) -> bool:
+    """A small subset of npm semver ranges: ``||`` of space-separated ``>= > <= < = ^ ~``.
+
+    Anything it cannot parse counts as *not* satisfied, so the resolver errs towards older,
+    declared-compatible releases.
+    """
+    if spec is None or not spec.strip() or spec.strip() == "*":
+        return True
+    for alt in spec.split("||"):
+        ok = True
+        for comp in alt.split():
+            m = re.fullmatch(r"(>=|<=|>|<|=|\^|~)?(.+)", comp)
+            if not m:
+                return False
+            op, ver = m[1] or "=", _parse_version(m[2])
+            if ver is None:
+                return False
+            if op == ">=":
+                ok &= node >= ver
+            elif op == ">":
+                ok &= node > ver
+            elif op == "<=":
+                ok &= node <= ver
+            elif op == "<":
+                ok &= node < ver
+            elif op == "^":
+                ok &= node >= ver and node[0] == ver[0]
+            elif op == "~":
+                ok &= node >= ver and node[:2] == ver[:2]
+            else:
+                ok &= node[0] == ver[0] if m[2].count(".") == 0 else node == ver
+        if ok:
+            return True
+    return False
+
+
+def resolve_claude_version() -> str:
+    """Re-derive CLAUDE_VERSION from the registry: newest release whose engines.node fits."""
+    node = node_version()
+    if isinstance(node, SkipReason):
+        raise SystemExit(str(node))
+    npm = shutil.which("npm") or "npm"
+    versions = json.loads(
+        subprocess.run(
+            [npm, "view", CLAUDE_PKG, "versions", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=120,
+        ).stdout
+    )
+    # Text mode prints "<pkg>@<ver> '<range>'" per version that declares engines.node
+    # (versions without the field are simply absent, i.e. unconstrained).
+    out = subprocess.run(
+        [npm, "view", f"{CLAUDE_PKG}@>=0.0.0", "engines.node"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    ).stdout
+    engines: dict[str, str] = {}
+    for line in out.splitlines():
+        m = re.fullmatch(r"\S+@(\d+\.\d+\.\d+\S*) '(.*)'", line.strip())
+        if m:
+            engines[m[1]] = m[2]
+    stable = [v for v in versions if re.fullmatch(r"\d+\.\d+\.\d+", v)]
+    stable.sort(key=lambda v: tuple(int(x) for x in v.split(".")))
+    for v in reversed(stable):
+        if engines_satisfied(engines.get(v), node):
+            return v
+    raise SystemExit(f"no {CLAUDE_PKG} release supports node {node}")
+
+
+# --- npm agents -------------------------------------------------------------------------
+
+
+def _installed_npm_version(prefix: Path, pkg: str) -> str | None:
+    try:
+        data = json.loads((prefix / "node_modules" / pkg / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    v = data.get("version") if isinstance(data, dict) else None
+    return v if isinstance(v, str) else None
+
+
+def _ensure_npm(name: str, pkg: str, version: str, bin_name: str) -> Component | SkipReason:
+    node = node_version()
+    if isinstance(node, SkipReason):
+        return node
+    npm = shutil.which("npm")
+    if npm is None:
+        return SkipReason("npm is not on PATH (the realagents tier needs Node.js and npm)")
+    prefix = CACHE_DIR / name
+    binary = prefix / "node_modules" / ".bin" / bin_name
+    with _locked(name):
+        stamp = _read_stamp(prefix)
+        if (
+            _installed_npm_version(prefix, pkg) == version
+            and binary.exists()
+            and stamp.get("version") == version
+        ):
+            secs = stamp.get("install_seconds")
+            return Component(
+                name, version, binary, False, float(secs) if isinstance(secs, int | float) else 0
+            )
+        prefix.mkdir(parents=True, exist_ok=True)
+        # A package.json of our own keeps npm from walking up into the repo.
+        (prefix / "package.json").write_text(
+            json.dumps({"name": f"tether-realagents-{name}", "private": True}) + "\n"
+        )
+        t0 = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [
+                    npm,
+                    "install",
+                    "--no-audit",
+                    "--no-fund",
+                    "--no-save",
+                    "--prefix",
+                    str(prefix),
+                    f"{pkg}@{version}",
+                ],
+                capture_output=True,
+                text=True,
+                timeout=NPM_TIMEOUT_S,
+                cwd=prefix,
+                stdin=subprocess.DEVNULL,
+            )
+        except subprocess.TimeoutExpired:
+            return SkipReason(f"npm install {pkg}@{version} timed out after {NPM_TIMEOUT_S:.0f}s")
+        except OSError as e:
+            return SkipReason(f"npm install {pkg}@{version} could not start: {e}")
+        secs = time.monotonic() - t0
+        if proc.returncode != 0:
+            return SkipReason(
+                f"npm install {pkg}@{version} failed (exit {proc.returncode}): "
+                + _tail(proc.stderr or proc.stdout)
+            )
+        got = _installed_npm_version(prefix, pkg)
+        if got != version or not binary.exists():
+            return SkipReason(
+                f"npm install {pkg}@{version} finished but left version {got!r}"
+                f" and {'a' if binary.exists() else 'no'} {binary}"
+            )
+        _write_stamp(
+            prefix,
+            package=pkg,
+            version=version,
+            install_seconds=round(secs, 2),
+            node=".".join(map(str, node)),
+        )
+        return Component(name, version, binary, True, secs)
+
+
+def ensure_claude() -> Component | SkipReason:
+    return _ensure_npm("claude", CLAUDE_PKG, CLAUDE_VERSION, CLAUDE_BIN)
+
+
+def ensure_codex() -> Component | SkipReason:
+    comp = _ensure_npm("codex", CODEX_PKG, CODEX_VERSION, CODEX_BIN)
+    if isinstance(comp, SkipReason):
+        return comp
+    # The wrapper needs its platform package (an optional dependency npm may skip).
+    plat = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine)
+    native = CACHE_DIR / "codex" / "node_modules" / f"{CODEX_PKG}-linux-{plat}"
+    if sys.platform.startswith("linux") and not native.is_dir():
+        return SkipReason(f"{CODEX_PKG}@{CODEX_VERSION}: native package {native.name} missing")
+    return comp
+
+
+# --- the official Python SDK's echo agent -----------------------------------------------
+
+
+def ensure_sdk_echo() -> Component | SkipReason:
+    """``examples/echo_agent.py`` from the ``agent-client-protocol`` sdist."""
+    prefix = CACHE_DIR / "sdk"
+    target = prefix / f"echo_agent-{SDK_VERSION}.py"
+    with _locked("sdk"):
+        stamp = _read_stamp(prefix)
+        if target.exists() and stamp.get("version") == SDK_VERSION:
+            secs = stamp.get("install_seconds")
+            return Component(
+                "sdk-echo",
+                SDK_VERSION,
+                target,
+                False,
+                float(secs) if isinstance(secs, int | float) else 0,
+            )
+        prefix.mkdir(parents=True, exist_ok=True)
+        t0 = time.monotonic()
+        want = f"agent_client_protocol-{SDK_VERSION}.tar.gz"
+        if not (prefix / want).exists():
+            try:
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "pip",
+                        "download",
+                        "--no-deps",
+                        "--no-binary",
+                        ":all:",
+                        "--disable-pip-version-check",
+                        "-d",
+                        str(prefix),
+                        f"{SDK_DIST}=={SDK_VERSION}",
+                    ],
+                    capture_output=True,
+                    text=True,
+                    timeout=PIP_TIMEOUT_S,
+                    stdin=subprocess.DEVNULL,
+                )
+            except (OSError, subprocess.TimeoutExpired) as e:
+                return SkipReason(f"pip download {SDK_DIST}=={SDK_VERSION} failed: {e}")
+            if not (prefix / want).exists():
+                return SkipReason(
+                    f"pip download {SDK_DIST}=={SDK_VERSION} produced no {want}"
+                    f" (exit {proc.returncode}): " + _tail(proc.stderr or proc.stdout)
+                )
+        member = f"agent_client_protocol-{SDK_VERSION}/{SDK_EXAMPLE}"
+        try:
+            with tarfile.open(prefix / want) as tf:
+                f = tf.extractfile(member)
+                if f is None:
+                    return SkipReason(f"{want} has no regular file {member}")
+                data = f.read()
+        except (OSError, tarfile.TarError, KeyError) as e:
+            return SkipReason(f"cannot extract {member} from {want}: {e}")
+        target.write_bytes(data)
+        secs = time.monotonic() - t0
+        _write_stamp(prefix, package=SDK_DIST, version=SDK_VERSION, install_seconds=round(secs, 2))
+        return Component("sdk-echo", SDK_VERSION, target, True, secs)
+
+
+ENSURERS = {"claude": ensure_claude, "codex": ensure_codex, "sdk-echo": ensure_sdk_echo}
+
+
+def ensure_installed(
+    components: tuple[str, ...] = ("claude", "codex", "sdk-echo"),
+) -> InstallResult | SkipReason:
+    """Install (or find cached) every requested component.
+
+    Returns an :class:`InstallResult` when at least one component is usable (the rest are
+    listed in ``skipped`` with their reasons), else a single :class:`SkipReason`.
+    """
+    result = InstallResult()
+    for name in components:
+        got = ENSURERS[name]()
+        if isinstance(got, SkipReason):
+            result.skipped[name] = got
+        else:
+            result.components[name] = got
+    if not result.components:
+        return SkipReason("; ".join(f"{k}: {v}" for k, v in result.skipped.items()))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if "--resolve" in args:
+        v = resolve_claude_version()
+        note = "matches the pin" if v == CLAUDE_VERSION else f"pin is {CLAUDE_VERSION}"
+        print(f"{CLAUDE_PKG}: newest release for this node is {v} ({note})")
+        return 0 if v == CLAUDE_VERSION else 1
+    t0 = time.monotonic()
+    res = ensure_installed()
+    if isinstance(res, SkipReason):
+        print(f"nothing usable: {res}", file=sys.stderr)
+        return 1
+    for c in res.components.values():
+        how = f"installed in {c.install_seconds:.1f}s" if c.installed_now else "cached"
+        extra = "" if c.installed_now else f" (install took {c.install_seconds:.1f}s)"
+        print(f"{c.name:9} {c.version:8} {how}{extra}: {c.path}")
+    for name, why in res.skipped.items():
+        print(f"{name:9} SKIP: {why}", file=sys.stderr)
+    print(f"total {time.monotonic() - t0:.1f}s")
+    return 1 if res.skipped else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,85 @@
+"""The lease state table: legal steps, fail-closed misses and paths between states."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether.errors import InvalidTransition
+from tether.supervise.lease_state import (
+    EDGES,
+    LeaseInput,
+    LeaseMachine,
+    LeaseState,
+    check_edge,
+    next_state,
+    path_to,
+)
+
+S = LeaseState
+
+
+def test_walkthrough_clean_close() -> None:
+    """A lease closes through closing, never directly from open."""
+    m = LeaseMachine()
+    assert m.state is S.OPEN
+    assert m.transition(LeaseInput.CLOSE_STARTED) is S.CLOSING
+    assert m.state is S.CLOSING
+    assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
+    assert m.state is S.CLOSED
+
+
+def test_walkthrough_lost_then_proven_gone() -> None:
+    """An unverifiable lease is lost, and a later sweep that proves it gone closes it."""
+    m = LeaseMachine()
+    assert m.transition(LeaseInput.UNVERIFIABLE) is S.LOST
+    assert m.state is S.LOST
+    assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
+    assert m.state is S.CLOSED
+
+
+def test_exactly_the_documented_edges() -> None:
+    """The table allows exactly open→closing, open→lost, closing→closed, closing→lost, lost→closed."""
+    assert {(a.value, b.value) for a, b in EDGES} == {
+        ("open", "closing"),
+        ("open", "lost"),
+        ("closing", "closed"),
+        ("closing", "lost"),
+        ("lost", "closed"),
+    }
+    check_edge(S.LOST, S.CLOSED)
+    with pytest.raises(InvalidTransition):
+        check_edge(S.OPEN, S.CLOSED)
+    with pytest.raises(InvalidTransition):
+        check_edge(S.CLOSED, S.OPEN)
+
+
+def test_path_to_steps_through_closing() -> None:
+    """path_to gives the intermediate steps an executor must write, and refuses the unreachable."""
+    assert path_to(S.OPEN, S.CLOSED) == [S.CLOSING, S.CLOSED]
+    assert path_to(S.LOST, S.CLOSED) == [S.CLOSED]
+    assert path_to(S.OPEN, S.OPEN) == []
+    with pytest.raises(InvalidTransition):
+        path_to(S.CLOSED, S.LOST)
+
+
+def test_values_are_registry_strings() -> None:
+    """States compare equal to the lowercase strings the registry stores."""
+    assert S("closing") is S.CLOSING
+    assert S.LOST == "lost"
+
+
+@given(st.sampled_from(LeaseState), st.sampled_from(LeaseInput))
+def test_every_pair_is_legal_or_fails_closed(state: LeaseState, event: LeaseInput) -> None:
+    """Any (state, input) is a legal step, or raises and leaves the lease lost (closed stays closed)."""
+    m = LeaseMachine(state)
+    try:
+        expected = next_state(state, event)
+    except InvalidTransition:
+        with pytest.raises(InvalidTransition):
+            m.transition(event)
+        assert m.state is (S.CLOSED if state is S.CLOSED else S.LOST)
+    else:
+        assert m.transition(event) is expected
+        assert (state, expected) in EDGES
