@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 TIMINGS: dict[str, list[float]] = {}
 INVALID_FROM_AGENTS: list[tuple[str, dict[str, Any], list[str]]] = []
 REPORT_PATH = install.CACHE_DIR / "last-run.json"
+_INSTALLS: dict[str, install.Component | install.SkipReason] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -41,6 +42,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if HERE in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.realagents)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Install (or verify the cache) once, before any test starts, so a slow first npm
+    # install is not charged to the first test's timeout. Only when this tier is selected.
+    if any(HERE in Path(str(item.path)).resolve().parents for item in session.items):
+        for name, ensure in install.ENSURERS.items():
+            _INSTALLS[name] = ensure()
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
@@ -96,17 +105,17 @@ def _need(comp: install.Component | install.SkipReason) -> install.Component:
 
 @pytest.fixture(scope="session")
 def claude_install() -> install.Component | install.SkipReason:
-    return install.ensure_claude()
+    return _INSTALLS.get("claude") or install.ensure_claude()
 
 
 @pytest.fixture(scope="session")
 def codex_install() -> install.Component | install.SkipReason:
-    return install.ensure_codex()
+    return _INSTALLS.get("codex") or install.ensure_codex()
 
 
 @pytest.fixture(scope="session")
 def sdk_echo_install() -> install.Component | install.SkipReason:
-    return install.ensure_sdk_echo()
+    return _INSTALLS.get("sdk-echo") or install.ensure_sdk_echo()
 
 
 # --- environments -----------------------------------------------------------------------

@@ -11,7 +11,8 @@ Behaviour (all canned, deterministic):
 
 - ``HEAD /`` (and any ``GET /``) -> 200: the agent's connectivity probe.
 - ``POST /v1/messages[?beta=true]``:
-  - when the last user message carries a ``tool_result`` block: a text answer
+  - when the last user message carries a ``tool_result`` block (and no text typed after
+    it): a text answer
     ``fake-claude: tool result <error|ok>: <first 200 chars of the result>``;
   - else when the last user text contains ``TOOL:<Name>:<json-args>`` (the JSON object
     runs to the end of that line): a ``tool_use`` block for ``<Name>`` with those args,
@@ -75,14 +76,22 @@ def last_user_message(body: Any) -> list[dict[str, Any]]:
     return []
 
 
+def _is_plain_text(block: dict[str, Any]) -> bool:
+    """A text block the user typed, not one the agent injected."""
+    text = block.get("text")
+    if block.get("type") != "text" or not isinstance(text, str):
+        return False
+    t = text.lstrip()
+    return not (t.startswith(("<system-reminder>", "[Request interrupted")))
+
+
 def last_user_text(body: Any) -> str:
-    """The last text block of the last user message that is not a system reminder."""
+    """The last text block of the last user message that the user (not the agent) wrote."""
+    blocks = last_user_message(body)
+    plain = [b["text"] for b in blocks if _is_plain_text(b)]
     texts = [
-        b.get("text", "")
-        for b in last_user_message(body)
-        if b.get("type") == "text" and isinstance(b.get("text"), str)
+        b["text"] for b in blocks if b.get("type") == "text" and isinstance(b.get("text"), str)
     ]
-    plain = [t for t in texts if not t.lstrip().startswith("<system-reminder>")]
     return (plain or texts or [""])[-1]
 
 
@@ -182,7 +191,13 @@ def plan_reply(body: Any) -> tuple[str, list[dict[str, Any]], str]:
     """Decide the reply: (kind, content blocks, stop_reason)."""
     last = last_user_message(body)
     results = [b for b in last if b.get("type") == "tool_result"]
-    if results:
+    # After a cancelled tool use claude-agent-acp sends the *next* prompt in one user message
+    # with a synthetic "rejected" tool_result, "[Request interrupted by user for tool use]"
+    # and the new text: a typed text after the results makes it a new prompt.
+    typed_after = bool(results) and any(
+        _is_plain_text(b) for b in last[last.index(results[-1]) + 1 :]
+    )
+    if results and not typed_after:
         r = results[-1]
         status = "error" if r.get("is_error") else "ok"
         text = f"fake-claude: tool result {status}: {_tool_result_text(r)[:200]}"
@@ -358,7 +373,10 @@ class _Handler(BaseHTTPRequestHandler):
                     out.append(
                         _sse(
                             "content_block_delta",
-                            {"index": i, "delta": {"type": "text_delta", "text": text[j : j + step]}},
+                            {
+                                "index": i,
+                                "delta": {"type": "text_delta", "text": text[j : j + step]},
+                            },
                         )
                     )
             else:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-CACHE_DIR = REPO_ROOT / ".cache" / "realagents"
+# TETHER_REALAGENTS_CACHE overrides the location (e.g. a CI cache volume).
+CACHE_DIR = Path(os.environ.get("TETHER_REALAGENTS_CACHE") or REPO_ROOT / ".cache" / "realagents")
 
 # --- pins -------------------------------------------------------------------------------
 
@@ -115,9 +116,12 @@ def _write_stamp(prefix: Path, **info: object) -> None:
     _stamp_path(prefix).write_text(json.dumps(info, indent=2) + "\n")
 
 
-def _tail(text: str, n: int = 1200) -> str:
-    text = text.strip()
-    return text if len(text) <= n else "..." + text[-n:]
+def _tail(text: str, n: int = 600) -> str:
+    """The telling lines of a failed npm/pip run: error lines without stack frames."""
+    lines = [ln.strip() for ln in text.strip().splitlines()]
+    errs = [ln for ln in lines if "error" in ln.lower() and " at " not in ln and ln != "npm error"]
+    text = " | ".join(errs[:4] or lines[-4:])
+    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 def node_version() -> tuple[int, int, int] | SkipReason:

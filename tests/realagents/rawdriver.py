@@ -213,7 +213,8 @@ class RawAgent:
     # -- readers ---------------------------------------------------------------------------
 
     def _read_stdout(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc is not None
+        assert self.proc.stdout is not None
         for line in self.proc.stdout:
             at = time.monotonic()
             s = line.strip()
@@ -231,7 +232,8 @@ class RawAgent:
         self._q.put(None)
 
     def _read_stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         while True:
             chunk = self.proc.stderr.read1(65536)
             if not chunk:
@@ -252,7 +254,8 @@ class RawAgent:
         errs = schema_errors(frame, "client", answered)
         if errs:
             raise AssertionError(f"driver would send an invalid frame {frame}: {errs}")
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc is not None
+        assert self.proc.stdin is not None
         data = json.dumps(frame, separators=(",", ":")).encode() + b"\n"
         with self._write_lock:
             self.proc.stdin.write(data)

@@ -28,7 +28,7 @@ import pytest
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
-from tests.realagents.rawdriver import Frame, RawAgent
+from tests.realagents.rawdriver import Frame, RawAgent, schema_errors
 
 pytestmark = pytest.mark.realagents
 
@@ -76,7 +76,8 @@ def handshake(
     new, dt = timed_call(agent, "session/new", {"cwd": str(cwd), "mcpServers": []}, 30)
     record(f"{label} session/new", dt)
     sid = ok(new)["sessionId"]
-    assert isinstance(sid, str) and sid
+    assert isinstance(sid, str)
+    assert sid
     return sid
 
 
@@ -204,7 +205,8 @@ def test_claude_tool_permission_refused_does_not_run(
         for b in m["content"]
         if b.get("type") == "tool_result"
     ]
-    assert results and results[-1].get("is_error") is True
+    assert results
+    assert results[-1].get("is_error") is True
     statuses = [
         u.get("status") for u in agent.updates("tool_call_update") if u.get("status") is not None
     ]
@@ -253,6 +255,12 @@ def test_claude_cancel_while_permission_pending(
     resp = agent.call("session/prompt", prompt_params(sid, "still there?"), 60)
     assert ok(resp)["stopReason"] == "end_turn"
     assert "fake-claude: still there?" in agent.agent_text()
+    # Quirk: the interrupted tool use is closed in the *next* model request, which carries
+    # a synthetic is_error tool_result next to the new prompt text.
+    last = fake_anthropic.message_requests()[-1].body["messages"][-1]["content"]
+    kinds = [b.get("type") for b in last]
+    assert "tool_result" in kinds
+    assert next(b for b in last if b.get("type") == "tool_result").get("is_error") is True
 
 
 def test_claude_cancel_mid_stream(
@@ -308,21 +316,18 @@ def test_codex_auth_then_hanging_prompt_cancels(
     assert ok(resp)["stopReason"] == "cancelled"
 
 
-def test_codex_session_new_requires_auth(
+def test_codex_session_new_requires_authenticate(
     raw_agent: StartAgent,
     codex_agent_cmd: list[str],
     codex_agent_env: dict[str, str],
     project_dir: Path,
 ) -> None:
-    """Record what codex-acp 0.16.0 does on session/new before authenticate."""
+    """OPENAI_API_KEY in the env is not enough: without `authenticate` codex-acp 0.16.0
+    answers session/new with -32000 (Tether must authenticate with an advertised method)."""
     agent = raw_agent(codex_agent_cmd, env=codex_agent_env, eof_grace_s=0.2)
     ok(agent.call("initialize", INIT_PARAMS, 30))
     resp = agent.call("session/new", {"cwd": str(project_dir), "mcpServers": []}, 30)
-    # With OPENAI_API_KEY in its env it may accept without an explicit authenticate;
-    # either way it must answer (never hang) with a result or a JSON-RPC error.
-    assert ("result" in resp) != ("error" in resp)
-    if "error" in resp:
-        assert resp["error"]["code"] in (-32000, -32603)
+    assert resp.get("error", {}).get("code") == -32000, resp
 
 
 # --- the official Python SDK's echo agent ------------------------------------------------
@@ -368,6 +373,23 @@ def test_install_is_idempotent() -> None:
     )
 
 
+def test_schema_validation_catches_bad_frames() -> None:
+    bad_init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "1"},
+    }
+    assert schema_errors(bad_init, "client")
+    bad_stop = {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "bogus"}}
+    assert schema_errors(bad_stop, "agent", "session/prompt")
+    good_stop = {"jsonrpc": "2.0", "id": 1, "result": {"stopReason": "end_turn"}}
+    assert schema_errors(good_stop, "agent", "session/prompt") == []
+    cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": "s"}}
+    assert schema_errors(cancel, "client") == []
+    assert schema_errors({**cancel, "params": {}}, "client")
+
+
 def test_engines_matcher() -> None:
     node20 = (20, 20, 2)
     assert install.engines_satisfied(None, node20)
@@ -400,6 +422,7 @@ def test_fake_anthropic_answers_and_records() -> None:
         assert status == 200
         assert json.loads(data)["content"][0]["text"] == "fake-claude: hi"
 
+        conn.close()
         conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=5)
         status, data = post(
             "/v1/messages?beta=true",
@@ -410,13 +433,17 @@ def test_fake_anthropic_answers_and_records() -> None:
             },
         )
         events = [ln[7:] for ln in data.decode().splitlines() if ln.startswith("event: ")]
-        assert events[0] == "message_start" and events[-1] == "message_stop"
+        assert events[0] == "message_start"
+        assert events[-1] == "message_stop"
         assert '"stop_reason": "tool_use"' in data.decode()
 
+        conn.close()
         conn = http.client.HTTPConnection("127.0.0.1", api.port, timeout=5)
         status, data = post("/v1/messages/count_tokens", {"messages": []})
-        assert status == 200 and json.loads(data)["input_tokens"] >= 1
+        assert status == 200
+        assert json.loads(data)["input_tokens"] >= 1
         status, _ = post("/v1/nope", {})
         assert status == 404
         assert api.unknown_paths == ["POST /v1/nope"]
+        conn.close()
         assert [r.path for r in api.requests][:2] == ["/", "/v1/messages"]

@@ -31,9 +31,7 @@ def _stat_line(comm: bytes, state: bytes = b"S", starttime: int = 4242) -> bytes
 def test_parse_stat_splits_after_the_last_paren(comm: bytes) -> None:
     """parse_stat keeps comm verbatim and reads the numeric fields after the last ')'."""
     st = parse_stat(123, _stat_line(comm))
-    assert st == ProcStat(
-        pid=123, ppid=1, pgid=77, sid=77, state="S", starttime=4242, comm=comm
-    )
+    assert st == ProcStat(pid=123, ppid=1, pgid=77, sid=77, state="S", starttime=4242, comm=comm)
 
 
 def test_parse_stat_reports_zombies() -> None:
@@ -80,7 +78,7 @@ def test_find_cgroup2_mount_on_this_host() -> None:
 
 
 def test_cgroup_writable_refuses_a_plain_directory(tmp_path: Path) -> None:
-    """A writable directory that is not a cgroup v2 hierarchy is reported unusable, and cleaned up."""
+    """A plain writable directory is reported unusable as a cgroup, and cleaned up."""
     mount = tmp_path / "not-a-cgroup"
     mount.mkdir()
     ok, reason = cgroup_writable(str(mount))

@@ -32,13 +32,11 @@ class Snap:
 
 
 def snap(run: RunLifecycle) -> Snap:
-    return Snap(
-        run.state, run.stop_reason, run.settled, run.reason, run.exit_code, run.exit_signal
-    )
+    return Snap(run.state, run.stop_reason, run.settled, run.reason, run.exit_code, run.exit_signal)
 
 
 def test_walkthrough_natural_exit() -> None:
-    """A run that exits by itself goes STARTING→RUNNING→EXITING→EXITED and reports EXIT by the agent."""
+    """A run that exits by itself passes every state and reports EXIT by the agent."""
     run = RunLifecycle(started_at=0.0)
     assert snap(run) == Snap(RunState.STARTING, None, False, None, None, None)
     run.transition(RunInput.SPAWNED)
@@ -137,7 +135,7 @@ def test_duplicate_stop_is_idempotent_first_reason_wins() -> None:
 
 
 def test_stop_after_natural_exit_is_refused() -> None:
-    """A stop requested after the root already exited returns False and does not rewrite the reason."""
+    """A stop requested after the root exited returns False and keeps the reason EXIT."""
     run = RunLifecycle(started_at=0.0)
     run.transition(RunInput.SPAWNED)
     run.transition(RunInput.PROCESS_EXITED)
@@ -221,7 +219,7 @@ def _machine_in(state: RunState) -> RunLifecycle:
 def test_every_state_input_pair_is_legal_or_fails_terminal(
     state: RunState, event: RunInput
 ) -> None:
-    """Any (state, input) either lands in a legal state or raises InvalidTransition and ends EXITED."""
+    """Any (state, input) lands in a legal state or raises InvalidTransition and ends EXITED."""
     run = _machine_in(state)
     if (state, event) in LEGAL:
         assert run.transition(event) in RunState

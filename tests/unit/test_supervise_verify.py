@@ -122,7 +122,7 @@ def test_plan_tree_kill_children_first_and_marker_only() -> None:
 
 
 def test_plan_tree_kill_excludes_ourselves() -> None:
-    """A pid in exclude (our own, or our ancestry) is never planned even if it carries the marker."""
+    """A pid in exclude (ourselves, our ancestry) is never planned, marker or not."""
     table = FakeProcessTable()
     table.add(1000, starttime=50, env=MARK)
     table.add(1001, ppid=1000, starttime=51, env=MARK)
@@ -162,7 +162,7 @@ def test_signal_verified_refuses_unproven_identities(mutate: object) -> None:
 
 
 def test_signal_verified_rechecks_after_opening() -> None:
-    """A reuse that lands between pidfd_open and the signal is caught by the re-check after opening."""
+    """A reuse between pidfd_open and the signal is caught by the re-check after opening."""
 
     class RacyTable(FakeProcessTable):
         def pidfd_open(self, pid: int) -> int:

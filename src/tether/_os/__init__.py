@@ -192,6 +192,8 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat:
     space-separated numbers and the state letter. Raises ``ValueError`` on bytes that
     do not look like a stat line.
     """
+    # The first "(" is safe (the pid before it is digits); the last ")" is the only
+    # reliable end of comm, since comm may contain ")" itself (measured: "we) ird (x").
     open_paren = raw.find(b"(")
     close_paren = raw.rfind(b")")
     if open_paren < 0 or close_paren < open_paren:
@@ -273,6 +275,7 @@ def cgroup_writable(mount: str) -> tuple[bool, str]:
     it has ``cgroup.kill`` (Linux 5.14; without it a cgroup cannot be our atomic
     sweep), and removes it. Capabilities are probed, never inferred from the uid.
     """
+    # A unique name so two probing processes never rmdir each other's probe.
     probe = os.path.join(mount, f"tether-probe-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         os.mkdir(probe)

@@ -186,7 +186,7 @@ def _dispatch(ctx: Context) -> int:
     if command == "sessions":
         from tether.cli import _session_cmds
 
-        return _session_cmds.sessions(ctx)
+        return _session_cmds.sessions_cmd(ctx)
     if command == "reap":
         from tether.cli._reap import run_reap
 

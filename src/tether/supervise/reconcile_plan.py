@@ -158,6 +158,7 @@ def _identities(table: ProcessTable, boot_id: str, pids: Sequence[int]) -> list[
     out: list[ProcessIdentity] = []
     for pid in pids:
         st = table.stat(pid)
+        # Vanished or exited since planning: nothing to signal, and no identity to pin.
         if st is not None and not st.is_zombie:
             out.append(ProcessIdentity(boot_id=boot_id, pid=pid, starttime=st.starttime))
     return out
@@ -175,6 +176,8 @@ def _plan_one(
     exclude: Sequence[int],
 ) -> list[Action]:
     lid = lease.lease_id
+    # Another instance's leases are not ours to judge, even if its owner looks dead:
+    # it may run in another namespace or container where our /proc view lies.
     if lease.instance_id != our_instance_id:
         return [Skip(lid, f"belongs to instance {lease.instance_id}, not ours: never touched")]
     if (
@@ -185,6 +188,8 @@ def _plan_one(
         return [Expire(lid, f"{lease.state.value} for {age:.0f}s (retention {retention_s:.0f}s)")]
     if lease.state is LeaseState.CLOSED:
         return []
+    # A live owner is tearing down or running its own tree; two reapers racing on
+    # one tree is how foreign pids get signalled.
     if lease.owner_alive:
         return [Skip(lid, "owner is alive: its leases are its own business")]
 
@@ -208,6 +213,8 @@ def _plan_one(
     because = "; ".join(verification.reasons)
     marker = marker_for(lid)
 
+    # LOST signals nothing. A lost lease stays lost (no lost->lost step) and is
+    # re-verified by the next sweep, which may close it.
     if verification.verdict is Verdict.LOST:
         if lease.state is LeaseState.LOST:
             return [Skip(lid, f"still unverifiable, left lost: {because}")]
@@ -221,6 +228,8 @@ def _plan_one(
         else:
             pids = marked_survivors(table, marker, exclude=exclude)
         idents = _identities(table, our_boot_id, pids)
+        # The cgroup was created for this lease alone, so its members are ours even
+        # when the root is GONE; an empty or missing one needs no kill.
         cgroup = None
         if lease.cgroup_path is not None and table.cgroup_populated(lease.cgroup_path):
             cgroup = lease.cgroup_path

@@ -205,6 +205,8 @@ class RunLifecycle:
             ``True`` if this call started the stop; ``False`` if a stop was already
             requested, the run is already exiting on its own, or it has ended.
         """
+        # First reason wins: a cancel racing a timeout must be reported as whichever
+        # reached us first, and a second request must not re-run teardown.
         if self.stop_reason is not None or self._state in (RunState.EXITING, RunState.EXITED):
             return False
         self.stop_reason = reason
@@ -235,6 +237,8 @@ class RunLifecycle:
             signal = exit_signal
         if self._settled:
             return False
+        # Reporting before the run ended would emit session-ended for a live tree
+        # ("reap before you report"); treat it as the bug it is.
         if self._state in (RunState.STARTING, RunState.RUNNING):
             old = self._state
             self._state = RunState.EXITED
@@ -244,9 +248,13 @@ class RunLifecycle:
                 state=old.name,
                 input="finalize",
             )
+        # Settle first: everything below is bookkeeping, and a re-entrant call (say
+        # from a done-callback) must already see the run as settled.
         self._settled = True
         self.exit_code = exit_code
         self.exit_signal = signal
+        # A requested stop explains the exit better than the exit itself: a SIGTERM
+        # death after a cancel is a cancel, not a crash (sandbox-agent #116).
         if self.stop_reason is not None:
             self.reason = self.stop_reason
         elif reason is not None:
@@ -265,6 +273,8 @@ class RunLifecycle:
         Output re-arms the no-output watchdog. Output during ``EXITING`` is still
         delivered (the agent's last words before our SIGTERM are worth keeping).
         """
+        # After settlement the report is written; a late chunk would contradict it
+        # (OpenClaw's "no output after settlement").
         if self._settled or self._state is RunState.EXITED:
             return False
         self.last_output_at = now
@@ -300,6 +310,8 @@ class RunLifecycle:
         When both have fired the earlier deadline is reported; on a tie, the overall
         timeout (it is the user's explicit ceiling).
         """
+        # Once stopping, a timeout firing would only rewrite the reason of a stop
+        # already under way; the first reason has won.
         if self._state not in (RunState.STARTING, RunState.RUNNING):
             return None
         fired: list[tuple[float, int, TerminationReason]] = []

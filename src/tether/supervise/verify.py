@@ -144,6 +144,8 @@ def verify(
         IdentityUnverified: the lease belongs to another Tether instance. Another
             instance's leases are never evaluated for signalling, so asking is a bug.
     """
+    # Refuse loudly rather than return a verdict: a caller that got this far with a
+    # foreign lease has a bug, and any verdict would invite acting on it.
     if evidence.instance_id != our_instance_id:
         raise IdentityUnverified(
             "refusing to verify another instance's lease",
@@ -184,6 +186,7 @@ def verify(
     #    never signalled); absent or unreadable proves nothing (LOST).
     lost: list[str] = []
     key, want = marker_for(evidence.lease_id)
+    # One key only: the environment holds secrets and is never returned or logged.
     have = table.environ_value(pid, key)
     if have is UNREADABLE:
         lost.append(f"environment of pid {pid} unreadable: marker unverifiable")
@@ -229,6 +232,8 @@ def order_children_first(table: ProcessTable, pids: Iterable[int]) -> list[int]:
     descending, for a stable order. Raises ProcUnreadable like ``table.stat``.
     """
     members = set(pids)
+    # Parent links only inside the set: ancestry outside it (init, a subreaper, the
+    # dead owner) says nothing about the order we must signal in.
     parent: dict[int, int | None] = {}
     for pid in members:
         st = table.stat(pid)
@@ -336,6 +341,7 @@ def signal_verified(
         Never raises for gone or foreign processes.
     """
     try:
+        # Cheap pre-check: no pidfd for a pid of another boot.
         if table.boot_id() != ident.boot_id:
             return False
         fd = table.pidfd_open(ident.pid)

@@ -10,7 +10,8 @@ Script language
 
 The script is the concatenation of every ``text`` content block of the prompt. It is
 split into commands at newlines and at ``" ; "`` (space, semicolon, space). Each command
-is ``verb args...``; TEXT/TITLE/MSG arguments are the rest of the command verbatim.
+is ``verb args...``; TEXT/TITLE/MSG arguments are the rest of the command verbatim
+(inner spacing kept, outer whitespace trimmed).
 
 If the first word of the script is not a known verb, the whole text is echoed back as one
 ``agent_message_chunk`` and the turn ends ``end_turn`` (so ``hello world`` echoes
@@ -99,7 +100,10 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     End the turn now by answering the prompt with JSON-RPC error CODE, MSG (default
     ``mock error``).
 ``exit [CODE]``
-    Exit with CODE (default 0) right after the prompt is answered, however it ends.
+    Exit with CODE (default 0) right after the prompt is answered (result or error,
+    including ``cancelled``); the script goes on until then.
+
+Extra words after a verb that takes no arguments are ignored.
 
 Flags
 =====
@@ -628,6 +632,9 @@ class MockAgent:
         except StopIteration as stop:
             outcome = stop.value
             self._finish(turn, outcome if isinstance(outcome, _Outcome) else _Outcome("end_turn"))
+            return
+        except Exception as e:  # a bug in a verb: answer the prompt, keep the agent up
+            self._finish(turn, _Outcome(None, INTERNAL_ERROR, f"mock agent bug: {e!r}"))
             return
         turn.waiting = waiting
         if isinstance(waiting, _Sleep):

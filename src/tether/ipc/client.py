@@ -1,0 +1,207 @@
+"""The blocking IPC client: standard library only (socket, json), for the thin CLI path.
+
+One connection serves one request: connect, read ``hello``, send the envelope, read
+frames until exactly one terminal frame. The caller never waits forever: if the owner
+dies the kernel closes the socket and we read EOF -- before the ack that is
+``OwnerUnavailable`` (safe to retry), after it ``OwnerLost`` (outcome unknown: do not
+resubmit automatically). A ``deadlineMs`` is enforced by the owner, which answers
+``TIMEOUT``; the socket read timeout is a backstop a little beyond it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.errors import (
+    OwnerLost,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    TetherError,
+    error_from_wire,
+)
+from tether.ipc import protocol
+
+CONNECT_TIMEOUT_S = 5.0
+DEADLINE_SLACK_S = 5.0
+FrameHandler = Callable[[dict[str, Any]], None]
+
+
+def new_request_id() -> str:
+    return "r-" + os.urandom(8).hex()
+
+
+class OwnerConnection:
+    """A connection to a session owner."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._file = sock.makefile("rb", buffering=65536)
+        self.hello: dict[str, Any] = {}
+
+    @classmethod
+    def connect(cls, path: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection:
+        """Connect and read the owner's ``hello``.
+
+        Raises:
+            OwnerUnavailable: nobody listens there (no socket, refused, or no hello).
+        """
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            raise OwnerUnavailable(f"no owner at {path}: {exc.strerror or exc}", socket=path) from exc
+        conn = cls(sock)
+        try:
+            hello = conn._read_frame()
+        except (OSError, TetherError) as exc:
+            conn.close()
+            raise OwnerUnavailable(f"the owner at {path} did not say hello: {exc}", socket=path) from exc
+        if hello is None or hello.get("type") != "hello":
+            conn.close()
+            raise OwnerUnavailable(f"the owner at {path} did not say hello", socket=path)
+        if hello.get("v") != protocol.VERSION:
+            conn.close()
+            raise OwnerUnavailable(
+                f"the owner speaks IPC v{hello.get('v')}, this client v{protocol.VERSION}",
+                socket=path,
+            )
+        conn.hello = hello
+        sock.settimeout(None)
+        return conn
+
+    @property
+    def generation(self) -> int | None:
+        value = self.hello.get("generation")
+        return value if isinstance(value, int) else None
+
+    def close(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            self.sock.close()
+
+    def __enter__(self) -> OwnerConnection:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _read_frame(self) -> dict[str, Any] | None:
+        line = self._file.readline()
+        if not line:
+            return None
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise RemoteProtocolError("the owner sent a malformed frame") from None
+        if not isinstance(frame, dict):
+            raise RemoteProtocolError("the owner sent a non-object frame")
+        return frame
+
+    def send(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        request_id: str | None = None,
+        deadline_ms: int | None = None,
+    ) -> str:
+        """Send one request envelope; returns its requestId."""
+        rid = request_id or new_request_id()
+        self.sock.sendall(
+            protocol.request_frame(
+                rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
+            )
+        )
+        return rid
+
+    def wait(
+        self,
+        request_id: str,
+        *,
+        on_frame: FrameHandler | None = None,
+        until_ack: bool = False,
+        deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        """Read frames for ``request_id`` until the terminal one (or the ack).
+
+        Returns the ``result`` payload (or the ack frame when ``until_ack``).
+
+        Raises:
+            TetherError subclasses: the owner's terminal error, re-raised as its class.
+            OwnerUnavailable / OwnerLost: the connection ended before the ack / the terminal.
+        """
+        tracker = protocol.ResponseTracker(request_id)
+        if deadline_ms is not None:
+            self.sock.settimeout(deadline_ms / 1000 + DEADLINE_SLACK_S)
+        while True:
+            try:
+                frame = self._read_frame()
+            except TimeoutError:
+                raise OwnerLost(
+                    "the owner did not answer within the deadline; the outcome is unknown",
+                    request_id=request_id,
+                ) from None
+            except OSError as exc:
+                frame = None
+                _ = exc
+            if frame is None:
+                if tracker.acked:
+                    raise OwnerLost(
+                        "the owner went away before the request finished; the outcome is "
+                        "unknown, do not resubmit automatically",
+                        request_id=request_id,
+                    )
+                raise OwnerUnavailable("the owner went away before acknowledging the request")
+            try:
+                mine = tracker.feed(frame)
+            except ValueError as exc:
+                raise RemoteProtocolError(f"the owner broke IPC ordering: {exc}") from None
+            if mine is None:
+                continue
+            kind = frame.get("type")
+            if kind == "ack" and until_ack:
+                return frame
+            if kind == "result":
+                result = frame.get("result")
+                return result if isinstance(result, dict) else {}
+            if kind == "error":
+                err = frame.get("error")
+                raise error_from_wire(err if isinstance(err, dict) else {"message": "unknown error"})
+            if on_frame is not None and kind != "ack":
+                on_frame(frame)
+
+    def request(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        *,
+        on_frame: FrameHandler | None = None,
+        deadline_ms: int | None = None,
+    ) -> dict[str, Any]:
+        rid = self.send(kind, payload, deadline_ms=deadline_ms)
+        return self.wait(rid, on_frame=on_frame, deadline_ms=deadline_ms)
+
+
+def connect_with_retry(path: str, *, deadline: float) -> OwnerConnection:
+    """Connect, retrying briefly while an owner that is known to be starting binds.
+
+    Only used after we learned another caller is starting this owner (the flock race);
+    the warm path connects once.
+    """
+    delay = 0.005
+    while True:
+        try:
+            return OwnerConnection.connect(path)
+        except OwnerUnavailable:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)

@@ -1,0 +1,225 @@
+"""IPC protocol v2 between callers and a session owner: framing, envelopes, validation.
+
+Theory of operation
+-------------------
+A caller connects to the owner's Unix socket (0600, in a 0700 directory). The owner
+speaks first::
+
+    owner -> {"type":"hello","v":2,"generation":G,"ownerPid":P,"sessionKey":K}
+
+Then each request is one line, an envelope::
+
+    caller -> {"v":2,"requestId":"r-...","kind":K,"deadlineMs":D|null,
+               "ownerGeneration":G?,"payload":{...}}
+
+and the owner answers, for *every* request, in this order::
+
+    {"type":"ack","requestId":R,"queuePosition":N}          once, when admitted
+    {"type":"update","requestId":R,"frame":{...raw ACP...}}  zero or more
+    {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
+    {"type":"session_ended","requestId":R,"event":{...}}     when the agent run ended meanwhile
+    {"type":"result","requestId":R,"result":{...}}           \\ exactly one terminal frame,
+    {"type":"error","requestId":R,"error":{...}}             /  also on shutdown and deadline
+
+An error carries ``{code, detailCode, origin, retryable, message, type, fields, acp?}``
+(:meth:`tether.errors.TetherError.to_wire`), so the caller re-raises the owner's class.
+
+Validation is strict and total: a frame that is not JSON, not an object, larger than
+``max_frame_bytes``, of an unknown kind, or with a field of the wrong type is rejected
+with an :class:`IpcRejected` carrying a ``detailCode``; the owner answers it with an
+``error`` frame (``requestId`` null when it could not be read) and keeps serving.
+
+This module has no I/O and imports only ``json``: the blocking client (thin CLI path)
+and the owner's asyncio server share it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+VERSION: Final = 2
+DEFAULT_MAX_FRAME_BYTES: Final = 1024 * 1024  # per request frame, as the issue sets it
+MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
+
+KINDS: Final = frozenset({"prompt", "cancel", "set_mode", "set_config_option", "status", "close"})
+TERMINAL_TYPES: Final = frozenset({"result", "error"})
+
+
+class IpcRejected(Exception):
+    """A request frame failed validation; ``detail_code`` says how."""
+
+    def __init__(self, detail_code: str, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.detail_code = detail_code
+        self.message = message
+        self.request_id = request_id
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "code": "RUNTIME",
+            "detailCode": self.detail_code,
+            "origin": "protocol",
+            "retryable": False,
+            "message": self.message,
+            "type": "RemoteProtocolError",
+            "fields": {},
+        }
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """One validated request."""
+
+    request_id: str
+    kind: str
+    payload: dict[str, Any]
+    deadline_ms: int | None = None
+    owner_generation: int | None = None
+
+
+def encode(obj: dict[str, Any]) -> bytes:
+    return (json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n").encode()
+
+
+def _require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], rid: str) -> Any:
+    value = payload.get(name)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", f"payload.{name} is missing or of the wrong type", rid
+        )
+    return value
+
+
+def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
+    if kind == "prompt":
+        prompt = payload.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(b, dict) for b in prompt):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
+                "payload.prompt must be a non-empty list of content blocks",
+                rid,
+            )
+        if "wait" in payload and not isinstance(payload["wait"], bool):
+            raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid)
+    elif kind == "cancel":
+        target = payload.get("targetRequestId")
+        if target is not None and not isinstance(target, str):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.targetRequestId must be a string", rid
+            )
+    elif kind == "set_mode":
+        _require(payload, "modeId", str, rid)
+    elif kind == "set_config_option":
+        _require(payload, "configId", str, rid)
+        if not isinstance(payload.get("value"), str | bool | int | float):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.value must be a string or boolean", rid
+            )
+
+
+def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Envelope:
+    """Validate one request line (without or with its trailing newline).
+
+    Raises:
+        IpcRejected: with detailCode ``QUEUE_REQUEST_TOO_LARGE``,
+            ``QUEUE_PROTOCOL_INVALID_JSON``, ``QUEUE_PROTOCOL_MALFORMED_MESSAGE``,
+            ``QUEUE_PROTOCOL_UNSUPPORTED_VERSION`` or ``QUEUE_PROTOCOL_UNKNOWN_KIND``.
+    """
+    if len(line) > max_frame_bytes:
+        raise IpcRejected(
+            "QUEUE_REQUEST_TOO_LARGE",
+            f"request frame of {len(line)} bytes exceeds the limit of {max_frame_bytes}",
+        )
+    try:
+        obj = json.loads(line)
+    except (ValueError, RecursionError):
+        raise IpcRejected("QUEUE_PROTOCOL_INVALID_JSON", "request frame is not valid JSON") from None
+    if not isinstance(obj, dict):
+        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "request frame must be a JSON object")
+    rid = obj.get("requestId")
+    if not isinstance(rid, str) or not rid or len(rid) > 200:
+        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "requestId must be a non-empty string")
+    if obj.get("v") != VERSION:
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_UNSUPPORTED_VERSION",
+            f"unsupported IPC version {obj.get('v')!r}; this owner speaks {VERSION}",
+            rid,
+        )
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        raise IpcRejected("QUEUE_PROTOCOL_UNKNOWN_KIND", f"unknown request kind {kind!r}", rid)
+    deadline = obj.get("deadlineMs")
+    if deadline is not None and (not isinstance(deadline, int) or isinstance(deadline, bool) or deadline < 0):
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "deadlineMs must be a non-negative integer or null", rid
+        )
+    generation = obj.get("ownerGeneration")
+    if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
+        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "ownerGeneration must be an integer", rid)
+    payload = obj.get("payload", {})
+    if not isinstance(payload, dict):
+        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload must be an object", rid)
+    _validate_payload(kind, payload, rid)
+    return Envelope(rid, kind, payload, deadline, generation)
+
+
+def request_frame(
+    request_id: str,
+    kind: str,
+    payload: dict[str, Any],
+    *,
+    deadline_ms: int | None = None,
+    owner_generation: int | None = None,
+) -> bytes:
+    env: dict[str, Any] = {
+        "v": VERSION,
+        "requestId": request_id,
+        "kind": kind,
+        "deadlineMs": deadline_ms,
+        "payload": payload,
+    }
+    if owner_generation is not None:
+        env["ownerGeneration"] = owner_generation
+    return encode(env)
+
+
+# --- the caller's side: what may arrive, in which order ------------------------------
+
+
+@dataclass
+class ResponseTracker:
+    """Checks the owner's frames for one request: ack first, one terminal, nothing after.
+
+    ``feed`` returns the frame when it belongs to this request, None when it is to be
+    ignored (another request's frame, which a one-request connection never sees), and
+    raises ``ValueError`` on an ordering violation.
+    """
+
+    request_id: str
+    acked: bool = False
+    finished: bool = False
+    frames: int = 0
+    seen_types: list[str] = field(default_factory=list)
+
+    def feed(self, frame: dict[str, Any]) -> dict[str, Any] | None:
+        kind = frame.get("type")
+        if kind == "hello":
+            return frame
+        rid = frame.get("requestId")
+        if rid is not None and rid != self.request_id:
+            return None
+        if self.finished:
+            raise ValueError(f"frame {kind!r} after the terminal frame")
+        if kind == "ack":
+            if self.acked:
+                raise ValueError("second ack")
+            self.acked = True
+        elif kind in TERMINAL_TYPES:
+            self.finished = True
+        elif not self.acked and rid is not None:
+            raise ValueError(f"frame {kind!r} before the ack")
+        self.frames += 1
+        self.seen_types.append(str(kind))
+        return frame

@@ -1,0 +1,317 @@
+"""The ownership simulator: reconcile plans executed against a recording fake process table.
+
+Each row builds a world (processes, pids reused, /proc readability, boots), plans a
+reconcile for one lease of ours whose owner died (or a foreign/live one), executes the
+plan the way ``tether reap`` does -- every pid only through ``signal_verified`` with the
+lease marker -- and then asserts the two promises: no signal ever reached a process we
+do not own, and every unverifiable row failed closed (``MarkLost``, no signal).
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+import pytest
+
+from tether._os import ProcessIdentity
+from tether._os._fake import FakeProcessTable
+from tether.supervise.lease_state import LeaseState
+from tether.supervise.reconcile_plan import (
+    Action,
+    Expire,
+    LeaseRecord,
+    MarkClosed,
+    MarkLost,
+    Reap,
+    Skip,
+    plan_reconcile,
+)
+from tether.supervise.verify import command_hash, marker_for, signal_verified
+
+BOOT = "boot-A"
+NS = "pid:[4026531836]"
+US = "instance-us"
+ARGV = [b"node", b"agent.js", b"--name", b"my agent"]
+OURS = {b"TETHER_LEASE_ID": b"L1"}
+
+
+def lease(**overrides: object) -> LeaseRecord:
+    base = LeaseRecord(
+        lease_id="L1",
+        instance_id=US,
+        session_key="codex:/proj:default",
+        root_pid=1000,
+        pgid=1000,
+        boot_id=BOOT,
+        starttime=50,
+        cgroup_path=None,
+        command_hash=command_hash(ARGV),
+        state=LeaseState.OPEN,
+        owner_alive=False,
+        updated_at=0.0,
+        pid_namespace=NS,
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def root(table: FakeProcessTable, **kw: object) -> None:
+    """Our agent root as spawned: pid 1000, starttime 50, marked, exact argv."""
+    args: dict[str, object] = {"starttime": 50, "env": OURS, "cmdline": ARGV}
+    args.update(kw)
+    table.add(1000, **args)  # type: ignore[arg-type]
+
+
+@dataclass
+class Row:
+    build: Callable[[FakeProcessTable], object]
+    lease: LeaseRecord = field(default_factory=lease)
+    #: pids (in the final world) that truly belong to lease L1 and may be signalled.
+    owned: tuple[int, ...] = ()
+    #: the kinds of actions expected, in order.
+    kinds: tuple[type, ...] = ()
+    #: expected signal order (children first), when anything is reaped.
+    order: tuple[int, ...] = ()
+    unverifiable: bool = False
+
+
+def _foreign(table: FakeProcessTable) -> None:
+    # Unrelated bystanders present in every world: init, a shell, a foreign daemon.
+    table.add(1, starttime=1, cmdline=[b"/sbin/init"])
+    table.add(300, starttime=20, env={b"HOME": b"/root"})
+    table.add(301, ppid=300, starttime=21, env={b"TETHER_LEASE_ID": b"L-foreign"})
+
+
+def _orphan_tree(t: FakeProcessTable) -> None:
+    root(t)
+    t.add(1001, ppid=1000, pgid=1000, starttime=51, env=OURS)
+    t.add(1002, ppid=1001, pgid=1000, starttime=52, env=OURS)
+
+
+def _orphan_tree_with_escapee(t: FakeProcessTable) -> None:
+    _orphan_tree(t)
+    t.add(1003, ppid=1, starttime=53, env=OURS)  # setsid + double fork
+    t.add(1004, ppid=1000, starttime=54, env={b"HOME": b"/x"})  # adopted, unmarked
+
+
+def _gone_root_with_survivor(t: FakeProcessTable) -> None:
+    t.add(1003, ppid=1, starttime=53, env=OURS)  # the root is gone, its daemon lives on
+    t.add(1000, starttime=80, env={})  # and the pid went to an unrelated process
+
+
+def _root_then_proc_unreadable(t: FakeProcessTable) -> None:
+    root(t)
+    t.proc_readable = False
+
+
+def _root_in_unknown_namespace(t: FakeProcessTable) -> None:
+    root(t)
+    t.pid_ns = None
+
+
+def _reboot_then_lookalike(t: FakeProcessTable) -> None:
+    t.boot = "boot-B"
+    root(t)
+
+
+ROWS = {
+    "pid-reused-by-unrelated-process": Row(
+        build=lambda t: t.add(1000, starttime=77, env={b"HOME": b"/x"}, cmdline=ARGV),
+        kinds=(MarkClosed,),
+    ),
+    "pid-reused-by-another-instances-run": Row(
+        build=lambda t: t.add(
+            1000, starttime=50, env={b"TETHER_LEASE_ID": b"L-theirs"}, cmdline=ARGV
+        ),
+        kinds=(MarkClosed,),
+    ),
+    "pid-reused-by-another-run-other-starttime": Row(
+        build=lambda t: t.add(1000, starttime=60, env={b"TETHER_LEASE_ID": b"L-theirs"}),
+        kinds=(MarkClosed,),
+    ),
+    "command-stored-shell-quoted": Row(
+        build=root,
+        lease=lease(command_hash=command_hash([shlex.join([a.decode() for a in ARGV])])),
+        kinds=(MarkLost,),
+        unverifiable=True,
+    ),
+    "command-stored-as-exact-argv-str": Row(
+        build=root,
+        lease=lease(command_hash=command_hash([a.decode() for a in ARGV])),
+        owned=(1000,),
+        kinds=(Reap, MarkClosed),
+        order=(1000,),
+    ),
+    "proc-unreadable": Row(
+        build=_root_then_proc_unreadable,
+        owned=(1000,),
+        kinds=(MarkLost,),
+        unverifiable=True,
+    ),
+    "pid-namespace-unknown": Row(
+        build=_root_in_unknown_namespace,
+        owned=(1000,),
+        kinds=(MarkLost,),
+        unverifiable=True,
+    ),
+    "stale-lease-process-gone": Row(build=lambda t: None, kinds=(MarkClosed,)),
+    "boot-id-changed": Row(
+        # A new boot, and by coincidence the same pid, starttime and even marker.
+        build=_reboot_then_lookalike,
+        kinds=(MarkClosed,),
+    ),
+    "starttime-mismatch": Row(
+        build=lambda t: root(t, starttime=51, env={}),
+        kinds=(MarkClosed,),
+    ),
+    "marker-missing": Row(
+        build=lambda t: root(t, env={b"HOME": b"/x"}),
+        kinds=(MarkLost,),
+        unverifiable=True,
+    ),
+    "marker-unreadable": Row(
+        build=lambda t: root(t, env_readable=False),
+        kinds=(MarkLost,),
+        unverifiable=True,
+    ),
+    "zombie-root": Row(build=lambda t: root(t, state="Z"), kinds=(MarkClosed,)),
+    "startup-orphan-root-child-grandchild": Row(
+        build=_orphan_tree,
+        owned=(1000, 1001, 1002),
+        kinds=(Reap, MarkClosed),
+        order=(1002, 1001, 1000),
+    ),
+    "orphan-tree-with-setsid-escapee-and-adopted-stranger": Row(
+        build=_orphan_tree_with_escapee,
+        owned=(1000, 1001, 1002, 1003),
+        kinds=(Reap, MarkClosed),
+        order=(1002, 1001, 1003, 1000),
+    ),
+    "root-gone-marked-survivor-lives-on": Row(
+        build=_gone_root_with_survivor,
+        owned=(1003,),
+        kinds=(Reap, MarkClosed),
+        order=(1003,),
+    ),
+    "lease-of-another-instance": Row(
+        build=_orphan_tree,
+        lease=lease(instance_id="instance-them"),
+        kinds=(Skip,),
+    ),
+    "lease-of-a-live-owner": Row(
+        build=_orphan_tree,
+        lease=lease(owner_alive=True),
+        kinds=(Skip,),
+    ),
+    "lost-lease-still-unverifiable": Row(
+        build=lambda t: root(t, env_readable=False),
+        lease=lease(state=LeaseState.LOST),
+        kinds=(Skip,),
+        unverifiable=True,
+    ),
+    "lost-lease-now-provably-gone": Row(
+        build=lambda t: None,
+        lease=lease(state=LeaseState.LOST),
+        kinds=(MarkClosed,),
+    ),
+}
+
+
+def execute(plan: list[Action], table: FakeProcessTable) -> None:
+    """Carry a plan out the way the reap executor must: verified pidfd signals only."""
+    for action in plan:
+        if isinstance(action, Reap):
+            for ident in action.pids_children_first:
+                signal_verified(table, ident, signal.SIGTERM, marker=marker_for(action.lease_id))
+            if action.cgroup_path is not None:
+                table.cgroup_kill(action.cgroup_path)
+
+
+@pytest.mark.parametrize("row", ROWS.values(), ids=ROWS.keys())
+def test_reconcile_never_signals_an_unowned_process(row: Row) -> None:
+    """Reconcile signals only the verified lease tree, children first, and fails closed."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    row.build(table)
+    owned = {table.identity(p) for p in row.owned if table.process(p) is not None}
+    bystanders = set(table.alive()) - owned
+
+    plan = plan_reconcile([row.lease], table, our_instance_id=US, now=10.0, retention_s=3600)
+    assert tuple(type(a) for a in plan) == row.kinds
+    assert all(a.lease_id == "L1" and a.why for a in plan)
+    execute(plan, table)
+
+    # Promise 1: zero signals to processes we do not own.
+    assert set(table.signalled) <= owned
+    assert [s for s in table.signals if s[0] != "pidfd"] == []
+    assert table.open_fds == []
+    # Children first, exactly the verified tree.
+    assert tuple(i.pid for i in table.signalled) == row.order
+    # Promise 2: unverifiable rows fail closed.
+    if row.unverifiable:
+        assert table.signals == []
+        assert not any(isinstance(a, Reap | MarkClosed) for a in plan)
+    # What we reaped is dead; bystanders are untouched.
+    alive = set(table.alive())
+    assert not ({i.pid for i in alive} & set(row.order))
+    assert bystanders <= alive
+
+
+def test_pid_reused_between_plan_and_execution_is_not_signalled() -> None:
+    """A planned pid reused before execution is not signalled by the executor."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _orphan_tree(table)
+    plan = plan_reconcile([lease()], table, our_instance_id=US, now=10.0, retention_s=3600)
+    table.remove(1001)
+    table.add(1001, ppid=300, starttime=99, env={b"HOME": b"/x"})  # a stranger
+    execute(plan, table)
+    assert table.signalled == [table.identity(1002), ProcessIdentity(BOOT, 1000, 50)]
+    assert table.process(1001) is not None
+    assert table.process(1001).state == "S"  # type: ignore[union-attr]
+
+
+def test_owned_lease_with_cgroup_kills_only_its_cgroup() -> None:
+    """An owned lease with a populated cgroup gets that cgroup killed and nobody else's."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _orphan_tree(table)
+    table.cgroups["/cg/tether/L1"] = [1000, 1001, 1002]
+    table.cgroups["/cg/other"] = [300]
+    rec = lease(cgroup_path="/cg/tether/L1")
+    plan = plan_reconcile([rec], table, our_instance_id=US, now=10.0, retention_s=3600)
+    assert isinstance(plan[0], Reap)
+    assert plan[0].cgroup_path == "/cg/tether/L1"
+    execute(plan, table)
+    assert [s for s in table.signals if s[0] == "cgroup_kill"] == [
+        ("cgroup_kill", "/cg/tether/L1", 9)
+    ]
+    assert {1, 300, 301} <= {i.pid for i in table.alive()}
+
+
+def test_many_leases_mixed_world() -> None:
+    """A mixed registry gets one decision per lease and signals only our orphans."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _orphan_tree(table)
+    table.add(2000, starttime=70, env={b"TETHER_LEASE_ID": b"L3"}, cmdline=ARGV)
+    leases = [
+        lease(),
+        lease(lease_id="L2", instance_id="instance-them", root_pid=301),
+        lease(lease_id="L3", root_pid=2000, pgid=2000, starttime=70, owner_alive=True),
+        lease(lease_id="L4", state=LeaseState.CLOSED, updated_at=-7200.0),
+        lease(lease_id="L5", state=LeaseState.CLOSED, updated_at=0.0),
+    ]
+    plan = plan_reconcile(leases, table, our_instance_id=US, now=10.0, retention_s=3600)
+    assert [(type(a).__name__, a.lease_id) for a in plan] == [
+        ("Reap", "L1"),
+        ("MarkClosed", "L1"),
+        ("Skip", "L2"),
+        ("Skip", "L3"),
+        ("Expire", "L4"),
+    ]
+    assert isinstance(plan[4], Expire)
+    execute(plan, table)
+    assert {i.pid for i in table.signalled} == {1000, 1001, 1002}

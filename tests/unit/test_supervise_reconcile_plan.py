@@ -1,0 +1,146 @@
+"""Reconcile planning beyond the simulator rows: retention, exclusion, failures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tether._os import ProcessIdentity, ProcUnreadable
+from tether._os._fake import FakeProcessTable
+from tether.supervise.lease_state import LeaseState
+from tether.supervise.reconcile_plan import (
+    Expire,
+    LeaseRecord,
+    MarkClosed,
+    MarkLost,
+    Reap,
+    Skip,
+    plan_reconcile,
+)
+from tether.supervise.verify import command_hash
+
+BOOT = "boot-A"
+US = "I1"
+ARGV = [b"agent"]
+MARK = {b"TETHER_LEASE_ID": b"L1"}
+
+
+def lease(**overrides: object) -> LeaseRecord:
+    base = LeaseRecord(
+        lease_id="L1",
+        instance_id=US,
+        session_key="k",
+        root_pid=1000,
+        pgid=None,
+        boot_id=BOOT,
+        starttime=50,
+        cgroup_path=None,
+        command_hash=command_hash(ARGV),
+        state=LeaseState.OPEN,
+        owner_alive=False,
+        updated_at=100.0,
+        keeper_pid=999,
+        keeper_starttime=49,
+        pid_namespace="pid:[1]",
+    )
+    return replace(base, **overrides)  # type: ignore[arg-type]
+
+
+def table_with_root() -> FakeProcessTable:
+    t = FakeProcessTable(pid_ns="pid:[1]")
+    t.add(1000, starttime=50, env=MARK, cmdline=ARGV)
+    return t
+
+
+def plan(table: FakeProcessTable, *leases: LeaseRecord, now: float = 200.0) -> list[object]:
+    return list(plan_reconcile(list(leases), table, our_instance_id=US, now=now, retention_s=50))
+
+
+def test_finished_leases_expire_after_retention() -> None:
+    """Finished leases older than retention_s are expired; younger closed ones are left alone."""
+    t = table_with_root()
+    out = plan(
+        t,
+        lease(lease_id="old-closed", state=LeaseState.CLOSED, updated_at=100.0),
+        lease(lease_id="old-lost", state=LeaseState.LOST, updated_at=100.0),
+        lease(lease_id="new-closed", state=LeaseState.CLOSED, updated_at=190.0),
+    )
+    assert [(type(a), a.lease_id) for a in out] == [  # type: ignore[attr-defined]
+        (Expire, "old-closed"),
+        (Expire, "old-lost"),
+    ]
+    assert t.signals == []
+
+
+def test_owned_reap_carries_identities_children_first() -> None:
+    """An owned tree is planned as identities with their starttimes, children before the root."""
+    t = table_with_root()
+    t.add(1001, ppid=1000, starttime=60, env=MARK)
+    out = plan(t, lease())
+    assert isinstance(out[0], Reap)
+    assert out[0].pids_children_first == [
+        ProcessIdentity(BOOT, 1001, 60),
+        ProcessIdentity(BOOT, 1000, 50),
+    ]
+    assert isinstance(out[1], MarkClosed)
+
+
+def test_keeper_carrying_the_marker_is_reaped_after_the_agent() -> None:
+    """A surviving keeper that carries the marker is reaped, after the agent root it parents."""
+    t = FakeProcessTable(pid_ns="pid:[1]")
+    t.add(999, starttime=49, env=MARK)
+    t.add(1000, ppid=999, starttime=50, env=MARK, cmdline=ARGV)
+    out = plan(t, lease())
+    assert isinstance(out[0], Reap)
+    assert [i.pid for i in out[0].pids_children_first] == [1000, 999]
+
+
+def test_exclude_keeps_ourselves_out_of_the_reap() -> None:
+    """Pids passed in exclude are never part of a Reap even when they carry the marker."""
+    t = table_with_root()
+    t.add(1001, ppid=1000, starttime=60, env=MARK)
+    out = plan_reconcile([lease()], t, our_instance_id=US, now=0, retention_s=50, exclude=[1001])
+    assert isinstance(out[0], Reap)
+    assert [i.pid for i in out[0].pids_children_first] == [1000]
+
+
+def test_unreadable_boot_id_fails_closed() -> None:
+    """If the boot id cannot be read, dead owners' leases are marked lost rather than closed."""
+
+    class NoBoot(FakeProcessTable):
+        def boot_id(self) -> str:
+            raise ProcUnreadable(13, "no boot id")
+
+    t = NoBoot(pid_ns="pid:[1]")
+    t.add(1000, starttime=50, env=MARK, cmdline=ARGV)
+    out = plan(t, lease(), lease(lease_id="L2", state=LeaseState.LOST, updated_at=190.0))
+    assert [type(a) for a in out] == [MarkLost, Skip]
+    assert t.signals == []
+
+
+def test_listing_unreadable_after_verification_fails_closed() -> None:
+    """A root verified OWNED whose tree cannot be listed is marked lost, with nothing reaped."""
+
+    class NoListing(FakeProcessTable):
+        def pids(self) -> list[int]:
+            raise ProcUnreadable(13, "no listing")
+
+    t = NoListing(pid_ns="pid:[1]")
+    t.add(1000, starttime=50, env=MARK, cmdline=ARGV)
+    out = plan(t, lease())
+    assert [type(a) for a in out] == [MarkLost]
+    assert "unreadable" in out[0].why  # type: ignore[attr-defined]
+
+
+def test_lost_lease_now_verifiable_is_reaped_and_closed() -> None:
+    """A lost lease whose tree now verifies as ours is reaped and closed by a later sweep."""
+    t = table_with_root()
+    out = plan(t, lease(state=LeaseState.LOST, updated_at=190.0))
+    assert [type(a) for a in out] == [Reap, MarkClosed]
+
+
+def test_gone_lease_without_survivors_is_closed_with_reasons() -> None:
+    """A lease whose process is gone and left no marked survivor is closed, saying why."""
+    t = FakeProcessTable(pid_ns="pid:[1]")
+    out = plan(t, lease(state=LeaseState.CLOSING))
+    assert [type(a) for a in out] == [MarkClosed]
+    assert "does not exist" in out[0].why  # type: ignore[attr-defined]
