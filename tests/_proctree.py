@@ -86,9 +86,7 @@ def wait_for_no_new_descendants(
     deadline = time.monotonic() + timeout
     while True:
         reap_zombie_children()
-        alive = {
-            p: s for p, s in live_descendants().items() if (p, s[1]) not in before
-        }
+        alive = {p: s for p, s in live_descendants().items() if (p, s[1]) not in before}
         if not alive or time.monotonic() >= deadline:
             return alive
         time.sleep(0.02)

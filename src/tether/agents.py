@@ -15,7 +15,10 @@ from typing import Any
 
 # name -> (preferred installed argv, fallback argv)
 _BUILTIN: dict[str, tuple[list[str] | None, list[str]]] = {
-    "claude": (["claude-agent-acp"], ["npx", "-y", "@agentclientprotocol/claude-agent-acp@^0.76.0"]),
+    "claude": (
+        ["claude-agent-acp"],
+        ["npx", "-y", "@agentclientprotocol/claude-agent-acp@^0.76.0"],
+    ),
     "codex": (["codex-acp"], ["npx", "-y", "@agentclientprotocol/codex-acp@^1.1.5"]),
     "gemini": (None, ["gemini", "--acp"]),
     "opencode": (["opencode", "acp"], ["npx", "-y", "opencode-ai", "acp"]),

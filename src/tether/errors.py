@@ -122,7 +122,9 @@ class TetherError(Exception):
     def __str__(self) -> str:
         if not self.fields:
             return self.message
-        context = ", ".join(f"{k}={v!r}" for k, v in sorted(self.fields.items()) if k != "stderr_tail")
+        context = ", ".join(
+            f"{k}={v!r}" for k, v in sorted(self.fields.items()) if k != "stderr_tail"
+        )
         return f"{self.message} ({context})" if context else self.message
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -149,14 +151,13 @@ def error_from_wire(wire: dict[str, Any]) -> TetherError:
     """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``."""
     cls = _BY_NAME.get(str(wire.get("type", "")), TetherError)
     fields = wire.get("fields")
-    err = cls(
+    return cls(
         str(wire.get("message", "")),
         detail_code=wire.get("detailCode"),
         origin=wire.get("origin"),
         acp=wire.get("acp") if isinstance(wire.get("acp"), dict) else None,
         **(fields if isinstance(fields, dict) else {}),
     )
-    return err
 
 
 # --- protocol -------------------------------------------------------------------
@@ -186,7 +187,7 @@ class RemoteProtocolError(ProtocolError):
 
 
 class AgentRequestError(TetherError):
-    """The agent answered a request with a JSON-RPC error (its code and data are kept in ``acp``)."""
+    """The agent answered a request with a JSON-RPC error (code and data kept in ``acp``)."""
 
     default_origin = "runtime"
     default_detail_code = "ACP_ERROR"

@@ -32,7 +32,9 @@ def attach(sink: _Sink | None) -> None:
 
 
 def incr(name: str, by: int = 1, **labels: str) -> None:
-    key = name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}" if labels else "")
+    key = name + (
+        "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}" if labels else ""
+    )
     _local[key] += by
     if _sink is not None:
         try:

@@ -94,9 +94,18 @@ class Job:
             self.detached = True  # the caller left (--no-wait, or it died): run on
 
     def update(self, direction: str, acp_frame: dict[str, Any]) -> None:
-        self.send({"type": "update", "requestId": self.request_id, "direction": direction, "frame": acp_frame})
+        self.send(
+            {
+                "type": "update",
+                "requestId": self.request_id,
+                "direction": direction,
+                "frame": acp_frame,
+            }
+        )
 
-    def finish(self, result: dict[str, Any] | None = None, error: TetherError | None = None) -> None:
+    def finish(
+        self, result: dict[str, Any] | None = None, error: TetherError | None = None
+    ) -> None:
         """Send the one terminal frame; later calls are ignored."""
         if self.done:
             return
@@ -208,13 +217,17 @@ class Owner:
             logger.exception("reconcile at owner start failed")
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}")
+            loop.add_signal_handler(
+                sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
+            )
         self._spawn(self._heartbeat())
         if self.settings.max_lifetime > 0:
             loop.call_later(self.settings.max_lifetime, self._on_max_lifetime)
         self._set_status("idle")
         self._arm_idle()
-        _log.event("owner_started", session_key=self.key, generation=self.generation, pid=os.getpid())
+        _log.event(
+            "owner_started", session_key=self.key, generation=self.generation, pid=os.getpid()
+        )
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -265,7 +278,9 @@ class Owner:
 
     # --- IPC ----------------------------------------------------------------------------
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         self._connections.add(writer)
         try:
             writer.write(
@@ -289,7 +304,11 @@ class Owner:
                         "QUEUE_REQUEST_TOO_LARGE",
                         f"request frame exceeds the limit of {self.settings.max_frame_bytes} bytes",
                     )
-                    writer.write(protocol.encode({"type": "error", "requestId": None, "error": err.to_wire()}))
+                    writer.write(
+                        protocol.encode(
+                            {"type": "error", "requestId": None, "error": err.to_wire()}
+                        )
+                    )
                     _log.event("ipc_rejected", logging.WARNING, detail=err.detail_code)
                     break
                 except ConnectionError:
@@ -299,12 +318,18 @@ class Owner:
                 if not line.strip():
                     continue
                 try:
-                    env = protocol.parse_request(line, max_frame_bytes=self.settings.max_frame_bytes)
+                    env = protocol.parse_request(
+                        line, max_frame_bytes=self.settings.max_frame_bytes
+                    )
                 except protocol.IpcRejected as exc:
                     writer.write(
-                        protocol.encode({"type": "error", "requestId": exc.request_id, "error": exc.to_wire()})
+                        protocol.encode(
+                            {"type": "error", "requestId": exc.request_id, "error": exc.to_wire()}
+                        )
                     )
-                    _log.event("ipc_rejected", logging.WARNING, detail=exc.detail_code, message=exc.message)
+                    _log.event(
+                        "ipc_rejected", logging.WARNING, detail=exc.detail_code, message=exc.message
+                    )
                     continue
                 self._admit(env, writer)
                 with contextlib.suppress(ConnectionError):
@@ -322,7 +347,8 @@ class Owner:
         if env.owner_generation is not None and env.owner_generation != self.generation:
             job.finish(
                 error=GenerationMismatch(
-                    f"request for owner generation {env.owner_generation}, this is {self.generation}"
+                    f"request for owner generation {env.owner_generation},"
+                    f" this is {self.generation}"
                 )
             )
             return
@@ -347,7 +373,8 @@ class Owner:
         if len(self.queue) >= self.settings.queue_max_depth:
             job.finish(
                 error=QueueOverloaded(
-                    f"the session queue is full ({self.settings.queue_max_depth} waiting); retry later"
+                    f"the session queue is full ({self.settings.queue_max_depth} waiting);"
+                    " retry later"
                 )
             )
             return
@@ -362,8 +389,18 @@ class Owner:
                 if job.request_id == target:
                     self.queue.remove(job)
                     job.finish(error=RequestCancelled("the request was cancelled before it ran"))
-                    return {"action": "cancel_result", "cancelled": True, "requestId": target, "queued": True}
-            return {"action": "cancel_result", "cancelled": False, "reason": "no such request", "requestId": target}
+                    return {
+                        "action": "cancel_result",
+                        "cancelled": True,
+                        "requestId": target,
+                        "queued": True,
+                    }
+            return {
+                "action": "cancel_result",
+                "cancelled": False,
+                "reason": "no such request",
+                "requestId": target,
+            }
         active = self.active
         if active is None or active.env.kind != "prompt" or self.live is None:
             return {"action": "cancel_result", "cancelled": False, "reason": "nothing to cancel"}
@@ -459,7 +496,9 @@ class Owner:
         self._spawn(self._watch_run(live))
         return live
 
-    async def _replay_desired(self, live: LiveAgent, mode: str | None, config: dict[str, Any]) -> None:
+    async def _replay_desired(
+        self, live: LiveAgent, mode: str | None, config: dict[str, Any]
+    ) -> None:
         """A fresh ACP session forgets the mode and options set earlier (acpx#45): replay."""
         with contextlib.suppress(TetherError):
             if mode:
@@ -478,7 +517,9 @@ class Owner:
         if not self.stopping and self.live is live:
             await self._end_run(live, reason=TerminationReason.EXIT)
 
-    async def _end_run(self, live: LiveAgent, *, reason: TerminationReason, close_session: bool = False) -> None:
+    async def _end_run(
+        self, live: LiveAgent, *, reason: TerminationReason, close_session: bool = False
+    ) -> None:
         """Tear one agent run down and record its session-ended event exactly once."""
         lease_id = live.proc.lease_id
         if lease_id in self._ended_runs:
@@ -489,10 +530,7 @@ class Owner:
             self.live = None
         by_agent = live.proc.lifecycle.terminated_by == "agent"
         code = report.exit_code
-        if by_agent:
-            outcome = "completed" if code == 0 else "error"
-        else:
-            outcome = "terminated"
+        outcome = ("completed" if code == 0 else "error") if by_agent else "terminated"
         event = {
             "reason": outcome,
             "terminatedBy": "agent" if by_agent else "daemon",
@@ -509,7 +547,9 @@ class Owner:
         self.registry.update_session(self.key, last_end=event)
         for writer in list(self._connections):
             with contextlib.suppress(Exception):
-                writer.write(protocol.encode({"type": "session_ended", "requestId": None, "event": event}))
+                writer.write(
+                    protocol.encode({"type": "session_ended", "requestId": None, "event": event})
+                )
         self._last_report = report
 
     async def _run_job(self, job: Job) -> None:
@@ -530,7 +570,11 @@ class Owner:
                 self.registry.add_event(
                     self.key,
                     "turn",
-                    {"requestId": job.request_id, "stopReason": result.stop_reason, "prompt": _preview(job)},
+                    {
+                        "requestId": job.request_id,
+                        "stopReason": result.stop_reason,
+                        "prompt": _preview(job),
+                    },
                 )
             job.finish(
                 {
@@ -561,7 +605,9 @@ class Owner:
                     "action": "config_set",
                     "configId": config_id,
                     "value": value,
-                    "configOptions": (answer or {}).get("configOptions") if isinstance(answer, dict) else None,
+                    "configOptions": (answer or {}).get("configOptions")
+                    if isinstance(answer, dict)
+                    else None,
                 }
             )
 
@@ -654,7 +700,14 @@ async def _amain(key: str, ready: Any) -> int:
     except BaseException as exc:
         ready({"ready": False, "error": f"owner start failed: {exc}"})
         raise
-    ready({"ready": True, "generation": owner.generation, "socket": owner._socket_path, "pid": os.getpid()})
+    ready(
+        {
+            "ready": True,
+            "generation": owner.generation,
+            "socket": owner._socket_path,
+            "pid": os.getpid(),
+        }
+    )
     try:
         await owner.run()
     except BaseException:
@@ -680,7 +733,9 @@ def main(argv: list[str] | None = None) -> int:
     # no loop, no threads yet.
     if os.fork() != 0:
         os._exit(0)
-    log_fd = os.open(sessions.log_path(key), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+    log_fd = os.open(
+        sessions.log_path(key), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+    )
     _log.configure(os.fdopen(os.dup(log_fd), "w", buffering=1), level=logging.INFO)
 
     def ready(message: dict[str, Any]) -> None:

@@ -65,13 +65,16 @@ def spawn_owner_daemon(key: str, *, deadline_s: float = READY_DEADLINE_S) -> dic
         if line is None:
             stderr = _drain(err_r)
             raise OwnerUnavailable(
-                "the session owner failed to start" + (f": {stderr.strip()[-1500:]}" if stderr else ""),
+                "the session owner failed to start"
+                + (f": {stderr.strip()[-1500:]}" if stderr else ""),
                 stderr_tail=stderr[-4000:],
             )
         try:
             message = json.loads(line)
         except ValueError:
-            raise OwnerUnavailable(f"the session owner sent a bad readiness line: {line!r}") from None
+            raise OwnerUnavailable(
+                f"the session owner sent a bad readiness line: {line!r}"
+            ) from None
         if not isinstance(message, dict):
             raise OwnerUnavailable("the session owner sent a bad readiness line")
         if not message.get("ready") and not message.get("busy"):

@@ -268,8 +268,12 @@ class AgentConnection:
     async def _handle_permission(self, req: Request, params: dict[str, Any]) -> None:
         session_id = params.get("sessionId")
         turn = self._turns.get(session_id) if isinstance(session_id, str) else None
-        tool_call = params.get("toolCall") if isinstance(params.get("toolCall"), dict) else {}
-        options = params.get("options") if isinstance(params.get("options"), list) else []
+        raw_tool = params.get("toolCall")
+        tool_call: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
+        raw_options = params.get("options")
+        options: list[dict[str, Any]] = (
+            [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
+        )
         if turn is not None and turn.cancel_requested:
             self._answer(req.id, dict(policy.CANCELLED_OUTCOME))
             return
@@ -278,7 +282,7 @@ class AgentConnection:
         if decision is policy.Decision.ASK and self.options.permission_hook is not None:
             task = asyncio.current_task()
             if turn is not None and task is not None:
-                turn.pending_permissions[req.id] = task  # type: ignore[assignment]
+                turn.pending_permissions[req.id] = task
             try:
                 outcome = await self.options.permission_hook(params)
             except asyncio.CancelledError:
@@ -291,10 +295,14 @@ class AgentConnection:
         if outcome is None:
             final = policy.Decision.REJECT if decision is policy.Decision.ASK else decision
             outcome = policy.outcome_for(final, options)
-        selected = outcome.get("outcome", {}) if isinstance(outcome, dict) else {}
-        if turn is not None and isinstance(selected, dict) and selected.get("outcome") == "selected":
+        selected = outcome.get("outcome", {})
+        if (
+            turn is not None
+            and isinstance(selected, dict)
+            and selected.get("outcome") == "selected"
+        ):
             chosen = next(
-                (o for o in options if isinstance(o, dict) and o.get("optionId") == selected.get("optionId")),
+                (o for o in options if o.get("optionId") == selected.get("optionId")),
                 {},
             )
             if str(chosen.get("kind", "")).startswith("reject"):
@@ -322,7 +330,7 @@ class AgentConnection:
 
     def _answer_fs(self, req: Request, params: dict[str, Any], *, write: bool) -> None:
         try:
-            path = policy.confine(self.cwd, params.get("path"))  # type: ignore[arg-type]
+            path = policy.confine(self.cwd, params.get("path"))
             if write:
                 content = params.get("content")
                 if not isinstance(content, str):
@@ -332,13 +340,17 @@ class AgentConnection:
                 result: dict[str, Any] = {}
             else:
                 text = path.read_text(encoding="utf-8", errors="replace")
-                result = {"content": policy.slice_lines(text, params.get("line"), params.get("limit"))}
+                result = {
+                    "content": policy.slice_lines(text, params.get("line"), params.get("limit"))
+                }
         except policy.PathRefused as exc:
             self._send_bytes(self.rpc.send_error(req.id, INVALID_PARAMS, str(exc)))
             return
         except OSError as exc:
             self._send_bytes(
-                self.rpc.send_error(req.id, INTERNAL_ERROR, f"{exc.strerror or exc}: {params.get('path')}")
+                self.rpc.send_error(
+                    req.id, INTERNAL_ERROR, f"{exc.strerror or exc}: {params.get('path')}"
+                )
             )
             return
         self._send_bytes(self.rpc.send_result(req.id, result))
@@ -395,7 +407,7 @@ class AgentConnection:
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:
         if response.error is not None:
-            err = response.error if isinstance(response.error, dict) else {}
+            err = response.error
             raise AgentRequestError(
                 f"{method} failed: {err.get('message', 'error')} (code {err.get('code')})",
                 acp=err,
@@ -406,7 +418,7 @@ class AgentConnection:
     # --- the ACP methods ----------------------------------------------------------------
 
     async def initialize(self) -> dict[str, Any]:
-        """Send ``initialize`` (protocol version 1, fs capabilities) under the handshake deadline."""
+        """Send ``initialize`` (protocol 1, fs capabilities) under the handshake deadline."""
         params = {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
@@ -421,12 +433,15 @@ class AgentConnection:
         version = result.get("protocolVersion")
         if version != PROTOCOL_VERSION:
             raise RemoteProtocolError(
-                f"the agent speaks ACP protocol version {version!r}; Tether speaks {PROTOCOL_VERSION}"
+                f"the agent speaks ACP protocol version {version!r}; "
+                f"Tether speaks {PROTOCOL_VERSION}"
             )
         self.agent_capabilities = result.get("agentCapabilities") or {}
         self.agent_info = result.get("agentInfo") or {}
         methods = result.get("authMethods")
-        self.auth_methods = [m for m in methods if isinstance(m, dict)] if isinstance(methods, list) else []
+        self.auth_methods = (
+            [m for m in methods if isinstance(m, dict)] if isinstance(methods, list) else []
+        )
         return result
 
     async def authenticate_if_needed(self) -> str | None:
@@ -478,7 +493,9 @@ class AgentConnection:
             raise RemoteProtocolError("session/new returned no sessionId")
         return result
 
-    async def load_session(self, session_id: str, cwd: str, listener: UpdateListener | None = None) -> dict[str, Any]:
+    async def load_session(
+        self, session_id: str, cwd: str, listener: UpdateListener | None = None
+    ) -> dict[str, Any]:
         """``session/load`` (replays history as updates to ``listener``) or ``session/resume``."""
         method = "session/resume" if self.can_resume else "session/load"
         params: dict[str, Any] = {"sessionId": session_id, "cwd": cwd, "mcpServers": []}
@@ -616,7 +633,7 @@ class AgentConnection:
         turn.pending_permissions.clear()
 
     def cancel(self, session_id: str) -> bool:
-        """Cancel the running turn of ``session_id``: ``session/cancel`` once, permissions cancelled.
+        """Cancel the turn of ``session_id``: ``session/cancel`` once, permissions cancelled.
 
         Returns False if no turn is running. Never kills anything; the turn still ends
         with the agent's answer (normally stopReason ``cancelled``).

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 
-class PermissionMode(str, enum.Enum):
+class PermissionMode(enum.StrEnum):
     APPROVE_ALL = "approve-all"
     APPROVE_READS = "approve-reads"
     DENY_ALL = "deny-all"
@@ -42,7 +42,7 @@ READ_KINDS = frozenset({"read", "search"})
 CANCELLED_OUTCOME: Mapping[str, Any] = {"outcome": {"outcome": "cancelled"}}
 
 
-class Decision(str, enum.Enum):
+class Decision(enum.StrEnum):
     ALLOW = "allow"
     REJECT = "reject"
     ASK = "ask"  # the mode does not decide; a hook may ask someone
@@ -67,7 +67,7 @@ def outcome_for(decision: Decision, options: Sequence[Mapping[str, Any]]) -> dic
     )
     for kind in wanted:
         for option in options:
-            if isinstance(option, Mapping) and option.get("kind") == kind and "optionId" in option:
+            if option.get("kind") == kind and "optionId" in option:
                 return {"outcome": {"outcome": "selected", "optionId": option["optionId"]}}
     return dict(CANCELLED_OUTCOME)
 
@@ -76,7 +76,7 @@ class PathRefused(ValueError):
     """A file-system request named a path outside the session's workspace."""
 
 
-def confine(root: str | os.PathLike[str], path: str) -> Path:
+def confine(root: str | os.PathLike[str], path: object) -> Path:
     """Resolve ``path`` (symlinks followed) and require it to lie inside ``root``."""
     if not isinstance(path, str) or not path:
         raise PathRefused("path must be a non-empty string")

@@ -194,7 +194,9 @@ def _dispatch(ctx: Context) -> int:
     if command == "config":
         import json
 
-        ctx.output.control({"action": "config", "config": ctx.config}, text=json.dumps(ctx.config, indent=2))
+        ctx.output.control(
+            {"action": "config", "config": ctx.config}, text=json.dumps(ctx.config, indent=2)
+        )
         return 0
     from tether.errors import UsageError
 

@@ -104,7 +104,9 @@ async def _run(ctx: Any, text: str) -> int:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
         if live is not None:
-            reason = TerminationReason.MANUAL_CANCEL if interrupted.is_set() else TerminationReason.CLOSE
+            reason = (
+                TerminationReason.MANUAL_CANCEL if interrupted.is_set() else TerminationReason.CLOSE
+            )
             with contextlib.suppress(Exception):
                 report = await asyncio.shield(live.aclose(reason, close_session=True))
                 if report.survivors:

@@ -152,7 +152,11 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             i += 1
             continue
         name, eq, inline = token.partition("=")
-        if token.startswith("-") and len(token) > 1 and (name in _GLOBAL_FLAGS or name in _COMMAND_FLAGS):
+        if (
+            token.startswith("-")
+            and len(token) > 1
+            and (name in _GLOBAL_FLAGS or name in _COMMAND_FLAGS)
+        ):
             arity = _GLOBAL_FLAGS.get(name, _COMMAND_FLAGS.get(name, 0))
             value: str | None = None
             if arity:
@@ -200,10 +204,16 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             inv.subcommand = rest[0]
             rest = rest[1:]
         elif rest:
-            raise UsageError(f"unknown sessions command {rest[0]!r}: use new|ensure|list|show|close|history")
+            raise UsageError(
+                f"unknown sessions command {rest[0]!r}: use new|ensure|list|show|close|history"
+            )
         else:
             inv.subcommand = "list"
-        if rest and inv.subcommand in ("show", "close", "history", "new", "ensure") and not inv.session:
+        if (
+            rest
+            and inv.subcommand in ("show", "close", "history", "new", "ensure")
+            and not inv.session
+        ):
             inv.session = rest[0]
             rest = rest[1:]
     inv.words = rest

@@ -12,7 +12,8 @@ def run_reap(ctx: Any) -> int:
     with Registry() as registry:
         decisions = reconcile(registry, dry_run=ctx.inv.dry_run)
     lines = [
-        f"{d['kind']:<11} {d['lease_id']} {d.get('pids', '') or ''} {d['why']}".rstrip() for d in decisions
+        f"{d['kind']:<11} {d['lease_id']} {d.get('pids', '') or ''} {d['why']}".rstrip()
+        for d in decisions
     ]
     ctx.output.control(
         {"action": "reap", "dryRun": ctx.inv.dry_run, "decisions": decisions},

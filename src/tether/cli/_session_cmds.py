@@ -24,7 +24,9 @@ CANCEL_WAIT_S = 3.0  # after Ctrl-C on `prompt`, how long we wait for the `cance
 
 
 def _key(ctx: Any) -> str:
-    return sessions.session_key(ctx.agent_argv, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME)
+    return sessions.session_key(
+        ctx.agent_argv, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
+    )
 
 
 def _no_session_hint(ctx: Any) -> NoSession:
@@ -127,7 +129,9 @@ def prompt(ctx: Any, text: str) -> int:
             return _interrupt(ctx, conn, key, rid, render)
     ctx.output.done(str(result.get("stopReason")))
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
-        raise PermissionDenied(f"{result.get('permissionDenied')} permission request(s) were denied")
+        raise PermissionDenied(
+            f"{result.get('permissionDenied')} permission request(s) were denied"
+        )
     return 0
 
 
@@ -165,14 +169,22 @@ def control(ctx: Any) -> int:
         with conn:
             payload = {"targetRequestId": ctx.inv.request} if ctx.inv.request else {}
             result = conn.request("cancel", payload)
-        text = "cancelled" if result.get("cancelled") else f"nothing to cancel ({result.get('reason')})"
-        ctx.output.control(result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing")
+        text = (
+            "cancelled"
+            if result.get("cancelled")
+            else f"nothing to cancel ({result.get('reason')})"
+        )
+        ctx.output.control(
+            result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing"
+        )
         return 0
     if command == "set-mode":
         if len(ctx.inv.words) != 1:
             raise UsageError("usage: tether set-mode [-s NAME] MODE")
         with connect_or_start(ctx, key) as conn:
-            result = conn.request("set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_deadline(ctx))
+            result = conn.request(
+                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_deadline(ctx)
+            )
         ctx.output.control(result, text=f"mode set: {ctx.inv.words[0]}", quiet=ctx.inv.words[0])
         return 0
     if command == "set":
@@ -182,7 +194,9 @@ def control(ctx: Any) -> int:
         value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
         with connect_or_start(ctx, key) as conn:
             result = conn.request(
-                "set_config_option", {"configId": config_id, "value": value}, deadline_ms=_deadline(ctx)
+                "set_config_option",
+                {"configId": config_id, "value": value},
+                deadline_ms=_deadline(ctx),
             )
         ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
         return 0
@@ -252,7 +266,8 @@ def sessions_cmd(ctx: Any) -> int:
             ctx.output.control(
                 {"action": "sessions", "sessions": items},
                 text="\n".join(
-                    f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}" for s in items
+                    f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}"
+                    for s in items
                 )
                 or "no sessions",
                 quiet="\n".join(s["key"] for s in items),
@@ -274,7 +289,8 @@ def sessions_cmd(ctx: Any) -> int:
             events = registry.events(key, limit=ctx.inv.limit or 20)
             ctx.output.control(
                 {"action": "history", "sessionKey": key, "events": events},
-                text="\n".join(f"{e['at']:.3f} {e['kind']} {e['payload']}" for e in events) or "no history",
+                text="\n".join(f"{e['at']:.3f} {e['kind']} {e['payload']}" for e in events)
+                or "no history",
             )
             return 0
     raise UsageError(f"unknown sessions command {sub}")
@@ -314,7 +330,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             if registry.session(key) is not None:
                 registry.update_session(key, state="closed")
     with Registry() as registry:
-        session, created = registry.upsert_session(
+        _session, created = registry.upsert_session(
             key=key,
             name=name,
             agent_command=list(ctx.agent_argv),
@@ -337,7 +353,10 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             "ownerPid": owner_pid,
             "ownerGeneration": generation,
         },
-        text=f"session {name or '(default)'} {'created' if created else 'ready'} · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}",
+        text=(
+            f"session {name or '(default)'} {'created' if created else 'ready'}"
+            f" · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}"
+        ),
         quiet=key,
     )
     return 0
@@ -355,7 +374,10 @@ def _close(ctx: Any) -> int:
         survivors = result.get("survivors") or []
         ctx.output.control(
             result,
-            text=f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}",
+            text=(
+                f"session closed · teardown {result.get('teardownMs')} ms"
+                f" · survivors {len(survivors)}"
+            ),
             quiet="closed",
         )
         return 1 if survivors else 0
@@ -377,4 +399,3 @@ def _close(ctx: Any) -> int:
         quiet="closed",
     )
     return 0
-

@@ -95,7 +95,8 @@ class Output:
                 title = update.get("title") or self._tool_titles.get(call_id, call_id)
                 self._line(f"[tool] {title} {status}")
         elif kind == "plan":
-            entries = update.get("entries") if isinstance(update.get("entries"), list) else []
+            raw_entries = update.get("entries")
+            entries = raw_entries if isinstance(raw_entries, list) else []
             self._line("[plan]")
             for entry in entries:
                 if isinstance(entry, dict):
@@ -114,7 +115,9 @@ class Output:
             self._mid_line = False
         self.flush()
 
-    def control(self, obj: dict[str, Any], text: str | None = None, quiet: str | None = None) -> None:
+    def control(
+        self, obj: dict[str, Any], text: str | None = None, quiet: str | None = None
+    ) -> None:
         """A control command's answer: the object in json, ``text`` or ``quiet`` otherwise."""
         if self.fmt == "json":
             self.out.write(_dumps(obj) + "\n")

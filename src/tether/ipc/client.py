@@ -56,13 +56,17 @@ class OwnerConnection:
             sock.connect(path)
         except OSError as exc:
             sock.close()
-            raise OwnerUnavailable(f"no owner at {path}: {exc.strerror or exc}", socket=path) from exc
+            raise OwnerUnavailable(
+                f"no owner at {path}: {exc.strerror or exc}", socket=path
+            ) from exc
         conn = cls(sock)
         try:
             hello = conn._read_frame()
         except (OSError, TetherError) as exc:
             conn.close()
-            raise OwnerUnavailable(f"the owner at {path} did not say hello: {exc}", socket=path) from exc
+            raise OwnerUnavailable(
+                f"the owner at {path} did not say hello: {exc}", socket=path
+            ) from exc
         if hello is None or hello.get("type") != "hello":
             conn.close()
             raise OwnerUnavailable(f"the owner at {path} did not say hello", socket=path)
@@ -174,7 +178,9 @@ class OwnerConnection:
                 return result if isinstance(result, dict) else {}
             if kind == "error":
                 err = frame.get("error")
-                raise error_from_wire(err if isinstance(err, dict) else {"message": "unknown error"})
+                raise error_from_wire(
+                    err if isinstance(err, dict) else {"message": "unknown error"}
+                )
             if on_frame is not None and kind != "ack":
                 on_frame(frame)
 

@@ -85,9 +85,11 @@ def encode(obj: dict[str, Any]) -> bytes:
 
 def _require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], rid: str) -> Any:
     value = payload.get(name)
-    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise IpcRejected(
-            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", f"payload.{name} is missing or of the wrong type", rid
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
+            f"payload.{name} is missing or of the wrong type",
+            rid,
         )
     return value
 
@@ -95,14 +97,20 @@ def _require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], 
 def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
     if kind == "prompt":
         prompt = payload.get("prompt")
-        if not isinstance(prompt, list) or not prompt or not all(isinstance(b, dict) for b in prompt):
+        if (
+            not isinstance(prompt, list)
+            or not prompt
+            or not all(isinstance(b, dict) for b in prompt)
+        ):
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
                 "payload.prompt must be a non-empty list of content blocks",
                 rid,
             )
         if "wait" in payload and not isinstance(payload["wait"], bool):
-            raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid)
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid
+            )
     elif kind == "cancel":
         target = payload.get("targetRequestId")
         if target is not None and not isinstance(target, str):
@@ -135,12 +143,16 @@ def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     try:
         obj = json.loads(line)
     except (ValueError, RecursionError):
-        raise IpcRejected("QUEUE_PROTOCOL_INVALID_JSON", "request frame is not valid JSON") from None
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_INVALID_JSON", "request frame is not valid JSON"
+        ) from None
     if not isinstance(obj, dict):
         raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "request frame must be a JSON object")
     rid = obj.get("requestId")
     if not isinstance(rid, str) or not rid or len(rid) > 200:
-        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "requestId must be a non-empty string")
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "requestId must be a non-empty string"
+        )
     if obj.get("v") != VERSION:
         raise IpcRejected(
             "QUEUE_PROTOCOL_UNSUPPORTED_VERSION",
@@ -151,13 +163,19 @@ def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     if not isinstance(kind, str) or kind not in KINDS:
         raise IpcRejected("QUEUE_PROTOCOL_UNKNOWN_KIND", f"unknown request kind {kind!r}", rid)
     deadline = obj.get("deadlineMs")
-    if deadline is not None and (not isinstance(deadline, int) or isinstance(deadline, bool) or deadline < 0):
+    if deadline is not None and (
+        not isinstance(deadline, int) or isinstance(deadline, bool) or deadline < 0
+    ):
         raise IpcRejected(
-            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "deadlineMs must be a non-negative integer or null", rid
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
+            "deadlineMs must be a non-negative integer or null",
+            rid,
         )
     generation = obj.get("ownerGeneration")
     if generation is not None and (not isinstance(generation, int) or isinstance(generation, bool)):
-        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "ownerGeneration must be an integer", rid)
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "ownerGeneration must be an integer", rid
+        )
     payload = obj.get("payload", {})
     if not isinstance(payload, dict):
         raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload must be an object", rid)

@@ -196,7 +196,7 @@ class Keeper:
                 # If the keeper dies (it should never die first), the root goes too.
                 _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
                 os.close(self.control)
-                os.execvp(self.argv[0], self.argv)
+                os.execvp(self.argv[0], self.argv)  # noqa: S606 -- running the agent is the job
             except OSError as exc:
                 os.write(err_w, f"{exc.errno or 0}:{exc.strerror or exc}".encode())
             except BaseException as exc:  # never return into the keeper's code
@@ -378,10 +378,10 @@ class Keeper:
             grace = cmd.get("grace_ms")
             seconds = grace / 1000 if isinstance(grace, int | float) else self.default_grace
             return self.terminate(max(0.0, seconds))
-        if cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int):
-            if self.root_pid is not None and not self.root_reaped:
-                with contextlib.suppress(OSError):
-                    os.killpg(self.root_pid, cmd["sig"])
+        forwardable = cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int)
+        if forwardable and self.root_pid is not None and not self.root_reaped:
+            with contextlib.suppress(OSError):
+                os.killpg(self.root_pid, cmd["sig"])
         return None
 
     def terminate(self, grace: float) -> int:

@@ -45,7 +45,9 @@ REAP_GRACE_S = 1.5
 KILL_WAIT_S = 2.0
 
 
-def _owner_alive(table: _os.ProcessTable, pid: int | None, starttime: int | None, boot_id: str) -> bool:
+def _owner_alive(
+    table: _os.ProcessTable, pid: int | None, starttime: int | None, boot_id: str
+) -> bool:
     """Is the lease's owner (the process that wrote it) still the same live process?"""
     if pid is None or starttime is None:
         return False
@@ -86,7 +88,9 @@ def _records(registry: Any, session_key: str | None, table: _os.ProcessTable) ->
                 cgroup_path=lease.cgroup_path,
                 command_hash=lease.command_hash if lease.root_pid is not None else None,
                 state=LeaseState(lease.state),
-                owner_alive=_owner_alive(table, lease.owner_pid, lease.owner_starttime, lease.boot_id),
+                owner_alive=_owner_alive(
+                    table, lease.owner_pid, lease.owner_starttime, lease.boot_id
+                ),
                 updated_at=lease.updated_at,
                 keeper_pid=lease.keeper_pid,
                 keeper_starttime=lease.keeper_starttime,
@@ -152,7 +156,10 @@ def reconcile(
 ) -> list[dict[str, Any]]:
     """Reconcile this instance's leases (of one session, or all); return every decision."""
     table = _os.current()
-    before = {lease.lease_id: lease for lease in registry.leases(session_key=session_key, all_instances=True)}
+    before = {
+        lease.lease_id: lease
+        for lease in registry.leases(session_key=session_key, all_instances=True)
+    }
     actions = plan_reconcile(
         _records(registry, session_key, table),
         table,
@@ -185,7 +192,9 @@ def reconcile(
                     failed_reaps.add(action.lease_id)
         elif isinstance(action, MarkClosed) and not dry_run:
             if action.lease_id in failed_reaps:
-                registry.update_lease(action.lease_id, state="lost", note="reap did not prove extinction")
+                registry.update_lease(
+                    action.lease_id, state="lost", note="reap did not prove extinction"
+                )
                 metrics.incr("run_lease_lost_total")
                 decision["kind"] = "marklost"
             else:
@@ -201,7 +210,9 @@ def reconcile(
                     event = {
                         "reason": "terminated",
                         "terminatedBy": "daemon",
-                        "message": f"owner-lost: the owner died; the run was reconciled ({action.why})",
+                        "message": (
+                            f"owner-lost: the owner died; the run was reconciled ({action.why})"
+                        ),
                         "exitCode": lease.exit_code,
                         "signal": lease.exit_signal,
                         "stderrTail": "",
@@ -216,6 +227,10 @@ def reconcile(
             registry.delete_lease(action.lease_id)
         elif isinstance(action, Skip):
             pass
-        _log.event("reconcile", **{k: v for k, v in decision.items() if k != "kind"}, decision=decision["kind"])
+        _log.event(
+            "reconcile",
+            **{k: v for k, v in decision.items() if k != "kind"},
+            decision=decision["kind"],
+        )
         decisions.append(decision)
     return decisions

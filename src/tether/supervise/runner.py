@@ -306,19 +306,22 @@ class AgentProcess:
             keeper_argv += ["--pty", "1"]
         keeper_argv += ["--", *argv]
         master_fd: int | None = None
+        stdio: dict[str, Any] = {}
         try:
             if spec.pty:
                 import pty
 
                 master_fd, slave_fd = pty.openpty()
-                stdio: dict[str, Any] = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
+                stdio = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
             else:
                 stdio = {
                     "stdin": subprocess.PIPE,
                     "stdout": subprocess.PIPE,
                     "stderr": subprocess.PIPE,
                 }
-            self.keeper = subprocess.Popen(
+            # Deliberately blocking Popen on the loop thread: pdeathsig follows the forking
+            # thread, and asyncio's child watcher must not reap the keeper behind our back.
+            self.keeper = subprocess.Popen(  # noqa: ASYNC220
                 keeper_argv,
                 cwd=spec.cwd,
                 env=env,
@@ -369,15 +372,18 @@ class AgentProcess:
             self._transports.append(t)
             self._pty_master = master_fd
         else:
-            assert self.keeper.stdout and self.keeper.stderr and self.keeper.stdin
+            assert self.keeper.stdout
+            assert self.keeper.stderr
+            assert self.keeper.stdin
             t1, _ = await loop.connect_read_pipe(
                 lambda: _PipeReader(self._stdout_data, self._stdout_eof), self.keeper.stdout
             )
             t2, _ = await loop.connect_read_pipe(
                 lambda: _PipeReader(self._stderr_data, lambda: None), self.keeper.stderr
             )
-            self._stdin_proto = _PipeWriter()
-            t3, _ = await loop.connect_write_pipe(lambda: self._stdin_proto, self.keeper.stdin)  # type: ignore[arg-type,return-value]
+            writer_proto = _PipeWriter()
+            self._stdin_proto = writer_proto
+            t3, _ = await loop.connect_write_pipe(lambda: writer_proto, self.keeper.stdin)
             assert isinstance(t3, asyncio.WriteTransport)
             self._stdin = t3
             self._transports += [t1, t2, t3]
@@ -456,7 +462,9 @@ class AgentProcess:
 
     def _on_keeper_event(self, msg: dict[str, Any]) -> None:
         kind = msg.get("event")
-        assert self._spawned and self._extinct and self.exited
+        assert self._spawned
+        assert self._extinct
+        assert self.exited
         if kind == "spawned" and not self._spawned.done():
             self._spawned.set_result(msg)
         elif kind == "spawn-failed" and not self._spawned.done():
@@ -485,10 +493,11 @@ class AgentProcess:
 
     def _on_keeper_exit(self) -> None:
         loop = asyncio.get_running_loop()
-        assert self.keeper_pidfd is not None and self.keeper is not None
+        assert self.keeper_pidfd is not None
+        assert self.keeper is not None
         loop.remove_reader(self.keeper_pidfd)
         try:
-            info = os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)  # type: ignore[attr-defined]
+            info = os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)
             status = info.si_status if info is not None else -1
         except ChildProcessError:
             status = -1
@@ -496,7 +505,9 @@ class AgentProcess:
         self.keeper.returncode = status
         os.close(self.keeper_pidfd)
         self.keeper_pidfd = None
-        assert self._keeper_exited and self._spawned and self.exited
+        assert self._keeper_exited
+        assert self._spawned
+        assert self.exited
         if not self._keeper_exited.done():
             self._keeper_exited.set_result(status)
         if not self._spawned.done():
@@ -561,7 +572,8 @@ class AgentProcess:
             reason=reason.value,
         )
         keeper_report: dict[str, Any] | None = None
-        assert self._extinct is not None and self._keeper_exited is not None
+        assert self._extinct is not None
+        assert self._keeper_exited is not None
         if self.keeper is not None and not self._keeper_exited.done():
             self._control_send({"cmd": "terminate", "grace_ms": int(self.spec.grace * 1000)})
             try:
@@ -637,7 +649,8 @@ class AgentProcess:
         return report
 
     async def _kill_keeper(self) -> None:
-        assert self.keeper is not None and self._keeper_exited is not None
+        assert self.keeper is not None
+        assert self._keeper_exited is not None
         if self.keeper_pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.keeper_pidfd, signal.SIGKILL)
