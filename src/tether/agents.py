@@ -7,11 +7,12 @@ through a shell. An installed binary is preferred over ``npx`` where acpx does s
 
 from __future__ import annotations
 
-import shlex
-import shutil
 import sys
 from collections.abc import Mapping
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs milliseconds on the thin CLI path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
 
 # name -> (preferred installed argv, fallback argv)
 _BUILTIN: dict[str, tuple[list[str] | None, list[str]]] = {
@@ -68,6 +69,8 @@ def resolve(token: str, configured: Mapping[str, Any] | None = None) -> list[str
             if isinstance(entry.get("command"), str):
                 return [entry["command"], *[str(a) for a in entry.get("args", [])]]
         if isinstance(entry, str):
+            import shlex
+
             return shlex.split(entry)
         if isinstance(entry, list):
             return [str(a) for a in entry]
@@ -76,7 +79,11 @@ def resolve(token: str, configured: Mapping[str, Any] | None = None) -> list[str
     name = _ALIASES.get(token, token)
     if name in _BUILTIN:
         installed, fallback = _BUILTIN[name]
+        import shutil
+
         if installed and shutil.which(installed[0]):
             return list(installed)
         return list(fallback)
+    import shlex
+
     return shlex.split(token)

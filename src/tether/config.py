@@ -24,12 +24,14 @@ Standard library only (``tomllib``).
 from __future__ import annotations
 
 import os
-import tomllib
-from pathlib import Path
-from typing import Any
 
 from tether import paths
 from tether.errors import UsageError
+
+TYPE_CHECKING = False  # typing costs milliseconds on the thin CLI path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
 
 _ALIASES = {
     "default_agent": "defaultAgent",
@@ -58,7 +60,11 @@ DEFAULTS: dict[str, Any] = {
 }
 
 
-def _read(path: Path) -> dict[str, Any]:
+def _read(path: str) -> dict[str, Any]:
+    if not os.path.exists(path):
+        return {}  # the common case: no file, and no tomllib import (re, datetime) paid
+    import tomllib
+
     try:
         with open(path, "rb") as f:
             data = tomllib.load(f)
@@ -69,7 +75,7 @@ def _read(path: Path) -> dict[str, Any]:
     return {_ALIASES.get(k, k): v for k, v in data.items()}
 
 
-def load(cwd: Path) -> dict[str, Any]:
+def load(cwd: str | os.PathLike[str]) -> dict[str, Any]:
     """The merged configuration for a command run in ``cwd``."""
     merged = dict(DEFAULTS)
     merged["agents"] = {}

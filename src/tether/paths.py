@@ -19,61 +19,64 @@ Standard library only: this module is on the thin CLI path.
 
 from __future__ import annotations
 
-import hashlib
 import os
-from pathlib import Path
+
+from tether._hash import sha256_hex
 
 _SUN_PATH_MAX = 100  # 108 in the kernel; leave room for the socket file name
 
+# Paths are plain strings on purpose: pathlib drags urllib.parse and friends into the
+# thin CLI path (several milliseconds), and these are only ever joined and opened.
 
-def home() -> Path:
-    """The state directory (created 0700 on first use)."""
-    env = os.environ.get("TETHER_HOME")
-    if env:
-        path = Path(env).expanduser().absolute()
-    else:
-        base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-        path = Path(base) / "tether"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+
+def _mkdir(path: str) -> str:
+    os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
 
-def state_db() -> Path:
-    return home() / "state.db"
+def home() -> str:
+    """The state directory (created 0700 on first use)."""
+    env = os.environ.get("TETHER_HOME")
+    if env:
+        path = os.path.abspath(os.path.expanduser(env))
+    else:
+        base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+        path = os.path.join(base, "tether")
+    return _mkdir(path)
 
 
-def run_dir() -> Path:
+def state_db() -> str:
+    return os.path.join(home(), "state.db")
+
+
+def run_dir() -> str:
     """0700 directory for lock files."""
-    path = home() / "run"
-    path.mkdir(mode=0o700, exist_ok=True)
+    path = _mkdir(os.path.join(home(), "run"))
     os.chmod(path, 0o700)
     return path
 
 
-def socket_dir() -> Path:
+def socket_dir() -> str:
     """0700 directory for owner sockets, short enough for ``sun_path``."""
     path = run_dir()
-    if len(str(path)) + 24 <= _SUN_PATH_MAX:
+    if len(path) + 30 <= _SUN_PATH_MAX:
         return path
-    digest = hashlib.sha256(str(home()).encode()).hexdigest()[:12]
-    short = Path("/tmp") / f"tether-{os.getuid()}-{digest}"  # noqa: S108 -- 0700, owner-checked below
-    short.mkdir(mode=0o700, exist_ok=True)
+    digest = sha256_hex(home())[:12]
+    short = _mkdir(f"/tmp/tether-{os.getuid()}-{digest}")  # noqa: S108 -- 0700, chmod below
     os.chmod(short, 0o700)
     return short
 
 
-def logs_dir() -> Path:
-    path = home() / "logs"
-    path.mkdir(mode=0o700, exist_ok=True)
-    return path
+def logs_dir() -> str:
+    return _mkdir(os.path.join(home(), "logs"))
 
 
-def user_config_file() -> Path:
+def user_config_file() -> str:
     if os.environ.get("TETHER_HOME"):
-        return home() / "config.toml"
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "tether" / "config.toml"
+        return os.path.join(home(), "config.toml")
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
+    return os.path.join(base, "tether", "config.toml")
 
 
-def project_config_file(cwd: Path) -> Path:
-    return cwd / ".tether.toml"
+def project_config_file(cwd: str | os.PathLike[str]) -> str:
+    return os.path.join(os.fspath(cwd), ".tether.toml")

@@ -27,7 +27,6 @@ import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from tether import paths
@@ -62,7 +61,7 @@ _MIGRATIONS: tuple[str, ...] = (
         options           TEXT NOT NULL DEFAULT '{}',
         last_end          TEXT                  -- the last session-ended payload, JSON
     );
-    CREATE UNIQUE INDEX sessions_scope ON sessions (agent_command, cwd, name);
+    CREATE INDEX sessions_cwd ON sessions (cwd);
     CREATE TABLE leases (
         lease_id          TEXT PRIMARY KEY,
         instance_id       TEXT NOT NULL,
@@ -183,7 +182,7 @@ def _session_from_row(row: sqlite3.Row) -> Session:
 class Registry:
     """A connection to the state database. Not shared between threads."""
 
-    def __init__(self, path: Path | None = None) -> None:
+    def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
         # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
         # sequences (generation increments) cannot interleave between processes.

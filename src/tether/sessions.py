@@ -10,28 +10,39 @@ Standard library only: on the thin CLI path.
 
 from __future__ import annotations
 
-import hashlib
 import json
+import os
 from collections.abc import Sequence
-from pathlib import Path
 
 from tether import paths
+from tether._hash import sha256_hex
 
 DEFAULT_NAME = ""  # the unnamed session of a scope, as acpx's
 
 
-def session_key(argv: Sequence[str], cwd: str, name: str = DEFAULT_NAME) -> str:
-    blob = json.dumps([list(argv), cwd, name], separators=(",", ":"))
-    return hashlib.sha256(blob.encode()).hexdigest()
+def agent_scope(label: str, argv: Sequence[str], *, named: bool) -> str:
+    """What identifies the agent in a session key.
+
+    A registry name (``claude``, ``mock``) identifies itself: its argv may legitimately
+    differ between calls (an installed binary found later, another interpreter path
+    for ``mock``), and it must still be the same session. A raw command is identified
+    by its argv, as acpx stores the rendered command string.
+    """
+    return f"name:{label}" if named else "argv:" + json.dumps(list(argv))
 
 
-def socket_path(key: str) -> Path:
-    return paths.socket_dir() / f"{key[:24]}.sock"
+def session_key(agent_scope: str, cwd: str, name: str = DEFAULT_NAME) -> str:
+    blob = json.dumps([agent_scope, cwd, name], separators=(",", ":"))
+    return sha256_hex(blob)
 
 
-def lock_path(key: str) -> Path:
-    return paths.run_dir() / f"{key[:24]}.lock"
+def socket_path(key: str) -> str:
+    return os.path.join(paths.socket_dir(), f"{key[:24]}.sock")
 
 
-def log_path(key: str) -> Path:
-    return paths.logs_dir() / f"owner-{key[:24]}.log"
+def lock_path(key: str) -> str:
+    return os.path.join(paths.run_dir(), f"{key[:24]}.lock")
+
+
+def log_path(key: str) -> str:
+    return os.path.join(paths.logs_dir(), f"owner-{key[:24]}.log")

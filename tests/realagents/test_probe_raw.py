@@ -316,18 +316,29 @@ def test_codex_auth_then_hanging_prompt_cancels(
     assert ok(resp)["stopReason"] == "cancelled"
 
 
-def test_codex_session_new_requires_authenticate(
+@pytest.mark.parametrize("provider", ["openai", "custom"])
+def test_codex_session_new_before_authenticate(
+    provider: str,
     raw_agent: StartAgent,
     codex_agent_cmd: list[str],
     codex_agent_env: dict[str, str],
+    agent_home: Path,
     project_dir: Path,
 ) -> None:
-    """OPENAI_API_KEY in the env is not enough: without `authenticate` codex-acp 0.16.0
-    answers session/new with -32000 (Tether must authenticate with an advertised method)."""
-    agent = raw_agent(codex_agent_cmd, env=codex_agent_env, eof_grace_s=0.2)
+    """With the built-in OpenAI provider, OPENAI_API_KEY in the env is not enough: codex-acp
+    0.16.0 answers session/new with -32000 until `authenticate` names a method. With a
+    custom model provider (our black hole) it needs no authenticate at all."""
+    env = dict(codex_agent_env)
+    if provider == "openai":
+        env["CODEX_HOME"] = str(agent_home / ".codex-plain")
+        Path(env["CODEX_HOME"]).mkdir()
+    agent = raw_agent(codex_agent_cmd, env=env, eof_grace_s=0.2)
     ok(agent.call("initialize", INIT_PARAMS, 30))
     resp = agent.call("session/new", {"cwd": str(project_dir), "mcpServers": []}, 30)
-    assert resp.get("error", {}).get("code") == -32000, resp
+    if provider == "openai":
+        assert resp.get("error", {}).get("code") == -32000, resp
+    else:
+        assert ok(resp)["sessionId"]
 
 
 # --- the official Python SDK's echo agent ------------------------------------------------

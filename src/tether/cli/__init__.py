@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 from tether._version import __version__
+
+TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
 
 HELP = """\
 usage: tether [global options] [<agent>] <command> [options] [text...]
@@ -56,21 +58,40 @@ exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no sessi
 """
 
 
-@dataclass
 class Context:
-    """Everything a command needs, resolved from flags, config and the environment."""
+    """Everything a command needs, resolved from flags, config and the environment.
 
-    inv: Any  # _parse.Invocation
-    config: dict[str, Any]
-    cwd: Path
-    agent_argv: list[str]
-    agent_label: str
-    permissions: str
-    non_interactive: str
-    fmt: str
-    timeout: float | None
-    ttl: float
-    output: Any  # output.Output
+    A plain class rather than a dataclass: ``dataclasses`` imports ``inspect`` (~10 ms).
+    """
+
+    def __init__(
+        self,
+        *,
+        inv: Any,
+        config: dict[str, Any],
+        cwd: str,
+        agent_argv: list[str],
+        agent_label: str,
+        agent_scope: str,
+        permissions: str,
+        non_interactive: str,
+        fmt: str,
+        timeout: float | None,
+        ttl: float,
+        output: Any,
+    ) -> None:
+        self.inv = inv  # _parse.Invocation
+        self.config = config
+        self.cwd = cwd
+        self.agent_argv = agent_argv
+        self.agent_label = agent_label
+        self.agent_scope = agent_scope
+        self.permissions = permissions
+        self.non_interactive = non_interactive
+        self.fmt = fmt
+        self.timeout = timeout
+        self.ttl = ttl
+        self.output = output  # output.Output
 
 
 def _read_prompt(inv: Any) -> str:
@@ -78,7 +99,8 @@ def _read_prompt(inv: Any) -> str:
         if inv.file == "-":
             return sys.stdin.read()
         try:
-            return Path(inv.file).read_text(encoding="utf-8")
+            with open(inv.file, encoding="utf-8") as f:
+                return f.read()
         except OSError as exc:
             from tether.errors import UsageError
 
@@ -95,17 +117,21 @@ def _context(inv: Any) -> Context:
     from tether.cli.output import Output
     from tether.errors import UsageError
 
-    cwd = Path(inv.cwd).expanduser() if inv.cwd else Path.cwd()
-    if not cwd.is_dir():
+    cwd = os.path.expanduser(inv.cwd) if inv.cwd else os.getcwd()
+    if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd} is not a directory")
-    cwd = cwd.resolve()
+    cwd = os.path.realpath(cwd)
     cfg = config.load(cwd)
+    from tether.sessions import agent_scope
+
     if inv.agent_cmd:
         label = inv.agent_cmd
         argv = agents.resolve(inv.agent_cmd, {})
+        named = False
     else:
         label = inv.agent or str(cfg.get("defaultAgent") or agents.DEFAULT_AGENT)
         argv = agents.resolve(label, cfg.get("agents"))
+        named = agents.is_agent_name(label, cfg.get("agents"))
     if not argv:
         raise UsageError("empty agent command")
     fmt = inv.format or str(cfg.get("format") or "text")
@@ -119,6 +145,7 @@ def _context(inv: Any) -> Context:
         cwd=cwd,
         agent_argv=argv,
         agent_label=label,
+        agent_scope=agent_scope(label, argv, named=named),
         permissions=inv.permissions or str(cfg.get("defaultPermissions") or "approve-reads"),
         non_interactive=inv.non_interactive or str(cfg.get("nonInteractivePermissions") or "deny"),
         fmt=fmt,

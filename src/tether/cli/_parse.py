@@ -10,8 +10,6 @@ gives acpx's usage errors (exit 2) for everything it rejects.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 from tether.errors import UsageError
 
 COMMANDS = frozenset(
@@ -48,31 +46,31 @@ _COMMAND_FLAGS = {
 }
 
 
-@dataclass
 class Invocation:
-    """One parsed command line."""
+    """One parsed command line (a plain class: ``dataclasses`` costs ~10 ms to import)."""
 
-    command: str
-    agent: str | None = None  # positional agent name or raw command
-    agent_cmd: str | None = None  # --agent
-    cwd: str | None = None
-    permissions: str | None = None
-    non_interactive: str | None = None
-    format: str | None = None
-    timeout: float | None = None
-    ttl: float | None = None
-    verbose: bool = False
-    json_strict: bool = False
-    no_fs: bool = False
-    session: str | None = None
-    no_wait: bool = False
-    file: str | None = None
-    dry_run: bool = False
-    limit: int | None = None
-    all: bool = False
-    request: str | None = None
-    subcommand: str | None = None
-    words: list[str] = field(default_factory=list)
+    def __init__(self, command: str) -> None:
+        self.command = command
+        self.agent: str | None = None  # positional agent name or raw command
+        self.agent_cmd: str | None = None  # --agent
+        self.cwd: str | None = None
+        self.permissions: str | None = None
+        self.non_interactive: str | None = None
+        self.format: str | None = None
+        self.timeout: float | None = None
+        self.ttl: float | None = None
+        self.verbose = False
+        self.json_strict = False
+        self.no_fs = False
+        self.session: str | None = None
+        self.no_wait = False
+        self.file: str | None = None
+        self.dry_run = False
+        self.limit: int | None = None
+        self.all = False
+        self.request: str | None = None
+        self.subcommand: str | None = None
+        self.words: list[str] = []
 
 
 def _number(flag: str, value: str) -> float:

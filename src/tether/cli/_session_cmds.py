@@ -25,7 +25,7 @@ CANCEL_WAIT_S = 3.0  # after Ctrl-C on `prompt`, how long we wait for the `cance
 
 def _key(ctx: Any) -> str:
     return sessions.session_key(
-        ctx.agent_argv, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
+        ctx.agent_scope, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
     )
 
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import json
 import sys
-from typing import Any, TextIO
 
 from tether.errors import TetherError
+
+TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any, TextIO
 
 
 def _dumps(obj: Any) -> str:
