@@ -19,6 +19,7 @@ import sys
 import time
 from typing import Any
 
+from tether import paths
 from tether.errors import OwnerUnavailable
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
@@ -42,7 +43,7 @@ def spawn_owner_daemon(key: str, *, deadline_s: float = READY_DEADLINE_S) -> dic
         pid = os.posix_spawn(
             sys.executable,
             [sys.executable, "-m", "tether.owner", key, str(ready_w)],
-            dict(os.environ),
+            {**os.environ, "TETHER_HOME": paths.home()},  # the owner shares our home
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),

@@ -20,6 +20,7 @@ Standard library only: this module is on the thin CLI path.
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar, Token
 
 from tether._hash import sha256_hex
 
@@ -34,8 +35,23 @@ def _mkdir(path: str) -> str:
     return path
 
 
+_home_override: ContextVar[str | None] = ContextVar("tether_home", default=None)
+
+
+def use_home(path: str | None) -> Token[str | None]:
+    """Make ``path`` the home for this context (the library's ``Client(home=...)``)."""
+    return _home_override.set(os.path.abspath(os.path.expanduser(path)) if path else None)
+
+
+def reset_home(token: Token[str | None]) -> None:
+    _home_override.reset(token)
+
+
 def home() -> str:
     """The state directory (created 0700 on first use)."""
+    override = _home_override.get()
+    if override:
+        return _mkdir(override)
     env = os.environ.get("TETHER_HOME")
     if env:
         path = os.path.abspath(os.path.expanduser(env))
@@ -72,7 +88,7 @@ def logs_dir() -> str:
 
 
 def user_config_file() -> str:
-    if os.environ.get("TETHER_HOME"):
+    if _home_override.get() or os.environ.get("TETHER_HOME"):
         return os.path.join(home(), "config.toml")
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.expanduser("~/.config")
     return os.path.join(base, "tether", "config.toml")

@@ -103,6 +103,13 @@ class _Cgroups:
                 _log.event("cgroup_unavailable", reason=cls.reason)
         return cls.mount
 
+    @classmethod
+    def reset(cls) -> None:
+        """Forget the probe, so the next spawn probes again (tests toggle TETHER_NO_CGROUP)."""
+        cls._probed = False
+        cls.mount = None
+        cls.reason = "not probed"
+
 
 def _new_cgroup(lease_id: str) -> str | None:
     base = _Cgroups.base()
@@ -205,6 +212,8 @@ class AgentProcess:
         self.exited: asyncio.Future[tuple[int | None, int | None]] | None = None
         self._keeper_exited: asyncio.Future[int] | None = None
         self._closing: asyncio.Task[ExtinctionReport] | None = None
+        self._ended: asyncio.Future[ExtinctionReport] | None = None
+        self._pty_master: int | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._transports: list[asyncio.BaseTransport] = []
         self.last_output_at: float | None = None
@@ -229,6 +238,10 @@ class AgentProcess:
 
     def close_stdin(self) -> None:
         if self._stdin is not None and not self._stdin.is_closing():
+            if self._pty_master is not None:
+                # A terminal has no EOF of its own: the master stays open for reading,
+                # so send the line discipline's EOF character (^D) as a terminal would.
+                self._stdin.write(b"\x04")
             self._stdin.close()
 
     def stderr_tail(self) -> str:
@@ -246,6 +259,15 @@ class AgentProcess:
         """Wait for the agent root to exit: (exit code, signal)."""
         assert self.exited is not None
         return await asyncio.shield(self.exited)
+
+    async def wait_ended(self) -> ExtinctionReport:
+        """Wait for the run's end, whatever ends it (exit, timeout, aclose, keeper death).
+
+        Returns the finalizer's report; it never starts a teardown itself, so the reason
+        is the one the run really ended with.
+        """
+        assert self._ended is not None
+        return await asyncio.shield(self._ended)
 
     def signal_group(self, sig: int) -> None:
         """Forward a signal to the agent's group, through the keeper (which pins the pgid)."""
@@ -282,6 +304,7 @@ class AgentProcess:
         self._extinct = loop.create_future()
         self.exited = loop.create_future()
         self._keeper_exited = loop.create_future()
+        self._ended = loop.create_future()
         argv = [str(a) for a in spec.argv]
         if spec.use_cgroup:
             self.cgroup = _new_cgroup(self.lease_id)
@@ -310,8 +333,14 @@ class AgentProcess:
         try:
             if spec.pty:
                 import pty
+                import termios
 
                 master_fd, slave_fd = pty.openpty()
+                # We are a program, not a person at a keyboard: without this the line
+                # discipline would echo everything we write back into the agent's stdout.
+                attrs = termios.tcgetattr(slave_fd)
+                attrs[3] &= ~termios.ECHO
+                termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
                 stdio = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
             else:
                 stdio = {
@@ -369,7 +398,16 @@ class AgentProcess:
             t, _ = await loop.connect_read_pipe(
                 lambda: _PipeReader(self._stdout_data, self._stdout_eof), master
             )
-            self._transports.append(t)
+            # The agent's stdin is the same terminal: write through a second fd on the
+            # master (a transport owns and closes its fd). Without this, write() on a
+            # PTY run was silently dropped (self._stdin stayed None).
+            writer = os.fdopen(os.dup(master_fd), "wb", buffering=0)
+            pty_writer = _PipeWriter()
+            self._stdin_proto = pty_writer
+            tw, _ = await loop.connect_write_pipe(lambda: pty_writer, writer)
+            assert isinstance(tw, asyncio.WriteTransport)
+            self._stdin = tw
+            self._transports += [t, tw]
             self._pty_master = master_fd
         else:
             assert self.keeper.stdout

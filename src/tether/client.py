@@ -1,0 +1,457 @@
+"""The library API for orchestrators: the CLI's code path, from asyncio.
+
+::
+
+    async with tether.Client(home="/var/lib/mybot/tether") as client:
+        session = await client.ensure_session("claude", cwd="/srv/repo", name="pr-42")
+        async for event in session.prompt("fix the failing test"):
+            if isinstance(event, tether.AgentMessageChunk):
+                print(event.text, end="")
+        await session.close()
+
+A :class:`Session` talks IPC v2 to the session's owner daemon, exactly as ``tether
+prompt`` does; the owner is started on demand by the same launcher, under the same
+registry. Events are typed (:mod:`tether.events`) and errors are the classes of
+:mod:`tether.errors`, re-raised across the IPC hop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from tether import agents, paths, sessions
+from tether.errors import (
+    OwnerLost,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    error_from_wire,
+)
+from tether.events import Event, SessionEnded, TurnEnded, event_from_frame
+from tether.ipc import protocol
+from tether.ipc.client import new_request_id
+
+__all__ = ["Client", "Session"]
+
+CANCEL_SETTLE_S = 3.0
+
+
+class _Connection:
+    """One asyncio connection to an owner: hello, then one or more requests."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.hello: dict[str, Any] = {}
+
+    @classmethod
+    async def open(cls, path: str) -> _Connection:
+        try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=64 * 1024 * 1024)
+        except OSError as exc:
+            raise OwnerUnavailable(f"no owner at {path}: {exc.strerror or exc}") from exc
+        conn = cls(reader, writer)
+        hello = await conn.read()
+        if hello is None or hello.get("type") != "hello":
+            await conn.aclose()
+            raise OwnerUnavailable(f"the owner at {path} did not say hello")
+        conn.hello = hello
+        return conn
+
+    async def read(self) -> dict[str, Any] | None:
+        line = await self.reader.readline()
+        if not line:
+            return None
+        try:
+            frame = json.loads(line)
+        except ValueError:
+            raise RemoteProtocolError("the owner sent a malformed frame") from None
+        return frame if isinstance(frame, dict) else None
+
+    async def send(self, kind: str, payload: dict[str, Any], deadline_ms: int | None) -> str:
+        rid = new_request_id()
+        generation = self.hello.get("generation")
+        self.writer.write(
+            protocol.request_frame(
+                rid,
+                kind,
+                payload,
+                deadline_ms=deadline_ms,
+                owner_generation=generation if isinstance(generation, int) else None,
+            )
+        )
+        await self.writer.drain()
+        return rid
+
+    async def frames(self, rid: str) -> AsyncIterator[dict[str, Any]]:
+        """This request's frames through its terminal frame (which is yielded last)."""
+        tracker = protocol.ResponseTracker(rid)
+        while True:
+            frame = await self.read()
+            if frame is None:
+                if tracker.acked:
+                    raise OwnerLost("the owner went away mid-request; the outcome is unknown")
+                raise OwnerUnavailable("the owner went away before acknowledging the request")
+            try:
+                mine = tracker.feed(frame)
+            except ValueError as exc:
+                raise RemoteProtocolError(f"the owner broke IPC ordering: {exc}") from None
+            if mine is None or mine.get("type") == "hello":
+                continue
+            yield mine
+            if tracker.finished:
+                return
+
+    async def request(
+        self, kind: str, payload: dict[str, Any], deadline_ms: int | None = None
+    ) -> dict[str, Any]:
+        rid = await self.send(kind, payload, deadline_ms)
+        async for frame in self.frames(rid):
+            if frame.get("type") == "result":
+                result = frame.get("result")
+                return result if isinstance(result, dict) else {}
+            if frame.get("type") == "error":
+                raise error_from_wire(frame.get("error") or {})
+        raise OwnerLost("no terminal frame")  # pragma: no cover - frames() raises first
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+class Session:
+    """A saved session (agent, cwd, name) served by a warm owner. Get one from a Client."""
+
+    def __init__(self, client: Client, key: str, name: str, agent: str, cwd: str) -> None:
+        self._client = client
+        self.key = key
+        self.name = name
+        self.agent = agent
+        self.cwd = cwd
+
+    def __repr__(self) -> str:
+        return f"Session(agent={self.agent!r}, cwd={self.cwd!r}, name={self.name!r})"
+
+    async def _connect(self) -> _Connection:
+        return await self._client._connect_or_start(self.key)
+
+    async def prompt(
+        self,
+        text: str | Sequence[dict[str, Any]],
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[Event]:
+        """Run one turn; yield its events in arrival order, ending with :class:`TurnEnded`.
+
+        Args:
+            text: the prompt text, or a list of ACP content blocks.
+            timeout: give up after this many seconds (the turn is cancelled, and
+                :class:`tether.errors.PromptTimeout` is raised); None for no limit.
+
+        Raises:
+            TetherError subclasses: PromptTimeout, AgentExited, QueueOverloaded,
+            OwnerLost (the owner died mid-turn: outcome unknown), ...
+
+        Cancellation: if the consuming task is cancelled (or the iterator is closed
+        before the turn ended), the turn is cancelled in the owner -- ``session/cancel``,
+        nothing killed, the session stays warm -- before the cancellation propagates.
+        """
+        blocks = [{"type": "text", "text": text}] if isinstance(text, str) else list(text)
+        deadline_ms = int(timeout * 1000) if timeout is not None else None
+        conn = await self._connect()
+        rid = ""
+        finished = False
+        try:
+            rid = await conn.send(
+                "prompt",
+                {"prompt": blocks, "wait": True, "permissionMode": self._client.permissions},
+                deadline_ms,
+            )
+            async for frame in conn.frames(rid):
+                kind = frame.get("type")
+                if kind == "update" and frame.get("direction") == "in":
+                    acp = frame.get("frame")
+                    event = event_from_frame(acp) if isinstance(acp, dict) else None
+                    if event is not None:
+                        yield event
+                elif kind == "session_ended":
+                    ev = frame.get("event") or {}
+                    yield SessionEnded(
+                        raw=frame,
+                        reason=str(ev.get("reason", "")),
+                        terminated_by=str(ev.get("terminatedBy", "")),
+                        message=str(ev.get("message", "")),
+                        exit_code=ev.get("exitCode"),
+                    )
+                elif kind == "error":
+                    finished = True
+                    raise error_from_wire(frame.get("error") or {})
+                elif kind == "result":
+                    finished = True
+                    result = frame.get("result") or {}
+                    yield TurnEnded(
+                        raw=frame,
+                        stop_reason=str(result.get("stopReason", "")),
+                        permission_denied=int(result.get("permissionDenied") or 0),
+                    )
+        finally:
+            if rid and not finished:
+                # The consumer left early (cancelled, or broke out of the loop): cancel
+                # this turn, never leave it running for nobody.
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(self._cancel_request(rid))
+            await asyncio.shield(conn.aclose())
+
+    async def _cancel_request(self, rid: str) -> None:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(CANCEL_SETTLE_S):
+                conn = await _Connection.open(self._client._socket(self.key))
+                try:
+                    await conn.request("cancel", {"targetRequestId": rid})
+                finally:
+                    await conn.aclose()
+
+    async def run(self, text: str, *, timeout: float | None = None) -> tuple[str, str]:
+        """Run one turn and return (assistant text, stop reason)."""
+        parts: list[str] = []
+        stop = ""
+        async for event in self.prompt(text, timeout=timeout):
+            text_part = getattr(event, "text", None)
+            if isinstance(text_part, str) and type(event).__name__ == "AgentMessageChunk":
+                parts.append(text_part)
+            if isinstance(event, TurnEnded):
+                stop = event.stop_reason
+        return "".join(parts), stop
+
+    async def _control(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        conn = await self._connect()
+        try:
+            return await conn.request(kind, payload)
+        finally:
+            await conn.aclose()
+
+    async def cancel(self) -> bool:
+        """Cancel the running turn (the session stays warm). True if a turn was cancelled."""
+        try:
+            conn = await _Connection.open(self._client._socket(self.key))
+        except OwnerUnavailable:
+            return False
+        try:
+            result = await conn.request("cancel", {})
+        finally:
+            await conn.aclose()
+        return bool(result.get("cancelled"))
+
+    async def set_mode(self, mode_id: str) -> dict[str, Any]:
+        return await self._control("set_mode", {"modeId": mode_id})
+
+    async def set_config_option(self, config_id: str, value: str | bool) -> dict[str, Any]:
+        return await self._control("set_config_option", {"configId": config_id, "value": value})
+
+    async def status(self) -> dict[str, Any]:
+        """The owner's status snapshot, or the registry's view when no owner runs."""
+        try:
+            conn = await _Connection.open(self._client._socket(self.key))
+        except OwnerUnavailable:
+            return {"action": "status_snapshot", "status": "idle", "sessionKey": self.key}
+        try:
+            return await conn.request("status", {})
+        finally:
+            await conn.aclose()
+
+    async def close(self) -> dict[str, Any]:
+        """End the session: cancel the turn, tear the agent tree down, prove it gone.
+
+        Returns the owner's ``session_closed`` report (``survivors`` must be empty).
+        """
+        try:
+            conn = await _Connection.open(self._client._socket(self.key))
+        except OwnerUnavailable:
+            return await asyncio.to_thread(self._client._close_offline, self.key)
+        try:
+            return await conn.request("close", {})
+        finally:
+            await conn.aclose()
+
+
+class Client:
+    """Entry point of the library API.
+
+    Args:
+        home: the state directory (default: ``TETHER_HOME`` or the XDG state dir).
+        permissions: ``approve-all``, ``approve-reads`` (default) or ``deny-all``.
+        ttl: owner idle TTL in seconds for sessions this client creates (0 = forever).
+        options: further owner settings (``turn_timeout``, ``queue_max_depth``, ...).
+    """
+
+    def __init__(
+        self,
+        home: str | os.PathLike[str] | None = None,
+        *,
+        permissions: str = "approve-reads",
+        ttl: float = 3600.0,
+        options: dict[str, Any] | None = None,
+    ) -> None:
+        self.home = os.path.abspath(os.fspath(home)) if home is not None else None
+        self.permissions = permissions
+        self.ttl = ttl
+        self.options = dict(options or {})
+
+    async def __aenter__(self) -> Client:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        return None
+
+    def _with_home(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        token = paths.use_home(self.home)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            paths.reset_home(token)
+
+    def _socket(self, key: str) -> str:
+        return str(self._with_home(sessions.socket_path, key))
+
+    async def _connect_or_start(self, key: str) -> _Connection:
+        try:
+            return await _Connection.open(self._socket(key))
+        except OwnerUnavailable:
+            pass
+        message = await asyncio.to_thread(self._with_home, self._start_owner, key)
+        path = str(message.get("socket") or self._socket(key))
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 15.0
+        while True:
+            try:
+                return await _Connection.open(path)
+            except OwnerUnavailable:
+                if loop.time() >= deadline:
+                    raise
+                await asyncio.sleep(0.01)  # another caller's owner is still binding
+
+    @staticmethod
+    def _start_owner(key: str) -> dict[str, Any]:
+        from tether.owner_launch import spawn_owner_daemon
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            session = registry.session(key)
+            if session is None or session.state == "closed":
+                from tether.errors import NoSession
+
+                raise NoSession("the session does not exist (or was closed)", session_key=key)
+        return spawn_owner_daemon(key)
+
+    async def ensure_session(
+        self,
+        agent: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        name: str = "",
+        fresh: bool = False,
+    ) -> Session:
+        """Create (or reuse) the session for (agent, cwd, name) and make sure its owner runs.
+
+        Args:
+            agent: a registry name (``claude``, ``codex``, ``mock``...) or an argv list.
+            cwd: the agent's working directory (default: the current directory).
+            name: the session's name within its scope.
+            fresh: close an existing session of that scope first (``sessions new``).
+        """
+        cwd_path = os.path.realpath(  # noqa: ASYNC240 -- a few lstat()s of a local path
+            os.fspath(cwd) if cwd is not None else os.getcwd()
+        )
+        if isinstance(agent, str):
+            argv = agents.resolve(agent, {})
+            label = agent
+            scope = sessions.agent_scope(agent, argv, named=agents.is_agent_name(agent))
+        else:
+            argv = [str(a) for a in agent]
+            label = " ".join(argv)
+            scope = sessions.agent_scope(label, argv, named=False)
+        key = sessions.session_key(scope, cwd_path, name)
+        session = Session(self, key, name, label, cwd_path)
+        if fresh:
+            with contextlib.suppress(OwnerUnavailable):
+                conn = await _Connection.open(self._socket(key))
+                try:
+                    await conn.request("close", {})
+                finally:
+                    await conn.aclose()
+        options = {
+            "permission_mode": self.permissions,
+            "idle_ttl": self.ttl,
+            **self.options,
+        }
+        await asyncio.to_thread(
+            self._with_home, self._upsert, key, name, argv, label, cwd_path, options, fresh
+        )
+        conn = await self._connect_or_start(key)
+        await conn.aclose()
+        return session
+
+    @staticmethod
+    def _upsert(
+        key: str,
+        name: str,
+        argv: list[str],
+        label: str,
+        cwd: str,
+        options: dict[str, Any],
+        fresh: bool,
+    ) -> None:
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            if fresh and registry.session(key) is not None:
+                registry.update_session(key, state="closed")
+            registry.upsert_session(
+                key=key, name=name, agent_command=argv, agent_label=label, cwd=cwd, options=options
+            )
+
+    def _close_offline(self, key: str) -> dict[str, Any]:
+        def work() -> dict[str, Any]:
+            import time
+
+            from tether.registry import Registry
+            from tether.supervise.reconcile import reconcile
+
+            with Registry() as registry:
+                decisions = reconcile(registry, session_key=key)
+                registry.update_session(key, state="closed", closed_at=time.time())
+            return {
+                "action": "session_closed",
+                "sessionKey": key,
+                "survivors": [],
+                "reconciled": decisions,
+            }
+
+        result: dict[str, Any] = self._with_home(work)
+        return result
+
+    async def sessions(self) -> list[dict[str, Any]]:
+        """Every open session in this home, as registry records."""
+
+        def work() -> list[dict[str, Any]]:
+            from tether.registry import Registry
+
+            with Registry() as registry:
+                return [
+                    {
+                        "key": s.key,
+                        "name": s.name,
+                        "agent": s.agent_label,
+                        "cwd": s.cwd,
+                        "state": s.state,
+                    }
+                    for s in registry.sessions(include_closed=False)
+                ]
+
+        result: list[dict[str, Any]] = await asyncio.to_thread(self._with_home, work)
+        return result

@@ -1,0 +1,145 @@
+"""Typed events of a prompt turn, for the library API.
+
+Every event keeps the raw ACP frame it came from (``raw``), so nothing an agent sends
+is lost: kinds Tether does not know become :class:`SessionUpdate` (or
+:class:`AgentNotification` for non-``session/update`` notifications) with the raw dict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "AgentMessageChunk",
+    "AgentNotification",
+    "AgentThoughtChunk",
+    "Event",
+    "Plan",
+    "SessionEnded",
+    "SessionUpdate",
+    "ToolCall",
+    "ToolCallUpdate",
+    "TurnEnded",
+    "event_from_frame",
+]
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base of all events; ``raw`` is the ACP frame (or IPC event) it was made from."""
+
+    raw: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class SessionUpdate(Event):
+    """A ``session/update`` of any kind; ``kind`` is its ``sessionUpdate`` value."""
+
+    kind: str = ""
+    update: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+@dataclass(frozen=True)
+class AgentMessageChunk(SessionUpdate):
+    """A piece of the assistant's answer."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class AgentThoughtChunk(SessionUpdate):
+    """A piece of the agent's visible reasoning."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class ToolCall(SessionUpdate):
+    """The agent started a tool call."""
+
+    tool_call_id: str = ""
+    title: str = ""
+    tool_kind: str | None = None
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class ToolCallUpdate(SessionUpdate):
+    """A tool call changed (status, content)."""
+
+    tool_call_id: str = ""
+    status: str | None = None
+
+
+@dataclass(frozen=True)
+class Plan(SessionUpdate):
+    """The agent's full current plan (replaces the previous one)."""
+
+    entries: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class AgentNotification(Event):
+    """A notification other than ``session/update`` (extensions: ``_vendor/...``)."""
+
+    method: str = ""
+
+
+@dataclass(frozen=True)
+class TurnEnded(Event):
+    """The turn is over; always the last event of a prompt."""
+
+    stop_reason: str = ""
+    permission_denied: int = 0
+
+
+@dataclass(frozen=True)
+class SessionEnded(Event):
+    """The agent run behind the session ended (crash, close, TTL...), reported once."""
+
+    reason: str = ""  # completed | error | terminated
+    terminated_by: str = ""  # agent | daemon
+    message: str = ""
+    exit_code: int | None = None
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, dict) and content.get("type") == "text":
+        return str(content.get("text", ""))
+    return ""
+
+
+def event_from_frame(frame: dict[str, Any]) -> Event | None:
+    """Turn a raw agent->client ACP notification into a typed event (None if not one)."""
+    method = frame.get("method")
+    if not isinstance(method, str) or "id" in frame:
+        return None
+    if method != "session/update":
+        return AgentNotification(raw=frame, method=method)
+    params = frame.get("params")
+    update = params.get("update") if isinstance(params, dict) else None
+    if not isinstance(update, dict):
+        return SessionUpdate(raw=frame, kind="")
+    kind = str(update.get("sessionUpdate", ""))
+    common: dict[str, Any] = {"raw": frame, "kind": kind, "update": update}
+    if kind == "agent_message_chunk":
+        return AgentMessageChunk(**common, text=_text(update.get("content")))
+    if kind == "agent_thought_chunk":
+        return AgentThoughtChunk(**common, text=_text(update.get("content")))
+    if kind == "tool_call":
+        return ToolCall(
+            **common,
+            tool_call_id=str(update.get("toolCallId", "")),
+            title=str(update.get("title", "")),
+            tool_kind=update.get("kind"),
+            status=update.get("status"),
+        )
+    if kind == "tool_call_update":
+        return ToolCallUpdate(
+            **common, tool_call_id=str(update.get("toolCallId", "")), status=update.get("status")
+        )
+    if kind == "plan":
+        entries = update.get("entries")
+        return Plan(**common, entries=tuple(e for e in entries or () if isinstance(e, dict)))
+    return SessionUpdate(**common)
