@@ -28,7 +28,7 @@ from tests import _proctree
 
 pytestmark = pytest.mark.integration
 
-SCHEMA_PATH = Path(__file__).parents[2].parent / "shared/acp/schema.json"
+SCHEMA_PATH = Path(__file__).parents[1] / "golden" / "acp-schema.json"
 AGENT_CMD = [sys.executable, "-m", "tether.testing.mock_agent"]
 INIT = {"protocolVersion": 1, "clientCapabilities": {"fs": {"readTextFile": True}}}
 TIMEOUT = 10.0

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from tests.acp_schema import _method_defs, schema_errors
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
-from tests.realagents.rawdriver import _method_defs, schema_errors
 
 pytestmark = pytest.mark.realagents
 

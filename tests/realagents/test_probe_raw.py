@@ -25,10 +25,11 @@ from typing import Any
 
 import pytest
 
+from tests.acp_schema import schema_errors
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
-from tests.realagents.rawdriver import Frame, RawAgent, schema_errors
+from tests.realagents.rawdriver import Frame, RawAgent
 
 pytestmark = pytest.mark.realagents
 

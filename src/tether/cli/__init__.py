@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    if not args or args[:1] in (["--help"], ["-h"], ["help"]):
+    if not args or args[:1] == ["help"] or "--help" in args or "-h" in args:
         sys.stdout.write(HELP)
         return 0
     from tether.cli import _parse

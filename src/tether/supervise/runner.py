@@ -478,17 +478,26 @@ class AgentProcess:
         except OSError:
             pass  # keeper gone; its exit is handled by the pidfd watch
 
+    def _drain_control(self) -> None:
+        """Read whatever the keeper wrote and has not been parsed yet (never blocks)."""
+        while self._control is not None and self._read_control():
+            pass
+
     def _on_control_readable(self) -> None:
+        self._read_control()
+
+    def _read_control(self) -> bool:
+        """One non-blocking read of the control socket; ``False`` on EAGAIN or EOF."""
         assert self._control is not None
         try:
             data = self._control.recv(65536)
         except BlockingIOError:
-            return
+            return False
         except OSError:
             data = b""
         if not data:
             asyncio.get_running_loop().remove_reader(self._control.fileno())
-            return
+            return False
         self._control_buf += data
         while b"\n" in self._control_buf:
             line, self._control_buf = self._control_buf.split(b"\n", 1)
@@ -497,6 +506,7 @@ class AgentProcess:
             except ValueError:
                 continue
             self._on_keeper_event(msg)
+        return True
 
     def _on_keeper_event(self, msg: dict[str, Any]) -> None:
         kind = msg.get("event")
@@ -526,6 +536,18 @@ class AgentProcess:
                 code=msg.get("code"),
                 signal=msg.get("signal"),
             )
+            if self.lifecycle.state is RunState.RUNNING:
+                # The agent ended by itself. Record that *now*: a caller that awaits
+                # wait_exited() and then calls aclose() must not turn an exit into a
+                # "close" requested by us (terminated_by would say "daemon"). And end
+                # the run now: descendants the root left behind (a setsid daemon, a
+                # backgrounded sleep) must not outlive it until someone calls aclose().
+                self.lifecycle.transition_exited()
+                if self._watchdog is not None:
+                    self._watchdog.cancel()
+                    self._watchdog = None
+                if self._closing is None:
+                    self._closing = asyncio.get_running_loop().create_task(self._teardown())
         elif kind == "extinct" and not self._extinct.done():
             self._extinct.set_result(msg)
 
@@ -561,6 +583,9 @@ class AgentProcess:
             else:
                 self.lifecycle.request_stop(TerminationReason.SIGNAL)  # the keeper was killed
             self._closing = loop.create_task(self._teardown())
+        elif self._closing is None and self.lifecycle.state is RunState.EXITING:
+            # The root's exit started EXITING but nothing has run the finalizer yet.
+            self._closing = loop.create_task(self._teardown())
 
     # --- watchdog -------------------------------------------------------------------
 
@@ -595,6 +620,22 @@ class AgentProcess:
     # --- teardown: the single finalizer ------------------------------------------------
 
     async def _teardown(self) -> ExtinctionReport:
+        ended = self._ended
+        try:
+            report = await self._teardown_once()
+        except BaseException as exc:
+            if ended is not None and not ended.done():
+                if isinstance(exc, asyncio.CancelledError):
+                    ended.cancel()
+                else:
+                    ended.set_exception(exc)
+                    ended.exception()  # retrieved here; wait_ended() still raises it
+            raise
+        if ended is not None and not ended.done():
+            ended.set_result(report)
+        return report
+
+    async def _teardown_once(self) -> ExtinctionReport:
         started = time.monotonic()
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -620,8 +661,14 @@ class AgentProcess:
                     await asyncio.shield(self._keeper_exited)
             except TimeoutError:
                 keeper_report = None
-        elif self._extinct.done():
-            keeper_report = self._extinct.result()
+        else:
+            # The keeper has exited. Its last words may still sit unread in the control
+            # socket (the pidfd and the socket became readable in one loop pass, and the
+            # pidfd callback ran first): read them before concluding it left no proof,
+            # or a clean run is misreported as a supervisor sweep with escalation.
+            self._drain_control()
+            if self._extinct.done():
+                keeper_report = self._extinct.result()
         if self.keeper is not None and self.keeper.returncode is None:
             # The keeper did not answer: end it ourselves (our unreaped child, via pidfd).
             await self._kill_keeper()
