@@ -508,7 +508,15 @@ class Owner:
 
     def _on_frame(self, direction: str, frame: dict[str, Any]) -> None:
         job = self.active
-        if job is not None and job.env.kind == "prompt":
+        live = self.live
+        # Relay only frames of the running turn: trailing updates of an abandoned turn
+        # (which arrive while the connection quiesces) must not reach the next caller.
+        if (
+            job is not None
+            and job.env.kind == "prompt"
+            and live is not None
+            and live.conn.active_turn(live.session_id)
+        ):
             job.update(direction, frame)
 
     async def _watch_run(self, live: LiveAgent) -> None:

@@ -251,6 +251,37 @@ class Registry:
         with self.transaction() as db:
             db.execute(f"UPDATE leases SET {sets} WHERE lease_id = ?", (*fields.values(), lease_id))  # noqa: S608 -- column names are ours
 
+    def transition_lease(
+        self,
+        lease_id: str,
+        from_states: tuple[str, ...],
+        *,
+        event: tuple[str, str, Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> bool:
+        """Update the lease only if its state is one of ``from_states`` (compare-and-set).
+
+        ``event`` -- ``(session_key, kind, payload)`` -- is recorded in the same
+        transaction, and only if the update happened. Two reconcilers racing over one
+        lease therefore close it once and report its end once; the loser gets ``False``.
+        """
+        fields["updated_at"] = time.time()
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        marks = ", ".join("?" for _ in from_states)
+        with self.transaction() as db:
+            cur = db.execute(
+                f"UPDATE leases SET {sets} WHERE lease_id = ? AND state IN ({marks})",  # noqa: S608 -- column names are ours
+                (*fields.values(), lease_id, *from_states),
+            )
+            changed = cur.rowcount == 1
+            if changed and event is not None:
+                session_key, kind, payload = event
+                db.execute(
+                    "INSERT INTO events (session_key, kind, payload, at) VALUES (?, ?, ?, ?)",
+                    (session_key, kind, json.dumps(dict(payload)), time.time()),
+                )
+        return changed
+
     def lease(self, lease_id: str) -> Lease | None:
         row = self._db.execute("SELECT * FROM leases WHERE lease_id = ?", (lease_id,)).fetchone()
         return Lease(**dict(row)) if row else None

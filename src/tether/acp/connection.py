@@ -65,6 +65,9 @@ PROTOCOL_VERSION = 1
 DEFAULT_HANDSHAKE_TIMEOUT = 30.0  # acpx allows 15 s for gemini, 60 s for claude session/new
 DEFAULT_LIVENESS_INTERVAL = 30.0
 DEFAULT_PROMPT_CEILING = 30 * 60.0
+# After an abandoned turn, how long the next turn waits for the agent to answer the
+# abandoned one (agents answer session/cancel in 7-100 ms; see acp-protocol.md §9).
+QUIESCE_S = 2.0
 REQUEST_CANCELLED = -32800
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
@@ -134,6 +137,8 @@ class AgentConnection:
         self._closed = False
         self._loop = asyncio.get_running_loop()
         self._handler_tasks: set[asyncio.Task[None]] = set()
+        self._stale_turns: dict[str, int] = {}  # session -> abandoned prompt id
+        self._late_answer = asyncio.Event()
         proc.set_stdout_handler(self._on_data, self._on_eof)
 
     # --- wire plumbing --------------------------------------------------------------
@@ -160,9 +165,12 @@ class AgentConnection:
 
     def _drain_events(self) -> None:
         observe = self.options.on_frame
+        stale_before = self.rpc.stats.stale_responses
         while True:
             event = self.rpc.next_event()
             if event is NEED_DATA:
+                if self.rpc.stats.stale_responses != stale_before:
+                    self._late_answer.set()
                 return
             if event is EOF:
                 self._spawn_handler(self._fail_after_exit())
@@ -573,12 +581,20 @@ class AgentConnection:
             raise RuntimeError(f"a turn is already running in session {session_id}")
         ceiling = self.options.prompt_ceiling if ceiling is None else ceiling
         started = time.monotonic()
-        request_id, fut = self._send_request(
-            "session/prompt", {"sessionId": session_id, "prompt": list(blocks)}
-        )
-        turn = _Turn(session_id, request_id, listener)
+        await self._quiesce(session_id)
+        # Register the turn before sending, so observers see its request frame as part of it.
+        turn = _Turn(session_id, -1, listener)
         self._turns[session_id] = turn
         self._listeners[session_id] = listener
+        try:
+            request_id, fut = self._send_request(
+                "session/prompt", {"sessionId": session_id, "prompt": list(blocks)}
+            )
+        except BaseException:
+            self._turns.pop(session_id, None)
+            self._listeners.pop(session_id, None)
+            raise
+        turn.request_id = request_id
         try:
             while True:
                 wait = self.options.liveness_interval
@@ -587,6 +603,7 @@ class AgentConnection:
                     if remaining <= 0:
                         self._cancel_permissions(turn)
                         self._abandon(request_id, "ceiling")
+                        self._stale_turns[session_id] = request_id
                         raise PromptTimeout(
                             f"the turn did not finish within {ceiling:g} s; it was cancelled",
                             session_id=session_id,
@@ -602,6 +619,7 @@ class AgentConnection:
         except asyncio.CancelledError:
             self._cancel_permissions(turn)
             self._abandon(request_id, "cancelled")
+            self._stale_turns[session_id] = request_id
             raise
         finally:
             self._turns.pop(session_id, None)
@@ -615,6 +633,29 @@ class AgentConnection:
             result=result,
             permission_denied=turn.permission_denied,
         )
+
+    async def _quiesce(self, session_id: str) -> None:
+        """Before a new turn, let an abandoned turn of this session finish (bounded).
+
+        An abandoned prompt's late *answer* is dropped by id, but its trailing
+        ``session/update``s carry only the session id: if the next turn started at once,
+        they would be delivered as part of it. So we wait until the agent has answered
+        the abandoned prompt (we sent it ``session/cancel``), at most ``QUIESCE_S``.
+        Updates arriving meanwhile belong to no turn and go to the out-of-turn listener.
+        """
+        stale = self._stale_turns.pop(session_id, None)
+        if stale is None:
+            return
+        deadline = time.monotonic() + QUIESCE_S
+        while not self.rpc.was_answered_late(stale) and self._dead is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _log.event("quiesce_timeout", session_id=session_id, request_id=stale)
+                return
+            self._late_answer.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._late_answer.wait()
 
     def _agent_alive(self) -> bool:
         if self.proc.exited is not None and self.proc.exited.done():

@@ -172,6 +172,7 @@ class JsonRpcConnection:
         self._pending: dict[int, PendingRequest] = {}
         self._incoming: dict[RequestId, Request] = {}
         self._abandoned: dict[int, str] = {}
+        self._late_answered: set[int] = set()
         self.stats = Stats()
 
     # --- inbound -------------------------------------------------------------------
@@ -291,7 +292,12 @@ class JsonRpcConnection:
         pending = self._pending.pop(request_id, None) if type(request_id) is int else None
         if pending is None:
             self.stats.stale_responses += 1
-            why = self._abandoned.get(request_id) if type(request_id) is int else None
+            why = self._abandoned.pop(request_id, None) if type(request_id) is int else None
+            if why is not None:
+                # Remember that this abandoned request has now been answered (late): a
+                # caller may wait for that before starting a new turn, so the abandoned
+                # turn's trailing updates cannot bleed into the next one.
+                self._late_answered.add(request_id)
             _log.debug("dropped stale response to id %r (%s)", request_id, why or "not pending")
             return None
         return Response(
@@ -444,10 +450,19 @@ class JsonRpcConnection:
         self._abandoned[request_id] = f"{pending.method} abandoned: {reason}"
         if len(self._abandoned) > _ABANDONED_MEMORY:
             del self._abandoned[next(iter(self._abandoned))]
+        if len(self._late_answered) > _ABANDONED_MEMORY:
+            self._late_answered.discard(min(self._late_answered))
         _log.debug("abandoned request %d (%s): %s", request_id, pending.method, reason)
         return self._cancel_once(pending)
 
     # --- deadlines and teardown -------------------------------------------------------
+
+    def was_answered_late(self, request_id: int) -> bool:
+        """Whether the (dropped) late answer to abandoned ``request_id`` has arrived.
+
+        Only the last few hundred abandoned ids are remembered; older ones report False.
+        """
+        return request_id in self._late_answered
 
     def expired(self, now: float) -> list[int]:
         """Ids of pending requests whose deadline is at or before ``now``, oldest first.

@@ -38,7 +38,7 @@ from tether.supervise.reconcile_plan import (
     Skip,
     plan_reconcile,
 )
-from tether.supervise.verify import marker_for, signal_verified
+from tether.supervise.verify import marked_survivors, marker_for, signal_verified
 
 RETENTION_S = 7 * 24 * 3600.0  # closed/lost lease records are kept a week for `reap` and audits
 REAP_GRACE_S = 1.5
@@ -105,7 +105,9 @@ def _alive(table: _os.ProcessTable, ident: _os.ProcessIdentity) -> bool:
     return st is not None and not st.is_zombie and st.starttime == ident.starttime
 
 
-def _execute_reap(table: _os.ProcessTable, action: Reap, grace: float) -> tuple[bool, int]:
+def _execute_reap(
+    table: _os.ProcessTable, action: Reap, grace: float, exclude: list[int]
+) -> tuple[bool, int]:
     """TERM -> grace -> KILL the planned identities; returns (extinct, signalled)."""
     marker = marker_for(action.lease_id)
     signalled = 0
@@ -134,16 +136,88 @@ def _execute_reap(table: _os.ProcessTable, action: Reap, grace: float) -> tuple[
         for ident in remaining:
             if signal_verified(table, ident, signal.SIGKILL, marker=marker):
                 signalled += 1
-        deadline = time.monotonic() + KILL_WAIT_S
-        while remaining and time.monotonic() < deadline:
-            remaining = [i for i in remaining if _alive(table, i)]
-            if remaining:
-                time.sleep(0.01)
+    # Walk, kill, wait until nothing of the lease is left. The plan is a snapshot: a
+    # member may have forked after it (a TERM-ignoring shell loop starts a new `sleep`
+    # every turn), and that child carries the marker too, so scan for the marker again
+    # and kill (verified, through pidfds) whatever the plan could not know about. And
+    # wait for the cgroup to report `populated 0`: cgroup.kill only *sends* SIGKILL, so
+    # reading populated right after it would make a clean reap look like a leak (lost).
+    deadline = time.monotonic() + KILL_WAIT_S
+    while True:
+        remaining = [i for i in remaining if _alive(table, i)]
+        with contextlib.suppress(_os.ProcUnreadable):
+            boot = table.boot_id()
+            for pid in marked_survivors(table, marker, exclude=exclude):
+                st = table.stat(pid)
+                ident = _os.ProcessIdentity(boot, pid, st.starttime) if st else None
+                if ident is None or ident in remaining:
+                    continue
+                if signal_verified(table, ident, signal.SIGKILL, marker=marker):
+                    signalled += 1
+                    remaining.append(ident)
+        populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
+        if (not remaining and not populated) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.01)
     populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
     if action.cgroup_path and not populated:
         with contextlib.suppress(OSError):
             os.rmdir(action.cgroup_path)
     return (not remaining and not populated), signalled
+
+
+# The states a lease may be ended from by reconcile. A compare-and-set on them makes
+# ending a lease idempotent across reconcilers racing over it (two CLI invocations,
+# an owner's periodic sweep and `tether reap`): each lease is ended once.
+_ENDABLE = ("open", "closing")
+
+
+def _end_lease(
+    registry: Any,
+    lease: Any,
+    state: str,
+    note: str,
+    why: str,
+    reason: str | None = None,
+) -> tuple[bool, bool]:
+    """Move an open/closing lease to ``state`` and report its run's end, exactly once.
+
+    A lease still ``open``/``closing`` here belonged to a run whose owner died without
+    reporting its end, so the ``session_ended`` event is written in the same
+    transaction as the state change, and only by the reconciler whose update won. A
+    lease already ``lost`` may still be closed (a later sweep proved extinction); its
+    end was reported when it was first marked lost.
+
+    Returns ``(changed, reported)``: whether this call changed the lease, and whether
+    it wrote the ``session_ended`` event.
+    """
+    if lease is None:
+        return False, False
+    fields: dict[str, Any] = {"state": state, "note": note}
+    if reason is not None:
+        fields["reason"] = reason
+    event = None
+    if lease.session_key:
+        ended = "its tree was reaped" if state == "closed" else "extinction is not proven"
+        event = (
+            lease.session_key,
+            "session_ended",
+            {
+                "reason": "terminated",
+                "terminatedBy": "daemon",
+                "message": f"owner-lost: the owner died; {ended} ({why})",
+                "exitCode": lease.exit_code,
+                "signal": lease.exit_signal,
+                "stderrTail": "",
+                "leaseId": lease.lease_id,
+            },
+        )
+    if registry.transition_lease(lease.lease_id, _ENDABLE, event=event, **fields):
+        return True, event is not None
+    if state == "closed":
+        # lost -> closed: nothing to report again, but the record should say closed.
+        return bool(registry.transition_lease(lease.lease_id, ("lost",), **fields)), False
+    return False, False
 
 
 def reconcile(
@@ -156,6 +230,7 @@ def reconcile(
 ) -> list[dict[str, Any]]:
     """Reconcile this instance's leases (of one session, or all); return every decision."""
     table = _os.current()
+    ancestry = _ancestry()
     before = {
         lease.lease_id: lease
         for lease in registry.leases(session_key=session_key, all_instances=True)
@@ -166,7 +241,7 @@ def reconcile(
         our_instance_id=registry.instance_id,
         now=time.time(),
         retention_s=retention_s,
-        exclude=_ancestry(),
+        exclude=ancestry,
     )
     decisions: list[dict[str, Any]] = []
     failed_reaps: set[str] = set()
@@ -184,7 +259,7 @@ def reconcile(
             decision["pids"] = [i.pid for i in action.pids_children_first]
             decision["cgroup"] = action.cgroup_path
             if not dry_run:
-                extinct, signalled = _execute_reap(table, action, grace)
+                extinct, signalled = _execute_reap(table, action, grace, ancestry)
                 decision["extinct"] = extinct
                 decision["signalled"] = signalled
                 metrics.incr("run_reconcile_orphans_total", by=len(action.pids_children_first))
@@ -192,37 +267,28 @@ def reconcile(
                     failed_reaps.add(action.lease_id)
         elif isinstance(action, MarkClosed) and not dry_run:
             if action.lease_id in failed_reaps:
-                registry.update_lease(
-                    action.lease_id, state="lost", note="reap did not prove extinction"
-                )
-                metrics.incr("run_lease_lost_total")
                 decision["kind"] = "marklost"
+                note = "reap did not prove extinction"
+                if _end_lease(registry, lease, "lost", note, action.why)[0]:
+                    metrics.incr("run_lease_lost_total")
+                else:
+                    decision["raced"] = True
             else:
-                was_open = lease is not None and lease.state in ("open", "closing")
-                registry.update_lease(
-                    action.lease_id,
-                    state="closed",
-                    reason=(lease.reason if lease and lease.reason else "owner-lost"),
-                    note=action.why[:500],
+                reason = lease.reason if lease and lease.reason else "owner-lost"
+                changed, reported = _end_lease(
+                    registry, lease, "closed", action.why[:500], action.why, reason
                 )
-                if was_open and lease is not None and lease.session_key:
-                    # The owner died before reporting this run's end: report it now, once.
-                    event = {
-                        "reason": "terminated",
-                        "terminatedBy": "daemon",
-                        "message": (
-                            f"owner-lost: the owner died; the run was reconciled ({action.why})"
-                        ),
-                        "exitCode": lease.exit_code,
-                        "signal": lease.exit_signal,
-                        "stderrTail": "",
-                        "leaseId": lease.lease_id,
-                    }
-                    registry.add_event(lease.session_key, "session_ended", event)
+                if reported:
                     decision["session_ended"] = True
+                if not changed:
+                    # Another reconciler ended it first (or its owner did): it closed
+                    # the lease and reported the run's end; we must not do either again.
+                    decision["raced"] = True
         elif isinstance(action, MarkLost) and not dry_run:
-            registry.update_lease(action.lease_id, state="lost", note=action.why[:500])
-            metrics.incr("run_lease_lost_total")
+            if _end_lease(registry, lease, "lost", action.why[:500], action.why)[0]:
+                metrics.incr("run_lease_lost_total")
+            else:
+                decision["raced"] = True
         elif isinstance(action, Expire) and not dry_run:
             registry.delete_lease(action.lease_id)
         elif isinstance(action, Skip):
