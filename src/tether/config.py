@@ -11,7 +11,8 @@ Keys (acpx's names; snake_case spellings are accepted too)::
     turnTimeout = 1800                  # hard ceiling of one turn inside the owner
     ownerMaxLifetime = 0                # 0 = unbounded
     queueMaxDepth = 16
-    livenessInterval = 30
+    livenessInterval = 30              # how often a waiting turn checks the agent is alive
+    handshakeTimeout = 30              # deadline of each handshake step (initialize...)
     [agents.mine]                       # a named agent; replaces a built-in of the same name
     argv = ["node", "/abs/agent.js"]
     [auth]                              # methodId -> credential (also TETHER_AUTH_<METHODID>)
@@ -42,6 +43,7 @@ _ALIASES = {
     "owner_idle_ttl": "ttl",
     "queue_max_depth": "queueMaxDepth",
     "liveness_interval": "livenessInterval",
+    "handshake_timeout": "handshakeTimeout",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -55,6 +57,7 @@ DEFAULTS: dict[str, Any] = {
     "ownerMaxLifetime": 0.0,
     "queueMaxDepth": 16,
     "livenessInterval": 30.0,
+    "handshakeTimeout": 30.0,
     "agents": {},
     "auth": {},
 }

@@ -115,7 +115,11 @@ class LiveAgent:
         self.session_result = result
 
     async def prompt(
-        self, blocks: Sequence[dict[str, Any]], listener: UpdateListener, *, ceiling: float | None
+        self,
+        blocks: Sequence[dict[str, Any]],
+        listener: UpdateListener,
+        *,
+        ceiling: float | None = None,
     ) -> TurnResult:
         return await self.conn.prompt(self.session_id, blocks, listener, ceiling=ceiling)
 

@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import _log, _os, metrics, sessions
+from tether import _log, _os, config, metrics, sessions
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
 from tether.errors import (
@@ -124,6 +124,7 @@ class OwnerSettings:
     queue_max_depth: int = protocol.MAX_QUEUE_DEPTH
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
     liveness_interval: float = 30.0
+    handshake_timeout: float = 30.0
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
@@ -131,7 +132,13 @@ class OwnerSettings:
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
         s = cls()
-        for name in ("idle_ttl", "turn_timeout", "max_lifetime", "liveness_interval"):
+        for name in (
+            "idle_ttl",
+            "turn_timeout",
+            "max_lifetime",
+            "liveness_interval",
+            "handshake_timeout",
+        ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
         for name in ("queue_max_depth", "max_frame_bytes"):
@@ -159,6 +166,11 @@ class Owner:
             raise UsageError("no open session for this key", session_key=key)
         self.session = session
         self.settings = OwnerSettings.from_options(session.options)
+        if not self.settings.auth:
+            # Credentials are read from config by the owner itself, never stored in the DB.
+            with contextlib.suppress(TetherError):
+                auth = config.load(session.cwd).get("auth") or {}
+                self.settings.auth = {str(k): str(v) for k, v in auth.items()}
         self.generation = 0
         self.queue: collections.deque[Job] = collections.deque()
         self.active: Job | None = None
@@ -482,6 +494,7 @@ class Owner:
                 permission_mode=PermissionMode(s.permission_mode),
                 fs=s.fs,
                 liveness_interval=s.liveness_interval,
+                handshake_timeout=s.handshake_timeout,
                 prompt_ceiling=None,
                 auth=s.auth,
                 on_frame=self._on_frame,

@@ -46,6 +46,10 @@ def spawn_owner_daemon(key: str, *, deadline_s: float = READY_DEADLINE_S) -> dic
             {**os.environ, "TETHER_HOME": paths.home()},  # the owner shares our home
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                # Never the caller's stdout: a long-lived owner holding it open would keep
+                # `tether ... | cat` (or any caller reading our output to EOF) waiting
+                # until the owner exits. Readiness has its own pipe.
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                 (os.POSIX_SPAWN_DUP2, err_w, 2),
             ],
             setsid=True,

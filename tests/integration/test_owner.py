@@ -115,7 +115,9 @@ class Cli:
             *args,
         ]
 
-    def run(self, *args: str, fmt: str = "text", rc: int | None = 0) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, *args: str, fmt: str = "text", rc: int | None = 0
+    ) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run(
             self.argv(*args, fmt=fmt),
             env=self.env,
@@ -399,27 +401,23 @@ def test_idle_ttl_expiry_leaves_nothing_behind(cli: Callable[..., Cli]) -> None:
 
     born_before = set(_proctree.live_descendants())
     c = cli()
-    c.run("--ttl", "60", "sessions", "new")
-    c.run("prompt", "spawn-setsid")
-    s = c.status()
-    key = s["sessionKey"]
-    with Raw(key) as raw:  # shorten the TTL of the warm owner: restart it with --ttl
-        raw.request("r-close", "close")
-        raw.until_terminal("r-close")
-    c.run("--ttl", "0.5", "sessions", "ensure")
-    c.run("prompt", "echo soon idle")
-    s = c.status()
-    wait_for(lambda: c.status()["status"] != "running" and not alive(s["ownerPid"]), "idle expiry")
+    c.run("--ttl", "1", "sessions", "new")
+    c.run("prompt", "spawn-setsid ; spawn-daemon")  # the TTL is stored with the session
+    s = c.status()  # live, or already offline: both name the run's lease
+    key, lease = s["sessionKey"], s["leaseId"]
     wait_for(
         lambda: not (set(_proctree.live_descendants()) - born_before), "every process to be gone"
     )
-    assert not carries_marker(s["leaseId"])
-    assert not sessions.socket_path(key).exists()
+    assert not carries_marker(lease)
+    assert not os.path.exists(sessions.socket_path(key))
     offline = c.status()
+    assert offline["status"] == "idle"
     assert offline["ownerPid"] is None
     assert offline["leaseState"] == "closed"
-    ended = [e for e in c.history("session_ended") if e["payload"]["leaseId"] == s["leaseId"]]
+    ended = [e for e in c.history("session_ended") if e["payload"]["leaseId"] == lease]
     assert len(ended) == 1
+    # the session is still open: the next prompt starts a fresh owner by itself
+    assert "back" in c.run("prompt", "echo back").stdout
 
 
 def test_close_reaps_setsid_and_double_forked_grandchildren(mock: Cli) -> None:
@@ -439,9 +437,7 @@ def test_close_reaps_setsid_and_double_forked_grandchildren(mock: Cli) -> None:
 
 def test_agent_crash_between_prompts_is_recorded_and_recovered(mock: Cli) -> None:
     mock.run("prompt", "echo bye ; exit 3")
-    first = mock.history("session_ended")
     ended = wait_for(lambda: mock.history("session_ended"), "the crash to be recorded")
-    assert first == [] or first == ended
     assert len(ended) == 1
     assert ended[0]["payload"]["reason"] == "error"
     assert ended[0]["payload"]["exitCode"] == 3
@@ -555,7 +551,9 @@ def test_exactly_one_terminal_frame_per_request(mock: Cli) -> None:
         gen = ask("r-gen", "status", ownerGeneration=generation + 5)
         assert gen["error"]["detailCode"] == "QUEUE_OWNER_GENERATION_MISMATCH"
         # after the late answer has arrived, the next prompt still gets one terminal frame
-        assert "after" in json.dumps(ask("r-after", "prompt", text_prompt("sleep 700 ; echo after")))
+        assert "after" in json.dumps(
+            ask("r-after", "prompt", text_prompt("sleep 700 ; echo after"))
+        )
         raw.until_eof()
         frames = raw.frames
     assert_one_terminal_each(frames, rids)
@@ -590,15 +588,15 @@ def test_queue_overload_is_retryable(cli: Callable[..., Cli], tether_home: Path)
 
 
 def test_prompt_without_session_exits_4_with_a_hint(cli: Callable[..., Cli]) -> None:
-    from tether import sessions
+    from tether import paths
 
     c = cli()
     proc = c.run("prompt", "echo hi", rc=4)
     assert "sessions new" in proc.stderr
     err = c.json("prompt", "echo hi", rc=4)["error"]["data"]
     assert err["acpxCode"] == "NO_SESSION"
-    key = sessions.session_key(MOCK_ARGV, str(c.project.resolve()))
-    assert not sessions.socket_path(key).exists()  # no owner was started for nothing
+    # no owner was started for nothing
+    assert not [n for n in os.listdir(paths.socket_dir()) if n.endswith(".sock")]
 
 
 STATUS_KEYS = {"status", "ownerPid", "ownerGeneration", "agentPid", "queueDepth", "leaseState"}
@@ -607,9 +605,9 @@ STATUS_KEYS = {"status", "ownerPid", "ownerGeneration", "agentPid", "queueDepth"
 def status_object(c: Cli) -> Frame:
     out = c.run("status", fmt="json").stdout.strip().splitlines()
     assert len(out) == 1, out
-    obj = json.loads(out[0])
+    obj: Frame = json.loads(out[0])
     assert obj["action"] == "status_snapshot"
-    assert STATUS_KEYS <= obj.keys(), obj
+    assert obj.keys() >= STATUS_KEYS, obj
     return obj
 
 

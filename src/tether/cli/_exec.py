@@ -32,6 +32,7 @@ def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
         permission_mode=PermissionMode(ctx.permissions),
         fs=not ctx.inv.no_fs,
         liveness_interval=float(cfg.get("livenessInterval") or 30.0),
+        handshake_timeout=float(cfg.get("handshakeTimeout") or 30.0),
         prompt_ceiling=None,
         auth={str(k): str(v) for k, v in (cfg.get("auth") or {}).items()},
         on_frame=on_frame,

@@ -47,6 +47,7 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "max_lifetime": cfg.get("ownerMaxLifetime"),
         "queue_max_depth": cfg.get("queueMaxDepth"),
         "liveness_interval": cfg.get("livenessInterval"),
+        "handshake_timeout": cfg.get("handshakeTimeout"),
         "fs": not ctx.inv.no_fs,
     }
 

@@ -149,12 +149,14 @@ def _execute_reap(
             boot = table.boot_id()
             for pid in marked_survivors(table, marker, exclude=exclude):
                 st = table.stat(pid)
-                ident = _os.ProcessIdentity(boot, pid, st.starttime) if st else None
-                if ident is None or ident in remaining:
+                if st is None:
                     continue
-                if signal_verified(table, ident, signal.SIGKILL, marker=marker):
+                found = _os.ProcessIdentity(boot, pid, st.starttime)
+                if found not in remaining and signal_verified(
+                    table, found, signal.SIGKILL, marker=marker
+                ):
                     signalled += 1
-                    remaining.append(ident)
+                    remaining.append(found)
         populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
         if (not remaining and not populated) or time.monotonic() >= deadline:
             break

@@ -1,0 +1,60 @@
+"""The thin CLI paths stay thin: `python -X importtime` proves what they import."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+FORBIDDEN_ALWAYS = ("pydantic", "acp")
+FORBIDDEN_WARM = ("asyncio", "sqlite3", "_sqlite3", "pydantic", "acp")
+
+
+def imported_modules(*args: str, cwd: Path) -> set[str]:
+    r = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "tether", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=os.environ,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    modules = set()
+    for line in r.stderr.splitlines():
+        if line.startswith("import time:") and "|" in line:
+            name = line.rsplit("|", 1)[1].strip()
+            modules.add(name.split(".")[0])
+    return modules
+
+
+@pytest.mark.parametrize("flag", ["--version", "--help"])
+def test_version_and_help_import_nothing_heavy(project_dir: Path, flag: str) -> None:
+    """`--version` and `--help` import neither asyncio, sqlite3, pydantic nor the ACP SDK."""
+    modules = imported_modules(flag, cwd=project_dir)
+    assert not modules & set(FORBIDDEN_WARM), sorted(modules & set(FORBIDDEN_WARM))
+
+
+def test_warm_paths_import_no_asyncio_or_sqlite(project_dir: Path) -> None:
+    """prompt, cancel and status against a live owner import no asyncio, sqlite3 or pydantic."""
+    base = [sys.executable, "-m", "tether", "--cwd", str(project_dir), "mock"]
+    subprocess.run([*base, "sessions", "new"], check=True, capture_output=True, timeout=60)
+    try:
+        for args in (["prompt", "echo hi"], ["cancel"], ["status"]):
+            modules = imported_modules("--cwd", str(project_dir), "mock", *args, cwd=project_dir)
+            bad = modules & set(FORBIDDEN_WARM)
+            assert not bad, (args, sorted(bad))
+    finally:
+        subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
+
+
+def test_library_import_is_lazy() -> None:
+    """`import tether` alone loads no asyncio; the API appears on first use."""
+    code = "import sys, tether; assert 'asyncio' not in sys.modules; tether.Client; print('ok')"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "ok", r.stderr
