@@ -132,7 +132,8 @@ def test_cancel_keeps_session_and_ends_turn_cancelled(project_dir: Path) -> None
             result = await task
             assert result.stop_reason == "cancelled"
             assert len(rec.sent("session/cancel")) == 1
-            assert live.alive and live.proc.pid == pid
+            assert live.alive
+            assert live.proc.pid == pid
 
     run(main)
 
@@ -244,7 +245,8 @@ def test_resume_after_restart(project_dir: Path) -> None:
         await first.aclose(close_session=False)
         second = await LiveAgent.start(cfg, registry, resume_session_id=session_id)
         try:
-            assert second.resumed and second.session_id == session_id
+            assert second.resumed
+            assert second.session_id == session_id
         finally:
             await second.aclose(close_session=True)
             registry.close()

@@ -1,0 +1,703 @@
+"""Real-process matrix for the keeper, the supervisor shell and reconcile (Linux).
+
+Every case runs real trees -- shell wrappers, ``setsid`` children, double-forked
+daemons, TERM-ignoring members -- and asserts three things:
+
+* the termination reason (the ExtinctionReport and the lease row agree);
+* the lease ends ``closed``;
+* nothing survives, by three independent witnesses: the report's ``survivors`` is
+  empty, a ``/proc`` scan for the lease marker ``TETHER_LEASE_ID=<lease_id>`` finds no
+  live process (and the lease's cgroup, if any, is gone or unpopulated), and the
+  suite's conftest finds no descendant of the test left alive.
+
+Cases that can use a cgroup run twice: with the cgroup (``cgroup.kill``), and with
+``TETHER_NO_CGROUP=1`` (keeper subreaper walk / reconcile pidfd sweep only). The
+cgroup variant skips, with its reason, where cgroup v2 is not writable.
+
+Supervisor-death cases run the supervisor as a separate interpreter
+(``tests/fake_agents/supervisor.py``) and SIGKILL it through a pidfd; every process
+this module signals is its own child or a descendant whose identity (parent and
+starttime) was verified after opening a pidfd on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tether import _os
+from tether.registry import Registry
+from tether.supervise import reconcile as reconcile_mod
+from tether.supervise.reconcile import reconcile
+from tether.supervise.run_state import TerminationReason
+from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, _Cgroups, spawn_agent
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="process ownership is Linux"),
+]
+
+FAKES = Path(__file__).parents[1] / "fake_agents"
+ESCAPE_TREE = [sys.executable, str(FAKES / "escape_tree.py")]
+SUPERVISOR = [sys.executable, str(FAKES / "supervisor.py")]
+GRACE = 0.3
+READY_TIMEOUT = 15.0
+
+
+# --- witnesses --------------------------------------------------------------------------
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, ppid, starttime) or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return None
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return fields[0].decode(), int(fields[1]), int(fields[19])
+
+
+def alive(pid: int, starttime: int) -> bool:
+    """Is that very process (pid + starttime) still running? Zombies are dead."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and st[2] == starttime
+
+
+def marker_carriers(lease_id: str) -> list[int]:
+    """Live processes whose environment carries TETHER_LEASE_ID=<lease_id>."""
+    want = b"TETHER_LEASE_ID=" + lease_id.encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if want in env:
+            st = _stat(int(name))
+            if st is not None and st[0] != "Z":
+                found.append(int(name))
+    return found
+
+
+def assert_extinct(lease_id: str, cgroup: str | None, *, within: float = 0.0) -> None:
+    """The /proc marker witness (and the cgroup one): nothing of the lease is alive."""
+    deadline = time.monotonic() + within
+    while True:
+        carriers = marker_carriers(lease_id)
+        if not carriers or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
+    assert carriers == [], f"processes carrying the lease marker survived: {carriers}"
+    if cgroup is not None:
+        events = Path(cgroup, "cgroup.events")
+        if events.exists():
+            assert "populated 0" in events.read_text()
+        # The keeper (or reconcile) removes the cgroup once it is empty.
+        assert not Path(cgroup).exists(), f"cgroup {cgroup} was left behind"
+
+
+def assert_lease(lease_id: str, *, state: str = "closed", reason: str | None = None) -> Any:
+    with Registry() as reg:
+        lease = reg.lease(lease_id)
+    assert lease is not None
+    assert lease.state == state, (lease.state, lease.reason, lease.note)
+    if reason is not None:
+        assert lease.reason == reason
+    return lease
+
+
+def assert_clean(proc: AgentProcess, report: ExtinctionReport, reason: str) -> None:
+    assert report.reason == reason, report
+    assert report.survivors == ()
+    assert_extinct(proc.lease_id, proc.cgroup)
+    assert_lease(proc.lease_id, reason=reason)
+
+
+# --- cgroup / no-cgroup parametrisation ------------------------------------------------
+
+
+def _cgroup_capability() -> str | None:
+    """None if per-run cgroups work here, else why not."""
+    mount = _os.find_cgroup2_mount()
+    if mount is None:
+        return "no cgroup2 mount"
+    ok, why = _os.cgroup_writable(mount)
+    return None if ok else why
+
+
+@pytest.fixture(params=["cgroup", "no-cgroup"])
+def cgroup_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """Run the case with a per-run cgroup, and with TETHER_NO_CGROUP=1."""
+    if request.param == "cgroup":
+        why = _cgroup_capability()
+        if why is not None:
+            pytest.skip(f"cgroup v2 not writable: {why}")
+        monkeypatch.delenv("TETHER_NO_CGROUP", raising=False)
+    else:
+        monkeypatch.setenv("TETHER_NO_CGROUP", "1")
+    _Cgroups.reset()  # the probe is once per process; each case decides afresh
+    yield request.param
+    _Cgroups.reset()
+
+
+def _expect_cgroup(proc: AgentProcess, mode: str) -> None:
+    if mode == "cgroup":
+        assert proc.cgroup is not None
+    else:
+        assert proc.cgroup is None
+
+
+# --- in-process runs ---------------------------------------------------------------------
+
+
+class Lines:
+    """Collects an agent's stdout lines; resolves ``ready`` at the escape tree's JSON line."""
+
+    def __init__(self, proc: AgentProcess) -> None:
+        self.buf = bytearray()
+        self.lines: list[bytes] = []
+        self.ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self.ready_at: float | None = None
+        proc.set_stdout_handler(self._data, lambda: None)
+
+    def _data(self, data: bytes) -> None:
+        self.buf += data
+        while b"\n" in self.buf:
+            i = self.buf.index(b"\n")
+            line = bytes(self.buf[:i]).rstrip(b"\r")
+            del self.buf[: i + 1]
+            self.lines.append(line)
+            if line.startswith(b"{") and not self.ready.done():
+                self.ready_at = time.monotonic()
+                self.ready.set_result(json.loads(line))
+
+    async def wait_ready(self) -> dict[str, Any]:
+        return await asyncio.wait_for(asyncio.shield(self.ready), READY_TIMEOUT)
+
+
+def tree_pids(tree: dict[str, Any]) -> list[tuple[int, int]]:
+    out = [(tree["root"]["pid"], tree["root"]["starttime"])]
+    out += [(m["pid"], m["starttime"]) for m in tree["members"].values()]
+    return out
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def spec(argv: list[str], tmp: Path, **kw: Any) -> SpawnSpec:
+    kw.setdefault("grace", GRACE)
+    return SpawnSpec(argv=argv, cwd=str(tmp), **kw)
+
+
+def test_direct_exit(cgroup_mode: str, project_dir: Path) -> None:
+    """The agent exits 0 by itself: reason ``exit``, by the agent, nobody called aclose."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(
+                spec([sys.executable, "-c", "print('bye')"], project_dir), reg
+            )
+            _expect_cgroup(proc, cgroup_mode)
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.exit_code == 0
+            assert report.exit_signal is None
+            assert not report.escalated
+            assert proc.lifecycle.terminated_by == "agent"
+            # aclose() after the end is idempotent and keeps the first outcome.
+            assert await proc.aclose(TerminationReason.CLOSE) == report
+            assert_clean(proc, report, "exit")
+
+    run(main())
+
+
+def test_exit_then_aclose_is_still_exit(project_dir: Path) -> None:
+    """wait_exited() then aclose(): the run ended by itself, so it is not a "close"."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec(["sh", "-c", "exit 3"], project_dir), reg)
+            assert await asyncio.wait_for(proc.wait_exited(), 10) == (3, None)
+            report = await proc.aclose(TerminationReason.CLOSE)
+            assert report.exit_code == 3
+            assert proc.lifecycle.terminated_by == "agent"
+            assert_clean(proc, report, "exit")
+
+    run(main())
+
+
+def test_exit_leaving_escapes_reaps_them(cgroup_mode: str, project_dir: Path) -> None:
+    """The root exits 0 leaving setsid/daemon/TERM-ignoring members: all of them die."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec([*ESCAPE_TREE, "--then", "exit"], project_dir), reg)
+            lines = Lines(proc)
+            tree = await lines.wait_ready()
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.exit_code == 0
+            assert report.escalated  # the TERM-ignoring members needed SIGKILL
+            assert_clean(proc, report, "exit")
+            assert not [p for p, s in tree_pids(tree) if alive(p, s)]
+
+    run(main())
+
+
+def test_manual_cancel(cgroup_mode: str, project_dir: Path) -> None:
+    """aclose(MANUAL_CANCEL) on a full escape tree whose root ignores SIGTERM."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(
+                spec([*ESCAPE_TREE, "--root-ignore-term"], project_dir), reg
+            )
+            _expect_cgroup(proc, cgroup_mode)
+            lines = Lines(proc)
+            tree = await lines.wait_ready()
+            assert all(alive(p, s) for p, s in tree_pids(tree))
+            t0 = time.monotonic()
+            report = await proc.aclose(TerminationReason.MANUAL_CANCEL)
+            took = time.monotonic() - t0
+            assert report.escalated
+            assert report.mode == ("cgroup" if cgroup_mode == "cgroup" else "subreaper")
+            assert report.exit_signal == signal.SIGKILL
+            assert GRACE <= took < GRACE + 2.0
+            assert proc.lifecycle.terminated_by == "daemon"
+            assert_clean(proc, report, "manual-cancel")
+            assert not [p for p, s in tree_pids(tree) if alive(p, s)]
+
+    run(main())
+
+
+def test_overall_timeout(cgroup_mode: str, project_dir: Path) -> None:
+    """overall_timeout=0.3 ends the run by itself; we only await its end."""
+    script = "sleep 30 & setsid sleep 30 & (trap '' TERM; sleep 30) & echo up; wait"
+
+    async def main() -> None:
+        with Registry() as reg:
+            t0 = time.monotonic()
+            proc = await spawn_agent(
+                spec(["bash", "-c", script], project_dir, overall_timeout=0.3), reg
+            )
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            took = time.monotonic() - t0
+            assert 0.3 <= took < 0.3 + GRACE + 3.0
+            assert_clean(proc, report, "overall-timeout")
+
+    run(main())
+
+
+def test_no_output_timeout(cgroup_mode: str, project_dir: Path) -> None:
+    """One line of output, then silence: the no-output watchdog ends the run."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec(ESCAPE_TREE, project_dir, no_output_timeout=0.5), reg)
+            lines = Lines(proc)
+            tree = await lines.wait_ready()
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert lines.ready_at is not None
+            assert report.escalated  # TERM-ignoring members
+            assert_clean(proc, report, "no-output-timeout")
+            assert not [p for p, s in tree_pids(tree) if alive(p, s)]
+
+    run(main())
+
+
+def test_pty_output_rearms_watchdog(cgroup_mode: str, project_dir: Path) -> None:
+    """Output every 0.2 s on a PTY keeps a 0.5 s no-output watchdog quiet for 1.5 s."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            argv = [*ESCAPE_TREE, "--members", "", "--then", "tick", "--interval", "0.2"]
+            argv += ["--duration", "1.5"]
+            t0 = time.monotonic()
+            proc = await spawn_agent(spec(argv, project_dir, pty=True, no_output_timeout=0.5), reg)
+            lines = Lines(proc)
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            took = time.monotonic() - t0
+            assert took >= 1.5
+            ticks = [ln for ln in lines.lines if ln.startswith(b"tick ")]
+            assert len(ticks) >= 5, lines.lines
+            assert report.exit_code == 0
+            assert_clean(proc, report, "exit")
+
+    run(main())
+
+
+def test_pty_is_a_terminal_and_takes_input(project_dir: Path) -> None:
+    """On a PTY the agent sees a terminal, our writes reach it, and are not echoed back."""
+    prog = (
+        "import os, sys\n"
+        "print('tty', os.isatty(0), os.isatty(1), os.getsid(0) == os.getpid(), flush=True)\n"
+        "line = sys.stdin.readline()\n"
+        "print('got', line.strip(), flush=True)\n"
+        "print('eof', repr(sys.stdin.read()), flush=True)\n"
+    )
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec([sys.executable, "-c", prog], project_dir, pty=True), reg)
+            lines = Lines(proc)
+            proc.write(b"hello\n")
+            await proc.drain()
+            proc.close_stdin()
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert lines.lines[:3] == [b"tty True True True", b"got hello", b"eof ''"], lines.lines
+            assert_clean(proc, report, "exit")
+
+    run(main())
+
+
+def test_shell_wrapper_tree(cgroup_mode: str, project_dir: Path) -> None:
+    """`bash -c` with a child and a grandchild: all gone after close."""
+    script = (
+        "bash -c 'sleep 600 & echo grandchild $!; wait' & echo child $!; "
+        "sleep 600 & echo sibling $!; wait"
+    )
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec(["bash", "-c", script], project_dir), reg)
+            lines = Lines(proc)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while len(lines.lines) < 3 and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            pids = {ln.split()[0]: int(ln.split()[1]) for ln in lines.lines[:3]}
+            idents = [(p, _stat(p)[2]) for p in pids.values()]  # type: ignore[index]
+            assert len(idents) == 3
+            report = await proc.aclose(TerminationReason.CLOSE)
+            assert not report.escalated  # plain shells and sleeps die on SIGTERM
+            assert_clean(proc, report, "close")
+            assert not [p for p, s in idents if alive(p, s)]
+
+    run(main())
+
+
+def test_setsid_and_double_fork_escapes(cgroup_mode: str, project_dir: Path) -> None:
+    """python -c programs that fork+setsid and double-fork: caught by the subreaper/cgroup."""
+    prog = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid(); time.sleep(600); os._exit(0)\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork(): os._exit(0)\n"
+        "    time.sleep(600); os._exit(0)\n"
+        "print('up', flush=True)\n"
+        "time.sleep(600)\n"
+    )
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec([sys.executable, "-c", prog], project_dir), reg)
+            lines = Lines(proc)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not lines.lines and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)  # let the double fork finish its second fork
+            assert len(marker_carriers(proc.lease_id)) >= 3
+            report = await proc.aclose(TerminationReason.CLOSE)
+            assert_clean(proc, report, "close")
+
+    run(main())
+
+
+def test_term_ignoring_members_escalate(cgroup_mode: str, project_dir: Path) -> None:
+    """trap '' TERM members (and root): SIGKILL after the grace, 0 survivors."""
+    script = (
+        "trap '' TERM; (trap '' TERM; while :; do sleep 0.1; done) & "
+        "bash -c \"trap '' TERM; exec sleep 600\" & echo up; while :; do sleep 0.1; done"
+    )
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec(["bash", "-c", script], project_dir), reg)
+            lines = Lines(proc)
+            deadline = time.monotonic() + READY_TIMEOUT
+            while not lines.lines and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            t0 = time.monotonic()
+            report = await proc.aclose(TerminationReason.CLOSE)
+            took = time.monotonic() - t0
+            assert report.escalated
+            assert report.exit_signal == signal.SIGKILL
+            assert took >= GRACE
+            assert_clean(proc, report, "close")
+
+    run(main())
+
+
+def test_keeper_killed_supervisor_sweeps(cgroup_mode: str, project_dir: Path) -> None:
+    """The keeper dies (SIGKILL): the supervisor notices and sweeps the verified tree."""
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(spec(ESCAPE_TREE, project_dir), reg)
+            lines = Lines(proc)
+            tree = await lines.wait_ready()
+            assert proc.keeper is not None
+            # Our own unreaped child: the pid cannot have been recycled.
+            fd = os.pidfd_open(proc.keeper.pid)
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            finally:
+                os.close(fd)
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.mode == "supervisor-sweep"
+            assert_clean(proc, report, "signal")
+            assert not [p for p, s in tree_pids(tree) if alive(p, s)]
+
+    run(main())
+
+
+# --- out-of-process supervisors ------------------------------------------------------------
+
+
+class Supervisor:
+    """tests/fake_agents/supervisor.py as our child; killed through a pidfd."""
+
+    def __init__(self, trees: int, session_key: str | None, tree_args: list[str]) -> None:
+        argv = [*SUPERVISOR, "--trees", str(trees), "--grace", str(GRACE)]
+        if session_key:
+            argv += ["--session-key", session_key]
+        self.popen = subprocess.Popen(
+            [*argv, "--", *ESCAPE_TREE, *tree_args],
+            stdout=subprocess.PIPE,
+            start_new_session=True,
+        )
+        self.pidfd = os.pidfd_open(self.popen.pid)  # our unreaped child: exact
+        self.runs: list[dict[str, Any]] = []
+        assert self.popen.stdout is not None
+        out = self.popen.stdout
+        buf = b""
+        deadline = time.monotonic() + READY_TIMEOUT + 5
+        while True:
+            remaining = deadline - time.monotonic()
+            assert remaining > 0, "supervisor did not report its runs in time"
+            ready, _, _ = select.select([out], [], [], remaining)
+            if not ready:
+                continue
+            chunk = os.read(out.fileno(), 65536)
+            assert chunk, "supervisor exited before reporting"
+            buf += chunk
+            done = False
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                msg = json.loads(line)
+                if msg.get("all_ready"):
+                    done = True
+                else:
+                    self.runs.append(msg)
+            if done:
+                return
+
+    def signal(self, sig: int) -> None:
+        signal.pidfd_send_signal(self.pidfd, sig)
+
+    def kill_keepers(self) -> None:
+        """SIGKILL each keeper, after proving it is the one our stopped supervisor started."""
+        for run_ in self.runs:
+            k = run_["keeper"]
+            fd = os.pidfd_open(k["pid"])
+            try:
+                st = _stat(k["pid"])
+                # Re-checked after pinning: our supervisor's child, with the starttime it
+                # reported. The supervisor is stopped and unreaped, so its pid is exact.
+                assert st is not None
+                assert st[1] == self.popen.pid
+                assert st[2] == k["starttime"]
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+            finally:
+                os.close(fd)
+
+    def reap(self) -> None:
+        with contextlib.suppress(ChildProcessError):
+            os.waitid(os.P_PIDFD, self.pidfd, os.WEXITED)
+        self.popen.returncode = -9  # reaped through the pidfd; keep Popen quiet
+        os.close(self.pidfd)
+        assert self.popen.stdout is not None
+        self.popen.stdout.close()
+
+    def close(self) -> None:
+        """Make sure the supervisor is gone (test failure paths)."""
+        if self.popen.returncode is None:
+            with contextlib.suppress(OSError):
+                self.signal(signal.SIGKILL)
+            self.reap()
+
+
+def _wait_dead(idents: list[tuple[int, int]], timeout: float) -> list[tuple[int, int]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [(p, s) for p, s in idents if alive(p, s)]
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.005)
+
+
+def _session_ended_events(session_key: str) -> list[dict[str, Any]]:
+    with Registry() as reg:
+        return reg.events(session_key, kind="session_ended")
+
+
+def test_supervisor_death_keeper_ends_tree(cgroup_mode: str) -> None:
+    """SIGKILL the supervisor: its keeper alone ends the tree within grace + 1 s."""
+    sup = Supervisor(1, "sess-sup-death", ["--root-ignore-term"])
+    try:
+        (run_,) = sup.runs
+        targets = [*tree_pids(run_["tree"]), (run_["keeper"]["pid"], run_["keeper"]["starttime"])]
+        assert all(alive(p, s) for p, s in targets)
+        t0 = time.monotonic()
+        sup.signal(signal.SIGKILL)
+        left = _wait_dead(targets, GRACE + 1.0)
+        took = time.monotonic() - t0
+        assert left == [], f"still alive {took:.2f}s after the supervisor died: {left}"
+        sup.reap()
+        assert_extinct(run_["lease_id"], run_["cgroup"])
+        # Nobody reported the run's end: the lease is still open until a reconcile.
+        assert_lease(run_["lease_id"], state="open")
+        with Registry() as reg:
+            decisions = reconcile(reg, grace=GRACE)
+        mine = [d for d in decisions if d["lease_id"] == run_["lease_id"]]
+        assert [d["kind"] for d in mine] == ["markclosed"], mine
+        assert_lease(run_["lease_id"], reason="owner-lost")
+        assert len(_session_ended_events("sess-sup-death")) == 1
+        # A second reconcile has nothing to do and reports nothing again.
+        with Registry() as reg:
+            assert [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == run_["lease_id"]] == []
+        assert len(_session_ended_events("sess-sup-death")) == 1
+    finally:
+        sup.close()
+
+
+def _kill_supervisor_and_keepers(sup: Supervisor) -> None:
+    # Stop the supervisor first so it cannot react to its keepers' deaths (it would
+    # sweep the tree itself), then kill the keepers, then the supervisor.
+    sup.signal(signal.SIGSTOP)
+    sup.kill_keepers()
+    sup.signal(signal.SIGKILL)
+    sup.reap()
+
+
+def test_supervisor_and_keeper_killed_reconcile_reaps(cgroup_mode: str) -> None:
+    """Supervisor and keeper both SIGKILLed: pdeathsig takes the root, reconcile the rest."""
+    sup = Supervisor(1, "sess-both-dead", [])
+    try:
+        (run_,) = sup.runs
+        tree = run_["tree"]
+        _kill_supervisor_and_keepers(sup)
+        root = (tree["root"]["pid"], tree["root"]["starttime"])
+        assert _wait_dead([root], 1.0) == [], "the root outlived its keeper (pdeathsig)"
+        members = [(m["pid"], m["starttime"]) for m in tree["members"].values()]
+        survivors = [(p, s) for p, s in members if alive(p, s)]
+        assert survivors, "expected the escaped members to outlive the keeper"
+        lease = assert_lease(run_["lease_id"], state="open")
+        with Registry() as reg:
+            decisions = reconcile(reg, grace=GRACE)
+        mine = [d for d in decisions if d["lease_id"] == run_["lease_id"]]
+        assert [d["kind"] for d in mine] == ["reap", "markclosed"], mine
+        assert mine[0]["extinct"] is True
+        assert {p for p, _ in survivors} <= set(mine[0]["pids"])
+        assert not [p for p, s in members if alive(p, s)]
+        assert_extinct(run_["lease_id"], lease.cgroup_path)
+        assert_lease(run_["lease_id"], reason="owner-lost")
+        assert len(_session_ended_events("sess-both-dead")) == 1
+    finally:
+        sup.close()
+
+
+def test_lease_contention_two_reconcilers(
+    cgroup_mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Two reconcilers (threads, separate connections) race over one dead-owner lease."""
+    sup = Supervisor(1, "sess-contention", [])
+    decoys: list[subprocess.Popen[bytes]] = []
+    try:
+        (run_,) = sup.runs
+        lease_id = run_["lease_id"]
+        # Foreign processes: no marker, and one carrying *another* lease's marker.
+        env_other = {**os.environ, "TETHER_LEASE_ID": "f" * 32}
+        env_none = {k: v for k, v in os.environ.items() if k != "TETHER_LEASE_ID"}
+        decoys = [
+            subprocess.Popen(["sleep", "600"], env=env_none, start_new_session=True),
+            subprocess.Popen(["sleep", "600"], env=env_other, start_new_session=True),
+        ]
+        _kill_supervisor_and_keepers(sup)
+        tree = run_["tree"]
+        assert _wait_dead([(tree["root"]["pid"], tree["root"]["starttime"])], 1.0) == []
+        targets = set(marker_carriers(lease_id))
+        assert targets
+
+        delivered: list[tuple[int, bytes | None, int]] = []
+        lock = threading.Lock()
+        real = reconcile_mod.signal_verified
+
+        def recording(table: Any, ident: Any, sig: int, **kw: Any) -> bool:
+            before = table.environ_value(ident.pid, b"TETHER_LEASE_ID")
+            ok = real(table, ident, sig, **kw)
+            if ok:
+                with lock:
+                    delivered.append((ident.pid, before, sig))
+            return ok
+
+        monkeypatch.setattr(reconcile_mod, "signal_verified", recording)
+        barrier = threading.Barrier(2)
+        results: list[list[dict[str, Any]]] = []
+        errors: list[BaseException] = []
+
+        def worker() -> None:
+            try:
+                with Registry() as reg:
+                    barrier.wait()
+                    out = reconcile(reg, grace=GRACE)
+                with lock:
+                    results.append(out)
+            except BaseException as exc:
+                with lock:
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=worker) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert errors == []
+        assert len(results) == 2
+        # Every signal went to a process carrying this lease's marker; none to a decoy.
+        assert delivered
+        assert all(m == lease_id.encode() for _, m, _ in delivered), delivered
+        decoy_pids = {d.pid for d in decoys}
+        assert not decoy_pids & {p for p, _, _ in delivered}
+        assert all(d.poll() is None for d in decoys)
+        # Every target was reached and is gone.
+        assert targets <= {p for p, _, _ in delivered}
+        assert_extinct(lease_id, run_["cgroup"])
+        # Closed once, reported once.
+        assert_lease(lease_id, reason="owner-lost")
+        ended = [d for out in results for d in out if d.get("session_ended")]
+        assert len(ended) == 1
+        assert len(_session_ended_events("sess-contention")) == 1
+    finally:
+        sup.close()
+        for d in decoys:
+            d.kill()  # our own unreaped children: Popen signals the exact process
+            d.wait()
