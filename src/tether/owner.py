@@ -74,6 +74,9 @@ class Job:
     admitted_at: float
     done: bool = False
     detached: bool = False
+    # A cancel that arrived before the turn reached the agent (it was still starting):
+    # the turn is then never sent, rather than the cancel being lost.
+    cancel_requested: bool = False
 
     @property
     def request_id(self) -> str:
@@ -178,6 +181,7 @@ class Owner:
         self.stopping = False
         self.stop_reason = ""
         self._wakeup = asyncio.Event()
+        self._stop_event = asyncio.Event()  # set once, by request_shutdown
         self._stopped = asyncio.Event()
         self._closer: Job | None = None
         self._close_session = False
@@ -303,6 +307,9 @@ class Owner:
                         "generation": self.generation,
                         "ownerPid": os.getpid(),
                         "sessionKey": self.key,
+                        # A stopping owner (idle TTL, close, signal) rejects new work: a
+                        # caller that sees this waits for it to go and starts a new one.
+                        "stopping": self.stopping,
                     }
                 )
             )
@@ -414,11 +421,19 @@ class Owner:
                 "requestId": target,
             }
         active = self.active
-        if active is None or active.env.kind != "prompt" or self.live is None:
+        if active is None or active.env.kind != "prompt":
             return {"action": "cancel_result", "cancelled": False, "reason": "nothing to cancel"}
-        sent = self.live.cancel()
+        sent = self.live.cancel() if self.live is not None else False
+        if not sent:
+            # The turn has not reached the agent yet (it is still starting): defer.
+            active.cancel_requested = True
         _log.event("cancel", session_key=self.key, request_id=active.request_id, sent=sent)
-        return {"action": "cancel_result", "cancelled": sent, "requestId": active.request_id}
+        return {
+            "action": "cancel_result",
+            "cancelled": True,
+            "requestId": active.request_id,
+            **({} if sent else {"deferred": True}),
+        }
 
     def status_snapshot(self) -> dict[str, Any]:
         live = self.live
@@ -466,7 +481,7 @@ class Owner:
             task = asyncio.get_running_loop().create_task(self._run_job(job))
             self._active_task = task
             try:
-                await asyncio.shield(task)
+                await self._await_job(task)
             except asyncio.CancelledError:
                 raise
             except TetherError as exc:
@@ -479,6 +494,30 @@ class Owner:
             if self.live is not None and not self.live.alive:
                 await self._end_run(self.live, reason=TerminationReason.EXIT)
         await self.shutdown()
+
+    async def _await_job(self, task: asyncio.Task[None]) -> None:
+        """Wait for the active job; once shutdown is requested, for CANCEL_SETTLE_S more.
+
+        The shutdown already sent ``session/cancel``; an agent that ignores it (a hung or
+        late turn) must not hold `sessions close`, a signal or the idle TTL hostage until
+        the turn ceiling. The job is then abandoned (its task cancelled, which abandons
+        the ACP request) and its caller gets ``QUEUE_OWNER_SHUTTING_DOWN``.
+        """
+        while not task.done() and not self.stopping:
+            stop = asyncio.ensure_future(self._stop_event.wait())
+            try:
+                await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop.cancel()
+        if not task.done():
+            await asyncio.wait({task}, timeout=CANCEL_SETTLE_S)
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+            if not task.cancelled():
+                task.result()  # it finished (or failed) while being cancelled
+            raise OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})")
+        task.result()
 
     async def _ensure_agent(self) -> LiveAgent:
         if self.live is not None and self.live.alive:
@@ -573,10 +612,29 @@ class Owner:
                 )
         self._last_report = report
 
+    def _record_turn(self, job: Job, stop_reason: str) -> None:
+        with contextlib.suppress(Exception):
+            self.registry.add_event(
+                self.key,
+                "turn",
+                {"requestId": job.request_id, "stopReason": stop_reason, "prompt": _preview(job)},
+            )
+
     async def _run_job(self, job: Job) -> None:
         kind = job.env.kind
         live = await self._ensure_agent()
-        if kind == "prompt":
+        if kind == "prompt" and job.cancel_requested:
+            # Cancelled while the agent was starting: never send it (see _cancel).
+            self._record_turn(job, "cancelled")
+            job.finish(
+                {
+                    "stopReason": "cancelled",
+                    "sessionId": live.session_id,
+                    "permissionDenied": 0,
+                    "result": {"stopReason": "cancelled"},
+                }
+            )
+        elif kind == "prompt":
             mode = job.env.payload.get("permissionMode")
             if isinstance(mode, str) and mode in {m.value for m in PermissionMode}:
                 live.conn.options.permission_mode = PermissionMode(mode)
@@ -587,16 +645,7 @@ class Owner:
                 remaining = max(0.001, job.deadline - time.monotonic())
                 ceiling = remaining if ceiling is None else min(ceiling, remaining)
             result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
-            with contextlib.suppress(Exception):
-                self.registry.add_event(
-                    self.key,
-                    "turn",
-                    {
-                        "requestId": job.request_id,
-                        "stopReason": result.stop_reason,
-                        "prompt": _preview(job),
-                    },
-                )
+            self._record_turn(job, result.stop_reason)
             job.finish(
                 {
                     "stopReason": result.stop_reason,
@@ -642,8 +691,13 @@ class Owner:
         self._disarm_idle()
         _log.event("owner_stopping", session_key=self.key, reason=reason)
         self._wakeup.set()
-        if self.active is not None and self.live is not None:
-            self.live.cancel()  # stop the active turn; the session stays resumable unless closing
+        self._stop_event.set()
+        if self.active is not None:
+            # Stop the active turn (the session stays resumable unless closing); a turn
+            # that has not reached the agent yet is not sent at all.
+            self.active.cancel_requested = True
+            if self.live is not None:
+                self.live.cancel()
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""

@@ -101,6 +101,7 @@ class Cli:
         self.project = project
         self.agent = agent or ["mock"]
         self.env = dict(os.environ, PYTHONUNBUFFERED="1")
+        self.callers: list[subprocess.Popen[str]] = []
 
     def argv(self, *args: str, fmt: str = "text") -> list[str]:
         return [
@@ -143,7 +144,7 @@ class Cli:
         return obj
 
     def popen(self, *args: str, fmt: str = "text") -> subprocess.Popen[str]:
-        return subprocess.Popen(
+        proc = subprocess.Popen(
             self.argv(*args, fmt=fmt),
             env=self.env,
             stdout=subprocess.PIPE,
@@ -151,6 +152,8 @@ class Cli:
             stdin=subprocess.DEVNULL,
             text=True,
         )
+        self.callers.append(proc)
+        return proc
 
     def status(self) -> Frame:
         return self.json("status")
@@ -159,7 +162,7 @@ class Cli:
         """Events, oldest first."""
         events = self.json("sessions", "history", "--limit", "1000")["events"]
         assert isinstance(events, list)
-        return [e for e in reversed(events) if kind is None or e["kind"] == kind]
+        return [e for e in events if kind is None or e["kind"] == kind]
 
     def wait_active(self) -> Frame:
         """Wait until the owner runs a prompt turn and the agent is up; return the status."""
@@ -187,6 +190,11 @@ def cli(project_dir: Path) -> Iterator[Callable[..., Cli]]:
     finally:
         for c in made:
             c.close()
+        for c in made:
+            for proc in c.callers:  # a failed test may leave a caller behind: collect it
+                if proc.poll() is None:
+                    proc.kill()
+                proc.communicate()
 
 
 @pytest.fixture
@@ -359,6 +367,37 @@ def test_sigint_on_waiting_prompt_cancels_its_turn_and_exits_130(mock: Cli) -> N
 
 
 # --- failures and recovery ------------------------------------------------------------
+
+
+def test_close_during_a_turn_that_ignores_cancel(mock: Cli) -> None:
+    """`hang` never answers, not even a cancel: close must not wait for the turn ceiling."""
+    caller = mock.popen("prompt", "hang", fmt="json")
+    active = mock.wait_active()
+    closed = mock.json("sessions", "close")
+    assert closed["survivors"] == []
+    rc, out, _ = finish(caller)
+    assert rc == 1
+    error = json.loads(out.strip().splitlines()[-1])["error"]
+    assert error["data"]["detailCode"] == "QUEUE_OWNER_SHUTTING_DOWN"
+    assert not alive(active["agentPid"])
+    assert not alive(active["ownerPid"]) or wait_for(
+        lambda: not alive(active["ownerPid"]), "the owner to exit"
+    )
+
+
+def test_sigterm_owner_mid_turn_cancels_and_records(mock: Cli) -> None:
+    caller = mock.popen("prompt", "sleep 30000", fmt="json")
+    active = mock.wait_active()
+    signal_descendant(active["ownerPid"], signal.SIGTERM)
+    rc, out, err = finish(caller)
+    assert rc == 0, err  # the turn ended `cancelled` before the owner went
+    wait_for(lambda: not alive(active["ownerPid"]), "the owner to exit")
+    assert not alive(active["agentPid"])
+    ended = mock.history("session_ended")
+    assert len(ended) == 1
+    assert ended[0]["payload"]["reason"] == "terminated"
+    assert mock.history("turn")[-1]["payload"]["stopReason"] == "cancelled"
+    assert "again" in mock.run("prompt", "echo again").stdout
 
 
 def test_sigkill_owner_mid_turn(mock: Cli) -> None:

@@ -382,7 +382,7 @@ def test_shell_wrapper_tree(cgroup_mode: str, project_dir: Path) -> None:
                 await asyncio.sleep(0.01)
             pids = {ln.split()[0]: int(ln.split()[1]) for ln in lines.lines[:3]}
             idents = [(p, _stat(p)[2]) for p in pids.values()]  # type: ignore[index]
-            assert len(idents) == 3
+            assert len(idents) == 3, lines.lines
             report = await proc.aclose(TerminationReason.CLOSE)
             assert not report.escalated  # plain shells and sleeps die on SIGTERM
             assert_clean(proc, report, "close")

@@ -52,13 +52,26 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
     }
 
 
+START_DEADLINE_S = 15.0  # to get a serving owner when none was running
+
+
+def _serving(conn: OwnerConnection) -> OwnerConnection | None:
+    """``conn`` if its owner accepts work; None (closed) if it is shutting down."""
+    if conn.hello.get("stopping"):
+        conn.close()
+        return None
+    return conn
+
+
 def connect_or_start(ctx: Any, key: str, *, must_exist: bool = True) -> OwnerConnection:
     """The warm path first; otherwise check the session and start its owner."""
     path = str(sessions.socket_path(key))
     try:
-        return OwnerConnection.connect(path)
+        conn = _serving(OwnerConnection.connect(path))
     except OwnerUnavailable:
-        pass
+        conn = None
+    if conn is not None:
+        return conn
     import time
 
     from tether.owner_launch import spawn_owner_daemon
@@ -74,11 +87,28 @@ def connect_or_start(ctx: Any, key: str, *, must_exist: bool = True) -> OwnerCon
             opts = dict(session.options)
             opts.update({k: v for k, v in _owner_options(ctx).items() if v is not None})
             registry.update_session(key, options=opts)
-    message = spawn_owner_daemon(key)
-    if message.get("ready"):
-        return OwnerConnection.connect(str(message.get("socket") or path))
-    # Another caller's owner won the lock: it is starting; connect to it.
-    return connect_with_retry(path, deadline=time.monotonic() + 15.0)
+    deadline = time.monotonic() + START_DEADLINE_S
+    while True:
+        message = spawn_owner_daemon(key)
+        if message.get("ready"):
+            return OwnerConnection.connect(str(message.get("socket") or path))
+        # Busy: another owner holds the session's lock. Either it is starting (another
+        # caller's: it binds soon) or it is stopping (idle TTL, close, signal: it lets
+        # the lock go soon, and then nobody would start an owner for us). So connect
+        # for a short while, and when that fails or finds it stopping, start ours again.
+        try:
+            conn = _serving(
+                connect_with_retry(path, deadline=min(deadline, time.monotonic() + 0.5))
+            )
+        except OwnerUnavailable:
+            conn = None
+        if conn is not None:
+            return conn
+        if time.monotonic() >= deadline:
+            raise OwnerUnavailable(
+                f"the session owner did not become available within {START_DEADLINE_S:g} s"
+            )
+        time.sleep(0.05)
 
 
 def _render(ctx: Any) -> Any:
@@ -227,7 +257,17 @@ def _offline_status(key: str) -> dict[str, Any]:
     with Registry() as registry:
         session = registry.session(key)
         if session is None:
-            return {"action": "status_snapshot", "status": "no-session", "sessionKey": key}
+            # The documented keys are always present, so scripts need no special case.
+            return {
+                "action": "status_snapshot",
+                "status": "no-session",
+                "ownerPid": None,
+                "ownerGeneration": None,
+                "agentPid": None,
+                "queueDepth": 0,
+                "leaseState": None,
+                "sessionKey": key,
+            }
         lease = None
         leases = registry.leases(session_key=key)
         if leases:
