@@ -175,6 +175,7 @@ class Lines:
         self.lines: list[bytes] = []
         self.ready: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self.ready_at: float | None = None
+        self.changed = asyncio.Event()
         proc.set_stdout_handler(self._data, lambda: None)
 
     def _data(self, data: bytes) -> None:
@@ -184,12 +185,26 @@ class Lines:
             line = bytes(self.buf[:i]).rstrip(b"\r")
             del self.buf[: i + 1]
             self.lines.append(line)
+            self.changed.set()
             if line.startswith(b"{") and not self.ready.done():
                 self.ready_at = time.monotonic()
                 self.ready.set_result(json.loads(line))
 
     async def wait_ready(self) -> dict[str, Any]:
         return await asyncio.wait_for(asyncio.shield(self.ready), READY_TIMEOUT)
+
+    async def wait_lines(self, n: int) -> list[bytes]:
+        async with asyncio.timeout(READY_TIMEOUT):
+            while len(self.lines) < n:
+                self.changed.clear()
+                await self.changed.wait()
+        return self.lines[:n]
+
+
+def starttime_of(pid: int) -> int:
+    st = _stat(pid)
+    assert st is not None, f"pid {pid} is gone"
+    return st[2]
 
 
 def tree_pids(tree: dict[str, Any]) -> list[tuple[int, int]]:
@@ -212,9 +227,7 @@ def test_direct_exit(cgroup_mode: str, project_dir: Path) -> None:
 
     async def main() -> None:
         with Registry() as reg:
-            proc = await spawn_agent(
-                spec([sys.executable, "-c", "print('bye')"], project_dir), reg
-            )
+            proc = await spawn_agent(spec([sys.executable, "-c", "print('bye')"], project_dir), reg)
             _expect_cgroup(proc, cgroup_mode)
             report = await asyncio.wait_for(proc.wait_ended(), 10)
             assert report.exit_code == 0
@@ -265,9 +278,7 @@ def test_manual_cancel(cgroup_mode: str, project_dir: Path) -> None:
 
     async def main() -> None:
         with Registry() as reg:
-            proc = await spawn_agent(
-                spec([*ESCAPE_TREE, "--root-ignore-term"], project_dir), reg
-            )
+            proc = await spawn_agent(spec([*ESCAPE_TREE, "--root-ignore-term"], project_dir), reg)
             _expect_cgroup(proc, cgroup_mode)
             lines = Lines(proc)
             tree = await lines.wait_ready()
@@ -377,12 +388,10 @@ def test_shell_wrapper_tree(cgroup_mode: str, project_dir: Path) -> None:
         with Registry() as reg:
             proc = await spawn_agent(spec(["bash", "-c", script], project_dir), reg)
             lines = Lines(proc)
-            deadline = time.monotonic() + READY_TIMEOUT
-            while len(lines.lines) < 3 and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            pids = {ln.split()[0]: int(ln.split()[1]) for ln in lines.lines[:3]}
-            idents = [(p, _stat(p)[2]) for p in pids.values()]  # type: ignore[index]
-            assert len(idents) == 3, lines.lines
+            first = await lines.wait_lines(3)
+            pids = {ln.split()[0]: int(ln.split()[1]) for ln in first}
+            assert set(pids) == {b"child", b"grandchild", b"sibling"}, first
+            idents = [(p, starttime_of(p)) for p in pids.values()]
             report = await proc.aclose(TerminationReason.CLOSE)
             assert not report.escalated  # plain shells and sleeps die on SIGTERM
             assert_clean(proc, report, "close")
@@ -409,9 +418,7 @@ def test_setsid_and_double_fork_escapes(cgroup_mode: str, project_dir: Path) -> 
         with Registry() as reg:
             proc = await spawn_agent(spec([sys.executable, "-c", prog], project_dir), reg)
             lines = Lines(proc)
-            deadline = time.monotonic() + READY_TIMEOUT
-            while not lines.lines and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+            await lines.wait_lines(1)
             await asyncio.sleep(0.1)  # let the double fork finish its second fork
             assert len(marker_carriers(proc.lease_id)) >= 3
             report = await proc.aclose(TerminationReason.CLOSE)
@@ -431,9 +438,7 @@ def test_term_ignoring_members_escalate(cgroup_mode: str, project_dir: Path) -> 
         with Registry() as reg:
             proc = await spawn_agent(spec(["bash", "-c", script], project_dir), reg)
             lines = Lines(proc)
-            deadline = time.monotonic() + READY_TIMEOUT
-            while not lines.lines and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
+            await lines.wait_lines(1)
             await asyncio.sleep(0.1)
             t0 = time.monotonic()
             report = await proc.aclose(TerminationReason.CLOSE)
@@ -583,7 +588,9 @@ def test_supervisor_death_keeper_ends_tree(cgroup_mode: str) -> None:
         assert len(_session_ended_events("sess-sup-death")) == 1
         # A second reconcile has nothing to do and reports nothing again.
         with Registry() as reg:
-            assert [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == run_["lease_id"]] == []
+            assert [
+                d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == run_["lease_id"]
+            ] == []
         assert len(_session_ended_events("sess-sup-death")) == 1
     finally:
         sup.close()

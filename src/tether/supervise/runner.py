@@ -201,8 +201,13 @@ class AgentProcess:
         self.cgroup: str | None = None
         self._stderr = bytearray()
         self.stderr_bytes = 0
-        self._on_stdout: Callable[[bytes], None] = lambda _d: None
-        self._on_stdout_eof: Callable[[], None] = lambda: None
+        self._on_stdout: Callable[[bytes], None] | None = None
+        self._on_stdout_eof: Callable[[], None] | None = None
+        # Output (and EOF) that arrived before set_stdout_handler(): a fast agent can
+        # write while spawn_agent() is still awaiting the keeper's "spawned" event, and
+        # those bytes used to go to a no-op handler -- lost. Held here, handed over once.
+        self._stdout_early = bytearray()
+        self._stdout_early_eof = False
         self._stdin: asyncio.WriteTransport | None = None
         self._stdin_proto: _PipeWriter | None = None
         self._control: socket.socket | None = None
@@ -224,9 +229,19 @@ class AgentProcess:
     def set_stdout_handler(
         self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
     ) -> None:
-        """Route the agent's stdout bytes (and its EOF) to the caller, synchronously."""
+        """Route the agent's stdout bytes (and its EOF) to the caller, synchronously.
+
+        Anything the agent wrote before this call is delivered now, in order.
+        """
         self._on_stdout = on_data
         self._on_stdout_eof = on_eof
+        if self._stdout_early:
+            early = bytes(self._stdout_early)
+            self._stdout_early.clear()
+            on_data(early)
+        if self._stdout_early_eof:
+            self._stdout_early_eof = False
+            on_eof()
 
     def write(self, data: bytes) -> None:
         if self._stdin is not None and not self._stdin.is_closing() and data:
@@ -459,10 +474,16 @@ class AgentProcess:
         if not self.lifecycle.deliver_output(now):
             return  # the run has settled: no output after settlement
         self.last_output_at = now
-        self._on_stdout(data)
+        if self._on_stdout is None:
+            self._stdout_early += data
+        else:
+            self._on_stdout(data)
 
     def _stdout_eof(self) -> None:
-        self._on_stdout_eof()
+        if self._on_stdout_eof is None:
+            self._stdout_early_eof = True
+        else:
+            self._on_stdout_eof()
 
     def _stderr_data(self, data: bytes) -> None:
         self.stderr_bytes += len(data)
