@@ -399,8 +399,19 @@ class Owner:
             return
         self.queue.append(job)
         job.send({"type": "ack", "requestId": job.request_id, "queuePosition": len(self.queue)})
+        if env.deadline_ms is not None:
+            # Answer TIMEOUT when the deadline passes while still queued behind a long
+            # turn: otherwise the caller's socket backstop fires first and reports an
+            # unknown outcome (exit 1) for a request that provably never ran.
+            asyncio.get_running_loop().call_later(env.deadline_ms / 1000, self._expire_queued, job)
         self._disarm_idle()
         self._wakeup.set()
+
+    def _expire_queued(self, job: Job) -> None:
+        if job in self.queue:
+            self.queue.remove(job)
+            job.finish(error=PromptTimeout("the request's deadline passed while it was queued"))
+            self._set_status("running" if self.active is not None else "idle")
 
     def _cancel(self, target: str | None) -> dict[str, Any]:
         if target is not None and (self.active is None or self.active.request_id != target):

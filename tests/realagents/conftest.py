@@ -94,6 +94,18 @@ def record_timing() -> Callable[[str, float], None]:
     return record
 
 
+@pytest.fixture
+def report_invalid_agent_frame(
+    request: pytest.FixtureRequest,
+) -> Callable[[str, dict[str, Any], list[str]], None]:
+    """Collect a frame an agent sent that does not validate (shown in the summary)."""
+
+    def report(agent: str, frame: dict[str, Any], errors: list[str]) -> None:
+        INVALID_FROM_AGENTS.append((f"{request.node.name}: {agent}", frame, errors))
+
+    return report
+
+
 # --- installs (session-scoped: checked once, skipped with the reason) -------------------
 
 
