@@ -112,7 +112,8 @@ def describe(pid: int) -> str:
     except OSError:
         return "gone"
     fields = stat[stat.rindex(b")") + 2 :].split()
-    return f"ppid {int(fields[1])} state {fields[0].decode()} argv {argv.decode(errors='replace')[:160]}"
+    text = argv.decode(errors="replace")[:160]
+    return f"ppid {int(fields[1])} state {fields[0].decode()} argv {text}"
 
 
 def vm_rss_kib(pid: int) -> int | None:

@@ -202,6 +202,7 @@ async def one_in_process(path: str, args: argparse.Namespace, registry: Any) -> 
         "escalated": report.escalated,
         "built": built,
         "mode": report.mode,
+        "keeper_ms": report.keeper_ms,
     }
 
 
@@ -435,10 +436,8 @@ def main() -> int:
         f"soak: {total_trees} trees ({args.trees_per_path} per path x {len(PATHS)} paths x "
         f"{len(modes)} modes), grace {args.grace * 1000:.0f} ms, concurrency {args.concurrency}"
     )
-    results = []
     try:
-        for mode in modes:
-            results.append(run_mode(mode, args, ledger))
+        results = [run_mode(mode, args, ledger) for mode in modes]
     finally:
         decoys_alive = sum(1 for d in decoys if d.poll() is None)
         for d in decoys:
@@ -466,14 +465,16 @@ def report(
         f"grace {args.grace * 1000:.0f} ms; concurrency {args.concurrency}.",
         "",
         "| mode | end path | trees | right reason | built before end | survivors "
-        "| p50 ms | p99 ms | max ms |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| p50 ms | p99 ms | max ms | keeper p50 / p99 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     total_survivors = 0
     for res in results:
         for path in PATHS:
             rs = res["per_path"][path]
             lat = [r["latency_ms"] for r in rs]
+            kms = [r["keeper_ms"] for r in rs if r.get("keeper_ms") is not None]
+            keeper = f"{pct(kms, 50):.1f} / {pct(kms, 99):.1f}" if kms else "= end-to-end"
             right = sum(1 for r in rs if r["reason"] == r["want"])
             built = sum(1 for r in rs if r["built"])
             surv = sum(len(r["survivors"]) for r in rs)
@@ -484,7 +485,7 @@ def report(
                 failures.append(f"{res['mode']} {path}: {surv} survivors")
             lines.append(
                 f"| {res['mode']} | {path} | {len(rs)} | {right}/{len(rs)} | {built}/{len(rs)} "
-                f"| {surv} | {pct(lat, 50):.1f} | {pct(lat, 99):.1f} | {max(lat):.1f} |"
+                f"| {surv} | {pct(lat, 50):.1f} | {pct(lat, 99):.1f} | {max(lat):.1f} | {keeper} |"
             )
     lines.append("")
     for res in results:

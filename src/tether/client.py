@@ -38,6 +38,7 @@ from tether.ipc.client import new_request_id
 __all__ = ["Client", "Session"]
 
 CANCEL_SETTLE_S = 3.0
+START_DEADLINE_S = 15.0  # to get a serving owner when none was running
 
 
 class _Connection:
@@ -318,22 +319,41 @@ class Client:
     def _socket(self, key: str) -> str:
         return str(self._with_home(sessions.socket_path, key))
 
-    async def _connect_or_start(self, key: str) -> _Connection:
+    async def _serving(self, path: str) -> _Connection | None:
+        """A connection to a live owner that accepts work, or None."""
         try:
-            return await _Connection.open(self._socket(key))
+            conn = await _Connection.open(path)
         except OwnerUnavailable:
-            pass
-        message = await asyncio.to_thread(self._with_home, self._start_owner, key)
-        path = str(message.get("socket") or self._socket(key))
+            return None
+        if conn.hello.get("stopping"):
+            await conn.aclose()  # it is retiring (idle TTL, close, signal): start anew
+            return None
+        return conn
+
+    async def _connect_or_start(self, key: str) -> _Connection:
+        """The CLI's ``connect_or_start``: a serving owner, or start one (same rules)."""
+        path = self._socket(key)
+        conn = await self._serving(path)
+        if conn is not None:
+            return conn
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 15.0
+        deadline = loop.time() + START_DEADLINE_S
         while True:
-            try:
-                return await _Connection.open(path)
-            except OwnerUnavailable:
-                if loop.time() >= deadline:
-                    raise
-                await asyncio.sleep(0.01)  # another caller's owner is still binding
+            message = await asyncio.to_thread(self._with_home, self._start_owner, key)
+            if message.get("ready"):
+                return await _Connection.open(str(message.get("socket") or path))
+            # Busy: another owner holds the lock -- starting (it binds soon) or stopping
+            # (it lets go soon, and nobody would restart it for us). Try it briefly.
+            retry_until = min(deadline, loop.time() + 0.5)
+            while loop.time() < retry_until:
+                conn = await self._serving(path)
+                if conn is not None:
+                    return conn
+                await asyncio.sleep(0.01)  # bounded retry on a rare race, not the warm path
+            if loop.time() >= deadline:
+                raise OwnerUnavailable(
+                    f"the session owner did not become available within {START_DEADLINE_S:g} s"
+                )
 
     @staticmethod
     def _start_owner(key: str) -> dict[str, Any]:

@@ -282,7 +282,10 @@ class Owner:
             self._idle_timer = None
 
     def _on_idle(self) -> None:
-        if self.active is None and not self.queue:
+        # A connected caller that has not sent its request yet keeps us alive: expiring
+        # between its hello and its request would reject work we just greeted. The
+        # timer is re-armed when the last connection closes.
+        if self.active is None and not self.queue and not self._connections:
             self.request_shutdown("idle-ttl")
 
     def _on_max_lifetime(self) -> None:
@@ -298,6 +301,7 @@ class Owner:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self._connections.add(writer)
+        self._disarm_idle()
         try:
             writer.write(
                 protocol.encode(
@@ -360,6 +364,8 @@ class Owner:
                     job.detached = True
             with contextlib.suppress(Exception):
                 writer.close()
+            if not self._connections and self.active is None and not self.queue:
+                self._arm_idle()
 
     def _admit(self, env: protocol.Envelope, writer: asyncio.StreamWriter) -> None:
         job = Job(env, writer, time.monotonic())

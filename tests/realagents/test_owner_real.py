@@ -543,8 +543,13 @@ def test_library_claude_cancel_and_abandoned_iterator(
         return sum(r.reply_kind == "hang" for r in fake_anthropic.message_requests())
 
     async def wait_hangs(n: int) -> None:
-        async with asyncio.timeout(30):
-            while hangs() < n:
+        await asyncio.to_thread(wait_until, lambda: hangs() >= n, 30, f"stalled request {n}")
+
+    async def wait_idle(session: Any) -> None:
+        async with asyncio.timeout(10):
+            while True:  # the owner's status, polled (it has no push for "idle")
+                if (await session.status())["status"] == "idle":
+                    return
                 await asyncio.sleep(0.02)
 
     async def main() -> tuple[dict[int, int], str, dict[str, Any]]:
@@ -578,9 +583,7 @@ def test_library_claude_cancel_and_abandoned_iterator(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            async with asyncio.timeout(10):
-                while (await session.status())["status"] != "idle":
-                    await asyncio.sleep(0.02)
+            await wait_idle(session)
             text, stop = await session.run("after the cancels", timeout=30)
             assert (text, stop) == ("fake-claude: after the cancels", "end_turn")
             st = await session.status()

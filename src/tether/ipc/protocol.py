@@ -36,7 +36,6 @@ and the owner's asyncio server share it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 VERSION: Final = 2
@@ -68,15 +67,58 @@ class IpcRejected(Exception):
         }
 
 
-@dataclass(frozen=True)
 class Envelope:
-    """One validated request."""
+    """One validated request (immutable).
 
+    A plain class, not a dataclass: ``dataclasses`` pulls in ``inspect`` (and with it
+    ``dis``, ``ast``, ``tokenize``), ~10 ms on the thin CLI path that imports this module.
+    """
+
+    __slots__ = ("deadline_ms", "kind", "owner_generation", "payload", "request_id")
     request_id: str
     kind: str
     payload: dict[str, Any]
-    deadline_ms: int | None = None
-    owner_generation: int | None = None
+    deadline_ms: int | None
+    owner_generation: int | None
+
+    def __init__(
+        self,
+        request_id: str,
+        kind: str,
+        payload: dict[str, Any],
+        deadline_ms: int | None = None,
+        owner_generation: int | None = None,
+    ) -> None:
+        set_ = object.__setattr__
+        set_(self, "request_id", request_id)
+        set_(self, "kind", kind)
+        set_(self, "payload", payload)
+        set_(self, "deadline_ms", deadline_ms)
+        set_(self, "owner_generation", owner_generation)
+
+    def _astuple(self) -> tuple[Any, ...]:
+        return (self.request_id, self.kind, self.payload, self.deadline_ms, self.owner_generation)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}: Envelope is immutable")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}: Envelope is immutable")
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, Envelope)
+        return self._astuple() == other._astuple()
+
+    __hash__ = None  # type: ignore[assignment]  # payload is a dict, as with the dataclass
+
+    def __repr__(self) -> str:
+        return (
+            f"Envelope(request_id={self.request_id!r}, kind={self.kind!r}, "
+            f"payload={self.payload!r}, deadline_ms={self.deadline_ms!r}, "
+            f"owner_generation={self.owner_generation!r})"
+        )
 
 
 def encode(obj: dict[str, Any]) -> bytes:
@@ -206,20 +248,50 @@ def request_frame(
 # --- the caller's side: what may arrive, in which order ------------------------------
 
 
-@dataclass
 class ResponseTracker:
     """Checks the owner's frames for one request: ack first, one terminal, nothing after.
 
     ``feed`` returns the frame when it belongs to this request, None when it is to be
     ignored (another request's frame, which a one-request connection never sees), and
-    raises ``ValueError`` on an ordering violation.
+    raises ``ValueError`` on an ordering violation. (A plain class: see ``Envelope``.)
     """
 
-    request_id: str
-    acked: bool = False
-    finished: bool = False
-    frames: int = 0
-    seen_types: list[str] = field(default_factory=list)
+    __slots__ = ("acked", "finished", "frames", "request_id", "seen_types")
+
+    def __init__(
+        self,
+        request_id: str,
+        acked: bool = False,
+        finished: bool = False,
+        frames: int = 0,
+        seen_types: list[str] | None = None,
+    ) -> None:
+        self.request_id = request_id
+        self.acked = acked
+        self.finished = finished
+        self.frames = frames
+        self.seen_types: list[str] = [] if seen_types is None else seen_types
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        assert isinstance(other, ResponseTracker)
+        return (
+            self.request_id,
+            self.acked,
+            self.finished,
+            self.frames,
+            self.seen_types,
+        ) == (other.request_id, other.acked, other.finished, other.frames, other.seen_types)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ResponseTracker(request_id={self.request_id!r}, acked={self.acked!r}, "
+            f"finished={self.finished!r}, frames={self.frames!r}, "
+            f"seen_types={self.seen_types!r})"
+        )
 
     def feed(self, frame: dict[str, Any]) -> dict[str, Any] | None:
         kind = frame.get("type")

@@ -71,6 +71,7 @@ class ExtinctionReport:
     survivors: tuple[int, ...]
     elapsed_ms: float
     stderr_tail: str = ""
+    keeper_ms: float | None = None  # the keeper's own TERM -> proof time, if it reported
 
     @property
     def clean(self) -> bool:
@@ -695,9 +696,15 @@ class AgentProcess:
             await self._kill_keeper()
         mode = str(keeper_report.get("mode")) if keeper_report else "supervisor-sweep"
         escalated = bool(keeper_report.get("escalated")) if keeper_report else True
-        if keeper_report is None or self._marker_survivors():
+        # The third witness: a /proc scan for the lease marker. One scan when the keeper
+        # proved extinction and the scan agrees (the common case: a full scan reads
+        # every process's environ, which is most of the teardown's cost after the
+        # grace); a sweep and a second scan only when they disagree.
+        found = self._marker_survivors()
+        if keeper_report is None or found:
             await self._sweep_marker()
-        survivors = tuple(self._marker_survivors())
+            found = self._marker_survivors()
+        survivors = tuple(found)
         for t in self._transports:
             t.close()
         if self._control is not None:
@@ -730,6 +737,9 @@ class AgentProcess:
             survivors=survivors,
             elapsed_ms=round((time.monotonic() - started) * 1000, 3),
             stderr_tail=self.stderr_tail(),
+            keeper_ms=float(keeper_report["elapsed_ms"])
+            if keeper_report and isinstance(keeper_report.get("elapsed_ms"), int | float)
+            else None,
         )
         with contextlib.suppress(Exception):
             self.registry.update_lease(
