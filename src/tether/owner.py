@@ -476,7 +476,14 @@ class Owner:
             "agentConnected": bool(live is not None and live.alive),
             "sessionKey": self.key,
             "stopping": self.stopping,
+            "counters": self._counters(),
         }
+
+    def _counters(self) -> dict[str, int]:
+        with contextlib.suppress(Exception):
+            counters: dict[str, int] = self.registry.counters()
+            return counters
+        return {}
 
     # --- the FIFO ----------------------------------------------------------------------
 

@@ -46,10 +46,12 @@ def run_exec(ctx: Any, text: str) -> int:
 
 
 async def _run(ctx: Any, text: str) -> int:
+    from tether import metrics
     from tether.registry import Registry
 
     out = ctx.output
     registry = Registry()
+    metrics.attach(registry)
     loop = asyncio.get_running_loop()
     interrupted = asyncio.Event()
     live: LiveAgent | None = None
@@ -112,6 +114,7 @@ async def _run(ctx: Any, text: str) -> int:
                 report = await asyncio.shield(live.aclose(reason, close_session=True))
                 if report.survivors:
                     sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
+        metrics.attach(None)
         registry.close()
 
 
