@@ -693,6 +693,117 @@ def fig_load(
     return out
 
 
+# --- profile of the warm prompt path (Tether only) -------------------------------------
+
+
+def _median_ms(fn: Callable[[], Any], n: int) -> float:
+    xs = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        fn()
+        xs.append((time.perf_counter() - t0) * 1000)
+    return statistics.median(xs)
+
+
+def profile_warm(tether: Tether, n: int) -> dict[str, Any]:
+    """Where a warm `tether prompt` spends its milliseconds.
+
+    1. process level: bare interpreter start, the console script, `python -m tether`;
+    2. imports: ``-X importtime`` of a warm prompt (median over runs, per top module);
+    3. the IPC round trip, in-process with the blocking client: connect + hello, ack,
+       first update, result (owner + agent side);
+    4. cProfile of the whole CLI ``main()`` for one warm prompt (top functions).
+    """
+    import pstats
+
+    from tether import sessions
+    from tether.ipc.client import OwnerConnection
+
+    out: dict[str, Any] = {}
+    with warm_session(tether) as (home, cwd):
+        env = tether.env(home)
+        quiet = {"capture_output": True, "env": env, "cwd": cwd, "check": False}
+        argv = tether.argv(cwd, "prompt", "echo hi")
+        out["process_ms"] = {
+            "python -c pass": _median_ms(lambda: subprocess.run([PY, "-c", "pass"], **quiet), n),
+            "python -c 'import re'": _median_ms(
+                lambda: subprocess.run([PY, "-c", "import re"], **quiet), n
+            ),
+            "tether --version": _median_ms(
+                lambda: subprocess.run([str(TETHER_BIN), "--version"], **quiet), n
+            ),
+            "python -m tether --version": _median_ms(
+                lambda: subprocess.run([PY, "-m", "tether", "--version"], **quiet), n
+            ),
+            "tether prompt (warm)": _median_ms(lambda: subprocess.run(argv, **quiet), n),
+            "python -m tether prompt (warm)": _median_ms(
+                lambda: subprocess.run([PY, "-m", "tether", *argv[1:]], **quiet), n
+            ),
+        }
+        # 2. importtime
+        per: dict[str, list[float]] = {}
+        totals = []
+        for _ in range(n):
+            r = subprocess.run([PY, "-X", "importtime", "-m", "tether", *argv[1:]], **quiet)
+            total = 0.0
+            for line in r.stderr.decode().splitlines():
+                if not line.startswith("import time:") or "|" in line.split(":", 1)[1][:8]:
+                    continue
+                parts = line.split("|")
+                if len(parts) != 3:
+                    continue
+                try:
+                    self_us, cum_us = int(parts[0].split(":")[1]), int(parts[1])
+                except ValueError:
+                    continue
+                name = parts[2].rstrip()
+                total += self_us
+                if not name.startswith(" "):  # top-level imports: their cumulative cost
+                    per.setdefault(name.strip(), []).append(cum_us / 1000)
+            totals.append(total / 1000)
+        out["imports_total_ms"] = statistics.median(totals)
+        top = sorted(((statistics.median(v), k) for k, v in per.items()), reverse=True)[:12]
+        out["imports_top_ms"] = [(k, round(v, 2)) for v, k in top]
+        # 3. IPC round trip, in-process
+        key = tether.status(home, cwd, None).get("sessionKey")
+        os.environ["TETHER_HOME"] = str(home)
+        try:
+            path = sessions.socket_path(str(key))
+        finally:
+            del os.environ["TETHER_HOME"]
+        phases: dict[str, list[float]] = {"connect+hello": [], "send->first update": []}
+        phases.update({"first update->result": [], "total": []})
+        payload = {"prompt": [{"type": "text", "text": "echo hi"}], "wait": True}
+        for _ in range(max(50, n * 5)):
+            marks: dict[str, float] = {}
+            t0 = time.perf_counter()
+            with OwnerConnection.connect(path) as conn:
+                t1 = time.perf_counter()
+                rid = conn.send("prompt", payload)
+
+                def on_frame(frame: dict[str, Any], marks: dict[str, float] = marks) -> None:
+                    marks.setdefault(str(frame.get("type")), time.perf_counter())
+
+                conn.wait(rid, on_frame=on_frame)
+                t4 = time.perf_counter()
+            first = marks.get("update", t4)
+            phases["connect+hello"].append((t1 - t0) * 1000)
+            phases["send->first update"].append((first - t1) * 1000)
+            phases["first update->result"].append((t4 - first) * 1000)
+            phases["total"].append((t4 - t0) * 1000)
+        out["ipc_ms"] = {k: round(statistics.median(v), 3) for k, v in phases.items()}
+        # 4. cProfile of the CLI main, in a child (fresh imports)
+        prof = home / "warm.prof"
+        subprocess.run([PY, "-m", "cProfile", "-o", str(prof), "-m", "tether", *argv[1:]], **quiet)
+        import io
+
+        buf = io.StringIO()
+        st = pstats.Stats(str(prof), stream=buf)
+        st.sort_stats("cumulative").print_stats(25)
+        out["cprofile_top"] = buf.getvalue()
+    return out
+
+
 # --- statistics and the report --------------------------------------------------------
 
 
@@ -866,6 +977,7 @@ def main() -> int:
     ap.add_argument("--load-sessions", type=int, default=None)
     ap.add_argument("--load-prompts", type=int, default=None)
     ap.add_argument("--load-workers", type=int, default=None, help="default 4 x cores")
+    ap.add_argument("--profile", action="store_true", help="profile the warm prompt path too")
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     a = ap.parse_args()
     runs = a.runs or (3 if a.quick else 10)
@@ -925,6 +1037,14 @@ def main() -> int:
                 for k, v in results["figures"][fig].items()
             }
             print(f"   medians {brief}  ({time.perf_counter() - t0:.1f} s)", flush=True)
+        if a.profile:
+            print("== profile (warm prompt path)", flush=True)
+            prof = profile_warm(tether, runs)
+            extra["profile"] = prof
+            (RESULTS / "profile-cprofile.txt").parent.mkdir(parents=True, exist_ok=True)
+            (RESULTS / "profile-cprofile.txt").write_text(prof["cprofile_top"])
+            for k in ("process_ms", "imports_total_ms", "imports_top_ms", "ipc_ms"):
+                print(f"   {k}: {json.dumps(prof[k], default=str)}", flush=True)
     finally:
         # Everything this run started carries MARK=RUN_ID: prove it is all gone.
         # A process still on its way out (a closer returned before its owner finished

@@ -57,6 +57,7 @@ STDERR_TAIL_BYTES = 8 * 1024
 DEFAULT_GRACE_S = 1.5  # SIGTERM -> SIGKILL grace; openab uses 1.5 s as well
 SPAWN_DEADLINE_S = 10.0  # keeper start + fork/exec of the agent; generous for loaded CI
 EXTINCTION_SLACK_S = 5.0  # beyond the grace, how long we wait for the keeper's proof
+OUTPUT_HEARTBEAT_S = 30.0  # how often flowing output is logged and stamped on the lease
 
 
 @dataclass(frozen=True)
@@ -222,6 +223,7 @@ class AgentProcess:
         self._pty_master: int | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._transports: list[asyncio.BaseTransport] = []
+        self._next_heartbeat = 0.0
         self.last_output_at: float | None = None
         self._root_reported_exit = False
 
@@ -470,11 +472,30 @@ class AgentProcess:
 
     # --- I/O callbacks (event loop thread) ------------------------------------------
 
+    def _output_heartbeat(self, now: float) -> None:
+        """At most every OUTPUT_HEARTBEAT_S: log that output flows and stamp the lease.
+
+        Per-chunk bookkeeping would cost the hot path; one line and one row update per
+        interval is what an operator (and a stale-run investigation) needs.
+        """
+        self._next_heartbeat = now + OUTPUT_HEARTBEAT_S
+        wall = time.time()
+        _log.event(
+            "output_heartbeat",
+            lease_id=self.lease_id,
+            session_key=self.spec.session_key,
+            stderr_bytes=self.stderr_bytes,
+        )
+        with contextlib.suppress(Exception):
+            self.registry.update_lease(self.lease_id, last_output_at=wall)
+
     def _stdout_data(self, data: bytes) -> None:
         now = time.monotonic()
         if not self.lifecycle.deliver_output(now):
             return  # the run has settled: no output after settlement
         self.last_output_at = now
+        if now >= self._next_heartbeat:
+            self._output_heartbeat(now)
         if self._on_stdout is None:
             self._stdout_early += data
         else:
@@ -749,7 +770,11 @@ class AgentProcess:
                 exit_code=code,
                 exit_signal=sig,
                 kill_mode=mode,
-                last_output_at=None,
+                last_output_at=(
+                    time.time() - (time.monotonic() - self.last_output_at)
+                    if self.last_output_at is not None
+                    else None
+                ),
                 note=f"survivors={list(survivors)}" if survivors else None,
             )
         _log.event(
