@@ -395,8 +395,10 @@ def main() -> int:
     ap.add_argument("--trees-per-path", type=int, default=50)
     ap.add_argument("--grace", type=float, default=0.5)
     ap.add_argument("--concurrency", type=int, default=6)
-    ap.add_argument("--overall-timeout", type=float, default=1.0)
-    ap.add_argument("--no-output-timeout", type=float, default=0.3)
+    # Long enough for a tree (~10 processes) to be built first on a loaded 2-core box;
+    # the "built before end" column shows whether it was.
+    ap.add_argument("--overall-timeout", type=float, default=1.5)
+    ap.add_argument("--no-output-timeout", type=float, default=0.8)
     ap.add_argument("--trees-per-supervisor", type=int, default=5)
     ap.add_argument("--crash-parallel", type=int, default=2)
     ap.add_argument("--modes", default="cgroup,no-cgroup")
@@ -458,11 +460,15 @@ def report(
 ) -> list[str]:
     failures: list[str] = []
     lines = [
+        "command: " + " ".join([Path(sys.executable).name, "bench/soak.py", *sys.argv[1:]]),
         f"Ownership soak ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores, "
         f"Linux {os.uname().release}, Python {sys.version.split()[0]}): "
         f"tree = root ignoring SIGTERM + same-group child + setsid child + double-forked "
         f"setsid daemon + TERM-ignoring child + TERM-ignoring bash loop + bash->bash->sleep; "
-        f"grace {args.grace * 1000:.0f} ms; concurrency {args.concurrency}.",
+        f"grace {args.grace * 1000:.0f} ms; concurrency {args.concurrency}; overall timeout "
+        f"{args.overall_timeout} s; no-output timeout {args.no_output_timeout} s. Latency = "
+        "end decided (aclose called / deadline due / supervisor SIGKILLed) -> extinction "
+        "proven and reported; keeper = the keeper's own TERM -> ECHILD proof.",
         "",
         "| mode | end path | trees | right reason | built before end | survivors "
         "| p50 ms | p99 ms | max ms | keeper p50 / p99 ms |",

@@ -170,6 +170,24 @@ def test_pending_permission_answered_cancelled_on_cancel(project_dir: Path) -> N
     run(main)
 
 
+def test_cancel_request_for_pending_permission_answered_32800(project_dir: Path) -> None:
+    """An agent's `$/cancel_request` for its still-undecided request is answered -32800."""
+
+    async def main() -> None:
+        async def never_decides(_params: dict[str, Any]) -> dict[str, Any] | None:
+            await asyncio.Event().wait()
+            return None
+
+        async with live_agent(project_dir, permission_hook=never_decides) as (live, _rec):
+            updates: list[dict[str, Any]] = []
+            result = await live.prompt([{"type": "text", "text": "cancel-request"}], updates.append)
+            assert result.stop_reason == "end_turn"
+            assert "cancel_request: answered -32800" in texts(updates)
+            assert live.conn.rpc.incoming_pending() == {}
+
+    run(main)
+
+
 def test_permission_hook_decides_undecided_requests(project_dir: Path) -> None:
     """Under approve-reads, a hook decides what the mode does not; its answer is used."""
 

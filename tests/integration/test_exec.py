@@ -212,12 +212,6 @@ def test_exec_survives_malformed_and_oversized_lines(project_dir: Path) -> None:
     assert "still fine" in r.stdout
 
 
-def test_exec_answers_cancel_request_with_32800(project_dir: Path) -> None:
-    """An agent's `$/cancel_request` for its own pending request is answered -32800."""
-    r = tether("--deny-all", "mock", "exec", "cancel-request", cwd=project_dir)
-    assert "cancel_request: answered -32800" in r.stdout
-
-
 def test_exec_leaves_no_process_behind(project_dir: Path) -> None:
     """setsid, double-forked and own-group children of the agent die with the run."""
     r = tether("mock", "exec", "spawn-setsid ; spawn-daemon ; spawn-group", cwd=project_dir)
