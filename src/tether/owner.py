@@ -561,6 +561,7 @@ class Owner:
                 prompt_ceiling=None,
                 auth=s.auth,
                 on_frame=self._on_frame,
+                on_permission=self._on_permission,
             ),
             session_key=self.key,
         )
@@ -594,6 +595,19 @@ class Owner:
             and live.conn.active_turn(live.session_id)
         ):
             job.update(direction, frame)
+
+    def _on_permission(self, request: dict[str, Any], outcome: dict[str, Any]) -> None:
+        """Tell the waiting caller what was decided for the agent (a permission frame)."""
+        job = self.active
+        if job is not None and job.env.kind == "prompt":
+            job.send(
+                {
+                    "type": "permission",
+                    "requestId": job.request_id,
+                    "request": request,
+                    "outcome": outcome,
+                }
+            )
 
     async def _watch_run(self, live: LiveAgent) -> None:
         """Notice the agent ending by itself (crash, exit) between or during turns."""

@@ -95,6 +95,8 @@ class ClientOptions:
     permission_hook: PermissionHook | None = None
     # Called with (direction "out"|"in", raw frame) for every frame.
     on_frame: FrameObserver | None = None
+    # Called with (request params, outcome) for every permission decision we send.
+    on_permission: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
 
 @dataclass
@@ -323,6 +325,8 @@ class AgentConnection:
             kind=tool_call.get("kind"),
             outcome=selected,
         )
+        if self.options.on_permission is not None:
+            self.options.on_permission(params, outcome)
         self._answer(req.id, outcome)
 
     def _on_cancel_request(self, params: dict[str, Any]) -> None:

@@ -120,6 +120,12 @@ def _render(ctx: Any) -> Any:
             acp = frame.get("frame")
             if isinstance(acp, dict):
                 out.frame(str(frame.get("direction", "in")), acp)
+        elif kind == "permission" and ctx.fmt == "text":
+            request = frame.get("request") or {}
+            tool = request.get("toolCall") or {}
+            picked = (frame.get("outcome") or {}).get("outcome") or {}
+            chosen = picked.get("optionId") or picked.get("outcome")
+            out.banner(f"permission {tool.get('title') or tool.get('toolCallId')}: {chosen}")
         elif kind == "session_ended":
             event = frame.get("event") or {}
             out.control(
