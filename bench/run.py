@@ -613,16 +613,20 @@ def pool(fn: Callable[[str], Any], items: list[str], workers: int) -> None:
 
 
 def _load_tool(t: Tool, sessions: int, prompts: int, workers: int) -> tuple[list[float], dict]:
-    home, cwd = t.home(), project(t)
+    cwd = project(t)
     names = [f"s{k}" for k in range(sessions)]
+    # Tether: all sessions in one TETHER_HOME, as a user has them. acpx: one HOME per
+    # session, because acpx keys its record by the agent's ACP session id and the mock
+    # agent answers "mock-1" in every process: in one HOME the records overwrite
+    # each other (exit 4, "No named session"). That also spares acpx its O(N) scan.
+    shared = t.home()
+    homes = {n: (t.home() if isinstance(t, Acpx) else shared) for n in names}
     lat: list[float] = []
     created: list[str] = []
     info: dict[str, Any] = {}
 
-    def create(name: str) -> None:
-        new_session(t, home, cwd, name)
-        created.append(name)
-        run(t, home, cwd, "prompt", "-s", name, "echo warmup", check=True)
+    def warmup(name: str) -> None:
+        run(t, homes[name], cwd, "prompt", "-s", name, "echo warmup", check=True)
 
     # Each session's prompts are sequential (one caller per session at a time); the
     # sessions are interleaved, at most ``workers`` callers in flight.
@@ -644,7 +648,7 @@ def _load_tool(t: Tool, sessions: int, prompts: int, workers: int) -> tuple[list
                         break
                     cond.wait()
             try:
-                r = run(t, home, cwd, "prompt", "-s", pick, f"echo {pick}", check=True)
+                r = run(t, homes[pick], cwd, "prompt", "-s", pick, f"echo {pick}", check=True)
                 with cond:
                     lat.append(r.elapsed * 1000)
             except BaseException as exc:
@@ -655,7 +659,12 @@ def _load_tool(t: Tool, sessions: int, prompts: int, workers: int) -> tuple[list
                 cond.notify_all()
 
     try:
-        pool(create, names, workers)
+        # Sequential: concurrent `acpx sessions new` in one HOME lose each other's
+        # records (exit 4 afterwards); Tether is created the same way for fairness.
+        for name in names:
+            new_session(t, homes[name], cwd, name)
+            created.append(name)
+        pool(warmup, names, workers)
         t0 = time.perf_counter()
         threads = [threading.Thread(target=worker) for _ in range(workers)]
         for th in threads:
@@ -674,7 +683,7 @@ def _load_tool(t: Tool, sessions: int, prompts: int, workers: int) -> tuple[list
         }
     finally:
         t_close = time.perf_counter()
-        pool(lambda n: close_session(t, home, cwd, n), created, workers)
+        pool(lambda n: close_session(t, homes[n], cwd, n), created, workers)
         info["close_all_s"] = round(time.perf_counter() - t_close, 2)
     return lat, info
 
@@ -973,7 +982,9 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=None, help="runs per figure (default 10)")
     ap.add_argument("--only", action="append", choices=FIGURES, help="figure(s) to run")
     ap.add_argument("--no-acpx", action="store_true", help="Tether figures only")
-    ap.add_argument("--acpx-rss-runs", type=int, default=None, help="acpx RSS runs (default 3)")
+    ap.add_argument(
+        "--acpx-rss-runs", type=int, default=None, help="acpx RSS runs (default 2: 150 s each)"
+    )
     ap.add_argument("--load-sessions", type=int, default=None)
     ap.add_argument("--load-prompts", type=int, default=None)
     ap.add_argument("--load-workers", type=int, default=None, help="default 4 x cores")
@@ -981,7 +992,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=RESULTS / "latest.json")
     a = ap.parse_args()
     runs = a.runs or (3 if a.quick else 10)
-    acpx_rss_runs = a.acpx_rss_runs or (1 if a.quick else 3)
+    acpx_rss_runs = a.acpx_rss_runs or (1 if a.quick else 2)
     load_s = a.load_sessions or (10 if a.quick else 50)
     load_p = a.load_prompts or (5 if a.quick else 20)
     workers = a.load_workers or min(load_s, 4 * (os.cpu_count() or 1))

@@ -170,7 +170,15 @@ class Session:
         try:
             rid = await conn.send(
                 "prompt",
-                {"prompt": blocks, "wait": True, "permissionMode": self._client.permissions},
+                {
+                    "prompt": blocks,
+                    "wait": True,
+                    **(
+                        {"permissionMode": self._client.permissions}
+                        if self._client.permissions
+                        else {}
+                    ),
+                },
                 deadline_ms,
             )
             async for frame in conn.frames(rid):
@@ -285,7 +293,10 @@ class Client:
 
     Args:
         home: the state directory (default: ``TETHER_HOME`` or the XDG state dir).
-        permissions: ``approve-all``, ``approve-reads`` (default) or ``deny-all``.
+        permissions: ``approve-all``, ``approve-reads`` or ``deny-all``; None (the
+            default) keeps each session's own mode (``approve-reads`` for new ones).
+        env: extra environment for the owners this client starts, and so for their
+            agents (API keys, base URLs); merged over this process's environment.
         ttl: owner idle TTL in seconds for sessions this client creates (0 = forever).
         options: further owner settings (``turn_timeout``, ``queue_max_depth``, ...).
     """
@@ -294,12 +305,14 @@ class Client:
         self,
         home: str | os.PathLike[str] | None = None,
         *,
-        permissions: str = "approve-reads",
+        permissions: str | None = None,
+        env: dict[str, str] | None = None,
         ttl: float = 3600.0,
         options: dict[str, Any] | None = None,
     ) -> None:
         self.home = os.path.abspath(os.fspath(home)) if home is not None else None
         self.permissions = permissions
+        self.env = dict(env or {})
         self.ttl = ttl
         self.options = dict(options or {})
 
@@ -339,7 +352,7 @@ class Client:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + START_DEADLINE_S
         while True:
-            message = await asyncio.to_thread(self._with_home, self._start_owner, key)
+            message = await asyncio.to_thread(self._with_home, self._start_owner, key, self.env)
             if message.get("ready"):
                 return await _Connection.open(str(message.get("socket") or path))
             # Busy: another owner holds the lock -- starting (it binds soon) or stopping
@@ -356,7 +369,7 @@ class Client:
                 )
 
     @staticmethod
-    def _start_owner(key: str) -> dict[str, Any]:
+    def _start_owner(key: str, env: dict[str, str]) -> dict[str, Any]:
         from tether.owner_launch import spawn_owner_daemon
         from tether.registry import Registry
 
@@ -366,7 +379,7 @@ class Client:
                 from tether.errors import NoSession
 
                 raise NoSession("the session does not exist (or was closed)", session_key=key)
-        return spawn_owner_daemon(key)
+        return spawn_owner_daemon(key, env=env)
 
     async def ensure_session(
         self,
@@ -405,7 +418,7 @@ class Client:
                 finally:
                     await conn.aclose()
         options = {
-            "permission_mode": self.permissions,
+            "permission_mode": self.permissions or "approve-reads",
             "idle_ttl": self.ttl,
             **self.options,
         }

@@ -25,7 +25,9 @@ from tether.errors import OwnerUnavailable
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
 
 
-def spawn_owner_daemon(key: str, *, deadline_s: float = READY_DEADLINE_S) -> dict[str, Any]:
+def spawn_owner_daemon(
+    key: str, *, deadline_s: float = READY_DEADLINE_S, env: dict[str, str] | None = None
+) -> dict[str, Any]:
     """Start the owner of session ``key``; return its readiness message.
 
     Returns:
@@ -43,7 +45,8 @@ def spawn_owner_daemon(key: str, *, deadline_s: float = READY_DEADLINE_S) -> dic
         pid = os.posix_spawn(
             sys.executable,
             [sys.executable, "-m", "tether.owner", key, str(ready_w)],
-            {**os.environ, "TETHER_HOME": paths.home()},  # the owner shares our home
+            # The owner shares our home; `env` (the library's) reaches it and its agents.
+            {**os.environ, **(env or {}), "TETHER_HOME": paths.home()},
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                 # Never the caller's stdout: a long-lived owner holding it open would keep

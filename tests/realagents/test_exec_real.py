@@ -121,7 +121,7 @@ def check_frames(frames: list[dict[str, Any]]) -> None:
 
 
 def _defs_by_method() -> dict[tuple[str, str], dict[str, Any]]:
-    from tests.realagents.rawdriver import _schema
+    from tests.acp_schema import _schema
 
     defs = _schema()["$defs"]
     return {k: defs[v] for k, v in _method_defs().items()}

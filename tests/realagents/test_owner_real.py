@@ -407,15 +407,6 @@ def test_owner_claude_approve_all_runs_tool(
         assert cli.status()["agentPid"] == pid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "tether bug: `sessions new --approve-all` is stored as the session's permission_mode,"
-        " but `tether prompt` always sends permissionMode=ctx.permissions (approve-reads when"
-        " no flag is given) and the owner applies it per prompt, so the session's mode never"
-        " takes effect (src/tether/cli/_session_cmds.py prompt payload; owner._run_job)"
-    ),
-)
 def test_owner_claude_session_permission_mode_applies_without_prompt_flag(
     claude_agent_cmd: list[str],
     claude_agent_env: dict[str, str],

@@ -147,7 +147,8 @@ def prompt(ctx: Any, text: str) -> int:
     payload = {
         "prompt": [{"type": "text", "text": text}],
         "wait": not ctx.inv.no_wait,
-        "permissionMode": ctx.permissions,
+        # Only an explicit flag overrides the mode the session was created with.
+        **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
     }
     with conn:
         rid = conn.send("prompt", payload, deadline_ms=deadline_ms)

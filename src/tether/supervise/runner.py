@@ -459,7 +459,15 @@ class AgentProcess:
             self.lease_id, root_pid=self.pid, pgid=self.pgid, starttime=self.starttime
         )
         self.lifecycle.transition_spawned(time.monotonic())
-        self._arm_watchdog()
+        if self._root_reported_exit:
+            self._root_exited_by_itself()  # it exited before we got here
+        elif self._keeper_exited.done() and self._closing is None:
+            # The keeper died (killed) while we were starting: _on_keeper_exit saw
+            # STARTING and left it to us. End and sweep the run, as it would have.
+            self.lifecycle.request_stop(TerminationReason.SIGNAL)
+            self._closing = loop.create_task(self._teardown())
+        else:
+            self._arm_watchdog()
         _log.event(
             "spawn",
             lease_id=self.lease_id,
@@ -580,19 +588,27 @@ class AgentProcess:
                 signal=msg.get("signal"),
             )
             if self.lifecycle.state is RunState.RUNNING:
-                # The agent ended by itself. Record that *now*: a caller that awaits
-                # wait_exited() and then calls aclose() must not turn an exit into a
-                # "close" requested by us (terminated_by would say "daemon"). And end
-                # the run now: descendants the root left behind (a setsid daemon, a
-                # backgrounded sleep) must not outlive it until someone calls aclose().
-                self.lifecycle.transition_exited()
-                if self._watchdog is not None:
-                    self._watchdog.cancel()
-                    self._watchdog = None
-                if self._closing is None:
-                    self._closing = asyncio.get_running_loop().create_task(self._teardown())
+                self._root_exited_by_itself()
+            # Still STARTING (a fast agent: spawned, exited and extinct can arrive in
+            # one read, before _start resumes): _start applies it after SPAWNED.
         elif kind == "extinct" and not self._extinct.done():
             self._extinct.set_result(msg)
+
+    def _root_exited_by_itself(self) -> None:
+        """The agent ended by itself while RUNNING. Record that *now*, and end the run.
+
+        Recording it at once matters: a caller that awaits wait_exited() and then calls
+        aclose() must not turn an exit into a "close" requested by us (terminated_by
+        would say "daemon"). Ending the run at once matters too: descendants the root
+        left behind (a setsid daemon, a backgrounded sleep) must not outlive it until
+        someone happens to call aclose().
+        """
+        self.lifecycle.transition_exited()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_task(self._teardown())
 
     def _on_keeper_exit(self) -> None:
         loop = asyncio.get_running_loop()
