@@ -186,6 +186,7 @@ class Owner:
         self._closer: Job | None = None
         self._close_session = False
         self._idle_timer: asyncio.TimerHandle | None = None
+        self._idle_due = False  # the TTL passed while a caller was connected
         self._lock_fd = -1
         self._server: asyncio.AbstractServer | None = None
         self._socket_path = str(sessions.socket_path(key))
@@ -277,16 +278,21 @@ class Owner:
             self._idle_timer = loop.call_later(self.settings.idle_ttl, self._on_idle)
 
     def _disarm_idle(self) -> None:
+        self._idle_due = False
         if self._idle_timer is not None:
             self._idle_timer.cancel()
             self._idle_timer = None
 
     def _on_idle(self) -> None:
-        # A connected caller that has not sent its request yet keeps us alive: expiring
-        # between its hello and its request would reject work we just greeted. The
-        # timer is re-armed when the last connection closes.
-        if self.active is None and not self.queue and not self._connections:
-            self.request_shutdown("idle-ttl")
+        if self.active is not None or self.queue:
+            return  # busy: the FIFO re-arms the timer when it empties
+        if self._connections:
+            # A connected caller may be about to send its request: expiring between our
+            # hello and its request would reject work we just greeted. Expire when the
+            # last connection closes instead (a status poll does not reset the TTL).
+            self._idle_due = True
+            return
+        self.request_shutdown("idle-ttl")
 
     def _on_max_lifetime(self) -> None:
         # Never cut a turn: retire at the next idle moment.
@@ -301,7 +307,6 @@ class Owner:
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         self._connections.add(writer)
-        self._disarm_idle()
         try:
             writer.write(
                 protocol.encode(
@@ -364,8 +369,8 @@ class Owner:
                     job.detached = True
             with contextlib.suppress(Exception):
                 writer.close()
-            if not self._connections and self.active is None and not self.queue:
-                self._arm_idle()
+            if self._idle_due and not self._connections and self.active is None and not self.queue:
+                self.request_shutdown("idle-ttl")
 
     def _admit(self, env: protocol.Envelope, writer: asyncio.StreamWriter) -> None:
         job = Job(env, writer, time.monotonic())
