@@ -161,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    if not args or args[:1] == ["help"] or "--help" in args or "-h" in args:
+    flags = args[: args.index("--")] if "--" in args else args
+    if not args or args[:1] == ["help"] or "--help" in flags or "-h" in flags:
         sys.stdout.write(HELP)
         return 0
     from tether.cli import _parse
