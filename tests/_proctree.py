@@ -112,3 +112,21 @@ def kill_verified(survivors: dict[int, tuple[str, int]]) -> None:
             os.close(fd)
     time.sleep(0.05)
     reap_zombie_children()
+
+
+def marker_carriers(lease_id: str) -> list[int]:
+    """Live processes whose environment carries ``TETHER_LEASE_ID=<lease_id>``.
+
+    The product's own witness (:func:`tether.supervise.verify.marked_survivors`), so
+    tests prove extinction with the same scan the supervisor trusts.
+    """
+    from tether import _os
+    from tether.supervise.verify import marked_survivors, marker_for
+
+    return marked_survivors(_os.current(), marker_for(lease_id), exclude=[os.getpid()])
+
+
+def is_alive(pid: int, starttime: int) -> bool:
+    """Is that very process (pid and starttime) still running? Zombies are dead."""
+    st = _stat(pid)
+    return st is not None and st[0] != "Z" and st[1] == starttime

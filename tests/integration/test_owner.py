@@ -22,8 +22,7 @@ from typing import Any, TypeVar
 
 import pytest
 from tests import _proctree
-
-from tether.supervise.verify import MARKER_KEY
+from tests._proctree import marker_carriers
 
 pytestmark = pytest.mark.integration
 
@@ -75,23 +74,6 @@ def signal_descendant(pid: int, sig: signal.Signals) -> None:
         signal.pidfd_send_signal(fd, sig)
     finally:
         os.close(fd)
-
-
-def carries_marker(lease_id: str) -> list[int]:
-    """Every process (of ours, readable) whose environment carries the lease marker."""
-    needle = MARKER_KEY + b"=" + lease_id.encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if needle in env and alive(int(entry)):
-            found.append(int(entry))
-    return found
 
 
 class Cli:
@@ -431,7 +413,7 @@ def test_sigkill_owner_mid_turn(mock: Cli) -> None:
     error = json.loads(out.strip().splitlines()[-1])["error"]
     assert error["data"]["detailCode"] == "QUEUE_DISCONNECTED_BEFORE_COMPLETION"
     wait_for(lambda: not alive(agent) and not alive(keeper), "the agent tree to die")
-    wait_for(lambda: not carries_marker(active["leaseId"]), "no process with the lease marker")
+    wait_for(lambda: not marker_carriers(active["leaseId"]), "no process with the lease marker")
 
     again = mock.run("prompt", "echo again")
     assert "again" in again.stdout
@@ -468,7 +450,7 @@ def test_idle_ttl_expiry_leaves_nothing_behind(cli: Callable[..., Cli]) -> None:
     wait_for(
         lambda: not (set(_proctree.live_descendants()) - born_before), "every process to be gone"
     )
-    assert not carries_marker(lease)
+    assert not marker_carriers(lease)
     assert not os.path.exists(sessions.socket_path(key))
     offline = c.status()
     assert offline["status"] == "idle"
@@ -496,11 +478,11 @@ def test_close_reaps_setsid_and_double_forked_grandchildren(mock: Cli) -> None:
     assert len(pids) == 3, out
     assert all(alive(p) for p in pids)
     lease = mock.status()["leaseId"]
-    assert len(carries_marker(lease)) >= 4  # keeper/agent and the three sleepers
+    assert len(marker_carriers(lease)) >= 4  # keeper/agent and the three sleepers
     closed = mock.json("sessions", "close")
     assert closed["action"] == "session_closed"
     assert closed["survivors"] == []
-    assert carries_marker(lease) == []
+    assert marker_carriers(lease) == []
     assert not any(alive(p) for p in pids)
     assert mock.status()["status"] == "closed"
 

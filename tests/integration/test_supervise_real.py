@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests._proctree import descendants
+from tests._proctree import descendants, marker_carriers
 
 from tether import _os
 from tether._os import UNREADABLE
@@ -77,25 +77,6 @@ def alive(pid: int, starttime: int) -> bool:
     """Is that very process (pid + starttime) still running? Zombies are dead."""
     st = _stat(pid)
     return st is not None and st[0] != "Z" and st[2] == starttime
-
-
-def marker_carriers(lease_id: str) -> list[int]:
-    """Live processes whose environment carries TETHER_LEASE_ID=<lease_id>."""
-    want = b"TETHER_LEASE_ID=" + lease_id.encode()
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if want in env:
-            st = _stat(int(name))
-            if st is not None and st[0] != "Z":
-                found.append(int(name))
-    return found
 
 
 def assert_extinct(lease_id: str, cgroup: str | None, *, within: float = 0.0) -> None:

@@ -45,6 +45,7 @@ from typing import Any
 import pytest
 
 from tests import _proctree
+from tests._proctree import marker_carriers
 from tests.acp_schema import _method_defs, _schema, schema_errors
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic, last_user_text
@@ -202,23 +203,6 @@ def alive_of(tree: dict[int, int]) -> dict[int, str]:
     return alive
 
 
-def lease_carriers(lease_id: str) -> list[int]:
-    """Every process on the machine whose environment holds TETHER_LEASE_ID=<lease_id>."""
-    marker = f"TETHER_LEASE_ID={lease_id}".encode()
-    found: list[int] = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                entries = f.read().split(b"\0")
-        except OSError:
-            continue
-        if marker in entries:
-            found.append(int(name))
-    return found
-
-
 @dataclass
 class CloseProof:
     closed: dict[str, Any]
@@ -244,7 +228,7 @@ def close_and_prove(cli: Cli, timing: Timing, label: str, *, min_below_agent: in
     below = {p: cmdline(p) for p in record_tree(agent) if p != agent}
     assert len(below) >= min_below_agent, f"{label}: expected agent children, got {below}"
     # Positive control: the scan does see the marker while the run is alive.
-    assert agent in lease_carriers(lease)
+    assert agent in marker_carriers(lease)
     owner_stat = _proctree._stat(owner)
     assert owner_stat is not None
 
@@ -259,7 +243,7 @@ def close_and_prove(cli: Cli, timing: Timing, label: str, *, min_below_agent: in
     # The owner proved extinction before answering: nothing of the tree may be alive now.
     left = alive_of(tree)
     assert left == {}, f"{label}: alive after `sessions close` answered: {left}"
-    assert lease_carriers(lease) == [], f"{label}: processes still carry lease {lease}"
+    assert marker_carriers(lease) == [], f"{label}: processes still carry lease {lease}"
     wait_until(
         lambda: not alive_of({owner: owner_stat[1]}), OWNER_EXIT_GRACE_S, f"owner {owner} to exit"
     )
@@ -588,7 +572,7 @@ def test_library_claude_cancel_and_abandoned_iterator(
     tree, lease, closed = asyncio.run(main())
     assert closed["survivors"] == [], closed
     assert alive_of(tree) == {}
-    assert lease_carriers(lease) == []
+    assert marker_carriers(lease) == []
 
 
 def test_connection_claude_pending_permission_answered_cancelled(
@@ -678,7 +662,7 @@ def test_connection_claude_pending_permission_answered_cancelled(
 
     tree, lease = asyncio.run(main())
     assert alive_of(tree) == {}
-    assert lease_carriers(lease) == []
+    assert marker_carriers(lease) == []
     # Every frame Tether sent validates (requests by method, answers by what they answer).
     theirs = {f["id"]: f["method"] for d, f in frames if d == "in" and "method" in f and "id" in f}
     bad = []
@@ -786,4 +770,4 @@ def test_owner_sdk_echo_three_prompts_library(
     tree, lease, closed = asyncio.run(main())
     assert closed["survivors"] == [], closed
     assert alive_of(tree) == {}
-    assert lease_carriers(lease) == []
+    assert marker_carriers(lease) == []

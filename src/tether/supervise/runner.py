@@ -51,7 +51,7 @@ from typing import Any
 from tether import _log, _os, metrics
 from tether.errors import SpawnError
 from tether.supervise.run_state import RunLifecycle, RunState, TerminationReason
-from tether.supervise.verify import command_hash, signal_verified
+from tether.supervise.verify import command_hash, marked_survivors, marker_for, signal_verified
 
 STDERR_TAIL_BYTES = 8 * 1024
 DEFAULT_GRACE_S = 1.5  # SIGTERM -> SIGKILL grace; openab uses 1.5 s as well
@@ -817,19 +817,10 @@ class AgentProcess:
 
     def _marker_survivors(self) -> list[int]:
         """Live processes that carry this run's lease marker (the third witness)."""
-        marker = self.lease_id.encode()
-        found: list[int] = []
-        me = os.getpid()
-        for pid in self.table.pids():
-            if pid == me:
-                continue
-            value = self.table.environ_value(pid, b"TETHER_LEASE_ID")
-            if value != marker:
-                continue
-            st = self.table.stat(pid)
-            if st is not None and st.state != "Z":
-                found.append(pid)
-        return found
+        try:
+            return marked_survivors(self.table, marker_for(self.lease_id), exclude=[os.getpid()])
+        except _os.ProcUnreadable:
+            return []  # /proc unreadable: the keeper's ECHILD and the cgroup still stand
 
     async def _sweep_marker(self) -> None:
         """Supervisor-side sweep: the keeper is gone, so kill verified marker carriers."""
