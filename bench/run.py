@@ -765,7 +765,7 @@ def profile_warm(tether: Tether, n: int) -> dict[str, Any]:
                     self_us, cum_us = int(parts[0].split(":")[1]), int(parts[1])
                 except ValueError:
                     continue
-                name = parts[2].rstrip()
+                name = parts[2][1:].rstrip()  # one space before a top-level name
                 total += self_us
                 if not name.startswith(" "):  # top-level imports: their cumulative cost
                     per.setdefault(name.strip(), []).append(cum_us / 1000)
