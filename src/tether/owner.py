@@ -88,23 +88,47 @@ class Job:
             return None
         return self.admitted_at + self.env.deadline_ms / 1000
 
+    # Frames for the caller are buffered and written once per event-loop pass: an
+    # agent's stdout chunk often holds hundreds of updates, and one write per update
+    # (one syscall each) was the owner's largest cost when streaming.
+    _out: list[bytes] = field(default_factory=list)
+    _flush_scheduled: bool = False
+    _prefix: bytes = b""
+
     def send(self, frame: dict[str, Any]) -> None:
+        self._queue(protocol.encode(frame))
+
+    def update_line(self, direction: str, line: bytes) -> None:
+        """Relay one ACP frame unchanged: its bytes are embedded, never re-encoded.
+
+        The line is a JSON object the core has already decoded, so embedding it as the
+        ``frame`` value keeps the IPC frame valid JSON.
+        """
+        if not self._prefix:
+            rid = protocol.encode({"r": self.request_id})[5:-2]  # the id, JSON-escaped
+            self._prefix = b'{"type":"update","requestId":' + rid + b',"direction":"'
+        self._queue(b'%s%s","frame":%s}\n' % (self._prefix, direction.encode(), line))
+
+    def _queue(self, data: bytes) -> None:
         if self.writer is None or self.detached:
             return
+        self._out.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Write what is buffered (in order); a caller that left is detached, not an error."""
+        self._flush_scheduled = False
+        if not self._out or self.writer is None:
+            return
+        data, self._out = b"".join(self._out), []
+        if self.detached:
+            return
         try:
-            self.writer.write(protocol.encode(frame))
+            self.writer.write(data)
         except (ConnectionError, RuntimeError):
             self.detached = True  # the caller left (--no-wait, or it died): run on
-
-    def update(self, direction: str, acp_frame: dict[str, Any]) -> None:
-        self.send(
-            {
-                "type": "update",
-                "requestId": self.request_id,
-                "direction": direction,
-                "frame": acp_frame,
-            }
-        )
 
     def finish(
         self, result: dict[str, Any] | None = None, error: TetherError | None = None
@@ -117,6 +141,7 @@ class Job:
             self.send({"type": "error", "requestId": self.request_id, "error": error.to_wire()})
         else:
             self.send({"type": "result", "requestId": self.request_id, "result": result or {}})
+        self.flush()
 
 
 @dataclass
@@ -565,7 +590,7 @@ class Owner:
                 handshake_timeout=s.handshake_timeout,
                 prompt_ceiling=None,
                 auth=s.auth,
-                on_frame=self._on_frame,
+                on_line=self._on_line,
                 on_permission=self._on_permission,
             ),
             session_key=self.key,
@@ -588,7 +613,7 @@ class Owner:
             for key, value in config.items():
                 await live.conn.set_config_option(live.session_id, key, value)
 
-    def _on_frame(self, direction: str, frame: dict[str, Any]) -> None:
+    def _on_line(self, direction: str, line: bytes) -> None:
         job = self.active
         live = self.live
         # Relay only frames of the running turn: trailing updates of an abandoned turn
@@ -599,7 +624,7 @@ class Owner:
             and live is not None
             and live.conn.active_turn(live.session_id)
         ):
-            job.update(direction, frame)
+            job.update_line(direction, line)
 
     def _on_permission(self, request: dict[str, Any], outcome: dict[str, Any]) -> None:
         """Tell the waiting caller what was decided for the agent (a permission frame)."""

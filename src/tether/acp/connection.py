@@ -95,6 +95,9 @@ class ClientOptions:
     permission_hook: PermissionHook | None = None
     # Called with (direction "out"|"in", raw frame) for every frame.
     on_frame: FrameObserver | None = None
+    # Called with (direction, the frame's bytes without newline) for every frame: the
+    # cheap way to relay frames unchanged (the owner does; no decode/encode per update).
+    on_line: Callable[[str, bytes], None] | None = None
     # Called with (request params, outcome) for every permission decision we send.
     on_permission: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
 
@@ -146,6 +149,11 @@ class AgentConnection:
     # --- wire plumbing --------------------------------------------------------------
 
     def _observe_out(self, data: bytes) -> None:
+        on_line = self.options.on_line
+        if on_line is not None and data:
+            for line in data.splitlines():
+                if line.strip():
+                    on_line("out", line)
         if self.options.on_frame is not None and data:
             import json
 
@@ -167,6 +175,7 @@ class AgentConnection:
 
     def _drain_events(self) -> None:
         observe = self.options.on_frame
+        on_line = self.options.on_line
         stale_before = self.rpc.stats.stale_responses
         while True:
             event = self.rpc.next_event()
@@ -178,16 +187,22 @@ class AgentConnection:
                 self._spawn_handler(self._fail_after_exit())
                 return
             if isinstance(event, Response):
+                if on_line is not None:
+                    on_line("in", event.line)
                 if observe is not None:
                     observe("in", event.raw)
                 fut = self._waiters.pop(event.id, None) if isinstance(event.id, int) else None
                 if fut is not None and not fut.done():
                     fut.set_result(event)
             elif isinstance(event, Notification):
+                if on_line is not None:
+                    on_line("in", event.line)
                 if observe is not None:
                     observe("in", event.raw)
                 self._on_notification(event)
             elif isinstance(event, Request):
+                if on_line is not None:
+                    on_line("in", event.line)
                 if observe is not None:
                     observe("in", event.raw)
                 self._on_request(event)

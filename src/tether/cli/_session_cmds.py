@@ -161,6 +161,8 @@ def prompt(ctx: Any, text: str) -> int:
             )
             return 0
         render = _render(ctx)
+        ctx.output.batch = True
+        conn.before_block = ctx.output.flush
         try:
             result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:

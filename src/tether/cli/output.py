@@ -36,6 +36,7 @@ class Output:
         *,
         verbose: bool = False,
         json_strict: bool = False,
+        batch: bool = False,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ) -> None:
@@ -44,6 +45,10 @@ class Output:
         self.json_strict = json_strict
         self.out = stdout or sys.stdout
         self.err = stderr or sys.stderr
+        # batch=True: writes are kept until flush(); the IPC client flushes before each
+        # blocking read, so streamed output is written once per batch of frames.
+        self.batch = batch
+        self._pending: list[str] = []
         self._mid_line = False
         self._tool_titles: dict[str, str] = {}
 
@@ -52,7 +57,7 @@ class Output:
     def frame(self, direction: str, frame: dict[str, Any]) -> None:
         """One raw ACP frame (``direction`` is ``out`` = to the agent, ``in`` = from it)."""
         if self.fmt == "json":
-            self.out.write(_dumps(frame) + "\n")
+            self._write(_dumps(frame) + "\n")
             return
         if frame.get("method") != "session/update":
             return
@@ -63,13 +68,13 @@ class Output:
 
     def _text(self, text: str) -> None:
         if text:
-            self.out.write(text)
+            self._write(text)
             self._mid_line = not text.endswith("\n")
 
     def _line(self, text: str) -> None:
         if self._mid_line:
-            self.out.write("\n")
-        self.out.write(text + "\n")
+            self._write("\n")
+        self._write(text + "\n")
         self._mid_line = False
 
     def _render_update(self, update: dict[str, Any]) -> None:
@@ -114,7 +119,7 @@ class Output:
         if self.fmt == "text":
             self._line(f"[done] {stop_reason}")
         elif self.fmt == "quiet" and self._mid_line:
-            self.out.write("\n")
+            self._write("\n")
             self._mid_line = False
         self.flush()
 
@@ -123,16 +128,17 @@ class Output:
     ) -> None:
         """A control command's answer: the object in json, ``text`` or ``quiet`` otherwise."""
         if self.fmt == "json":
-            self.out.write(_dumps(obj) + "\n")
+            self._write(_dumps(obj) + "\n")
         elif self.fmt == "quiet":
             if quiet is not None:
-                self.out.write(quiet + "\n")
+                self._write(quiet + "\n")
         elif text is not None:
             self._line(text)
         self.flush()
 
     def banner(self, text: str) -> None:
         if self.fmt == "text" or (self.verbose and not self.json_strict):
+            self.flush()
             self.err.write(f"[tether] {text}\n")
             self.err.flush()
 
@@ -153,18 +159,29 @@ class Output:
                     },
                 },
             }
-            self.out.write(_dumps(envelope) + "\n")
+            self._write(_dumps(envelope) + "\n")
             self.flush()
         if self.fmt != "json" or not self.json_strict:
             if self._mid_line:
-                self.out.write("\n")
+                self._write("\n")
                 self._mid_line = False
                 self.flush()
+            self.flush()
             self.err.write(f"[error] {exc}\n")
             tail = exc.fields.get("stderr_tail")
             if tail and self.fmt != "quiet":
                 self.err.write("[error] agent stderr (tail):\n" + str(tail)[-2000:].rstrip() + "\n")
             self.err.flush()
 
+    def _write(self, text: str) -> None:
+        if self.batch:
+            self._pending.append(text)
+        else:
+            self.out.write(text)
+
     def flush(self) -> None:
+        """Write what is pending and flush stdout (called per batch of frames)."""
+        if self._pending:
+            data, self._pending = "".join(self._pending), []
+            self.out.write(data)
         self.out.flush()

@@ -38,6 +38,9 @@ def new_request_id() -> str:
     return "r-" + os.urandom(8).hex()
 
 
+_decode = json.JSONDecoder().decode
+
+
 class OwnerConnection:
     """A connection to a session owner."""
 
@@ -46,6 +49,7 @@ class OwnerConnection:
         self._buf = b""  # received bytes not yet returned as frames, from self._pos
         self._pos = 0
         self.hello: dict[str, Any] = {}
+        self.before_block: Callable[[], None] | None = None
 
     @classmethod
     def connect(cls, path: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection:
@@ -107,6 +111,10 @@ class OwnerConnection:
             if nl >= 0:
                 self._pos = nl + 1
                 return buf[pos:nl]
+            if self.before_block is not None:
+                # About to wait for the owner: let the caller flush what it rendered, so
+                # output streams promptly yet is written once per batch, not per frame.
+                self.before_block()
             chunk = self.sock.recv(65536)
             if not chunk:
                 self._buf, self._pos = b"", 0
@@ -120,7 +128,9 @@ class OwnerConnection:
         if not line:
             return None
         try:
-            frame = json.loads(line)
+            # Decoding str with a prebuilt decoder skips json.loads' per-call encoding
+            # detection on bytes: measurable when 10,000 updates stream through.
+            frame = _decode(line.decode("utf-8"))
         except ValueError:
             raise RemoteProtocolError("the owner sent a malformed frame") from None
         if not isinstance(frame, dict):

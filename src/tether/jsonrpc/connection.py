@@ -257,7 +257,7 @@ class JsonRpcConnection:
         if params is not None and type(params) is not dict and type(params) is not list:
             return self._violation("invalid-message", "params is not an object", frame, obj)
         if "id" not in obj:
-            return Notification(method, params, obj)
+            return Notification(method, params, obj, frame)
         request_id = obj["id"]
         if not is_valid_id(request_id):
             return self._violation("invalid-message", f"bad id {request_id!r}", frame, obj)
@@ -265,7 +265,7 @@ class JsonRpcConnection:
             # Reusing an id we have not answered yet would make our answer ambiguous.
             detail = f"request id {request_id!r} reused while still unanswered"
             return self._violation("invalid-message", detail, frame, obj)
-        request = Request(request_id, method, params, obj)
+        request = Request(request_id, method, params, obj, frame)
         self._incoming[request_id] = request
         return request
 
@@ -307,6 +307,7 @@ class JsonRpcConnection:
             pending.method,
             pending.session_id,
             obj,
+            frame,
         )
 
     # --- outbound ------------------------------------------------------------------

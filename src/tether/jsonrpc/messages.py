@@ -102,6 +102,8 @@ class Request:
     method: str
     params: Any
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The frame's bytes as received (no newline): relaying them saves a re-encode.
+    line: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,8 @@ class Notification:
     method: str
     params: Any
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The frame's bytes as received (no newline): relaying them saves a re-encode.
+    line: bytes = field(default=b"", compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +131,8 @@ class Response:
     method: str | None = None
     session_id: str | None = None
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # The frame's bytes as received (no newline): relaying them saves a re-encode.
+    line: bytes = field(default=b"", compare=False, repr=False)
 
     @property
     def is_error(self) -> bool:
