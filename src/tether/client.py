@@ -371,14 +371,8 @@ class Client:
     @staticmethod
     def _start_owner(key: str, env: dict[str, str]) -> dict[str, Any]:
         from tether.owner_launch import spawn_owner_daemon
-        from tether.registry import Registry
 
-        with Registry() as registry:
-            session = registry.session(key)
-            if session is None or session.state == "closed":
-                from tether.errors import NoSession
-
-                raise NoSession("the session does not exist (or was closed)", session_key=key)
+        # The owner refuses (NoSession) for a session that does not exist or was closed.
         return spawn_owner_daemon(key, env=env)
 
     async def ensure_session(

@@ -833,7 +833,7 @@ async def _amain(key: str, ready: Any) -> int:
     try:
         owner = Owner(key, registry)
     except UsageError as exc:
-        ready({"ready": False, "error": str(exc)})
+        ready({"ready": False, "noSession": True, "error": str(exc)})
         return 4
     if not owner.acquire_lock():
         ready({"ready": False, "busy": True})

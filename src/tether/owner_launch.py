@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from tether import paths
-from tether.errors import OwnerUnavailable
+from tether.errors import NoSession, OwnerUnavailable
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
 
@@ -85,6 +85,8 @@ def spawn_owner_daemon(
             ) from None
         if not isinstance(message, dict):
             raise OwnerUnavailable("the session owner sent a bad readiness line")
+        if message.get("noSession"):
+            raise NoSession(str(message.get("error") or "no such session"), session_key=key)
         if not message.get("ready") and not message.get("busy"):
             raise OwnerUnavailable(f"the session owner refused to start: {message.get('error')}")
         return message

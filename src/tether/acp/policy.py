@@ -27,8 +27,10 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 
 class PermissionMode(enum.StrEnum):
@@ -77,6 +79,10 @@ class PathRefused(ValueError):
 
 
 def confine(root: str | os.PathLike[str], path: object) -> Path:
+    # pathlib is imported here, on the first fs request, not with the module: it drags
+    # urllib.parse in, which the owner's cold start does not otherwise need.
+    from pathlib import Path
+
     """Resolve ``path`` (symlinks followed) and require it to lie inside ``root``."""
     if not isinstance(path, str) or not path:
         raise PathRefused("path must be a non-empty string")

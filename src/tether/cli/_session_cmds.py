@@ -63,8 +63,13 @@ def _serving(conn: OwnerConnection) -> OwnerConnection | None:
     return conn
 
 
-def connect_or_start(ctx: Any, key: str, *, must_exist: bool = True) -> OwnerConnection:
-    """The warm path first; otherwise check the session and start its owner."""
+def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
+    """The warm path first; otherwise start the session's owner.
+
+    The owner itself refuses to start for a session that does not exist (or was
+    closed), so the cold path needs no database read of its own -- unless flags given
+    now must become the new owner's settings.
+    """
     path = str(sessions.socket_path(key))
     try:
         conn = _serving(OwnerConnection.connect(path))
@@ -75,21 +80,24 @@ def connect_or_start(ctx: Any, key: str, *, must_exist: bool = True) -> OwnerCon
     import time
 
     from tether.owner_launch import spawn_owner_daemon
-    from tether.registry import Registry
 
-    with Registry() as registry:
-        session = registry.session(key)
-        if session is None or session.state == "closed":
-            if must_exist:
+    if ctx.inv.ttl is not None or ctx.inv.permissions:
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            session = registry.session(key)
+            if session is None or session.state == "closed":
                 raise _no_session_hint(ctx)
-        # Later flags (--ttl, permissions) become the new owner's settings.
-        elif ctx.inv.ttl is not None or ctx.inv.permissions:
+            # Later flags (--ttl, permissions) become the new owner's settings.
             opts = dict(session.options)
             opts.update({k: v for k, v in _owner_options(ctx).items() if v is not None})
             registry.update_session(key, options=opts)
     deadline = time.monotonic() + START_DEADLINE_S
     while True:
-        message = spawn_owner_daemon(key)
+        try:
+            message = spawn_owner_daemon(key)
+        except NoSession:
+            raise _no_session_hint(ctx) from None
         if message.get("ready"):
             return OwnerConnection.connect(str(message.get("socket") or path))
         # Busy: another owner holds the session's lock. Either it is starting (another

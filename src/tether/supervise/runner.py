@@ -43,7 +43,6 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -864,7 +863,7 @@ async def spawn_agent(spec: SpawnSpec, registry: Any) -> AgentProcess:
     Cancellation: if cancelled while starting, whatever was started is torn down
     (bounded, shielded) before the cancellation propagates.
     """
-    proc = AgentProcess(spec, registry, uuid.uuid4().hex)
+    proc = AgentProcess(spec, registry, os.urandom(16).hex())  # lease id: 128 random bits
     try:
         await proc._start()
     except SpawnError as exc:
