@@ -181,9 +181,8 @@ class OwnerConnection:
                     "the owner did not answer within the deadline; the outcome is unknown",
                     request_id=request_id,
                 ) from None
-            except OSError as exc:
-                frame = None
-                _ = exc
+            except OSError:
+                frame = None  # reset or broken socket: the owner is gone, like EOF
             if frame is None:
                 if tracker.acked:
                     raise OwnerLost(

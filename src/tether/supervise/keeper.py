@@ -74,6 +74,11 @@ def _prctl(option: int, arg: int) -> None:
         raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
 
 
+# The keeper deliberately re-implements the two /proc readers it needs instead of importing
+# ``tether._os``: that package pulls in dataclasses and enum machinery, and every agent
+# start pays for the keeper's imports. Same parsing rule: split after the *last* ")".
+
+
 def _read_stat(pid: int) -> tuple[str, int, int] | None:
     """(state, pgid, starttime) of pid, or None if it is gone. comm may hold ')'."""
     try:
