@@ -682,6 +682,8 @@ class Owner:
 
     def _record_turn(self, job: Job, stop_reason: str) -> None:
         with contextlib.suppress(Exception):
+            if self.last_prompt_at is not None:
+                self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
             self.registry.add_event(
                 self.key,
                 "turn",
@@ -703,17 +705,19 @@ class Owner:
                 }
             )
         elif kind == "prompt":
+            # A flag on this prompt applies to this turn only; otherwise the session's mode.
             mode = job.env.payload.get("permissionMode")
-            if isinstance(mode, str) and mode in {m.value for m in PermissionMode}:
-                live.conn.options.permission_mode = PermissionMode(mode)
+            if not (isinstance(mode, str) and mode in {m.value for m in PermissionMode}):
+                mode = self.settings.permission_mode
+            live.conn.options.permission_mode = PermissionMode(mode)
             self.last_prompt_at = time.time()
-            self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
             ceiling = self.settings.turn_timeout
             if job.deadline is not None:
                 remaining = max(0.001, job.deadline - time.monotonic())
                 ceiling = remaining if ceiling is None else min(ceiling, remaining)
             result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
-            self._record_turn(job, result.stop_reason)
+            # Answer first, write the registry after: the caller's result never waits
+            # on a SQLite commit (or on another owner holding the write lock).
             job.finish(
                 {
                     "stopReason": result.stop_reason,
@@ -722,6 +726,7 @@ class Owner:
                     "result": result.result,
                 }
             )
+            self._record_turn(job, result.stop_reason)
         elif kind == "set_mode":
             mode = str(job.env.payload["modeId"])
             await live.conn.set_mode(live.session_id, mode)
@@ -730,10 +735,7 @@ class Owner:
         elif kind == "set_config_option":
             config_id = str(job.env.payload["configId"])
             value = job.env.payload["value"]
-            try:
-                answer = await live.conn.set_config_option(live.session_id, config_id, value)
-            except AgentRequestError:
-                raise
+            answer = await live.conn.set_config_option(live.session_id, config_id, value)
             session = self.registry.session(self.key)
             desired = dict(session.desired_config if session else {})
             desired[config_id] = value
