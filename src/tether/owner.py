@@ -45,7 +45,6 @@ from tether import _log, _os, config, metrics, sessions
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
 from tether.errors import (
-    AgentRequestError,
     GenerationMismatch,
     OwnerShuttingDown,
     PromptTimeout,
