@@ -10,11 +10,11 @@ Standard library only: on the thin CLI path.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 
 from tether import paths
+from tether._fastjson import dumps
 from tether._hash import sha256_hex
 
 DEFAULT_NAME = ""  # the unnamed session of a scope, as acpx's
@@ -28,11 +28,11 @@ def agent_scope(label: str, argv: Sequence[str], *, named: bool) -> str:
     for ``mock``), and it must still be the same session. A raw command is identified
     by its argv, as acpx stores the rendered command string.
     """
-    return f"name:{label}" if named else "argv:" + json.dumps(list(argv))
+    return f"name:{label}" if named else "argv:" + dumps(list(argv))
 
 
 def session_key(agent_scope: str, cwd: str, name: str = DEFAULT_NAME) -> str:
-    blob = json.dumps([agent_scope, cwd, name], separators=(",", ":"))
+    blob = dumps([agent_scope, cwd, name])
     return sha256_hex(blob)
 
 

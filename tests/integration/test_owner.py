@@ -731,3 +731,20 @@ def test_set_mode_and_config_options(cli: Callable[..., Cli]) -> None:
     plain.run("sessions", "new")
     refused = plain.json("set-mode", "plan", rc=1)
     assert "error" in refused
+
+
+def test_permission_flag_on_a_prompt_applies_to_that_turn_only(cli: Callable[..., Cli]) -> None:
+    """A prompt's permission flag decides its own turn; later turns use the session's mode."""
+    c = cli()
+    c.run("sessions", "new")  # the session's mode: approve-reads (the default)
+    assert "permission: allowed" in c.run("prompt", "--approve-all", "tool execute").stdout
+    assert "permission: denied" in c.run("prompt", "tool execute").stdout
+
+
+def test_session_permission_mode_holds_without_flags(cli: Callable[..., Cli]) -> None:
+    """The mode given at `sessions new` holds for prompts that give none."""
+    c = cli()
+    c.run("--approve-all", "sessions", "new")
+    assert "permission: allowed" in c.run("prompt", "tool execute").stdout
+    assert "permission: denied" in c.run("prompt", "--deny-all", "tool read").stdout
+    assert "permission: allowed" in c.run("prompt", "tool execute").stdout

@@ -8,8 +8,6 @@ and start an owner).
 
 from __future__ import annotations
 
-from typing import Any
-
 from tether import sessions
 from tether.errors import (
     Interrupted,
@@ -19,6 +17,10 @@ from tether.errors import (
     UsageError,
 )
 from tether.ipc.client import OwnerConnection, connect_with_retry
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
 
 CANCEL_WAIT_S = 3.0  # after Ctrl-C on `prompt`, how long we wait for the `cancelled` answer
 

@@ -13,9 +13,9 @@ Standard library only (``json``): on the thin path of ``prompt``.
 
 from __future__ import annotations
 
-import json
 import sys
 
+from tether import _fastjson
 from tether.errors import TetherError
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 def _dumps(obj: Any) -> str:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    return _fastjson.dumps(obj)
 
 
 class Output:

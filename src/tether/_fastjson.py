@@ -1,0 +1,92 @@
+"""Compact JSON on the thin CLI path without importing ``json`` (and so ``re``).
+
+``import json`` pulls in ``json.decoder``/``json.scanner``, which import ``re`` and compile
+patterns: 5-7 ms of a warm ``tether prompt`` whose whole budget is ~60 ms. The C
+accelerator that ``json`` itself uses (``_json``) needs none of that, so we drive it
+directly: the same scanner and encoder, hence the same results as ``json.loads`` and
+``json.dumps(separators=(",", ":"), ensure_ascii=False)``. Where ``_json`` is missing
+(another interpreter), we fall back to the ``json`` module.
+
+Only what Tether's wire formats need: ``loads(str)`` for one JSON value per call
+(surrounding whitespace allowed), ``dumps(obj)`` compact, UTF-8 kept as is, and NaN /
+Infinity rejected on both sides (they are not JSON).
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+_WS = " \t\n\r"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+_json: Any
+try:
+    import _json
+except ImportError:  # pragma: no cover - CPython always has it
+    _json = None
+
+
+class _Context:
+    """The attributes ``_json.make_scanner`` reads from a ``JSONDecoder``."""
+
+    strict = True
+    object_hook = None
+    object_pairs_hook = None
+    parse_float = float
+    parse_int = int
+    parse_constant = staticmethod(_reject_constant)
+    memo: dict[str, str] = {}  # noqa: RUF012 -- the C scanner keeps its own memo
+
+
+if _json is not None:
+    _scan = _json.make_scanner(_Context())
+    _encode = _json.make_encoder(
+        None,  # markers: None skips the cycle check (our frames are trees)
+        None,  # default: unknown types are a bug, not something to serialise
+        _json.encode_basestring,  # ensure_ascii=False
+        None,  # indent
+        ":",
+        ",",
+        False,  # sort_keys
+        False,  # skipkeys
+        False,  # allow_nan
+    )
+
+    def loads(text: str) -> Any:
+        """Decode one JSON value; ``ValueError`` if ``text`` is not exactly that."""
+        start = 0
+        end = len(text)
+        while start < end and text[start] in _WS:
+            start += 1
+        try:
+            value, stop = _scan(text, start)
+        except StopIteration as exc:
+            raise ValueError(f"invalid JSON at offset {exc.value}") from None
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
+        while stop < end and text[stop] in _WS:
+            stop += 1
+        if stop != end:
+            raise ValueError(f"extra data after JSON value at offset {stop}")
+        return value
+
+    def dumps(obj: Any) -> str:
+        """Encode compactly (``,`` and ``:`` separators, UTF-8 kept, no NaN)."""
+        if isinstance(obj, str):
+            return str(_json.encode_basestring(obj))
+        return "".join(_encode(obj, 0))
+
+else:  # pragma: no cover
+    import json as _std
+
+    def loads(text: str) -> Any:
+        return _std.loads(text, parse_constant=_reject_constant)
+
+    def dumps(obj: Any) -> str:
+        return _std.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
