@@ -69,9 +69,7 @@ def resolve(token: str, configured: Mapping[str, Any] | None = None) -> list[str
             if isinstance(entry.get("command"), str):
                 return [entry["command"], *[str(a) for a in entry.get("args", [])]]
         if isinstance(entry, str):
-            import shlex
-
-            return shlex.split(entry)
+            return split_command(entry)
         if isinstance(entry, list):
             return [str(a) for a in entry]
     if token == "mock":
@@ -84,6 +82,17 @@ def resolve(token: str, configured: Mapping[str, Any] | None = None) -> list[str
         if installed and shutil.which(installed[0]):
             return list(installed)
         return list(fallback)
+    return split_command(token)
+
+
+def split_command(command: str) -> list[str]:
+    """Split a command like a POSIX shell would (quotes, escapes), never running one.
+
+    Without quotes or backslashes that is a plain whitespace split, which spares the
+    thin path the `shlex` import (and its `re`).
+    """
+    if not any(c in command for c in "'\"\\#"):
+        return command.split()
     import shlex
 
-    return shlex.split(token)
+    return shlex.split(command)

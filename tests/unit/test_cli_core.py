@@ -255,3 +255,22 @@ def test_parse_never_crashes(argv: list[str]) -> None:
         parse(argv, lambda token: token == "mock")
     except errors.UsageError:
         pass
+
+
+@given(
+    st.lists(
+        st.text(alphabet=st.characters(blacklist_categories=["Cs", "Cc"]), max_size=6), max_size=5
+    )
+)
+def test_split_command_matches_shlex(words: list[str]) -> None:
+    """Agent commands split exactly as shlex.split would split them."""
+    import shlex
+
+    from tether.agents import split_command
+
+    command = " ".join(words)
+    try:
+        expected = shlex.split(command)
+    except ValueError:
+        return  # unbalanced quotes: shlex's own error is what the user sees
+    assert split_command(command) == expected
