@@ -44,20 +44,22 @@ Supervisor -> keeper::
     {"cmd":"signal","sig":N}            # forwarded to the agent's process group
 
 This module is on the cold path of every agent start, so it imports only the
-standard library modules it needs (no asyncio, no tether package imports).
+standard library modules it needs and Tether's dependency-free ``_fastjson`` (no
+asyncio, no ``json``/``re``).
 """
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
-import json
 import os
 import select
 import signal
 import sys
 import time
+
+from tether._fastjson import dumps as _dumps
+from tether._fastjson import loads as _loads
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
@@ -156,7 +158,7 @@ class Keeper:
     # --- plumbing -----------------------------------------------------------------
 
     def send(self, event: dict[str, object]) -> None:
-        data = (json.dumps(event, separators=(",", ":")) + "\n").encode()
+        data = (_dumps(event) + "\n").encode()
         try:
             os.write(self.control, data)
         except OSError:
@@ -171,9 +173,11 @@ class Keeper:
             signal.signal(sig, self._on_signal)
 
     def _drain_wakeups(self) -> list[int]:
-        with contextlib.suppress(BlockingIOError):
+        try:
             while os.read(self._wake_r, 512):
                 pass
+        except BlockingIOError:
+            pass
         sigs, self._pending_signals = self._pending_signals, []
         return sigs
 
@@ -215,8 +219,10 @@ class Keeper:
         if report:
             code, _, message = report.decode(errors="replace").partition(":")
             # The child already exited: reap it so nothing is left, then report.
-            with contextlib.suppress(ChildProcessError):
+            try:
                 os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
             self.send({"event": "spawn-failed", "errno": int(code or 0), "message": message})
             return False
         self.root_pid = pid
@@ -265,8 +271,10 @@ class Keeper:
                 continue
             st = _read_stat(child)
             if st is not None and st[0] == "Z":
-                with contextlib.suppress(ChildProcessError):
+                try:
                     os.waitpid(child, os.WNOHANG)
+                except ChildProcessError:
+                    pass
 
     def _live_descendants(self) -> list[tuple[int, int, str]]:
         return [d for d in _descendants_deepest_first() if d[2] != "Z"]
@@ -374,7 +382,7 @@ class Keeper:
 
     def _command(self, line: bytes) -> int | None:
         try:
-            cmd = json.loads(line)
+            cmd = _loads(line.decode("utf-8", "replace"))
         except ValueError:
             return None
         if not isinstance(cmd, dict):
@@ -385,8 +393,10 @@ class Keeper:
             return self.terminate(max(0.0, seconds))
         forwardable = cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int)
         if forwardable and self.root_pid is not None and not self.root_reaped:
-            with contextlib.suppress(OSError):
+            try:
                 os.killpg(self.root_pid, cmd["sig"])
+            except OSError:
+                pass
         return None
 
     def terminate(self, grace: float) -> int:
@@ -418,8 +428,10 @@ class Keeper:
         """Reap the root last, prove ECHILD, clean the cgroup, report, exit."""
         self._check_root()
         if self.root_pid is not None and not self.root_reaped:
-            with contextlib.suppress(ChildProcessError):
+            try:
                 os.waitpid(self.root_pid, 0)
+            except ChildProcessError:
+                pass
             self.root_reaped = True
         # ECHILD from waitpid(-1) is the proof: we are the subreaper of the whole tree,
         # so no child means no descendant at all.
