@@ -10,12 +10,16 @@ STAMP  := $(VENV)/.installed-dev
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 
+# compileall: an editable install leaves src/ uncompiled, and with PYTHONDONTWRITEBYTECODE
+# set (as on our machines) every CLI call would recompile Tether's modules from source.
 $(VENV)/.installed: $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install --quiet -e .
+	$(PY) -m compileall -q src
 	touch $@
 
 $(STAMP): $(VENV)/bin/python pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m compileall -q src
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
@@ -33,9 +37,11 @@ test: $(STAMP) lint typecheck
 	$(PY) -m pytest -q
 
 bench: $(VENV)/.installed
+	$(PY) -m compileall -q src   # current bytecode: measure Tether, not the compiler
 	$(PY) bench/run.py
 
 soak: $(VENV)/.installed
+	$(PY) -m compileall -q src
 	$(PY) bench/soak.py
 
 clean:
