@@ -92,7 +92,9 @@ def split_command(command: str) -> list[str]:
     thin path the `shlex` import (and its `re`).
     """
     if not any(c in command for c in "'\"\\#"):
-        return command.split()
+        # shlex splits on these four only (str.split would also split on e.g. U+00A0).
+        spaced = command.replace("\t", " ").replace("\r", " ").replace("\n", " ")
+        return [word for word in spaced.split(" ") if word]
     import shlex
 
     return shlex.split(command)
