@@ -31,7 +31,7 @@ from tether.errors import (
     RemoteProtocolError,
     error_from_wire,
 )
-from tether.events import Event, SessionEnded, TurnEnded, event_from_frame
+from tether.events import AgentMessageChunk, Event, SessionEnded, TurnEnded, event_from_frame
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
 
@@ -230,10 +230,9 @@ class Session:
         parts: list[str] = []
         stop = ""
         async for event in self.prompt(text, timeout=timeout):
-            text_part = getattr(event, "text", None)
-            if isinstance(text_part, str) and type(event).__name__ == "AgentMessageChunk":
-                parts.append(text_part)
-            if isinstance(event, TurnEnded):
+            if isinstance(event, AgentMessageChunk):
+                parts.append(event.text)
+            elif isinstance(event, TurnEnded):
                 stop = event.stop_reason
         return "".join(parts), stop
 

@@ -128,7 +128,7 @@ class LiveAgent:
 
     @property
     def alive(self) -> bool:
-        return self.proc.is_running and self.conn._dead is None
+        return self.proc.is_running and not self.conn.is_broken
 
     async def aclose(
         self, reason: TerminationReason = TerminationReason.CLOSE, *, close_session: bool
@@ -138,7 +138,7 @@ class LiveAgent:
         Cancellation: the process-tree teardown is shielded and always completes.
         """
         self.proc.note_stop(reason)
-        if close_session and self.session_id and self.conn._dead is None:
+        if close_session and self.session_id and not self.conn.is_broken:
             with contextlib.suppress(Exception):
                 await self.conn.close_session(self.session_id)
         await self.conn.aclose()

@@ -58,6 +58,7 @@ from tether.live_agent import AgentConfig, LiveAgent
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
+from tether.supervise.runner import ExtinctionReport
 
 HEARTBEAT_S = 5.0  # as acpx; `status` calls an owner stale after 3 missed beats
 CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
@@ -206,7 +207,6 @@ class Owner:
         self.stop_reason = ""
         self._wakeup = asyncio.Event()
         self._stop_event = asyncio.Event()  # set once, by request_shutdown
-        self._stopped = asyncio.Event()
         self._closer: Job | None = None
         self._close_session = False
         self._idle_timer: asyncio.TimerHandle | None = None
@@ -532,11 +532,8 @@ class Owner:
             self.active = job
             self._set_status("running")
             task = asyncio.get_running_loop().create_task(self._run_job(job))
-            self._active_task = task
             try:
                 await self._await_job(task)
-            except asyncio.CancelledError:
-                raise
             except TetherError as exc:
                 job.finish(error=exc)
             except Exception as exc:
@@ -646,11 +643,14 @@ class Owner:
 
     async def _end_run(
         self, live: LiveAgent, *, reason: TerminationReason, close_session: bool = False
-    ) -> None:
-        """Tear one agent run down and record its session-ended event exactly once."""
+    ) -> ExtinctionReport | None:
+        """Tear one agent run down and record its session-ended event exactly once.
+
+        Returns the run's extinction report, or None if its end was already recorded.
+        """
         lease_id = live.proc.lease_id
         if lease_id in self._ended_runs:
-            return
+            return None
         self._ended_runs.add(lease_id)
         report = await live.aclose(reason, close_session=close_session)
         if self.live is live:
@@ -677,7 +677,7 @@ class Owner:
                 writer.write(
                     protocol.encode({"type": "session_ended", "requestId": None, "event": event})
                 )
-        self._last_report = report
+        return report
 
     def _record_turn(self, job: Job, stop_reason: str) -> None:
         with contextlib.suppress(Exception):
@@ -781,9 +781,9 @@ class Owner:
             reason = TerminationReason.CLOSE if self._close_session else TerminationReason.SIGNAL
             if self.stop_reason in ("idle-ttl", "max-lifetime"):
                 reason = TerminationReason.CLOSE
-            live = self.live
-            await self._end_run(live, reason=reason, close_session=self._close_session)
-            report = getattr(self, "_last_report", None)
+            report = await self._end_run(
+                self.live, reason=reason, close_session=self._close_session
+            )
         now = time.time()
         fields: dict[str, Any] = {
             "owner_status": "stopped",

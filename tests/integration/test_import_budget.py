@@ -30,6 +30,8 @@ def imported_modules(*args: str, cwd: Path) -> set[str]:
         if line.startswith("import time:") and "|" in line:
             name = line.rsplit("|", 1)[1].strip()
             modules.add(name.split(".")[0])
+    # Positive control: the listing was parsed (else every "not imported" would pass).
+    assert {"tether", "encodings"} <= modules, sorted(modules)[:20]
     return modules
 
 

@@ -13,11 +13,7 @@ import json
 import os
 import shlex
 import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +21,11 @@ import pytest
 
 from tests.acp_schema import _method_defs, schema_errors
 from tests.realagents.blackhole import BlackHole
+from tests.realagents.cli_group import tether
 from tests.realagents.fake_anthropic import FakeAnthropic
 
 pytestmark = pytest.mark.realagents
 
-TETHER = Path(sys.executable).with_name("tether")
 TOOL_PROMPT = 'TOOL:Bash:{"command":"echo hi > out.txt","description":"write out.txt"}'
 
 
@@ -45,32 +41,6 @@ def tether_env(agent_env: dict[str, str]) -> dict[str, str]:
         env[key] = os.environ[key]
     env["PYTHONUNBUFFERED"] = "1"
     return env
-
-
-@contextmanager
-def tether(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
-    """Start ``tether <args>`` in its own process group; kill that group if it outlives us."""
-    if not TETHER.exists():
-        pytest.skip(f"realagents: {TETHER} is not installed (pip install -e .)")
-    proc = subprocess.Popen(
-        [str(TETHER), *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        env=env,
-        cwd=cwd,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        yield proc
-    finally:
-        try:
-            if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                os.killpg(proc.pid, signal.SIGKILL)  # leader unreaped: the pgid is ours
-        except (ChildProcessError, ProcessLookupError):
-            pass
-        proc.communicate(timeout=10)
 
 
 def run_tether(

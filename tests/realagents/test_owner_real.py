@@ -32,9 +32,7 @@ import asyncio
 import json
 import os
 import shlex
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -48,11 +46,11 @@ from tests import _proctree
 from tests._proctree import marker_carriers
 from tests.acp_schema import _method_defs, _schema, schema_errors
 from tests.realagents.blackhole import BlackHole
+from tests.realagents.cli_group import TETHER, tether
 from tests.realagents.fake_anthropic import FakeAnthropic, last_user_text
 
 pytestmark = pytest.mark.realagents
 
-TETHER = Path(sys.executable).with_name("tether")
 TOOL_PROMPT = 'TOOL:Bash:{"command":"echo hi > out.txt","description":"write out.txt"}'
 # After `sessions close` answers, how long the owner process (not the agent tree, which
 # must be gone by then) may take to exit.
@@ -107,25 +105,8 @@ class Cli:
     @contextmanager
     def popen(self, *args: str) -> Iterator[subprocess.Popen[str]]:
         """Start a call in its own process group; kill that group if it outlives us."""
-        proc = subprocess.Popen(
-            [str(TETHER), "--agent", self.agent, *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=self.env,
-            cwd=self.cwd,
-            text=True,
-            start_new_session=True,
-        )
-        try:
+        with tether(["--agent", self.agent, *args], self.env, self.cwd) as proc:
             yield proc
-        finally:
-            try:
-                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
-                    os.killpg(proc.pid, signal.SIGKILL)  # leader unreaped: the pgid is ours
-            except (ChildProcessError, ProcessLookupError):
-                pass
-            proc.communicate(timeout=10)
 
     def run(self, *args: str, timeout: float = 45) -> Ran:
         t0 = time.monotonic()
@@ -208,6 +189,13 @@ class CloseProof:
     closed: dict[str, Any]
     tree: dict[int, int]
     below_agent: dict[int, str]  # the agent's descendants (pid -> cmdline), before close
+
+
+def assert_close_proved(tree: dict[int, int], lease: str, closed: dict[str, Any]) -> None:
+    """Close answered with no survivors; nothing recorded before it, nothing marked, lives."""
+    assert closed["survivors"] == [], closed
+    assert alive_of(tree) == {}
+    assert marker_carriers(lease) == []
 
 
 def close_and_prove(cli: Cli, timing: Timing, label: str, *, min_below_agent: int) -> CloseProof:
@@ -570,9 +558,7 @@ def test_library_claude_cancel_and_abandoned_iterator(
         return tree, lease, closed
 
     tree, lease, closed = asyncio.run(main())
-    assert closed["survivors"] == [], closed
-    assert alive_of(tree) == {}
-    assert marker_carriers(lease) == []
+    assert_close_proved(tree, lease, closed)
 
 
 def test_connection_claude_pending_permission_answered_cancelled(
@@ -768,6 +754,4 @@ def test_owner_sdk_echo_three_prompts_library(
         return tree, lease, closed
 
     tree, lease, closed = asyncio.run(main())
-    assert closed["survivors"] == [], closed
-    assert alive_of(tree) == {}
-    assert marker_carriers(lease) == []
+    assert_close_proved(tree, lease, closed)

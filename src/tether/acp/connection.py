@@ -707,6 +707,11 @@ class AgentConnection:
             self._send_bytes(self.rpc.cancel_turn(turn.request_id))
         return True
 
+    @property
+    def is_broken(self) -> bool:
+        """Whether the agent side is gone (EOF, exit, failed liveness check)."""
+        return self._dead is not None
+
     def active_turn(self, session_id: str) -> bool:
         return session_id in self._turns
 

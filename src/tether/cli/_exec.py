@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
-from tether.errors import Interrupted, PermissionDenied, TetherError, UsageError
+from tether.errors import Interrupted, PermissionDenied, UsageError
 from tether.live_agent import AgentConfig, LiveAgent
 from tether.supervise.run_state import TerminationReason
 
@@ -101,8 +101,6 @@ async def _run(ctx: Any, text: str) -> int:
                 denied=result.permission_denied,
             )
         return 0
-    except TetherError:
-        raise
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
