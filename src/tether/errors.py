@@ -28,7 +28,8 @@
     │   ├── QueueOverloaded             retryable: the owner's FIFO is full
     │   ├── RequestCancelled            a queued request was removed by `cancel`
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
-    │   └── GenerationMismatch          the request named another owner generation
+    │   ├── GenerationMismatch          the request named another owner generation
+    │   └── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
@@ -81,6 +82,7 @@ __all__ = [
     "TetherError",
     "TetherTimeout",
     "UsageError",
+    "WatchLagged",
     "error_from_wire",
 ]
 
@@ -340,6 +342,17 @@ class GenerationMismatch(SessionError):
 
 
 # --- the rest -----------------------------------------------------------------------
+
+
+class WatchLagged(SessionError):
+    """A watcher fell behind its bounded buffer and was dropped; ``last_seq`` in fields.
+
+    Nothing is lost: the journal has every entry, so the watcher resumes from
+    ``last_seq + 1``.
+    """
+
+    retryable = True
+    default_detail_code = "WATCH_LAGGED"
 
 
 class PermissionDenied(TetherError):
