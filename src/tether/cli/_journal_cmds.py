@@ -94,23 +94,12 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     return 0
 
 
-def _turn_start_seqs(registry: Registry, key: str) -> list[tuple[int, str]]:
-    rows = store.turn_rows(registry._db, key)
-    return [(row[0], row[3] or "") for row in rows if row[2] == "prompt_queued"]
-
-
 def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
     db = registry._db
-    cursor = 1
-    if ctx.inv.tail is not None:
-        starts = _turn_start_seqs(registry, key)
-        if ctx.inv.tail == 0:
-            cursor = store.last_seq(db, key) + 1
-        elif len(starts) > ctx.inv.tail:
-            cursor = starts[-ctx.inv.tail][0]
+    cursor = store.turns_start(db, key, ctx.inv.tail)
     if ctx.fmt == "json":
-        transcript = _transcript(store.iter_lines(db, key, cursor))
+        transcript = render.transcript(store.iter_lines(db, key, cursor))
         ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
         return 0
     view = _TextView(ctx)
@@ -124,47 +113,6 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
         ctx.output.control({}, text="no conversation yet")
     ctx.output.flush()
     return 0
-
-
-def _transcript(lines: Any) -> list[dict[str, Any]]:
-    """Structured turns for ``read --format json``."""
-    turns: list[dict[str, Any]] = []
-    current: dict[str, Any] | None = None
-    for _seq, line in lines:
-        entry = parse_line(line)
-        kind = entry.get("kind")
-        frame = entry.get("frame") if kind == "acp" else None
-        if isinstance(frame, dict) and entry.get("direction") == "out":
-            text = render.prompt_text(frame)
-            if text is not None:
-                current = {
-                    "requestId": entry.get("requestId"),
-                    "prompt": text,
-                    "text": "",
-                    "toolCalls": [],
-                    "stopReason": None,
-                    "at": entry.get("at"),
-                }
-                turns.append(current)
-        elif isinstance(frame, dict) and current is not None:
-            params = frame.get("params")
-            update = params.get("update") if isinstance(params, dict) else None
-            if isinstance(update, dict):
-                kind_u = update.get("sessionUpdate")
-                content = update.get("content")
-                if kind_u == "agent_message_chunk" and isinstance(content, dict):
-                    current["text"] += str(content.get("text", ""))
-                elif kind_u == "tool_call":
-                    current["toolCalls"].append(
-                        {
-                            "toolCallId": update.get("toolCallId"),
-                            "title": update.get("title"),
-                            "kind": update.get("kind"),
-                        }
-                    )
-        elif kind == "turn_ended" and current is not None:
-            current["stopReason"] = entry.get("stopReason")
-    return turns
 
 
 def _history(ctx: Any, registry: Registry, key: str) -> int:

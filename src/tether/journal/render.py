@@ -6,10 +6,12 @@ Both are built from the same entries any watcher sees, so ``sessions history`` a
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _fastjson
+from tether.journal.entry import parse_line
 from tether.journal.store import Row
 
 PREVIEW_CHARS = 80
@@ -152,3 +154,44 @@ def control_text(entry: dict[str, Any]) -> str | None:
     if kind == "cancel_result" and entry.get("cancelled"):
         return f"[cancel] {entry.get('requestId') or ''}".rstrip()
     return None
+
+
+def transcript(lines: Iterable[tuple[int, str]]) -> list[dict[str, Any]]:
+    """The conversation as structured turns: prompt, assistant text, tool calls, stop."""
+    turns: list[dict[str, Any]] = []
+    current: dict[str, Any] | None = None
+    for _seq, line in lines:
+        entry = parse_line(line)
+        kind = entry.get("kind")
+        frame = entry.get("frame") if kind == "acp" else None
+        if isinstance(frame, dict) and entry.get("direction") == "out":
+            text = prompt_text(frame)
+            if text is not None:
+                current = {
+                    "requestId": entry.get("requestId"),
+                    "prompt": text,
+                    "text": "",
+                    "toolCalls": [],
+                    "stopReason": None,
+                    "at": entry.get("at"),
+                }
+                turns.append(current)
+        elif isinstance(frame, dict) and current is not None:
+            params = frame.get("params")
+            update = params.get("update") if isinstance(params, dict) else None
+            if isinstance(update, dict):
+                kind_u = update.get("sessionUpdate")
+                content = update.get("content")
+                if kind_u == "agent_message_chunk" and isinstance(content, dict):
+                    current["text"] += str(content.get("text", ""))
+                elif kind_u == "tool_call":
+                    current["toolCalls"].append(
+                        {
+                            "toolCallId": update.get("toolCallId"),
+                            "title": update.get("title"),
+                            "kind": update.get("kind"),
+                        }
+                    )
+        elif kind == "turn_ended" and current is not None:
+            current["stopReason"] = entry.get("stopReason")
+    return turns

@@ -137,6 +137,20 @@ def turn_rows(db: sqlite3.Connection, key: str) -> list[Row]:
     ).fetchall()
 
 
+def turns_start(db: sqlite3.Connection, key: str, tail: int | None) -> int:
+    """The first ``seq`` of the last ``tail`` turns (1 for all; past the end for 0)."""
+    if tail is None:
+        return 1
+    if tail <= 0:
+        return last_seq(db, key) + 1
+    row = db.execute(
+        "SELECT seq FROM journal WHERE session_key = ? AND kind = 'prompt_queued'"
+        " ORDER BY seq DESC LIMIT 1 OFFSET ?",
+        (key, tail - 1),
+    ).fetchone()
+    return int(row[0]) if row else 1
+
+
 def stats(db: sqlite3.Connection, key: str) -> JournalStats:
     row = db.execute(
         "SELECT min(seq), count(*), coalesce(sum(length(body)), 0), min(at)"
