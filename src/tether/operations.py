@@ -18,6 +18,7 @@ current ``TETHER_HOME`` (:func:`tether.paths.use_home` selects another per call)
 
 from __future__ import annotations
 
+import os
 import time
 
 from tether import sessions
@@ -252,15 +253,48 @@ def close_session(key: str) -> dict[str, Any]:
     if conn is not None:
         with conn:
             return conn.request("close", {})
+    from tether.journal import store
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
     with Registry() as registry:
-        if registry.session(key) is None:
+        session = registry.session(key)
+        if session is None:
             raise NoSession("no such session", session_key=key)
-        decisions = reconcile(registry, session_key=key)
-        registry.update_session(key, state="closed", closed_at=time.time())
+        lock_fd = _try_session_lock(key)
+        try:
+            decisions = reconcile(registry, session_key=key)
+            registry.update_session(key, state="closed", closed_at=time.time())
+            if lock_fd is not None and session.state != "closed":
+                # Holding the lock makes us the journal's writer; the session ends here.
+                store.append_now(
+                    registry._db,
+                    key,
+                    "session_ended",
+                    {
+                        "reason": "completed",
+                        "terminatedBy": "daemon",
+                        "message": "session closed (no owner was running)",
+                        "exitCode": None,
+                    },
+                )
+        finally:
+            if lock_fd is not None:
+                os.close(lock_fd)
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _try_session_lock(key: str) -> int | None:
+    """The session's lock if no owner holds it (then we may write its journal), else None."""
+    import fcntl
+
+    fd = os.open(sessions.lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
@@ -288,3 +322,39 @@ def describe(session: Any) -> dict[str, Any]:
         "ownerStatus": session.owner_status,
         "lastEnd": session.last_end,
     }
+
+
+def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One summary per turn (request id, times, duration, stop reason, preview), oldest
+    first; the last ``limit`` when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        turns = render.turns(store.turn_rows(registry._db, key))
+    if limit is not None:
+        turns = turns[-limit:] if limit > 0 else []
+    return [t.to_json() for t in turns]
+
+
+def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
+    """The conversation as turns (prompt, assistant text, tool calls, stop reason); the
+    last ``tail`` turns when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        start = store.turns_start(registry._db, key, tail)
+        return render.transcript(store.iter_lines(registry._db, key, start))

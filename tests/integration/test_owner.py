@@ -140,11 +140,32 @@ class Cli:
     def status(self) -> Frame:
         return self.json("status")
 
+    def journal(self) -> list[Frame]:
+        """The session's journal entries, oldest first (``sessions export``)."""
+        lines = self.run("sessions", "export", fmt="json").stdout.splitlines()
+        return [json.loads(line) for line in lines]
+
     def history(self, kind: str | None = None) -> list[Frame]:
-        """Events, oldest first."""
-        events = self.json("sessions", "history", "--limit", "1000")["events"]
-        assert isinstance(events, list)
-        return [e for e in events if kind is None or e["kind"] == kind]
+        """Journal records as ``{"kind", "payload"}``, oldest first.
+
+        ``turn`` is a finished turn (``turn_ended``, with its prompt from ``prompt_queued``).
+        """
+        entries = self.journal()
+        prompts = {
+            e.get("requestId"): e.get("prompt") for e in entries if e["kind"] == "prompt_queued"
+        }
+        records = []
+        for e in entries:
+            if e["kind"] == "turn_ended":
+                records.append(
+                    {
+                        "kind": "turn",
+                        "payload": {**e, "prompt": prompts.get(e.get("requestId"), "")},
+                    }
+                )
+            elif e["kind"] != "acp":
+                records.append({"kind": e["kind"], "payload": e})
+        return [r for r in records if kind is None or r["kind"] == kind]
 
     def wait_active(self) -> Frame:
         """Wait until the owner runs a prompt turn and the agent is up; return the status."""
@@ -396,7 +417,7 @@ def test_sigterm_owner_mid_turn_cancels_and_records(mock: Cli) -> None:
     assert rc == 0, err  # the turn ended `cancelled` before the owner went
     wait_for(lambda: not alive(active["ownerPid"]), "the owner to exit")
     assert not alive(active["agentPid"])
-    ended = mock.history("session_ended")
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 1
     assert ended[0]["payload"]["reason"] == "terminated"
     assert mock.history("turn")[-1]["payload"]["stopReason"] == "cancelled"
@@ -456,7 +477,7 @@ def test_idle_ttl_expiry_leaves_nothing_behind(cli: Callable[..., Cli]) -> None:
     assert offline["status"] == "idle"
     assert offline["ownerPid"] is None
     assert offline["leaseState"] == "closed"
-    ended = [e for e in c.history("session_ended") if e["payload"]["leaseId"] == lease]
+    ended = [e for e in c.history("agent_run_ended") if e["payload"]["leaseId"] == lease]
     assert len(ended) == 1
     # the session is still open: the next prompt starts a fresh owner by itself
     assert "back" in c.run("prompt", "echo back").stdout
@@ -489,7 +510,7 @@ def test_close_reaps_setsid_and_double_forked_grandchildren(mock: Cli) -> None:
 
 def test_agent_crash_between_prompts_is_recorded_and_recovered(mock: Cli) -> None:
     mock.run("prompt", "echo bye ; exit 3")
-    ended = wait_for(lambda: mock.history("session_ended"), "the crash to be recorded")
+    ended = wait_for(lambda: mock.history("agent_run_ended"), "the crash to be recorded")
     assert len(ended) == 1
     assert ended[0]["payload"]["reason"] == "error"
     assert ended[0]["payload"]["exitCode"] == 3
@@ -511,22 +532,22 @@ def test_agent_crash_mid_turn_fails_the_turn_and_next_prompt_works(mock: Cli) ->
     assert "error" in crashed
     again = mock.run("prompt", "echo back")
     assert "back" in again.stdout
-    ended = mock.history("session_ended")
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 1
     assert ended[0]["payload"]["exitCode"] == 7
 
 
 def test_exactly_one_session_ended_per_agent_run(mock: Cli) -> None:
     mock.run("prompt", "echo a ; exit 0")  # run 1 ends by itself
-    wait_for(lambda: mock.history("session_ended"), "run 1 to end")
+    wait_for(lambda: mock.history("agent_run_ended"), "run 1 to end")
     mock.run("prompt", "echo b")  # run 2
     mock.run("prompt", "echo c")
     mock.json("sessions", "close")  # run 2 ends by close
     mock.run("sessions", "new")
     mock.run("prompt", "echo d")  # run 3, in a new owner
     mock.close()
-    leases = {e["leaseId"] for e in (x["payload"] for x in mock.history("session_ended"))}
-    ended = mock.history("session_ended")
+    leases = {e["leaseId"] for e in (x["payload"] for x in mock.history("agent_run_ended"))}
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 3, ended
     assert len(leases) == 3
     assert [e["payload"]["reason"] for e in ended] == ["completed", "terminated", "terminated"]
@@ -702,10 +723,9 @@ def test_sessions_list_show_history(cli: Callable[..., Cli]) -> None:
     assert other["key"] != shown["key"]
     history = c.json("sessions", "history")
     assert history["action"] == "history"
-    assert [e["payload"]["prompt"] for e in history["events"] if e["kind"] == "turn"] == [
-        "echo hello"
-    ]
-    assert c.json("sessions", "history", "other")["events"] == []
+    assert [t["preview"] for t in history["turns"]] == ["echo hello"]
+    assert history["turns"][0]["stopReason"] == "end_turn"
+    assert c.json("sessions", "history", "other")["turns"] == []
     c.run("sessions", "close", "other")
     assert c.json("sessions", "show", "other")["state"] == "closed"
     assert "other" not in [s["name"] for s in c.json("sessions", "list")["sessions"]]

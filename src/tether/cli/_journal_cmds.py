@@ -15,8 +15,8 @@ from typing import Any
 from tether import sessions
 from tether.errors import TetherError, UsageError
 from tether.journal import render, store
-from tether.journal.entry import parse_duration, parse_line, start_seq
-from tether.journal.follow import Follower
+from tether.journal.entry import parse_duration, parse_line
+from tether.journal.follow import follow_session
 from tether.registry import Registry
 
 
@@ -70,8 +70,6 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     inv = ctx.inv
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
-    last = store.last_seq(registry._db, key)
-    cursor = start_seq(last, from_seq=inv.from_seq, tail=inv.tail)
     if ctx.fmt == "json":
         out = sys.stdout
 
@@ -85,11 +83,10 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         def emit(_seq: int, line: str) -> None:
             view.show(parse_line(line))
 
-    follower = Follower(registry._db, key, cursor, emit)
     try:
-        follower.run(follow=not inv.no_follow)
+        follow_session(key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow)
     except KeyboardInterrupt:
-        follower.stop.set()
+        pass
     ctx.output.flush()
     return 0
 

@@ -104,6 +104,7 @@ def prompt(ctx: Any, text: str) -> int:
     payload = {
         "prompt": [{"type": "text", "text": text}],
         "wait": not ctx.inv.no_wait,
+        "client": "cli",
         # Only an explicit flag overrides the mode the session was created with.
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
     }

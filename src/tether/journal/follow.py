@@ -126,3 +126,35 @@ class Follower:
                 conn.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
+
+
+def follow_session(
+    key: str,
+    emit: Emit,
+    *,
+    from_seq: int | None = None,
+    tail: int | None = None,
+    follow: bool = True,
+    stop: threading.Event | None = None,
+    on_start: Callable[[Follower], None] | None = None,
+) -> int:
+    """Follow session ``key`` of the current home: the one implementation every door uses.
+
+    Returns the last ``seq`` delivered. ``on_start`` receives the follower (a library
+    keeps it to :meth:`Follower.interrupt` it from another thread).
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.errors import NoSession
+    from tether.journal.entry import start_seq
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
+        follower = Follower(registry._db, key, cursor, emit, stop=stop)
+        if on_start is not None:
+            on_start(follower)
+        return follower.run(follow=follow)

@@ -24,6 +24,7 @@ from tether.errors import (
     UsageError,
 )
 from tether.ipc import protocol
+from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.job import Job, Outbox
@@ -33,6 +34,7 @@ from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
 from tether.owner.status import end_event, status_snapshot
+from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
@@ -89,6 +91,8 @@ class Owner:
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
+        self.journal: JournalWriter | None = None
+        self.fanout: Fanout | None = None
 
     @property
     def stopping(self) -> bool:
@@ -117,6 +121,7 @@ class Owner:
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
         )
+        self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
         try:
@@ -135,6 +140,31 @@ class Owner:
         _log.event(
             "owner_started", session_key=self.key, generation=self.generation, pid=os.getpid()
         )
+
+    def _open_journal(self) -> None:
+        """Become the journal's writer (we hold the session lock) and wire the rooms in."""
+        journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
+        self.journal = journal
+        self.fanout = Fanout(journal)
+        self.admission.record = self.runner.record = self.record
+        if self.settings.journal_frames:
+            self.slot.journal_frame = journal.append_acp
+        self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+
+    def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
+        """Journal one control record; returns its seq (0 before the journal is open)."""
+        if self.journal is None:
+            return 0
+        return self.journal.append(kind, payload, request_id)
+
+    async def _watch(self, job: Job) -> None:
+        if self.fanout is None or self.journal is None:  # closed meanwhile
+            job.finish(error=OwnerShuttingDown("the owner is shutting down"))
+            return
+        start = job.env.payload.get("fromSeq")
+        cursor = start if isinstance(start, int) and start > 0 else self.journal.next_seq
+        follow = job.env.payload.get("follow", True) is not False
+        await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -222,6 +252,10 @@ class Owner:
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
+        if env.kind == "watch":
+            job.ack()
+            self._spawn(self._watch(job))
+            return
         if env.kind == "close":
             job.ack()
             self._closer = job
@@ -288,11 +322,40 @@ class Owner:
     def _on_run_end(self, end: RunEnd) -> None:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
+        self.record("agent_run_ended", event)
         self.registry.add_event(self.key, "session_ended", event)
         self.registry.update_session(self.key, last_end=event)
         self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
 
     # --- shutdown ---------------------------------------------------------------------
+
+    async def _close_journal(self) -> None:
+        """The session's end or the owner's retirement: tell every watcher, store it all.
+
+        The journal is stored before the lock is released, so the next owner continues
+        the sequence from the right place.
+        """
+        if self.journal is None or self.fanout is None:
+            return
+        if self._close_session:
+            self.record("session_ended", self._session_end())
+            self.fanout.end_all("session-ended")
+        else:
+            self.record("owner_stopped", {"reason": self.stop_reason})
+            self.fanout.end_all("owner-stopped")
+        journal, self.journal = self.journal, None
+        if not await asyncio.to_thread(journal.close):
+            logger.warning("journal: the last batch could not be stored before exit")
+
+    def _session_end(self) -> dict[str, Any]:
+        by = self._closer.outbox.peer if self._closer is not None else {}
+        return {
+            "reason": "completed",
+            "terminatedBy": "daemon",
+            "message": "session closed",
+            "exitCode": None,
+            "closedBy": by or None,
+        }
 
     def request_shutdown(self, reason: str) -> None:
         if not self.lifecycle.request_stop(reason, time.monotonic()):
@@ -339,6 +402,7 @@ class Owner:
                     "agentWasRunning": report is not None,
                 }
             )
+        await self._close_journal()
         await self.server.drain_all(1.0)
         self.lock.release()
         self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())

@@ -9,6 +9,7 @@ from typing import Any
 from tether import config
 from tether.errors import TetherError
 from tether.ipc import protocol
+from tether.journal.entry import Retention
 
 __all__ = ["OwnerSettings"]
 
@@ -27,6 +28,8 @@ class OwnerSettings:
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
+    retention: Retention = field(default_factory=Retention)
+    journal_frames: bool = True  # False: control records only, no ACP frames stored
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
@@ -54,9 +57,13 @@ class OwnerSettings:
         return s
 
     def load_auth(self, cwd: str) -> None:
-        """Credentials are read from config by the owner itself, never stored in the DB."""
-        if self.auth:
-            return
-        with contextlib.suppress(TetherError):
-            auth = config.load(cwd).get("auth") or {}
-            self.auth = {str(k): str(v) for k, v in auth.items()}
+        """What the owner reads from the config files itself: credentials (never stored in
+        the database) and the journal's retention."""
+        with contextlib.suppress(TetherError, ValueError, TypeError):
+            cfg = config.load(cwd)
+            if not self.auth:
+                auth = cfg.get("auth") or {}
+                self.auth = {str(k): str(v) for k, v in auth.items()}
+            self.retention = Retention.from_config(cfg)
+            if cfg.get("journalFrames") is False:
+                self.journal_frames = False

@@ -41,6 +41,8 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "agentConnected": alive,
         "sessionKey": owner.key,
         "stopping": owner.stopping,
+        "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
+        "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "counters": _counters(owner),
     }
 
