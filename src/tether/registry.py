@@ -106,8 +106,9 @@ _MIGRATIONS: tuple[str, ...] = (
     """,
     # v2 (journal): the session journal. Entries are keyed (session, seq); the
     # high-water mark lives apart from the entries so that retention may delete every
-    # entry and the next owner still continues the sequence. The partial index covers
-    # exactly the rows turn summaries are built from. Sessions' existing turn and
+    # entry and the next owner still continues the sequence; `reserved` is how far a
+    # live owner may have handed out seqs before storing them (see journal.store). The
+    # partial index covers exactly the rows turn summaries are built from. Sessions' existing turn and
     # session-ended events become their first journal entries.
     """
     CREATE TABLE journal (
@@ -123,7 +124,8 @@ _MIGRATIONS: tuple[str, ...] = (
         WHERE kind IN ('prompt_queued', 'turn_started', 'turn_ended');
     CREATE TABLE journal_heads (
         session_key TEXT PRIMARY KEY,
-        last_seq    INTEGER NOT NULL
+        last_seq    INTEGER NOT NULL,       -- the last seq stored
+        reserved    INTEGER NOT NULL DEFAULT 0  -- seqs up to here may have been handed out
     );
     INSERT INTO journal (session_key, seq, at, kind, request_id, body)
         SELECT session_key,

@@ -7,9 +7,16 @@ import json
 import socket
 
 from tether import paths
+from tether.ipc import protocol
 from tether.journal import store, writer
-from tether.journal.fanout import Fanout, Watch
+from tether.owner.job import Job, Outbox
+from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
+
+
+def _watch(owner_writer: asyncio.StreamWriter, rid: str, limit: int = 8 << 20) -> Watch:
+    env = protocol.Envelope(rid, "watch", {"follow": True})
+    return Watch(Job(env, Outbox(owner_writer, limit=limit), 0.0))
 
 
 def _key() -> str:
@@ -70,7 +77,7 @@ def test_watchers_replay_from_the_database_then_go_live() -> None:
         readers = []
         for start in (1, 250, 503):
             reader, w = await _pair()
-            watch = Watch(w, f"w-{start}")
+            watch = _watch(w, f"w-{start}")
             await fanout.attach(watch, start, follow=True)
             readers.append(reader)
         for i in range(200):
@@ -102,19 +109,20 @@ def test_a_watcher_that_never_reads_is_dropped_with_lagged() -> None:
         journal = writer.JournalWriter(paths.state_db(), key)
         fanout = Fanout(journal)
         reader, w = await _pair()
-        watch = Watch(w, "slow", limit=64 * 1024)
+        watch = _watch(w, "slow", limit=64 * 1024)
         await fanout.attach(watch, 1, follow=True)
         fast_reader, fast_w = await _pair()
-        fast = Watch(fast_w, "fast")
+        fast = _watch(fast_w, "fast")
         await fanout.attach(fast, 1, follow=True)
         collected: list[dict[str, object]] = []
         consumer = asyncio.ensure_future(_frames(fast_reader))
         for i in range(20000):
-            journal.append("acp", {"direction": "in", "frame": {"pad": "y" * 100, "i": i}})
+            journal.append_acp("in", b'{"pad":"%s","i":%d}' % (b"y" * 100, i), None)
             if i % 500 == 0:
                 await asyncio.sleep(0)
         await asyncio.sleep(0.05)
         assert watch.ended
+        journal.append("mode_set", {"modeId": "after the lag"})  # the fan-out lets go of it
         assert watch not in fanout.watches
         fanout.end_all("session-ended")
         collected = await consumer
@@ -126,7 +134,7 @@ def test_a_watcher_that_never_reads_is_dropped_with_lagged() -> None:
         assert seqs == list(range(1, last + 1))
         assert 0 < last < 20000
         fast_seqs = [f["entry"]["seq"] for f in collected if f["type"] == "entry"]
-        assert fast_seqs == list(range(1, 20001))
+        assert fast_seqs == list(range(1, 20002))
         await _close_all()
 
     asyncio.run(main())

@@ -34,7 +34,23 @@ def test_batches_continue_the_sequence_and_advance_the_mark() -> None:
         assert store.last_seq(reg._db, key) == 5
         assert [r[0] for r in store.read(reg._db, key, 2)] == [2, 3, 4, 5]
         assert [r[0] for r in store.read(reg._db, key, 2, upto=3)] == [2, 3]
+        store.release(reg._db, key)  # the writer stopped cleanly: no gap after it
         assert store.append_now(reg._db, key, "session_ended", {"reason": "completed"}) == 6
+
+
+def test_a_crashed_writer_leaves_a_gap_never_a_reused_seq() -> None:
+    """Seqs a killed owner handed out (seen live, never stored) are never handed out again."""
+    with Registry() as reg:
+        key = _session(reg)
+        first = store.claim(reg._db, key)
+        assert first == 1
+        store.write_batch(reg._db, key, _rows(1, 3))
+        # killed here: seqs 4.. may have reached watchers; the next owner starts past them
+        second = store.claim(reg._db, key)
+        assert second > 3 + 1000
+        store.write_batch(reg._db, key, _rows(second, 2))
+        store.release(reg._db, key)
+        assert store.claim(reg._db, key) == second + 2  # a clean stop: no gap
 
 
 def test_a_failed_batch_leaves_nothing_behind() -> None:

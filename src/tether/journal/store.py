@@ -31,12 +31,49 @@ if TYPE_CHECKING:
 Row = tuple[int, float, str, "str | None", str]
 
 READ_CHUNK = 5000  # rows per query when replaying: bounded memory, few round trips
+# How far ahead of what is stored an owner may hand out seqs. The owner relays an entry
+# to its watchers before the entry is stored; if it is killed then, those seqs were
+# seen but never stored. The next owner starts past the reservation, so such a seq is
+# never handed out twice: a crash leaves a gap, never a reused number.
+RESERVE = 1 << 20
 
 
 def last_seq(db: sqlite3.Connection, key: str) -> int:
-    """The last ``seq`` ever stored for the session (0 if none): the next is this + 1."""
+    """The last ``seq`` ever stored for the session (0 if none)."""
     row = db.execute("SELECT last_seq FROM journal_heads WHERE session_key = ?", (key,)).fetchone()
     return int(row[0]) if row else 0
+
+
+def claim(db: sqlite3.Connection, key: str) -> int:
+    """Become the session's live writer: returns the first ``seq`` to hand out.
+
+    That is past everything stored and everything a killed writer may have handed out
+    (its reservation); a new reservation of :data:`RESERVE` seqs is stored before any
+    is handed out. The caller holds the session lock.
+    """
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        row = db.execute(
+            "SELECT last_seq, reserved FROM journal_heads WHERE session_key = ?", (key,)
+        ).fetchone()
+        last = max(int(row[0]), int(row[1])) if row else 0
+        db.execute(
+            "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
+            " reserved = excluded.reserved",
+            (key, last, last + RESERVE),
+        )
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+    return last + 1
+
+
+def release(db: sqlite3.Connection, key: str) -> None:
+    """A live writer stops cleanly: everything it handed out is stored, so the next one
+    continues right after it, with no gap."""
+    db.execute("UPDATE journal_heads SET reserved = last_seq WHERE session_key = ?", (key,))
 
 
 def write_batch(db: sqlite3.Connection, key: str, rows: Sequence[Row]) -> None:
@@ -54,9 +91,10 @@ def write_batch(db: sqlite3.Connection, key: str, rows: Sequence[Row]) -> None:
             [(key, *row) for row in rows],
         )
         db.execute(
-            "INSERT INTO journal_heads (session_key, last_seq) VALUES (?, ?)"
-            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq",
-            (key, rows[-1][0]),
+            "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
+            " reserved = max(reserved, excluded.reserved)",
+            (key, rows[-1][0], rows[-1][0] + RESERVE // 2),
         )
     except BaseException:
         db.execute("ROLLBACK")
@@ -79,16 +117,20 @@ def append_now(
     """
     db.execute("BEGIN IMMEDIATE")
     try:
-        seq = last_seq(db, key) + 1
+        row = db.execute(
+            "SELECT last_seq, reserved FROM journal_heads WHERE session_key = ?", (key,)
+        ).fetchone()
+        seq = (max(int(row[0]), int(row[1])) if row else 0) + 1
         db.execute(
             "INSERT INTO journal (session_key, seq, at, kind, request_id, body)"
             " VALUES (?, ?, ?, ?, ?, ?)",
             (key, seq, time.time(), kind, request_id, body_of(payload)),
         )
         db.execute(
-            "INSERT INTO journal_heads (session_key, last_seq) VALUES (?, ?)"
-            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq",
-            (key, seq),
+            "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
+            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
+            " reserved = excluded.reserved",
+            (key, seq, seq),
         )
     except BaseException:
         db.execute("ROLLBACK")

@@ -16,8 +16,11 @@ often. A failed commit (disk full, I/O error) keeps the batch and retries with b
 the entries stay in the ring until they are stored, so replays never skip them.
 
 An owner killed with SIGKILL loses the rows queued but not yet committed (typically the
-last few milliseconds). The next owner reads the high-water mark and continues from it;
-SQLite's WAL keeps the database whole.
+last few milliseconds). Watchers may have seen those entries live; so that their seqs
+are never handed out again, a live writer works inside a stored *reservation*
+(:func:`tether.journal.store.claim`): the next owner starts past it, and a crash leaves
+a gap, never a reused number. A clean stop releases the reservation, so consecutive
+owners continue the sequence with no gap. SQLite's WAL keeps the database whole.
 """
 
 from __future__ import annotations
@@ -60,7 +63,7 @@ class JournalWriter:
         self.db_path = db_path
         self.retention = retention or Retention()
         self._db = open_db(db_path)
-        self.next_seq = store.last_seq(self._db, key) + 1
+        self.next_seq = store.claim(self._db, key)
         self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
         # (seq, line); trimmed only down to entries already stored.
         self.ring: collections.deque[tuple[int, str]] = collections.deque()
@@ -123,10 +126,15 @@ class JournalWriter:
         self._closing = True
         self._wake.set()
         self._thread.join(timeout)
-        done = not self._thread.is_alive()
+        done = not self._thread.is_alive() and not self._pending
         if done:
+            try:
+                store.release(self._db, self.key)
+            except sqlite3.Error as exc:
+                logger.warning("journal: could not release the reservation: %s", exc)
+        if not self._thread.is_alive():
             self._db.close()
-        return done and not self._pending
+        return done
 
     # --- the writer thread -----------------------------------------------------------
 
