@@ -108,8 +108,8 @@ _MIGRATIONS: tuple[str, ...] = (
     # high-water mark lives apart from the entries so that retention may delete every
     # entry and the next owner still continues the sequence; `reserved` is how far a
     # live owner may have handed out seqs before storing them (see journal.store). The
-    # partial index covers exactly the rows turn summaries are built from. Sessions' existing turn and
-    # session-ended events become their first journal entries.
+    # partial index covers exactly the rows turn summaries are built from. Sessions'
+    # existing turn and session-ended events become their first journal entries.
     """
     CREATE TABLE journal (
         session_key TEXT NOT NULL,

@@ -163,14 +163,15 @@ class JournalWriter:
                 self.stored_seq = batch[-1][0]
                 self.bytes_written += sum(len(row[4]) for row in batch)
             now = time.monotonic()
-            if now - last_retention >= RETENTION_EVERY_S:
+            with self._lock:
+                finished = self._closing and not self._pending
+            if finished or now - last_retention >= RETENTION_EVERY_S:
                 last_retention = now
                 try:
                     store.apply_retention(self._db, self.key, self.retention)
                 except sqlite3.Error as exc:
                     logger.warning("journal retention failed: %s", exc)
+            if finished:
+                return
             if self._closing:
-                with self._lock:
-                    if not self._pending:
-                        return
                 self._wake.set()

@@ -200,13 +200,18 @@ class Owner:
         # A connected caller may be about to send its request: expiring between our hello
         # and its request would reject work we just greeted. A status poll does not reset
         # the TTL; we ask again when the last connection closes.
-        reason = self.lifecycle.retirement(
-            time.monotonic(), busy=len(self.queue) > 0, held=bool(self.server.connections)
-        )
+        held = self._held()
+        reason = self.lifecycle.retirement(time.monotonic(), busy=len(self.queue) > 0, held=held)
         if reason is not None:
             self.request_shutdown(reason)
-        elif self.lifecycle.state is OwnerState.IDLE and not self.server.connections:
+        elif self.lifecycle.state is OwnerState.IDLE and not held:
             self._schedule_retirement()
+
+    def _held(self) -> bool:
+        """Whether a connection may be about to send work. Watchers never hold the owner:
+        they follow the journal across owners, so retiring costs them nothing."""
+        watching = {w.job.outbox for w in self.fanout.watches} if self.fanout else set()
+        return any(outbox not in watching for outbox in self.server.connections)
 
     # --- IPC --------------------------------------------------------------------------
 
@@ -223,7 +228,7 @@ class Owner:
         }
 
     def _on_disconnect(self, outbox: Outbox) -> None:
-        if not self.server.connections and self.lifecycle.state is OwnerState.IDLE:
+        if not self._held() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
     def _current_prompt(self) -> Job | None:
