@@ -192,6 +192,7 @@ class Session:
                 {
                     "prompt": blocks,
                     "wait": True,
+                    "client": "library",
                     **(
                         {"permissionMode": self._client.permissions}
                         if self._client.permissions
@@ -279,6 +280,81 @@ class Session:
         Returns the owner's ``session_closed`` report (``survivors`` must be empty).
         """
         return await self._op(operations.close_session, self.key)
+
+    async def history(self, *, limit: int | None = None) -> list[dict[str, Any]]:
+        """One summary per turn, oldest first: ``requestId``, ``startedAt``,
+        ``durationMs``, ``stopReason``, ``preview``, ``by`` (who prompted). Needs no owner."""
+        return await self._client._op(operations.history, self.key, limit=limit)
+
+    async def read(self, *, tail: int | None = None) -> list[dict[str, Any]]:
+        """The conversation: per turn its ``prompt``, the assistant's ``text``, its
+        ``toolCalls`` and ``stopReason`` (the last ``tail`` turns when given)."""
+        return await self._client._op(operations.transcript, self.key, tail=tail)
+
+    async def watch(
+        self, *, from_seq: int | None = None, tail: int | None = None, follow: bool = True
+    ) -> AsyncIterator[Event]:
+        """The session's journal as typed events, each with its ``seq``.
+
+        Args:
+            from_seq: start at this entry (replay, then live).
+            tail: start this many entries before the end.
+            follow: keep following live entries (across owner restarts) until the
+                session ends; False stops at the last stored entry.
+            With neither ``from_seq`` nor ``tail``: live entries only.
+
+        Watching starts no owner and no agent. Leaving the loop stops the watch. A
+        :class:`~tether.events.SessionEnded` event is the last one of a session.
+        """
+        import threading
+
+        from tether.events import event_from_entry
+        from tether.journal.entry import parse_line
+        from tether.journal.follow import Follower, follow_session
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[int, str] | BaseException | None] = asyncio.Queue(256)
+        followers: list[Follower] = []
+        stop = threading.Event()
+
+        def emit(seq: int, line: str) -> None:
+            # Back-pressure: the thread waits while the consumer is behind.
+            asyncio.run_coroutine_threadsafe(queue.put((seq, line)), loop).result()
+
+        def work() -> None:
+            try:
+                self._client._with_home(
+                    follow_session,
+                    self.key,
+                    emit,
+                    from_seq=from_seq,
+                    tail=tail,
+                    follow=follow,
+                    stop=stop,
+                    on_start=followers.append,
+                )
+            except BaseException as exc:
+                asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
+            else:
+                asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
+
+        thread = asyncio.ensure_future(asyncio.to_thread(work))
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield event_from_entry(parse_line(item[1]))
+        finally:
+            stop.set()
+            for follower in followers:
+                follower.interrupt()
+            while not thread.done():  # unblock a producer waiting on a full queue
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                await asyncio.sleep(0.01)
 
 
 class Client:

@@ -31,7 +31,8 @@
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
     │   ├── SessionClosed               the session was closed while this request waited or ran
     │   ├── OwnerUnresponsive           an owner holds the session but does not answer
-    │   └── GenerationMismatch          the request named another owner generation
+    │   ├── GenerationMismatch          the request named another owner generation
+    │   └── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
@@ -87,6 +88,7 @@ __all__ = [
     "TetherError",
     "TetherTimeout",
     "UsageError",
+    "WatchLagged",
     "error_from_wire",
 ]
 
@@ -364,6 +366,17 @@ class GenerationMismatch(SessionError):
 
 
 # --- the rest -----------------------------------------------------------------------
+
+
+class WatchLagged(SessionError):
+    """A watcher fell behind its bounded buffer and was dropped; ``last_seq`` in fields.
+
+    Nothing is lost: the journal has every entry, so the watcher resumes from
+    ``last_seq + 1``.
+    """
+
+    retryable = True
+    default_detail_code = "WATCH_LAGGED"
 
 
 class PermissionDenied(TetherError):

@@ -15,21 +15,28 @@ __all__ = [
     "AgentNotification",
     "AgentThoughtChunk",
     "Event",
+    "JournalRecord",
     "Plan",
     "SessionEnded",
     "SessionUpdate",
     "ToolCall",
     "ToolCallUpdate",
     "TurnEnded",
+    "event_from_entry",
     "event_from_frame",
 ]
 
 
 @dataclass(frozen=True)
 class Event:
-    """Base of all events; ``raw`` is the ACP frame (or IPC event) it was made from."""
+    """Base of all events; ``raw`` is the ACP frame (or IPC event) it was made from.
+
+    ``seq`` is the event's place in the session's journal when it came from one
+    (:meth:`tether.Session.watch`), else None.
+    """
 
     raw: dict[str, Any] = field(repr=False)
+    seq: int | None = field(default=None, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -143,3 +150,52 @@ def event_from_frame(frame: dict[str, Any]) -> Event | None:
         entries = update.get("entries")
         return Plan(**common, entries=tuple(e for e in entries or () if isinstance(e, dict)))
     return SessionUpdate(**common)
+
+
+@dataclass(frozen=True)
+class JournalRecord(Event):
+    """A journal entry with no more specific event: Tether's control records (prompt
+    queued, turn started, owner started, ...) and ACP frames other than the agent's
+    notifications. ``data`` holds the entry's fields besides ``seq``/``at``/``kind``."""
+
+    kind: str = ""
+    at: float = 0.0
+    request_id: str | None = None
+    data: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def event_from_entry(entry: dict[str, Any]) -> Event:
+    """Turn one journal entry (its public JSON form, decoded) into a typed event."""
+    import dataclasses
+
+    seq = entry.get("seq")
+    seq = seq if isinstance(seq, int) else None
+    kind = str(entry.get("kind", ""))
+    if kind == "acp" and entry.get("direction") == "in":
+        frame = entry.get("frame")
+        event = event_from_frame(frame) if isinstance(frame, dict) else None
+        if event is not None:
+            return dataclasses.replace(event, seq=seq)
+    elif kind == "turn_ended" and not entry.get("error"):
+        return TurnEnded(raw=entry, seq=seq, stop_reason=str(entry.get("stopReason", "")))
+    elif kind == "session_ended":
+        code = entry.get("exitCode")
+        return SessionEnded(
+            raw=entry,
+            seq=seq,
+            reason=str(entry.get("reason", "")),
+            terminated_by=str(entry.get("terminatedBy", "")),
+            message=str(entry.get("message", "")),
+            exit_code=code if isinstance(code, int) else None,
+        )
+    data = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind", "requestId")}
+    at = entry.get("at")
+    rid = entry.get("requestId")
+    return JournalRecord(
+        raw=entry,
+        seq=seq,
+        kind=kind,
+        at=float(at) if isinstance(at, int | float) else 0.0,
+        request_id=rid if isinstance(rid, str) else None,
+        data=data,
+    )

@@ -18,6 +18,7 @@ current ``TETHER_HOME`` (:func:`tether.paths.use_home` selects another per call)
 
 from __future__ import annotations
 
+import os
 import time
 
 from tether import sessions
@@ -264,22 +265,49 @@ def close_session(key: str) -> dict[str, Any]:
 
 
 def _close_offline(registry: Any, key: str, *, how: str) -> None:
-    """Mark an open session closed and record its one ``session_ended`` (no owner runs)."""
+    """Mark an open session closed and record its one ``session_ended`` (no owner runs).
+
+    The record goes into the session's journal, whose writer is whoever holds the
+    session's lock: we take it for the write (an owner that holds it records its own).
+    """
+    from tether.journal import store
+
     session = registry.session(key)
     if session is None or session.state == "closed":
         return
     registry.update_session(key, state="closed", closed_at=time.time())
-    registry.add_event(
-        key,
-        "session_ended",
-        {
-            "reason": "closed",
-            "message": f"the session was closed ({how})",
-            "agentWasRunning": False,
-            "survivors": [],
-            "ownerGeneration": session.owner_generation,
-        },
-    )
+    lock_fd = _try_session_lock(key)
+    if lock_fd is None:
+        return
+    try:
+        store.append_now(
+            registry._db,
+            key,
+            "session_ended",
+            {
+                "reason": "closed",
+                "terminatedBy": "daemon",
+                "message": f"the session was closed ({how})",
+                "agentWasRunning": False,
+                "survivors": [],
+                "ownerGeneration": session.owner_generation,
+            },
+        )
+    finally:
+        os.close(lock_fd)
+
+
+def _try_session_lock(key: str) -> int | None:
+    """The session's lock if no owner holds it (then we may write its journal), else None."""
+    import fcntl
+
+    fd = os.open(sessions.lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
@@ -307,3 +335,39 @@ def describe(session: Any) -> dict[str, Any]:
         "ownerStatus": session.owner_status,
         "lastEnd": session.last_end,
     }
+
+
+def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One summary per turn (request id, times, duration, stop reason, preview), oldest
+    first; the last ``limit`` when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        turns = render.turns(store.turn_rows(registry._db, key))
+    if limit is not None:
+        turns = turns[-limit:] if limit > 0 else []
+    return [t.to_json() for t in turns]
+
+
+def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
+    """The conversation as turns (prompt, assistant text, tool calls, stop reason); the
+    last ``tail`` turns when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        start = store.turns_start(registry._db, key, tail)
+        return render.transcript(store.iter_lines(registry._db, key, start))

@@ -104,6 +104,41 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (name, labels)
     );
     """,
+    # v2 (journal): the session journal. Entries are keyed (session, seq); the
+    # high-water mark lives apart from the entries so that retention may delete every
+    # entry and the next owner still continues the sequence; `reserved` is how far a
+    # live owner may have handed out seqs before storing them (see journal.store). The
+    # partial index covers exactly the rows turn summaries are built from. Sessions'
+    # existing turn and session-ended events become their first journal entries.
+    """
+    CREATE TABLE journal (
+        session_key TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        at          REAL NOT NULL,
+        kind        TEXT NOT NULL,
+        request_id  TEXT,
+        body        TEXT NOT NULL,          -- JSON object: the entry's other fields
+        PRIMARY KEY (session_key, seq)
+    ) WITHOUT ROWID;
+    CREATE INDEX journal_turns ON journal (session_key, kind, seq)
+        WHERE kind IN ('prompt_queued', 'turn_started', 'turn_ended');
+    CREATE TABLE journal_heads (
+        session_key TEXT PRIMARY KEY,
+        last_seq    INTEGER NOT NULL,       -- the last seq stored
+        reserved    INTEGER NOT NULL DEFAULT 0  -- seqs up to here may have been handed out
+    );
+    INSERT INTO journal (session_key, seq, at, kind, request_id, body)
+        SELECT session_key,
+               row_number() OVER (PARTITION BY session_key ORDER BY id),
+               at,
+               CASE kind WHEN 'turn' THEN 'turn_ended' ELSE kind END,
+               json_extract(payload, '$.requestId'),
+               payload
+        FROM events
+        WHERE session_key IS NOT NULL AND kind IN ('turn', 'session_ended');
+    INSERT INTO journal_heads (session_key, last_seq)
+        SELECT session_key, max(seq) FROM journal GROUP BY session_key
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -449,3 +484,39 @@ class Registry:
     def counters(self) -> dict[str, int]:
         rows = self._db.execute("SELECT name, labels, value FROM counters ORDER BY name, labels")
         return {(f"{n}{{{lbl}}}" if lbl else n): int(v) for n, lbl, v in rows.fetchall()}
+
+    # --- pruning ------------------------------------------------------------------
+
+    def prune(self, *, older_than: float | None = None, closed: bool = False) -> dict[str, Any]:
+        """Remove old journal entries and events, and (``closed``) closed sessions whole.
+
+        ``older_than`` is a wall-clock time: entries and events before it go (sequence
+        numbers are never reused: the high-water marks stay). ``closed`` removes every
+        closed session with its journal, events and finished leases. Returns what went.
+        """
+        from tether.journal import store as journal_store
+
+        entries = events = 0
+        removed: list[str] = []
+        with self.transaction() as db:
+            if older_than is not None:
+                entries += db.execute("DELETE FROM journal WHERE at < ?", (older_than,)).rowcount
+                events += db.execute("DELETE FROM events WHERE at < ?", (older_than,)).rowcount
+            if closed:
+                removed = [
+                    str(r[0]) for r in db.execute("SELECT key FROM sessions WHERE state = 'closed'")
+                ]
+                for key in removed:
+                    entries += db.execute(
+                        "SELECT count(*) FROM journal WHERE session_key = ?", (key,)
+                    ).fetchone()[0]
+                    events += db.execute(
+                        "DELETE FROM events WHERE session_key = ?", (key,)
+                    ).rowcount
+                    db.execute(
+                        "DELETE FROM leases WHERE session_key = ? AND state IN ('closed', 'lost')",
+                        (key,),
+                    )
+                    db.execute("DELETE FROM sessions WHERE key = ?", (key,))
+                journal_store.forget_session(db, removed)
+        return {"entriesRemoved": entries, "eventsRemoved": events, "sessionsRemoved": removed}

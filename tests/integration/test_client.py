@@ -135,6 +135,7 @@ def test_public_api_is_pinned() -> None:
         "AgentThoughtChunk",
         "Client",
         "Event",
+        "JournalRecord",
         "Plan",
         "Session",
         "SessionEnded",

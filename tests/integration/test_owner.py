@@ -140,11 +140,32 @@ class Cli:
     def status(self) -> Frame:
         return self.json("status")
 
+    def journal(self) -> list[Frame]:
+        """The session's journal entries, oldest first (``sessions export``)."""
+        lines = self.run("sessions", "export", fmt="json").stdout.splitlines()
+        return [json.loads(line) for line in lines]
+
     def history(self, kind: str | None = None) -> list[Frame]:
-        """Events, oldest first."""
-        events = self.json("sessions", "history", "--limit", "1000")["events"]
-        assert isinstance(events, list)
-        return [e for e in events if kind is None or e["kind"] == kind]
+        """Journal records as ``{"kind", "payload"}``, oldest first.
+
+        ``turn`` is a finished turn (``turn_ended``, with its prompt from ``prompt_queued``).
+        """
+        entries = self.journal()
+        prompts = {
+            e.get("requestId"): e.get("prompt") for e in entries if e["kind"] == "prompt_queued"
+        }
+        records = []
+        for e in entries:
+            if e["kind"] == "turn_ended":
+                records.append(
+                    {
+                        "kind": "turn",
+                        "payload": {**e, "prompt": prompts.get(e.get("requestId"), "")},
+                    }
+                )
+            elif e["kind"] != "acp":
+                records.append({"kind": e["kind"], "payload": e})
+        return [r for r in records if kind is None or r["kind"] == kind]
 
     def wait_active(self) -> Frame:
         """Wait until the owner runs a prompt turn and the agent is up; return the status."""
@@ -718,10 +739,9 @@ def test_sessions_list_show_history(cli: Callable[..., Cli]) -> None:
     assert other["key"] != shown["key"]
     history = c.json("sessions", "history")
     assert history["action"] == "history"
-    assert [e["payload"]["prompt"] for e in history["events"] if e["kind"] == "turn"] == [
-        "echo hello"
-    ]
-    assert c.json("sessions", "history", "other")["events"] == []
+    assert [t["preview"] for t in history["turns"]] == ["echo hello"]
+    assert history["turns"][0]["stopReason"] == "end_turn"
+    assert c.json("sessions", "history", "other")["turns"] == []
     c.run("sessions", "close", "other")
     assert c.json("sessions", "show", "other")["state"] == "closed"
     assert "other" not in [s["name"] for s in c.json("sessions", "list")["sessions"]]

@@ -15,7 +15,9 @@ from tether.errors import UsageError
 COMMANDS = frozenset(
     {"prompt", "exec", "cancel", "set-mode", "set", "status", "sessions", "reap", "config"}
 )
-SESSION_SUBCOMMANDS = frozenset({"new", "ensure", "list", "show", "close", "history"})
+SESSION_SUBCOMMANDS = frozenset(
+    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+)
 
 # global flag -> number of values it takes
 _GLOBAL_FLAGS = {
@@ -43,6 +45,13 @@ _COMMAND_FLAGS = {
     "--limit": 1,
     "--all": 0,
     "--request": 1,
+    "--from": 1,
+    "--tail": 1,
+    "--no-follow": 0,
+    "-o": 1,
+    "--output": 1,
+    "--older-than": 1,
+    "--closed": 0,
 }
 
 
@@ -69,6 +78,12 @@ class Invocation:
         self.limit: int | None = None
         self.all = False
         self.request: str | None = None
+        self.from_seq: int | None = None
+        self.tail: int | None = None
+        self.no_follow = False
+        self.output_file: str | None = None
+        self.older_than: str | None = None
+        self.closed = False
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -126,6 +141,25 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.all = True
     elif flag == "--request":
         inv.request = value
+    elif flag in ("--from", "--tail"):
+        try:
+            number = int(value or "")
+        except ValueError:
+            raise UsageError(f"{flag} expects a whole number") from None
+        if number < (1 if flag == "--from" else 0):
+            raise UsageError(f"{flag} must be {'at least 1' if flag == '--from' else '0 or more'}")
+        if flag == "--from":
+            inv.from_seq = number
+        else:
+            inv.tail = number
+    elif flag == "--no-follow":
+        inv.no_follow = True
+    elif flag in ("-o", "--output"):
+        inv.output_file = value
+    elif flag == "--older-than":
+        inv.older_than = value
+    elif flag == "--closed":
+        inv.closed = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
@@ -203,13 +237,15 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             rest = rest[1:]
         elif rest:
             raise UsageError(
-                f"unknown sessions command {rest[0]!r}: use new|ensure|list|show|close|history"
+                f"unknown sessions command {rest[0]!r}: use "
+                "new|ensure|list|show|close|history|watch|read|export|prune"
             )
         else:
             inv.subcommand = "list"
         if (
             rest
-            and inv.subcommand in ("show", "close", "history", "new", "ensure")
+            and inv.subcommand
+            in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
             and not inv.session
         ):
             inv.session = rest[0]

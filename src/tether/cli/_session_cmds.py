@@ -104,6 +104,7 @@ def prompt(ctx: Any, text: str) -> int:
     payload = {
         "prompt": [{"type": "text", "text": text}],
         "wait": not ctx.inv.no_wait,
+        "client": "cli",
         # Only an explicit flag overrides the mode the session was created with.
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
     }
@@ -211,6 +212,10 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    if sub in ("watch", "read", "history", "export", "prune"):
+        from tether.cli import _journal_cmds
+
+        return _journal_cmds.run(ctx, _key(ctx), _no_session_hint(ctx))
     if sub == "list":
         items = operations.list_sessions(include_closed=ctx.inv.all)
         ctx.output.control(
@@ -235,14 +240,6 @@ def sessions_cmd(ctx: Any) -> int:
                 {"action": "session", **info},
                 text="\n".join(f"{k}: {v}" for k, v in info.items()),
                 quiet=key,
-            )
-            return 0
-        if sub == "history":
-            events = registry.events(key, limit=ctx.inv.limit or 20)
-            ctx.output.control(
-                {"action": "history", "sessionKey": key, "events": events},
-                text="\n".join(f"{e['at']:.3f} {e['kind']} {e['payload']}" for e in events)
-                or "no history",
             )
             return 0
     raise UsageError(f"unknown sessions command {sub}")

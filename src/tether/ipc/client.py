@@ -25,6 +25,7 @@ from tether.errors import (
     RemoteProtocolError,
     TetherError,
     UsageError,
+    WatchLagged,
     error_from_wire,
 )
 from tether.ipc import protocol
@@ -221,6 +222,13 @@ class OwnerConnection:
             if kind == "result":
                 result = frame.get("result")
                 return result if isinstance(result, dict) else {}
+            if kind == "lagged":
+                last = frame.get("lastSeq")
+                raise WatchLagged(
+                    "this connection fell behind and was dropped; resume from the journal",
+                    request_id=request_id,
+                    last_seq=last if isinstance(last, int) else None,
+                )
             if kind == "error":
                 err = frame.get("error")
                 raise error_from_wire(

@@ -47,8 +47,11 @@ VERSION: Final = 2
 DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
 
-KINDS: Final = frozenset({"prompt", "cancel", "set_mode", "set_config_option", "status", "close"})
-TERMINAL_TYPES: Final = frozenset({"result", "error"})
+KINDS: Final = frozenset(
+    {"prompt", "cancel", "set_mode", "set_config_option", "status", "close", "watch"}
+)
+# ``lagged`` ends a request whose connection fell behind its bounded output buffer.
+TERMINAL_TYPES: Final = frozenset({"result", "error", "lagged"})
 
 
 class IpcRejected(Exception):
@@ -174,6 +177,18 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
         if target is not None and not isinstance(target, str):
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.targetRequestId must be a string", rid
+            )
+    elif kind == "watch":
+        start = payload.get("fromSeq")
+        if start is not None and (
+            not isinstance(start, int) or isinstance(start, bool) or start < 0
+        ):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.fromSeq must be an integer >= 0", rid
+            )
+        if "follow" in payload and not isinstance(payload["follow"], bool):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.follow must be a boolean", rid
             )
     elif kind == "set_mode":
         _require(payload, "modeId", str, rid)

@@ -43,6 +43,8 @@ class Admission:
         self._wakeup = asyncio.Event()
         self._expiry_timer: asyncio.TimerHandle | None = None
         self.on_change: Callable[[], None] = lambda: None  # the queue changed outside the loop
+        # Journal a record: (kind, payload, request id). The owner wires its journal in.
+        self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
 
     def __len__(self) -> int:
         return len(self.queue)
@@ -58,6 +60,8 @@ class Admission:
             )
             return
         job.ack(decision.position)
+        if job.kind == "prompt":
+            self.record("prompt_queued", queued_record(job, decision.position), job.request_id)
         self._schedule_expiry()
         self._wakeup.set()
 
@@ -104,12 +108,14 @@ class Admission:
                 }
             job.finish(error=RequestCancelled("the request was cancelled before it ran"))
             self.on_change()
-            return {
+            result = {
                 "action": "cancel_result",
                 "cancelled": True,
                 "requestId": target,
                 "queued": True,
             }
+            self.record("cancel_result", result, target)
+            return result
         active = self.active
         if active is None or active.kind != "prompt":
             return {"action": "cancel_result", "cancelled": False, "reason": "nothing to cancel"}
@@ -118,12 +124,14 @@ class Admission:
             # The turn has not reached the agent yet (it is still starting): defer.
             active.cancel_requested = True
         _log.event("cancel", session_key=self.key, request_id=active.request_id, sent=sent)
-        return {
+        result = {
             "action": "cancel_result",
             "cancelled": True,
             "requestId": active.request_id,
             **({} if sent else {"deferred": True}),
         }
+        self.record("cancel_result", result, active.request_id)
+        return result
 
     def stop(self, *, closing: bool) -> Job | None:
         """Shutdown: the running turn is cancelled (or never sent); the loop is woken.
@@ -190,3 +198,17 @@ def rearm(
     if at is None:
         return None
     return asyncio.get_running_loop().call_later(max(0.0, at - time.monotonic()), callback)
+
+
+PROMPT_RECORD_CHARS = 4096  # the whole prompt is in the journal's session/prompt frame
+
+
+def queued_record(job: Job, position: int) -> dict[str, Any]:
+    """The ``prompt_queued`` journal record: a preview of the prompt, and who sent it."""
+    blocks = job.env.payload.get("prompt") or []
+    text = " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+    by: dict[str, Any] = dict(job.outbox.peer) if job.outbox.peer else {}
+    client = job.env.payload.get("client")
+    if isinstance(client, str) and client:
+        by["client"] = client[:40]
+    return {"prompt": text[:PROMPT_RECORD_CHARS], "queuePosition": position, "by": by}

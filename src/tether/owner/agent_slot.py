@@ -76,6 +76,8 @@ class AgentSlot:
         self._spawn = spawn
         self._ended_runs: set[str] = set()
         self.stopping = False  # set by the owner: a run ending now is not a crash to handle
+        # The owner's journal: every ACP frame goes in (returns its seq); None: none kept.
+        self.journal_frame: Callable[[str, bytes, str | None], int] | None = None
 
     @property
     def alive(self) -> bool:
@@ -129,8 +131,13 @@ class AgentSlot:
         live = self.live
         # Relay only frames of the running turn: trailing updates of an abandoned turn
         # (which arrive while the connection quiesces) must not reach the next caller.
-        if job is not None and live is not None and live.conn.active_turn(live.session_id):
-            job.update_line(direction, line)
+        relay = job is not None and live is not None and live.conn.active_turn(live.session_id)
+        seq = 0
+        if self.journal_frame is not None:
+            # The seq is handed out in memory; the database write comes after, in a batch.
+            seq = self.journal_frame(direction, line, job.request_id if relay and job else None)
+        if relay and job is not None:
+            job.update_line(direction, line, seq)
 
     def _on_permission(self, request: dict[str, Any], outcome: dict[str, Any]) -> None:
         """Tell the waiting caller what was decided for the agent (a permission frame)."""

@@ -25,6 +25,7 @@ from tether.errors import (
     UsageError,
 )
 from tether.ipc import protocol
+from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.job import Job, Outbox
@@ -34,6 +35,7 @@ from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
 from tether.owner.status import end_event, session_end_event, status_snapshot
+from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
@@ -93,6 +95,8 @@ class Owner:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
         self._held: list[Job] = []  # requests superseded by a close, answered at the end
+        self.journal: JournalWriter | None = None
+        self.fanout: Fanout | None = None
 
     @property
     def stopping(self) -> bool:
@@ -121,6 +125,7 @@ class Owner:
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
         )
+        self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
         try:
@@ -139,6 +144,31 @@ class Owner:
         _log.event(
             "owner_started", session_key=self.key, generation=self.generation, pid=os.getpid()
         )
+
+    def _open_journal(self) -> None:
+        """Become the journal's writer (we hold the session lock) and wire the rooms in."""
+        journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
+        self.journal = journal
+        self.fanout = Fanout(journal)
+        self.admission.record = self.runner.record = self.record
+        if self.settings.journal_frames:
+            self.slot.journal_frame = journal.append_acp
+        self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+
+    def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
+        """Journal one control record; returns its seq (0 before the journal is open)."""
+        if self.journal is None:
+            return 0
+        return self.journal.append(kind, payload, request_id)
+
+    async def _watch(self, job: Job) -> None:
+        if self.fanout is None or self.journal is None:  # closed meanwhile
+            job.finish(error=OwnerShuttingDown("the owner is shutting down"))
+            return
+        start = job.env.payload.get("fromSeq")
+        cursor = start if isinstance(start, int) and start > 0 else self.journal.next_seq
+        follow = job.env.payload.get("follow", True) is not False
+        await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -174,13 +204,18 @@ class Owner:
         # A connected caller may be about to send its request: expiring between our hello
         # and its request would reject work we just greeted. A status poll does not reset
         # the TTL; we ask again when the last connection closes.
-        reason = self.lifecycle.retirement(
-            time.monotonic(), busy=len(self.queue) > 0, held=bool(self.server.connections)
-        )
+        held = self._held_open()
+        reason = self.lifecycle.retirement(time.monotonic(), busy=len(self.queue) > 0, held=held)
         if reason is not None:
             self.request_shutdown(reason)
-        elif self.lifecycle.state is OwnerState.IDLE and not self.server.connections:
+        elif self.lifecycle.state is OwnerState.IDLE and not held:
             self._schedule_retirement()
+
+    def _held_open(self) -> bool:
+        """Whether a connection may be about to send work. Watchers never hold the owner:
+        they follow the journal across owners, so retiring costs them nothing."""
+        watching = {w.job.outbox for w in self.fanout.watches} if self.fanout else set()
+        return any(outbox not in watching for outbox in self.server.connections)
 
     # --- IPC --------------------------------------------------------------------------
 
@@ -199,7 +234,7 @@ class Owner:
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.
         self.admission.detach(outbox)
-        if not self.server.connections and self.lifecycle.state is OwnerState.IDLE:
+        if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
     def _current_prompt(self) -> Job | None:
@@ -227,6 +262,10 @@ class Owner:
             return
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
+            return
+        if env.kind == "watch":
+            job.ack()
+            self._spawn(self._watch(job))
             return
         if env.kind == "close":
             job.ack()
@@ -294,12 +333,29 @@ class Owner:
     def _on_run_end(self, end: RunEnd) -> None:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
-        self.registry.add_event(self.key, "agent_run_ended", event)
+        self.record("agent_run_ended", event)
         self.registry.update_session(self.key, last_end=event)
         if not self.stopping:  # while stopping, callers hear how the owner or session ended
             self.server.broadcast({"type": "agent_run_ended", "requestId": None, "event": event})
 
     # --- shutdown ---------------------------------------------------------------------
+
+    async def _close_journal(self) -> None:
+        """The session's end or the owner's retirement: tell every watcher, store it all.
+
+        The journal is stored before the lock is released, so the next owner continues
+        the sequence from the right place.
+        """
+        if self.journal is None or self.fanout is None:
+            return
+        if self._close_session:
+            self.fanout.end_all("session-ended")  # its session_ended is journaled already
+        else:
+            self.record("owner_stopped", {"reason": self.stop_reason})
+            self.fanout.end_all("owner-stopped")
+        journal, self.journal = self.journal, None
+        if not await asyncio.to_thread(journal.close):
+            logger.warning("journal: the last batch could not be stored before exit")
 
     def request_shutdown(self, reason: str) -> None:
         if not self.lifecycle.request_stop(reason, time.monotonic()):
@@ -343,6 +399,7 @@ class Owner:
         self.registry.update_session(self.key, **fields)
         if closing:
             self._end_session(end, superseded=[j for j in self._held if not j.done])
+        await self._close_journal()
         await self.server.drain_all(1.0)
         self.lock.release()
         self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
@@ -354,7 +411,9 @@ class Owner:
         """The session ended (close): record it once, tell every caller, then answer."""
         report = end.report if end is not None else None
         event = session_end_event(report, generation=self.generation)
-        self.registry.add_event(self.key, "session_ended", event)
+        if self._closer is not None and self._closer.outbox.peer:
+            event["closedBy"] = self._closer.outbox.peer
+        self.record("session_ended", event)
         self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
         for job in superseded:
             job.finish_superseded(SessionClosed("the session was closed while this request ran"))

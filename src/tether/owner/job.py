@@ -14,22 +14,71 @@ and its one terminal frame (:meth:`Job.finish`; later calls are ignored).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Callable
 from typing import Any
 
 from tether.errors import TetherError
 from tether.ipc import protocol
 
-__all__ = ["Job", "Outbox"]
+__all__ = ["DEFAULT_OUTPUT_LIMIT", "Job", "Outbox"]
+
+# Unsent bytes one connection may hold before it counts as lagging (prompters and
+# watchers alike): a peer that never reads must not make the owner buffer without bound.
+DEFAULT_OUTPUT_LIMIT = 8 * 1024 * 1024
+CUT_OFF_S = 5.0  # a lagged peer that still does not read is disconnected after this
+
+# Called when the connection lags; returns the terminal frame for its request, or None.
+LagHandler = Callable[[], "bytes | None"]
+
+
+def peer_credentials(writer: asyncio.StreamWriter | None) -> dict[str, int]:
+    """The connected process's pid and uid, as the kernel says (``SO_PEERCRED``)."""
+    if writer is None:
+        return {}
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return {}
+    import socket
+    import struct
+
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return {}
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return {"pid": pid, "uid": uid}
 
 
 class Outbox:
-    """The owner's output to one connection, batched per event-loop pass."""
+    """The owner's output to one connection, batched per event-loop pass, and bounded.
 
-    __slots__ = ("_flush_scheduled", "_out", "detached", "writer")
+    When the bytes the kernel has not taken yet pass ``limit`` the connection *lags*:
+    each request on it is ended with a terminal ``lagged`` frame (its ``lag_handlers``
+    say which), the connection is closed, and nothing more is queued for it. The work
+    goes on; the peer resumes from the journal.
+    """
 
-    def __init__(self, writer: asyncio.StreamWriter | None) -> None:
+    __slots__ = (
+        "_flush_scheduled",
+        "_out",
+        "detached",
+        "lag_handlers",
+        "lagged",
+        "limit",
+        "peer",
+        "writer",
+    )
+
+    def __init__(
+        self, writer: asyncio.StreamWriter | None, *, limit: int = DEFAULT_OUTPUT_LIMIT
+    ) -> None:
         self.writer = writer
         self.detached = writer is None
+        self.limit = limit
+        self.lagged = False
+        self.lag_handlers: list[LagHandler] = []
+        self.peer: dict[str, int] = peer_credentials(writer)
         self._out: list[bytes] = []
         self._flush_scheduled = False
 
@@ -54,6 +103,23 @@ class Outbox:
             self.writer.write(data)
         except (ConnectionError, RuntimeError):
             self.detach()
+            return
+        if self.limit and self.writer.transport.get_write_buffer_size() > self.limit:
+            self._lag()
+
+    def _lag(self) -> None:
+        """End every request on this connection with its ``lagged`` frame; let go of it."""
+        self.lagged = True
+        frames = [frame for handler in self.lag_handlers if (frame := handler()) is not None]
+        self.detach()
+        if self.writer is None:
+            return
+        transport = self.writer.transport
+        with contextlib.suppress(Exception):
+            for frame in frames:
+                transport.write(frame)
+            transport.close()  # after the buffered bytes, if the peer ever reads them
+            asyncio.get_running_loop().call_later(CUT_OFF_S, transport.abort)
 
     def detach(self) -> None:
         """The caller left (``--no-wait``, or it died): drop its output from now on."""
@@ -81,6 +147,8 @@ class Job:
         "cancel_requested",
         "done",
         "env",
+        "lagged",
+        "last_seq",
         "outbox",
         "superseded",
     )
@@ -98,6 +166,8 @@ class Job:
         # end is recorded, so its caller sees `session_ended` first.
         self.superseded = False
         self._prefix = b""
+        self.last_seq = 0  # the journal seq of the last entry relayed to this caller
+        self.lagged = False  # ended with `lagged`: the caller did not leave, it fell behind
 
     def __repr__(self) -> str:
         return f"Job({self.env.kind} {self.request_id}, done={self.done})"
@@ -128,16 +198,28 @@ class Job:
     def ack(self, position: int = 0) -> None:
         self.send({"type": "ack", "requestId": self.request_id, "queuePosition": position})
 
-    def update_line(self, direction: str, line: bytes) -> None:
+    def update_line(self, direction: str, line: bytes, seq: int = 0) -> None:
         """Relay one ACP frame unchanged: its bytes are embedded, never re-encoded.
 
         The line is a JSON object the core has already decoded, so embedding it as the
-        ``frame`` value keeps the IPC frame valid JSON.
+        ``frame`` value keeps the IPC frame valid JSON. ``seq`` is its journal entry's.
         """
         if not self._prefix:
             rid = protocol.encode({"r": self.request_id})[5:-2]  # the id, JSON-escaped
-            self._prefix = b'{"type":"update","requestId":' + rid + b',"direction":"'
-        self.outbox.write(b'%s%s","frame":%s}\n' % (self._prefix, direction.encode(), line))
+            self._prefix = b'{"type":"update","requestId":' + rid + b',"seq":'
+            self.outbox.lag_handlers.append(self._on_lagged)
+        self.last_seq = seq
+        self.outbox.write(
+            b'%s%d,"direction":"%s","frame":%s}\n' % (self._prefix, seq, direction.encode(), line)
+        )
+
+    def _on_lagged(self) -> bytes | None:
+        if self.done:
+            return None
+        self.done = self.lagged = True
+        return protocol.encode(
+            {"type": "lagged", "requestId": self.request_id, "lastSeq": self.last_seq}
+        )
 
     def finish(
         self, result: dict[str, Any] | None = None, error: TetherError | None = None

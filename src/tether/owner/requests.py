@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tether.acp.policy import PermissionMode
@@ -32,6 +33,9 @@ class RequestRunner:
         self.slot = slot
         session = registry.session(key)
         self.last_prompt_at: float | None = session.last_prompt_at if session else None
+        # Journal a record: (kind, payload, request id). The owner wires its journal in.
+        self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
+        self.last_stop_reason = ""
 
     async def run(self, job: Job) -> None:
         """Run ``job`` to its terminal frame (errors propagate to the owner's loop)."""
@@ -46,6 +50,27 @@ class RequestRunner:
             raise AssertionError(f"not a queued kind: {kind}")
 
     async def _prompt(self, job: Job) -> None:
+        started = time.monotonic()
+        self.record("turn_started", {}, job.request_id)
+        try:
+            await self._run_prompt(job)
+        except BaseException as exc:
+            # The turn's end is journaled however it ends; its caller gets the error.
+            error = getattr(exc, "message", None) or type(exc).__name__
+            self.record(
+                "turn_ended",
+                {"error": str(error), "durationMs": _ms_since(started)},
+                job.request_id,
+            )
+            raise
+        else:
+            self.record(
+                "turn_ended",
+                {"stopReason": self.last_stop_reason, "durationMs": _ms_since(started)},
+                job.request_id,
+            )
+
+    async def _run_prompt(self, job: Job) -> None:
         live = await self.slot.ensure()
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
@@ -86,6 +111,7 @@ class RequestRunner:
         await live.conn.set_mode(live.session_id, mode)
         self.registry.update_session(self.key, desired_mode=mode)
         job.finish({"action": "mode_set", "modeId": mode})
+        self.record("mode_set", {"modeId": mode}, job.request_id)
 
     async def _set_config_option(self, job: Job) -> None:
         live = await self.slot.ensure()
@@ -96,6 +122,7 @@ class RequestRunner:
         desired = dict(session.desired_config if session else {})
         desired[config_id] = value
         self.registry.update_session(self.key, desired_config=desired)
+        self.record("config_set", {"configId": config_id, "value": value}, job.request_id)
         job.finish(
             {
                 "action": "config_set",
@@ -106,21 +133,14 @@ class RequestRunner:
         )
 
     def _record_turn(self, job: Job, stop_reason: str) -> None:
+        self.last_stop_reason = stop_reason
         with contextlib.suppress(Exception):
             if self.last_prompt_at is not None:
                 self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
-            self.registry.add_event(
-                self.key,
-                "turn",
-                {"requestId": job.request_id, "stopReason": stop_reason, "prompt": preview(job)},
-            )
 
 
-def preview(job: Job) -> str:
-    """The first 200 characters of a prompt's text, for history."""
-    blocks = job.env.payload.get("prompt") or []
-    text = " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
-    return text[:200]
+def _ms_since(start: float) -> float:
+    return round((time.monotonic() - start) * 1000, 1)
 
 
 def _ignore(_frame: dict[str, Any]) -> None:

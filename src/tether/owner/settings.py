@@ -9,6 +9,7 @@ from typing import Any
 from tether import config
 from tether.errors import TetherError
 from tether.ipc import protocol
+from tether.journal.entry import Retention
 
 __all__ = ["OwnerSettings"]
 
@@ -28,6 +29,8 @@ class OwnerSettings:
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
+    retention: Retention = field(default_factory=Retention)
+    journal_frames: bool = True  # False: control records only, no ACP frames stored
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
@@ -57,11 +60,15 @@ class OwnerSettings:
 
     def load_config(self, cwd: str, options: dict[str, Any]) -> None:
         """What the owner reads from config itself: credentials (never stored in the
-        DB) and, unless the session's options set it, the request size limit."""
-        with contextlib.suppress(TetherError):
+        DB), the journal's retention and, unless the session's options set it, the
+        request size limit."""
+        with contextlib.suppress(TetherError, ValueError, TypeError):
             cfg = config.load(cwd)
             if not self.auth:
                 auth = cfg.get("auth") or {}
                 self.auth = {str(k): str(v) for k, v in auth.items()}
             if options.get("max_frame_bytes") is None:
                 self.max_frame_bytes = protocol.prompt_max_bytes(cfg)
+            self.retention = Retention.from_config(cfg)
+            if cfg.get("journalFrames") is False:
+                self.journal_frames = False

@@ -42,6 +42,8 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "agentConnected": alive,
         "sessionKey": owner.key,
         "stopping": owner.stopping,
+        "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
+        "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "counters": _counters(owner),
     }
 
@@ -76,6 +78,7 @@ def session_end_event(report: ExtinctionReport | None, *, generation: int | None
     """The one ``session_ended`` record of a session closed through its owner."""
     return {
         "reason": "closed",
+        "terminatedBy": "daemon",
         "message": "the session was closed",
         "agentWasRunning": report is not None,
         "survivors": list(report.survivors) if report else [],

@@ -1,0 +1,205 @@
+"""``sessions watch | read | history | export | prune``: reading the journal.
+
+Every one of these reads the state database directly and works with no owner running;
+none starts one. ``watch`` attaches to the live owner, if there is one, only to get new
+entries the moment they happen (:mod:`tether.journal.follow`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from typing import Any
+
+from tether import sessions
+from tether.errors import TetherError, UsageError
+from tether.journal import render, store
+from tether.journal.entry import parse_duration, parse_line
+from tether.journal.follow import follow_session
+from tether.registry import Registry
+
+
+def run(ctx: Any, key: str, no_session: Any) -> int:
+    sub = ctx.inv.subcommand
+    if sub == "prune":
+        return _prune(ctx)
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise no_session
+        if sub == "watch":
+            return _watch(ctx, registry, key)
+        if sub == "read":
+            return _read(ctx, registry, key)
+        if sub == "history":
+            return _history(ctx, registry, key)
+        if sub == "export":
+            return _export(ctx, registry, key)
+    raise UsageError(f"unknown sessions command {sub}")
+
+
+class _TextView:
+    """Entries rendered as ``prompt`` prints a turn, plus who prompted and control lines."""
+
+    def __init__(self, ctx: Any) -> None:
+        self.out = ctx.output
+        self.fmt = ctx.fmt
+
+    def show(self, entry: dict[str, Any]) -> None:
+        kind = entry.get("kind")
+        if kind == "acp":
+            frame = entry.get("frame")
+            if not isinstance(frame, dict):
+                return
+            if entry.get("direction") == "out":
+                text = render.prompt_text(frame)
+                if text is not None and self.fmt == "text":
+                    self.out.control({}, text="> " + text.replace("\n", "\n> "))
+                return
+            self.out.frame("in", frame)
+            return
+        if self.fmt == "text":
+            line = render.control_text(entry)
+            if line is not None:
+                self.out.control({}, text=line)
+        elif self.fmt == "quiet" and kind == "turn_ended":
+            self.out.done(str(entry.get("stopReason")))
+
+
+def _watch(ctx: Any, registry: Registry, key: str) -> int:
+    inv = ctx.inv
+    if inv.from_seq is not None and inv.tail is not None:
+        raise UsageError("--from and --tail cannot be combined")
+    if ctx.fmt == "json":
+        out = sys.stdout
+
+        def emit(_seq: int, line: str) -> None:
+            out.write(line + "\n")
+            out.flush()
+
+    else:
+        view = _TextView(ctx)
+
+        def emit(_seq: int, line: str) -> None:
+            view.show(parse_line(line))
+
+    try:
+        follow_session(key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow)
+    except KeyboardInterrupt:
+        pass
+    ctx.output.flush()
+    return 0
+
+
+def _read(ctx: Any, registry: Registry, key: str) -> int:
+    """The conversation: prompts, assistant text, tool calls, stop reasons."""
+    db = registry._db
+    cursor = store.turns_start(db, key, ctx.inv.tail)
+    if ctx.fmt == "json":
+        transcript = render.transcript(store.iter_lines(db, key, cursor))
+        ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
+        return 0
+    view = _TextView(ctx)
+    shown = False
+    for _seq, line in store.iter_lines(db, key, cursor):
+        entry = parse_line(line)
+        if entry.get("kind") in ("acp", "turn_ended", "session_ended"):
+            view.show(entry)
+            shown = True
+    if not shown:
+        ctx.output.control({}, text="no conversation yet")
+    ctx.output.flush()
+    return 0
+
+
+def _history(ctx: Any, registry: Registry, key: str) -> int:
+    turns = render.turns(store.turn_rows(registry._db, key))
+    limit = ctx.inv.limit if ctx.inv.limit is not None else 20
+    shown = turns[-limit:] if limit > 0 else []
+    items = [t.to_json() for t in shown]
+    lines = []
+    for t in shown:
+        start = t.started_at or t.queued_at
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "-"
+        took = f"{t.duration_ms / 1000:.2f}s" if t.duration_ms is not None else "-"
+        outcome = t.stop_reason or ("failed" if t.error else "running")
+        lines.append(
+            f"{t.request_id}  {when}  {took:>8}  {outcome:<10}  {render.preview(t.prompt)}"
+        )
+    ctx.output.control(
+        {"action": "history", "sessionKey": key, "turns": items},
+        text="\n".join(lines) or "no turns yet",
+        quiet="\n".join(t.request_id for t in shown),
+    )
+    return 0
+
+
+def _export(ctx: Any, registry: Registry, key: str) -> int:
+    path = ctx.inv.output_file
+    count = 0
+    try:
+        if path and path != "-":
+            tmp = f"{path}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8") as f:
+                for _seq, line in store.iter_lines(registry._db, key):
+                    f.write(line + "\n")
+                    count += 1
+            os.replace(tmp, path)  # a partial export never takes the name
+            ctx.output.banner(f"exported {count} entries to {path}")
+        else:
+            out = sys.stdout
+            for _seq, line in store.iter_lines(registry._db, key):
+                out.write(line + "\n")
+            out.flush()
+    except OSError as exc:
+        raise TetherError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    return 0
+
+
+def _prune(ctx: Any) -> int:
+    inv = ctx.inv
+    if inv.older_than is None and not inv.closed:
+        raise UsageError("sessions prune needs --older-than DURATION and/or --closed")
+    cutoff = None
+    if inv.older_than is not None:
+        try:
+            cutoff = time.time() - parse_duration(inv.older_than)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    with Registry() as registry:
+        report = registry.prune(older_than=cutoff, closed=inv.closed)
+    for key in report["sessionsRemoved"]:
+        _remove_run_files(key)
+    ctx.output.control(
+        {"action": "pruned", **report},
+        text=(
+            f"pruned {report['entriesRemoved']} journal entries"
+            f" and {len(report['sessionsRemoved'])} closed sessions"
+        ),
+        quiet=str(report["entriesRemoved"]),
+    )
+    return 0
+
+
+def _remove_run_files(key: str) -> None:
+    """A removed session's lock file and socket go with it (never a live owner's)."""
+    import fcntl
+
+    lock = sessions.lock_path(key)
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return  # an owner holds it: not ours to remove
+    try:
+        for path in (sessions.socket_path(key), lock):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,160 @@
+"""Following a session's journal from outside its owner: the reader side of watchers.
+
+A follower needs no owner and starts none. It reads the stored entries from its cursor;
+when it has caught up it attaches to the live owner with an IPC ``watch`` request from
+the same cursor and receives every new entry the moment it is journaled. When the owner
+retires, is replaced, or drops the follower for lagging, the follower goes back to the
+database from the last ``seq`` it delivered, then to whichever owner serves the session
+next -- so it sees every entry across owner restarts with no gap and no duplicate,
+until the session ends (its ``session_ended`` entry) or the caller stops it.
+
+Blocking and standard-library based, like the CLI's IPC client; the library runs it
+in a thread.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable
+
+from tether import sessions
+from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, WatchLagged
+from tether.ipc.client import OwnerConnection
+from tether.journal import store
+
+POLL_S = 0.25  # with no owner serving, how often to look for new entries or a new owner
+HELLO_TIMEOUT_S = 2.0
+
+# (seq, public JSON line) -> None
+Emit = Callable[[int, str], None]
+
+
+def is_session_end(line: str) -> bool:
+    """Whether an entry line is a ``session_ended`` record (without decoding it)."""
+    return '"kind":"session_ended"' in line[:120]
+
+
+class Follower:
+    """Deliver a session's entries from ``cursor`` on, in ``seq`` order, to ``emit``."""
+
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        key: str,
+        cursor: int,
+        emit: Emit,
+        *,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.db = db
+        self.key = key
+        self.cursor = cursor
+        self.emit = emit
+        self.stop = stop or threading.Event()
+        self.ended = False  # the session's end was delivered
+        self.conn: OwnerConnection | None = None
+
+    def _deliver(self, seq: int, line: str) -> None:
+        if seq < self.cursor:
+            return  # already delivered (a replay overlapping what we had)
+        self.cursor = seq + 1
+        self.ended = is_session_end(line)
+        self.emit(seq, line)
+
+    def catch_up(self) -> None:
+        """Deliver every stored entry from the cursor on."""
+        for seq, line in store.iter_lines(self.db, self.key, self.cursor):
+            if self.stop.is_set():
+                return
+            self._deliver(seq, line)
+
+    def run(self, *, follow: bool = True) -> int:
+        """Deliver until the session ends (``follow``) or the stored entries run out.
+
+        Returns the last ``seq`` delivered.
+        """
+        while not self.stop.is_set():
+            self.catch_up()
+            if not follow or self.ended or self.stop.is_set():
+                break
+            if not self._attach():
+                self.stop.wait(POLL_S)
+        return self.cursor - 1
+
+    def _attach(self) -> bool:
+        """Follow the live owner until it lets go; False if no owner serves now."""
+        try:
+            conn = OwnerConnection.connect(sessions.socket_path(self.key), timeout=HELLO_TIMEOUT_S)
+        except OwnerUnavailable:
+            return False
+        if conn.hello.get("stopping"):
+            conn.close()
+            return False
+        self.conn = conn
+        try:
+            rid = conn.send("watch", {"fromSeq": self.cursor, "follow": True})
+            result = conn.wait(rid, on_frame=self._on_frame)
+            if result.get("reason") == "session-ended":
+                self.ended = True
+        except (WatchLagged, OwnerLost, OwnerUnavailable, RemoteProtocolError, OSError):
+            pass  # back to the database from our cursor; the entries are all there
+        finally:
+            self.conn = None
+            conn.close()
+        return True
+
+    def _on_frame(self, frame: dict[str, object]) -> None:
+        if frame.get("type") != "entry":
+            return
+        entry = frame.get("entry")
+        if isinstance(entry, dict):
+            seq = entry.get("seq")
+            if isinstance(seq, int):
+                from tether import _fastjson
+
+                self._deliver(seq, _fastjson.dumps(entry))
+
+    def interrupt(self) -> None:
+        """Stop from another thread: wakes a blocked read."""
+        self.stop.set()
+        conn = self.conn
+        if conn is not None:
+            import socket
+
+            try:
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def follow_session(
+    key: str,
+    emit: Emit,
+    *,
+    from_seq: int | None = None,
+    tail: int | None = None,
+    follow: bool = True,
+    stop: threading.Event | None = None,
+    on_start: Callable[[Follower], None] | None = None,
+) -> int:
+    """Follow session ``key`` of the current home: the one implementation every door uses.
+
+    Returns the last ``seq`` delivered. ``on_start`` receives the follower (a library
+    keeps it to :meth:`Follower.interrupt` it from another thread).
+
+    Raises:
+        NoSession: no such session.
+    """
+    from tether.errors import NoSession
+    from tether.journal.entry import start_seq
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
+        follower = Follower(registry._db, key, cursor, emit, stop=stop)
+        if on_start is not None:
+            on_start(follower)
+        return follower.run(follow=follow)

@@ -1,0 +1,177 @@
+"""The owner's journal writer: seqs handed out on the event loop, batches committed by a thread.
+
+Theory of operation
+-------------------
+:meth:`JournalWriter.append` runs on the owner's event loop. It assigns the next
+``seq``, builds the entry's public line, keeps it in a small in-memory *ring* (what a
+watcher attaching right now needs before the database has it), tells the listeners
+(the attached parties), and queues the row. It never touches the database: the turn's
+frames reach their callers first, and nothing on the loop waits on SQLite.
+
+A daemon thread owns its own SQLite connection. It sleeps until rows are queued, takes
+everything queued so far as one batch, and commits it in one transaction together with
+the high-water mark -- so under a 50,000-updates-per-second stream a batch holds
+hundreds of rows and costs one commit. Retention runs in the same thread every so
+often. A failed commit (disk full, I/O error) keeps the batch and retries with backoff;
+the entries stay in the ring until they are stored, so replays never skip them.
+
+An owner killed with SIGKILL loses the rows queued but not yet committed (typically the
+last few milliseconds). Watchers may have seen those entries live; so that their seqs
+are never handed out again, a live writer works inside a stored *reservation*
+(:func:`tether.journal.store.claim`): the next owner starts past it, and a crash leaves
+a gap, never a reused number. A clean stop releases the reservation, so consecutive
+owners continue the sequence with no gap. SQLite's WAL keeps the database whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+import sqlite3
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.journal import store
+from tether.journal.entry import Retention, acp_body, body_of, entry_line
+
+logger = logging.getLogger("tether.journal")
+
+RING_MIN = 4096  # entries kept in memory after they are stored, for attaching watchers
+RETENTION_EVERY_S = 30.0
+RETRY_MAX_S = 2.0
+
+Listener = Callable[[int, str], None]
+
+
+def open_db(path: str) -> sqlite3.Connection:
+    """A connection for the journal's threads (writer, replay readers)."""
+    db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=NORMAL")
+    db.execute("PRAGMA busy_timeout=10000")
+    return db
+
+
+class JournalWriter:
+    """The single writer of one session's journal (the lock holder's)."""
+
+    def __init__(self, db_path: str, key: str, *, retention: Retention | None = None) -> None:
+        self.key = key
+        self.db_path = db_path
+        self.retention = retention or Retention()
+        self._db = open_db(db_path)
+        self.next_seq = store.claim(self._db, key)
+        self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
+        # (seq, line); trimmed only down to entries already stored.
+        self.ring: collections.deque[tuple[int, str]] = collections.deque()
+        self.listeners: list[Listener] = []
+        self.bytes_written = 0
+        self._pending: list[store.Row] = []
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._closing = False
+        self._kick_scheduled = False
+        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        self._thread.start()
+
+    # --- the event loop's side ---------------------------------------------------------
+
+    def append(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
+        """Journal a control record; returns its ``seq``."""
+        return self.append_body(kind, body_of(payload), request_id)
+
+    def append_acp(self, direction: str, line: bytes, request_id: str | None) -> int:
+        """Journal one ACP frame, embedded byte for byte."""
+        return self.append_body("acp", acp_body(direction, line), request_id)
+
+    def append_body(self, kind: str, body: str, request_id: str | None) -> int:
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        at = time.time()
+        line = entry_line(seq, at, kind, request_id, body)
+        ring = self.ring
+        ring.append((seq, line))
+        stored = self.stored_seq
+        while len(ring) > RING_MIN and ring[0][0] <= stored:
+            ring.popleft()
+        with self._lock:
+            self._pending.append((seq, at, kind, request_id, body))
+        if not self._kick_scheduled:
+            # One wake-up per event-loop pass: everything appended in this pass is one batch.
+            self._kick_scheduled = True
+            try:
+                asyncio.get_running_loop().call_soon(self._kick)
+            except RuntimeError:  # no loop (tests, shutdown): wake at once
+                self._kick()
+        for listener in self.listeners:
+            listener(seq, line)
+        return seq
+
+    def _kick(self) -> None:
+        self._kick_scheduled = False
+        self._wake.set()
+
+    @property
+    def last_seq(self) -> int:
+        return self.next_seq - 1
+
+    def close(self, timeout: float = 5.0) -> bool:
+        """Store what is queued and stop the thread; True if everything was stored.
+
+        Blocking: call it from a thread (``asyncio.to_thread``) on a running loop.
+        """
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout)
+        done = not self._thread.is_alive() and not self._pending
+        if done:
+            try:
+                store.release(self._db, self.key)
+            except sqlite3.Error as exc:
+                logger.warning("journal: could not release the reservation: %s", exc)
+        if not self._thread.is_alive():
+            self._db.close()
+        return done
+
+    # --- the writer thread -----------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = 0.05
+        last_retention = 0.0
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    store.write_batch(self._db, self.key, batch)
+                except sqlite3.Error as exc:
+                    logger.warning("journal write failed (%s); retrying", exc)
+                    with self._lock:
+                        self._pending[:0] = batch  # keep order: the failed batch goes first
+                    if self._closing and delay >= RETRY_MAX_S:
+                        return  # give up at shutdown: the rows stay unstored, as on a crash
+                    time.sleep(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                    self._wake.set()
+                    continue
+                delay = 0.05
+                self.stored_seq = batch[-1][0]
+                self.bytes_written += sum(len(row[4]) for row in batch)
+            now = time.monotonic()
+            with self._lock:
+                finished = self._closing and not self._pending
+            if finished or now - last_retention >= RETENTION_EVERY_S:
+                last_retention = now
+                try:
+                    store.apply_retention(self._db, self.key, self.retention)
+                except sqlite3.Error as exc:
+                    logger.warning("journal retention failed: %s", exc)
+            if finished:
+                return
+            if self._closing:
+                self._wake.set()

@@ -1,0 +1,135 @@
+"""The owner's room for attached parties: watchers of the session's journal.
+
+Theory of operation
+-------------------
+A watcher is an IPC ``watch`` request. It names a cursor (the first ``seq`` it wants);
+the owner answers with the entries from there on, then every new entry the moment it
+is journaled, in ``seq`` order, with no gap and no duplicate:
+
+1. *Replay.* While the cursor is older than the journal writer's in-memory ring,
+   entries come from the database in chunks (read in a thread; the owner's loop never
+   blocks on it), each chunk written with back-pressure (``drain``): a slow replay
+   slows only itself.
+2. *Switch to live.* Once the cursor is inside the ring, the rest of the ring is sent
+   and the watcher joins the listeners -- in one step of the event loop, so no entry
+   can fall between the two.
+3. *Live.* Each entry goes through the watcher's connection :class:`~.job.Outbox`,
+   flushed once per loop pass. A watcher never slows the turn: when its unsent bytes
+   pass the outbox's bound it gets a terminal ``lagged`` frame carrying the last
+   ``seq`` it was given and is dropped; it resumes from the journal at ``lastSeq + 1``.
+
+The session's end and the owner's retirement end every watch with a terminal
+``result`` naming why (``session-ended`` / ``owner-stopped``) and the last ``seq``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+
+from tether import _fastjson
+from tether.ipc import protocol
+from tether.journal import store
+from tether.journal.entry import entry_line
+from tether.journal.writer import JournalWriter, open_db
+from tether.owner.job import Job
+
+__all__ = ["Fanout", "Watch"]
+
+
+class Watch:
+    """One attached watcher: a ``watch`` request's job, and where it has got to."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.cursor = 1  # the next seq this watcher is to get
+        self.ended = False
+        rid = _fastjson.dumps(job.request_id).encode()
+        self._prefix = b'{"type":"entry","requestId":' + rid + b',"entry":'
+        job.outbox.lag_handlers.append(self._on_lagged)
+
+    def frame(self, line: str) -> bytes:
+        return self._prefix + line.encode() + b"}\n"
+
+    def deliver(self, seq: int, line: str) -> None:
+        if seq < self.cursor or self.ended:
+            return
+        self.job.outbox.write(self.frame(line))
+        self.cursor = seq + 1
+
+    def _on_lagged(self) -> bytes | None:
+        if self.ended:
+            return None
+        self.ended = self.job.done = True
+        return protocol.encode(
+            {"type": "lagged", "requestId": self.job.request_id, "lastSeq": self.cursor - 1}
+        )
+
+    def end(self, reason: str) -> None:
+        """End this watch with its one terminal ``result`` (later calls are ignored)."""
+        if self.ended:
+            return
+        self.ended = True
+        self.job.finish({"action": "watch_ended", "reason": reason, "lastSeq": self.cursor - 1})
+
+
+class Fanout:
+    """Every watcher of one session, fed by its :class:`JournalWriter`."""
+
+    def __init__(self, journal: JournalWriter) -> None:
+        self.journal = journal
+        self.watches: set[Watch] = set()
+        journal.listeners.append(self._on_entry)
+
+    def _on_entry(self, seq: int, line: str) -> None:
+        for watch in tuple(self.watches):
+            if watch.ended or watch.job.outbox.detached:
+                self.watches.discard(watch)  # lagged, or the watcher left
+            else:
+                watch.deliver(seq, line)
+
+    async def attach(self, watch: Watch, from_seq: int, *, follow: bool) -> None:
+        """Replay from ``from_seq``, then (``follow``) go live; see the module docstring."""
+        watch.cursor = max(1, from_seq)
+        journal = self.journal
+        db: sqlite3.Connection | None = None
+        try:
+            while not watch.ended and not watch.job.outbox.detached:
+                ring = journal.ring
+                first = ring[0][0] if ring else journal.next_seq
+                if watch.cursor >= first:
+                    # Inside the ring: finish synchronously, then join the listeners, with
+                    # no await in between, so no entry falls between replay and live.
+                    for seq, line in tuple(ring):
+                        watch.deliver(seq, line)
+                    watch.cursor = max(watch.cursor, journal.next_seq)
+                    if follow:
+                        self.watches.add(watch)
+                    else:
+                        watch.end("caught-up")
+                    return
+                if db is None:
+                    db = await asyncio.to_thread(open_db, journal.db_path)
+                rows = await asyncio.to_thread(
+                    store.read,
+                    db,
+                    journal.key,
+                    watch.cursor,
+                    upto=first - 1,
+                    limit=store.READ_CHUNK,
+                )
+                if not rows:
+                    watch.cursor = first  # retention removed them: the seq jump shows it
+                    continue
+                watch.job.outbox.write(b"".join(watch.frame(entry_line(*row)) for row in rows))
+                watch.cursor = rows[-1][0] + 1
+                await watch.job.outbox.drain(timeout=30.0)
+        finally:
+            if db is not None:
+                await asyncio.to_thread(db.close)
+
+    def end_all(self, reason: str) -> None:
+        """The session ended or the owner retires: every watch gets its terminal frame."""
+        for watch in tuple(self.watches):
+            watch.end(reason)
+        self.watches.clear()

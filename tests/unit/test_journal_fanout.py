@@ -1,0 +1,140 @@
+"""The owner's journal writer and its watchers, over real sockets, without processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+from tether import paths
+from tether.ipc import protocol
+from tether.journal import store, writer
+from tether.owner.job import Job, Outbox
+from tether.owner.watchers import Fanout, Watch
+from tether.registry import Registry
+
+
+def _watch(owner_writer: asyncio.StreamWriter, rid: str, limit: int = 8 << 20) -> Watch:
+    env = protocol.Envelope(rid, "watch", {"follow": True})
+    return Watch(Job(env, Outbox(owner_writer, limit=limit), 0.0))
+
+
+def _key() -> str:
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    return "k"
+
+
+_KEEP: list[asyncio.StreamWriter | asyncio.StreamReader] = []  # collected streams close
+
+
+async def _close_all() -> None:
+    for stream in _KEEP:
+        if isinstance(stream, asyncio.StreamWriter):
+            stream.close()
+    _KEEP.clear()
+    await asyncio.sleep(0)
+
+
+async def _pair(
+    limit: int = 64 * 1024 * 1024,
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """(reader side for the test, writer side for the owner)."""
+    a, b = socket.socketpair()
+    reader, test_writer = await asyncio.open_unix_connection(sock=a, limit=limit)
+    owner_reader, owner_writer = await asyncio.open_unix_connection(sock=b)
+    _KEEP.extend((test_writer, owner_reader, owner_writer))
+    return reader, owner_writer
+
+
+async def _frames(reader: asyncio.StreamReader) -> list[dict[str, object]]:
+    frames = []
+    while True:
+        line = await reader.readline()
+        if not line:
+            return frames
+        frame = json.loads(line)
+        frames.append(frame)
+        if frame["type"] in ("result", "lagged", "error"):
+            return frames
+
+
+def test_watchers_replay_from_the_database_then_go_live() -> None:
+    """A watcher from seq 1 gets stored and live entries in order, no gap, no duplicate."""
+    key = _key()
+    writer.RING_MIN = 16  # force the replay through the database, not the ring
+
+    async def main() -> None:
+        journal = writer.JournalWriter(paths.state_db(), key)
+        fanout = Fanout(journal)
+        for i in range(500):
+            journal.append("turn_ended", {"i": i}, f"r-{i}")
+        await asyncio.sleep(0)
+        while journal.stored_seq < 500:  # noqa: ASYNC110 -- the writer is a thread, not a task
+            await asyncio.sleep(0.01)
+        for _ in range(3):  # let the ring trim to its minimum
+            journal.append("mode_set", {"modeId": "x"})
+        readers = []
+        for start in (1, 250, 503):
+            reader, w = await _pair()
+            watch = _watch(w, f"w-{start}")
+            await fanout.attach(watch, start, follow=True)
+            readers.append(reader)
+        for i in range(200):
+            journal.append("turn_ended", {"i": 1000 + i}, None)
+        await asyncio.sleep(0.05)
+        fanout.end_all("session-ended")
+        results = [await _frames(r) for r in readers]
+        assert await asyncio.to_thread(journal.close)
+        for start, frames in zip((1, 250, 503), results, strict=True):
+            seqs = [f["entry"]["seq"] for f in frames if f["type"] == "entry"]
+            assert seqs == list(range(start, 704))
+            assert frames[-1]["type"] == "result"
+            assert frames[-1]["result"]["lastSeq"] == 703
+        await _close_all()
+
+    try:
+        asyncio.run(main())
+    finally:
+        writer.RING_MIN = 4096
+    with Registry() as reg:
+        assert store.last_seq(reg._db, key) == 703
+
+
+def test_a_watcher_that_never_reads_is_dropped_with_lagged() -> None:
+    """Its unsent bytes pass the bound: a terminal `lagged` with the last seq it was given."""
+    key = _key()
+
+    async def main() -> None:
+        journal = writer.JournalWriter(paths.state_db(), key)
+        fanout = Fanout(journal)
+        reader, w = await _pair()
+        watch = _watch(w, "slow", limit=64 * 1024)
+        await fanout.attach(watch, 1, follow=True)
+        fast_reader, fast_w = await _pair()
+        fast = _watch(fast_w, "fast")
+        await fanout.attach(fast, 1, follow=True)
+        collected: list[dict[str, object]] = []
+        consumer = asyncio.ensure_future(_frames(fast_reader))
+        for i in range(20000):
+            journal.append_acp("in", b'{"pad":"%s","i":%d}' % (b"y" * 100, i), None)
+            if i % 500 == 0:
+                await asyncio.sleep(0)
+        await asyncio.sleep(0.05)
+        assert watch.ended
+        journal.append("mode_set", {"modeId": "after the lag"})  # the fan-out lets go of it
+        assert watch not in fanout.watches
+        fanout.end_all("session-ended")
+        collected = await consumer
+        slow = await _frames(reader)
+        assert await asyncio.to_thread(journal.close)
+        assert slow[-1]["type"] == "lagged"
+        last = slow[-1]["lastSeq"]
+        seqs = [f["entry"]["seq"] for f in slow if f["type"] == "entry"]
+        assert seqs == list(range(1, last + 1))
+        assert 0 < last < 20000
+        fast_seqs = [f["entry"]["seq"] for f in collected if f["type"] == "entry"]
+        assert fast_seqs == list(range(1, 20002))
+        await _close_all()
+
+    asyncio.run(main())
