@@ -357,9 +357,12 @@ class GenerationMismatch(SessionError):
 
 
 class StateError(TetherError):
-    """The state directory or its database cannot be used."""
+    """The state directory or its database cannot be used (``fields["path"]`` names it)."""
 
     default_detail_code = "STATE_ERROR"
+
+    def __str__(self) -> str:
+        return self.message  # the message already names the path and the way out
 
 
 class StateCorrupt(StateError):

@@ -829,7 +829,11 @@ def _ignore(_frame: dict[str, Any]) -> None:
 
 
 async def _amain(key: str, ready: Any) -> int:
-    registry = Registry()
+    try:
+        registry = Registry()
+    except TetherError as exc:  # a damaged, full or foreign state directory: say which
+        ready({"ready": False, "error": str(exc), "errorWire": exc.to_wire()})
+        return 1
     metrics.attach(registry)
     try:
         owner = Owner(key, registry)
@@ -842,7 +846,8 @@ async def _amain(key: str, ready: Any) -> int:
     try:
         await owner.start()
     except BaseException as exc:
-        ready({"ready": False, "error": f"owner start failed: {exc}"})
+        wire = exc.to_wire() if isinstance(exc, TetherError) else None
+        ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
         raise
     ready(
         {

@@ -148,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
             from tether import _log
 
             _log.configure(level=10)
+        if inv.command == "doctor":
+            return _doctor(inv)  # needs no agent, and must run when the config is broken
         ctx = _context(inv)
         return _dispatch(ctx)
     except TetherError as exc:
@@ -169,6 +171,14 @@ def main(argv: list[str] | None = None) -> int:
         error = unexpected(exc)
         _report(error, ctx, args)
         return error.exit_code
+
+
+def _doctor(inv: Any) -> int:
+    from tether.cli._doctor import run_doctor
+    from tether.cli.output import Output
+
+    cwd = os.path.realpath(os.path.expanduser(inv.cwd)) if inv.cwd else os.getcwd()
+    return run_doctor(inv, Output(inv.format or "text", json_strict=inv.json_strict), cwd)
 
 
 def _report(exc: Any, ctx: Context | None, args: list[str]) -> None:
