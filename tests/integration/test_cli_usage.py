@@ -6,24 +6,15 @@ Issue 9, items 11 and 12, as a user meets them.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tests._cli import run_tether
 
 pytestmark = pytest.mark.integration
 
 
-def tether(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether", "--cwd", str(cwd), *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=os.environ,
-    )
+tether = run_tether
 
 
 def test_unknown_option_creates_no_session(project_dir: Path) -> None:

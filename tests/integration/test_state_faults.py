@@ -18,18 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests._cli import run_tether
 
 pytestmark = pytest.mark.integration
 
 
-def tether(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tether", "--cwd", str(cwd), *args],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=os.environ,
-    )
+tether = run_tether
 
 
 def _one_error_line(stderr: str) -> str:

@@ -183,6 +183,9 @@ def _doctor(inv: Any) -> int:
 
 def _report(exc: Any, ctx: Context | None, args: list[str]) -> None:
     """Show ``exc`` in the command's format; JSON errors stay JSON even before parsing."""
+    from tether.cli._render import add_hint
+
+    add_hint(exc, os.environ, os.geteuid())  # a known cause ("IS_SANDBOX=yes as root")
     if ctx is not None:
         ctx.output.error(exc)
         return

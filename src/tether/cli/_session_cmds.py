@@ -265,8 +265,9 @@ def _status(ctx: Any, key: str) -> int:
     else:
         with conn:
             snapshot = conn.request("status", {})
-    lines = [f"{k}: {'-' if v is None else v}" for k, v in snapshot.items() if k != "action"]
-    ctx.output.control(snapshot, text="\n".join(lines), quiet=str(snapshot.get("status")))
+    from tether.cli import _render
+
+    ctx.output.control(snapshot, text=_render.fields(snapshot), quiet=str(snapshot.get("status")))
     return 0
 
 
@@ -317,6 +318,7 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    from tether.cli import _render
     from tether.registry import Registry
 
     with Registry() as registry:
@@ -341,7 +343,7 @@ def sessions_cmd(ctx: Any) -> int:
             info = _describe(session)
             ctx.output.control(
                 {"action": "session", **info},
-                text="\n".join(f"{k}: {v}" for k, v in info.items()),
+                text=_render.fields(info),
                 quiet=key,
             )
             return 0
@@ -349,8 +351,7 @@ def sessions_cmd(ctx: Any) -> int:
             events = registry.events(key, limit=ctx.inv.limit or 20)
             ctx.output.control(
                 {"action": "history", "sessionKey": key, "events": events},
-                text="\n".join(f"{e['at']:.3f} {e['kind']} {e['payload']}" for e in events)
-                or "no history",
+                text=_render.history(events),
             )
             return 0
     raise UsageError(f"unknown sessions command {sub}")
