@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether import errors
-from tether.cli import _parse
+from tether.cli import _help, _parse
 from tether.cli._parse import parse
 
 
@@ -81,7 +81,7 @@ def test_global_options_are_accepted_after_the_command() -> None:
 )
 def test_every_command_has_its_own_help(argv: list[str], title: str, has: str, lacks: str) -> None:
     """`<command> --help` lists that command's own options, not the others'."""
-    text = _parse.help_for(argv)
+    text = _help.help_for(argv)
     assert text is not None
     assert title in text.splitlines()[0]
     assert has in text
@@ -90,7 +90,7 @@ def test_every_command_has_its_own_help(argv: list[str], title: str, has: str, l
 
 def test_global_help_lists_json_strict() -> None:
     """`--json-strict` is documented in the global help."""
-    text = _parse.help_for(["--help"])
+    text = _help.help_for(["--help"])
     assert text is not None
     assert "--json-strict" in text
 
@@ -98,8 +98,8 @@ def test_global_help_lists_json_strict() -> None:
 def test_every_command_has_help_text() -> None:
     """The help table covers every command and sessions subcommand."""
     for command in _parse.COMMANDS:
-        assert _parse.help_for([command, "--help"])
+        assert _help.help_for([command, "--help"])
     for sub in _parse.SESSION_SUBCOMMANDS:
-        text = _parse.help_for(["sessions", sub, "--help"])
+        text = _help.help_for(["sessions", sub, "--help"])
         assert text is not None
         assert f"tether sessions {sub}" in text

@@ -131,9 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    from tether.cli import _parse
+    from tether.cli import _help, _parse
 
-    help_text = _parse.help_for(args)
+    help_text = _help.help_for(args)
     if help_text is not None:
         sys.stdout.write(help_text)
         return 0
