@@ -13,7 +13,10 @@ Adding a key is one line in :data:`SCHEMA`, e.g.::
     "abandonedTurnGrace": seconds(5.0, "how long an abandoned turn may take to answer"),
 
 The snake_case spelling (``abandoned_turn_grace``) is accepted automatically. A table
-of its own keys is ``table("…", keys={"visibility": choice("tree", (…), "…")})``.
+of its own keys is ``table("…", keys={"visibility": choice("tree", (…), "…")})``; a
+table of free names, ``table("…", values=<key>)``; any other shape,
+``Key(default, "what it is", "what is allowed", check)`` where ``check(value)`` returns
+the value to keep or raises ``ValueError("what is allowed")``.
 
 The project file beats the user file; tables merge key by key. Standard library only
 (``tomllib``, imported only when a file exists): this module is on the thin CLI path.

@@ -131,3 +131,24 @@ def test_no_toml_parser_without_a_config_file(tmp_path: Path) -> None:
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=60
     )
     assert r.stdout.split() == ["False", "False"], r.stderr
+
+
+def test_nested_tables_are_validated_key_by_key() -> None:
+    """A table with its own keys (e.g. [sessions]) names dotted keys in errors and warnings."""
+    schema = {
+        "sessions": config.table(
+            "session settings",
+            keys={"visibility": config.choice("tree", ("self", "tree", "all"), "who sees what")},
+        )
+    }
+    warnings: list[str] = []
+    data = {"sessions": {"visibilty": "all", "visibility": "all"}}
+    assert config.validate(data, "f.toml", warnings.append, schema) == {
+        "sessions": {"visibility": "all"}
+    }
+    assert warnings == [
+        "unknown config key sessions.visibilty in f.toml; did you mean visibility? (ignored)"
+    ]
+    with pytest.raises(errors.ConfigError) as info:
+        config.validate({"sessions": {"visibility": "some"}}, "f.toml", warnings.append, schema)
+    assert 'f.toml: sessions.visibility = "some" is not allowed' in str(info.value)

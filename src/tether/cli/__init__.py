@@ -198,7 +198,11 @@ def _report(exc: Any, ctx: Context | None, args: list[str]) -> None:
         Output("json", json_strict=strict).error(exc)
         return
     sys.stderr.write(f"[error] {exc}\n")
-    if isinstance(exc, UsageError) and not isinstance(exc, ConfigError):
+    if (
+        isinstance(exc, UsageError)
+        and not isinstance(exc, ConfigError)
+        and "--help" not in str(exc)
+    ):
         sys.stderr.write("try `tether --help`\n")
 
 

@@ -235,9 +235,12 @@ def _is_option(token: str) -> bool:
 def _nearest(token: str, candidates: list[str]) -> str:
     import difflib  # only on this error path: it costs milliseconds
 
-    name = token.partition("=")[0]
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    return f"; did you mean {close[0]}?" if close else ""
+    # Compare without the dashes, which every candidate shares and which would make
+    # any two long options look alike (`--model` is not `--name`).
+    name = token.partition("=")[0].lstrip("-")
+    bare = {c.lstrip("-"): c for c in candidates}
+    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.7)
+    return f"; did you mean {bare[close[0]]}?" if close else ""
 
 
 def _spec_key(inv: Invocation) -> str:
@@ -257,9 +260,10 @@ def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> Non
         )
     for flag in given:
         if flag not in allowed:
+            owners = [name for name, (_, _, opts) in _COMMAND_SPECS.items() if flag in opts]
+            belongs = f"; it is an option of `{'`, `'.join(owners)}`" if owners else ""
             raise UsageError(
-                f"{flag} is not an option of {where}{_nearest(flag, known)}"
-                f" (see `tether {spec} --help`)"
+                f"{flag} is not an option of {where}{belongs} (see `tether {spec} --help`)"
             )
 
 
