@@ -148,13 +148,23 @@ def run_dir() -> str:
     return path
 
 
+def socket_dir_path() -> str:
+    """Where :func:`socket_dir` is, without creating or changing anything."""
+    home_dir = home_path()
+    path = os.path.join(home_dir, "run")
+    if len(path) + 30 <= _SUN_PATH_MAX:
+        return path
+    digest = sha256_hex(home_dir)[:12]
+    return f"/tmp/tether-{os.getuid()}-{digest}"  # noqa: S108 -- 0700, see socket_dir
+
+
 def socket_dir() -> str:
     """0700 directory for owner sockets, short enough for ``sun_path``."""
     path = run_dir()
-    if len(path) + 30 <= _SUN_PATH_MAX:
+    short = socket_dir_path()
+    if short == path:
         return path
-    digest = sha256_hex(home())[:12]
-    short = _mkdir(f"/tmp/tether-{os.getuid()}-{digest}")  # noqa: S108 -- 0700, chmod below
+    _mkdir(short)
     _chmod(short, 0o700)
     return short
 

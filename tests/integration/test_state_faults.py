@@ -291,3 +291,20 @@ def test_unexpected_exception_is_one_line_and_a_log(
     assert log.parent == tether_home / "logs"
     assert "Traceback" in log.read_text()
     assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_doctor_warns_about_open_modes_and_repair_closes_them(
+    project_dir: Path, tether_home: Path
+) -> None:
+    """A run/ directory open to others is a warning; `--repair` gives it 0700 back."""
+    assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
+    run = tether_home / "run"
+    run.mkdir(exist_ok=True)
+    run.chmod(0o755)
+    r = tether("doctor", cwd=project_dir)
+    assert r.returncode == 0, r.stdout
+    assert f"WARN run directory: {run} is mode 0755" in r.stdout
+    r = tether("doctor", "--repair", cwd=project_dir)
+    assert r.returncode == 0, r.stdout
+    assert f"repaired: chmod 0700 {run}" in r.stdout
+    assert run.stat().st_mode & 0o777 == 0o700

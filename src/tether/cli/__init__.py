@@ -182,7 +182,18 @@ def _doctor(inv: Any) -> int:
 
 
 def _report(exc: Any, ctx: Context | None, args: list[str]) -> None:
-    """Show ``exc`` in the command's format; JSON errors stay JSON even before parsing."""
+    """Show ``exc`` in the command's format; JSON errors stay JSON even before parsing.
+
+    A closed stdout or stderr (`| head`) cannot be told anything: that is not a second
+    error, so it is swallowed here rather than shown as a traceback.
+    """
+    try:
+        _show_error(exc, ctx, args)
+    except OSError:
+        pass
+
+
+def _show_error(exc: Any, ctx: Context | None, args: list[str]) -> None:
     from tether.cli._render import add_hint
 
     add_hint(exc, os.environ, os.geteuid())  # a known cause ("IS_SANDBOX=yes as root")

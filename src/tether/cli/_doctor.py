@@ -197,7 +197,7 @@ def _move_aside(path: str) -> list[str]:
 
 
 def _repair_database(report: Report, path: str) -> None:
-    live, _ = _live_sockets(paths.socket_dir())
+    live, _ = _live_sockets(paths.socket_dir_path())
     if live:
         report.add(
             "repair",
@@ -233,11 +233,7 @@ def diagnose(cwd: str, *, repair: bool = False) -> Report:
         return report  # nothing below can be read or mended
     run = os.path.join(home, "run")
     _directory(report, "run directory", run, repair=repair)
-    try:
-        sockets = paths.socket_dir() if os.path.isdir(run) else run
-    except StateError as exc:
-        report.add("socket directory", "fail", str(exc))
-        sockets = run
+    sockets = paths.socket_dir_path()
     if sockets != run:
         _directory(report, "socket directory", sockets, repair=repair)
     _free_space(report, home)
