@@ -131,12 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    from tether.cli import _help, _parse
+    from tether.cli import _help
 
     help_text = _help.help_for(args)
     if help_text is not None:
         sys.stdout.write(help_text)
         return 0
+    from tether.cli import _parse
     from tether.errors import TetherError
 
     ctx: Context | None = None

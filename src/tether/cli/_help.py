@@ -1,12 +1,12 @@
 """Help texts: the global ``--help`` and each command's own, from the parser's tables.
 
-Standard library only, and nothing imported beyond the parser: ``--help`` is a thin
+Nothing imported beyond the grammar's tables (not the parser, not the errors): ``--help`` is a thin
 path (tests/integration/test_import_budget.py).
 """
 
 from __future__ import annotations
 
-from tether.cli._parse import (
+from tether.cli._grammar import (
     _COMMAND_FLAGS,
     _COMMAND_SPECS,
     COMMANDS,

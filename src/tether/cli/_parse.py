@@ -8,120 +8,28 @@ free text", and it costs imports on the thin path; this parser gives acpx's usag
 errors (exit 2) for everything it rejects.
 
 Global options may stand anywhere. Each command takes only the options listed for it
-in ``_COMMAND_SPECS``: any other option -- unknown, or another command's -- is a usage
+in ``_grammar._COMMAND_SPECS``: any other option -- unknown, or another command's -- is a usage
 error naming it and the nearest option the command has (``difflib``, imported only
 then), unless it comes after ``--``. ``-`` and negative numbers are words. The same
 table gives each command its own ``--help`` (:func:`help_for`).
 
-Adding an option: one entry in ``_COMMAND_FLAGS`` (arity, how help shows it, what it
-does), its name in the commands' tuples in ``_COMMAND_SPECS``, and where it lands in
+Adding an option: one entry in ``_grammar._COMMAND_FLAGS`` (arity, how help shows it, what it
+does), its name in the commands' tuples in ``_grammar._COMMAND_SPECS``, and where it lands in
 ``_apply_command``.
 """
 
 from __future__ import annotations
 
-from tether.errors import UsageError
-
-COMMANDS = frozenset(
-    {
-        "prompt",
-        "exec",
-        "cancel",
-        "set-mode",
-        "set",
-        "status",
-        "sessions",
-        "reap",
-        "config",
-        "doctor",
-    }
+from tether.cli._grammar import (
+    _COMMAND_FLAGS,
+    _COMMAND_SPECS,
+    _GLOBAL_FLAGS,
+    _SAME,
+    COMMANDS,
+    SESSION_SUBCOMMANDS,
+    _arity,
 )
-SESSION_SUBCOMMANDS = frozenset({"new", "ensure", "list", "show", "close", "history"})
-
-# global flag -> number of values it takes
-_GLOBAL_FLAGS = {
-    "--agent": 1,
-    "--cwd": 1,
-    "--approve-all": 0,
-    "--approve-reads": 0,
-    "--deny-all": 0,
-    "--non-interactive-permissions": 1,
-    "--format": 1,
-    "--timeout": 1,
-    "--ttl": 1,
-    "--verbose": 0,
-    "--json-strict": 0,
-    "--no-fs": 0,
-}
-# command flag -> (number of values, how --help shows it, what it does)
-_COMMAND_FLAGS = {
-    "-s": (1, "-s, --session NAME", "the session's name (default: the unnamed session)"),
-    "--session": (1, "", ""),
-    "--name": (1, "", ""),
-    "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
-    "-f": (1, "-f, --file FILE|-", "read the prompt from FILE (- is stdin)"),
-    "--file": (1, "", ""),
-    "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
-    "--limit": (1, "--limit N", "show the last N events (default 20)"),
-    "--all": (0, "--all", "include closed sessions"),
-    "--request": (1, "--request ID", "remove this queued request instead"),
-    "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
-}
-_SAME = {"--session": "-s", "--name": "-s", "--file": "-f"}  # spellings of one option
-
-_S = ("-s", "--session", "--name")
-_F = ("-f", "--file")
-# "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
-_COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "exec": ("[-f FILE|-] [TEXT...]", "one shot: start the agent, one prompt, tear it down", _F),
-    "prompt": (
-        "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
-        "prompt a saved session through its warm owner (never creates one: exit 4)",
-        (*_S, "--no-wait", *_F),
-    ),
-    "cancel": (
-        "[-s NAME] [--request ID]",
-        "cancel the session's running turn (the session stays), or remove a queued request",
-        (*_S, "--request"),
-    ),
-    "set-mode": ("[-s NAME] MODE", "set the session's mode (session/set_mode)", _S),
-    "set": (
-        "[-s NAME] KEY VALUE",
-        "set a session config option (session/set_config_option; `set model X` too)",
-        _S,
-    ),
-    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
-    "sessions": (
-        "new|ensure|list|show|history|close [NAME]",
-        "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
-        (),
-    ),
-    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
-    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
-    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
-    "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
-    "sessions history": (
-        "[-s NAME | NAME] [--limit N]",
-        "the session's recorded events, oldest first",
-        (*_S, "--limit"),
-    ),
-    "sessions close": (
-        "[-s NAME | NAME]",
-        "end the session and prove its process tree gone",
-        _S,
-    ),
-    "reap": (
-        "[--dry-run]",
-        "reconcile leases: reap verified orphans of this instance",
-        ("--dry-run",),
-    ),
-    "config": ("", "print the merged configuration", ()),
-    "doctor": (
-        "[--repair]",
-        "check the state directory (database, schema, permissions, stale sockets)",
-        ("--repair",),
-    ),
-}
+from tether.errors import UsageError
 
 
 class Invocation:
@@ -213,12 +121,6 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
             inv.limit = int(value or "")
         except ValueError:
             raise UsageError(f"--limit expects an integer, got {value!r}") from None
-
-
-def _arity(flag: str) -> int:
-    if flag in _GLOBAL_FLAGS:
-        return _GLOBAL_FLAGS[flag]
-    return _COMMAND_FLAGS[flag][0] if flag in _COMMAND_FLAGS else 0
 
 
 def _is_option(token: str) -> bool:
