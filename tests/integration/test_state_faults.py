@@ -308,3 +308,22 @@ def test_doctor_warns_about_open_modes_and_repair_closes_them(
     assert r.returncode == 0, r.stdout
     assert f"repaired: chmod 0700 {run}" in r.stdout
     assert run.stat().st_mode & 0o777 == 0o700
+
+
+def test_crash_log_falls_back_to_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When TETHER_HOME/logs cannot be written, the crash log goes to the temp dir."""
+    from tether.cli._crash import write_crash_log
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TETHER_HOME", str(blocker / "home"))  # under a file: ENOTDIR
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        path = write_crash_log(exc)
+    assert path is not None
+    assert Path(path).parent == tmp_path
+    assert "ValueError: boom" in Path(path).read_text()
