@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from tether import paths
-from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable
+from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable, error_from_wire
 from tether.ipc.lines import LineReader
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
@@ -88,6 +88,9 @@ def spawn_owner_daemon(
             raise OwnerUnavailable("the session owner sent a bad readiness line")
         if message.get("noSession"):
             raise NoSession(str(message.get("error") or "no such session"), session_key=key)
+        wire = message.get("errorWire")
+        if isinstance(wire, dict):  # the owner's own error, e.g. a damaged state database
+            raise error_from_wire(wire)
         if not message.get("ready") and not message.get("busy"):
             raise OwnerUnavailable(f"the session owner refused to start: {message.get('error')}")
         return message

@@ -61,7 +61,12 @@ def test_two_watchers_and_the_prompter_see_the_same_turn(mock: Cli) -> None:
     rid = next(e["requestId"] for e in entries if e["kind"] == "prompt_queued")
     turn = [e["frame"] for e in entries if e["kind"] == "acp" and e.get("requestId") == rid]
     assert turn == relayed
-    chunks = [f for f in turn if f.get("method") == "session/update"]
+    chunks = [
+        f
+        for f in turn
+        if f.get("method") == "session/update"
+        and f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+    ]
     assert len(chunks) == 10_000
     kinds = [e["kind"] for e in entries if e["kind"] != "acp"]
     assert kinds[:2] == ["prompt_queued", "turn_started"]

@@ -227,6 +227,17 @@ class AgentConnection:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(0.5):
                     await asyncio.shield(exited)
+        if exited is not None and not exited.done():
+            # Alive without a stdout: it can never answer again. Say so (issue 9, item 15)
+            # rather than "exited (exit_code=None, signal=None)".
+            self._fail_everything(
+                AgentExited(
+                    "the agent closed its stdout but is still running, so it can no longer"
+                    " answer; this agent run is ended",
+                    stderr_tail=self.proc.stderr_tail()[-2000:],
+                )
+            )
+            return
         self._fail_everything(self._exit_error("the agent closed its output"))
 
     def _exit_error(self, why: str) -> BrokenResourceError:

@@ -4,55 +4,32 @@
     tether [global] <agent> [prompt options] [text...]        implicit prompt
 
 argparse cannot express "an optional positional agent before a sub-command, or else
-free text", and it costs imports on the thin path; this parser is ~100 lines and
-gives acpx's usage errors (exit 2) for everything it rejects.
+free text", and it costs imports on the thin path; this parser gives acpx's usage
+errors (exit 2) for everything it rejects.
+
+Global options may stand anywhere. Each command takes only the options listed for it
+in ``_grammar._COMMAND_SPECS``: any other option -- unknown, or another command's -- is a usage
+error naming it and the nearest option the command has (``difflib``, imported only
+then), unless it comes after ``--``. ``-`` and negative numbers are words. The same
+table gives each command its own ``--help`` (:func:`help_for`).
+
+Adding an option: one entry in ``_grammar._COMMAND_FLAGS`` (arity, how help shows it, what it
+does), its name in the commands' tuples in ``_grammar._COMMAND_SPECS``, and where it lands in
+``_apply_command``.
 """
 
 from __future__ import annotations
 
+from tether.cli._grammar import (
+    _COMMAND_FLAGS,
+    _COMMAND_SPECS,
+    _GLOBAL_FLAGS,
+    _SAME,
+    COMMANDS,
+    SESSION_SUBCOMMANDS,
+    _arity,
+)
 from tether.errors import UsageError
-
-COMMANDS = frozenset(
-    {"prompt", "exec", "cancel", "set-mode", "set", "status", "sessions", "reap", "config"}
-)
-SESSION_SUBCOMMANDS = frozenset(
-    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
-)
-
-# global flag -> number of values it takes
-_GLOBAL_FLAGS = {
-    "--agent": 1,
-    "--cwd": 1,
-    "--approve-all": 0,
-    "--approve-reads": 0,
-    "--deny-all": 0,
-    "--non-interactive-permissions": 1,
-    "--format": 1,
-    "--timeout": 1,
-    "--ttl": 1,
-    "--verbose": 0,
-    "--json-strict": 0,
-    "--no-fs": 0,
-}
-_COMMAND_FLAGS = {
-    "-s": 1,
-    "--session": 1,
-    "--name": 1,
-    "--no-wait": 0,
-    "-f": 1,
-    "--file": 1,
-    "--dry-run": 0,
-    "--limit": 1,
-    "--all": 0,
-    "--request": 1,
-    "--from": 1,
-    "--tail": 1,
-    "--no-follow": 0,
-    "-o": 1,
-    "--output": 1,
-    "--older-than": 1,
-    "--closed": 0,
-}
 
 
 class Invocation:
@@ -84,6 +61,7 @@ class Invocation:
         self.output_file: str | None = None
         self.older_than: str | None = None
         self.closed = False
+        self.repair = False
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -129,11 +107,12 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in ("-s", "--session", "--name"):
+    flag = _SAME.get(flag, flag)
+    if flag == "-s":
         inv.session = value
     elif flag == "--no-wait":
         inv.no_wait = True
-    elif flag in ("-f", "--file"):
+    elif flag == "-f":
         inv.file = value
     elif flag == "--dry-run":
         inv.dry_run = True
@@ -160,17 +139,72 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.older_than = value
     elif flag == "--closed":
         inv.closed = True
+    elif flag == "--repair":
+        inv.repair = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
         except ValueError:
-            raise UsageError("--limit expects an integer") from None
+            raise UsageError(f"--limit expects an integer, got {value!r}") from None
+
+
+def _is_option(token: str) -> bool:
+    """``-x``/``--xy`` are options; ``-`` (stdin) and negative numbers are words."""
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
+def _nearest(token: str, candidates: list[str]) -> str:
+    import difflib  # only on this error path: it costs milliseconds
+
+    # Compare without the dashes, which every candidate shares and which would make
+    # any two long options look alike (`--model` is not `--name`).
+    name = token.partition("=")[0].lstrip("-")
+    bare = {c.lstrip("-"): c for c in candidates}
+    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.7)
+    return f"; did you mean {bare[close[0]]}?" if close else ""
+
+
+def _spec_key(inv: Invocation) -> str:
+    return f"sessions {inv.subcommand}" if inv.command == "sessions" else inv.command
+
+
+def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> None:
+    """Refuse options that ``inv``'s command does not take, naming the nearest it does."""
+    spec = _spec_key(inv)
+    allowed = _COMMAND_SPECS[spec][2]
+    where = f"`tether {spec}`"
+    known = sorted({*allowed, *_GLOBAL_FLAGS})
+    for token in unknown:
+        raise UsageError(
+            f"unknown option {token} for {where}{_nearest(token, known)}"
+            f" (see `tether {spec} --help`; text after `--` is never an option)"
+        )
+    for flag in given:
+        if flag not in allowed:
+            owners = [name for name, (_, _, opts) in _COMMAND_SPECS.items() if flag in opts]
+            belongs = f"; it is an option of `{'`, `'.join(owners)}`" if owners else ""
+            raise UsageError(
+                f"{flag} is not an option of {where}{belongs} (see `tether {spec} --help`)"
+            )
 
 
 def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
-    """Parse ``argv`` (without the program name) into an :class:`Invocation`."""
+    """Parse ``argv`` (without the program name) into an :class:`Invocation`.
+
+    Raises:
+        UsageError: an unknown option, an option the command does not take, a missing or
+            malformed value, or no command at all.
+    """
     inv = Invocation(command="")
     positional: list[str] = []
+    given: list[tuple[str, str | None]] = []  # command options, applied once the command is known
+    unknown: list[str] = []
     i = 0
     literal = False
     while i < len(argv):
@@ -183,52 +217,34 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             literal = True
             i += 1
             continue
-        name, eq, inline = token.partition("=")
-        if (
-            token.startswith("-")
-            and len(token) > 1
-            and (name in _GLOBAL_FLAGS or name in _COMMAND_FLAGS)
-        ):
-            arity = _GLOBAL_FLAGS.get(name, _COMMAND_FLAGS.get(name, 0))
-            value: str | None = None
-            if arity:
-                if eq:
-                    value = inline
-                elif i + 1 < len(argv):
-                    value = argv[i + 1]
-                    i += 1
-                else:
-                    raise UsageError(f"{name} needs a value")
-            elif eq:
-                raise UsageError(f"{name} takes no value")
-            if name in _GLOBAL_FLAGS:
-                _apply_global(inv, name, value)
-            else:
-                _apply_command(inv, name, value)
+        if not _is_option(token):
+            positional.append(token)
             i += 1
             continue
-        if token.startswith("-") and len(token) > 1 and not positional:
-            raise UsageError(f"unknown option {token}")
-        positional.append(token)
+        name, eq, inline = token.partition("=")
+        if name not in _GLOBAL_FLAGS and name not in _COMMAND_FLAGS:
+            unknown.append(token)
+            i += 1
+            continue
+        arity = _arity(name)
+        value: str | None = None
+        if arity:
+            if eq:
+                value = inline
+            elif i + 1 < len(argv):
+                value = argv[i + 1]
+                i += 1
+            else:
+                raise UsageError(f"{name} needs a value")
+        elif eq:
+            raise UsageError(f"{name} takes no value")
+        if name in _GLOBAL_FLAGS:
+            _apply_global(inv, name, value)
+        else:
+            given.append((name, value))
         i += 1
 
-    if positional and positional[0] in COMMANDS:
-        inv.command = positional[0]
-        rest = positional[1:]
-    elif len(positional) >= 2 and positional[1] in COMMANDS:
-        inv.agent = positional[0]
-        inv.command = positional[1]
-        rest = positional[2:]
-    elif positional:
-        # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
-        inv.command = "prompt"
-        if callable(is_agent_name) and is_agent_name(positional[0]) and len(positional) >= 1:
-            inv.agent = positional[0]
-            rest = positional[1:]
-        else:
-            rest = positional
-    else:
-        raise UsageError("no command given; try `tether --help`")
+    rest = _command(inv, positional, is_agent_name, unknown)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
     if inv.command == "sessions":
@@ -242,13 +258,42 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             )
         else:
             inv.subcommand = "list"
-        if (
-            rest
-            and inv.subcommand
-            in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
-            and not inv.session
-        ):
-            inv.session = rest[0]
-            rest = rest[1:]
+    _check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
+    for flag, value in given:
+        _apply_command(inv, flag, value)
+    if (
+        rest
+        and inv.command == "sessions"
+        and inv.subcommand
+        in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
+        and not inv.session
+    ):
+        inv.session = rest[0]
+        rest = rest[1:]
     inv.words = rest
     return inv
+
+
+def _command(
+    inv: Invocation, positional: list[str], is_agent_name: object, unknown: list[str]
+) -> list[str]:
+    """Find the agent and the command among the positional words; return the rest."""
+    if positional and positional[0] in COMMANDS:
+        inv.command = positional[0]
+        return positional[1:]
+    if len(positional) >= 2 and positional[1] in COMMANDS:
+        inv.agent = positional[0]
+        inv.command = positional[1]
+        return positional[2:]
+    if positional:
+        # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
+        inv.command = "prompt"
+        if callable(is_agent_name) and is_agent_name(positional[0]):
+            inv.agent = positional[0]
+            return positional[1:]
+        return positional
+    if unknown:
+        raise UsageError(
+            f"unknown option {unknown[0]}{_nearest(unknown[0], sorted(_GLOBAL_FLAGS))}"
+        )
+    raise UsageError("no command given; try `tether --help`")

@@ -201,8 +201,9 @@ def _deadline(ctx: Any) -> int | None:
 
 def _status(ctx: Any, key: str) -> int:
     snapshot = operations.status(key)
-    lines = [f"{k}: {'-' if v is None else v}" for k, v in snapshot.items() if k != "action"]
-    ctx.output.control(snapshot, text="\n".join(lines), quiet=str(snapshot.get("status")))
+    from tether.cli import _render
+
+    ctx.output.control(snapshot, text=_render.fields(snapshot), quiet=str(snapshot.get("status")))
     return 0
 
 
@@ -227,6 +228,7 @@ def sessions_cmd(ctx: Any) -> int:
             quiet="\n".join(s["key"] for s in items),
         )
         return 0
+    from tether.cli import _render
     from tether.registry import Registry
 
     with Registry() as registry:
@@ -238,7 +240,7 @@ def sessions_cmd(ctx: Any) -> int:
             info = operations.describe(session)
             ctx.output.control(
                 {"action": "session", **info},
-                text="\n".join(f"{k}: {v}" for k, v in info.items()),
+                text=_render.fields(info),
                 quiet=key,
             )
             return 0

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _log, metrics, sessions
-from tether.errors import UsageError
+from tether.errors import TetherError, UsageError
 from tether.owner.compose import Owner
 from tether.registry import Registry
 
@@ -37,7 +37,11 @@ Ready = Callable[[dict[str, Any]], None]
 
 
 async def _amain(key: str, ready: Ready) -> int:
-    registry = Registry()
+    try:
+        registry = Registry()
+    except TetherError as exc:  # a damaged, full or foreign state directory: say which
+        ready({"ready": False, "error": str(exc), "errorWire": exc.to_wire()})
+        return 1
     metrics.attach(registry)
     try:
         owner = Owner(key, registry)
@@ -50,7 +54,8 @@ async def _amain(key: str, ready: Ready) -> int:
     try:
         await owner.start()
     except BaseException as exc:
-        ready({"ready": False, "error": f"owner start failed: {exc}"})
+        wire = exc.to_wire() if isinstance(exc, TetherError) else None
+        ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
         raise
     ready(
         {

@@ -1,0 +1,148 @@
+"""The grammar's tables: commands, their options, what each does. No imports at all.
+
+Shared by the parser (``_parse``) and the help texts (``_help``); ``--help`` reads them
+without importing the parser or the error tree (a thin path).
+"""
+
+from __future__ import annotations
+
+COMMANDS = frozenset(
+    {
+        "prompt",
+        "exec",
+        "cancel",
+        "set-mode",
+        "set",
+        "status",
+        "sessions",
+        "reap",
+        "config",
+        "doctor",
+    }
+)
+SESSION_SUBCOMMANDS = frozenset(
+    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+)
+
+# global flag -> number of values it takes
+_GLOBAL_FLAGS = {
+    "--agent": 1,
+    "--cwd": 1,
+    "--approve-all": 0,
+    "--approve-reads": 0,
+    "--deny-all": 0,
+    "--non-interactive-permissions": 1,
+    "--format": 1,
+    "--timeout": 1,
+    "--ttl": 1,
+    "--verbose": 0,
+    "--json-strict": 0,
+    "--no-fs": 0,
+}
+# command flag -> (number of values, how --help shows it, what it does)
+_COMMAND_FLAGS = {
+    "-s": (1, "-s, --session NAME", "the session's name (default: the unnamed session)"),
+    "--session": (1, "", ""),
+    "--name": (1, "", ""),
+    "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
+    "-f": (1, "-f, --file FILE|-", "read the prompt from FILE (- is stdin)"),
+    "--file": (1, "", ""),
+    "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
+    "--limit": (1, "--limit N", "show the last N turns (default 20)"),
+    "--all": (0, "--all", "include closed sessions"),
+    "--request": (1, "--request ID", "remove this queued request instead"),
+    "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
+    "--from": (1, "--from SEQ", "start at this journal entry (replay, then live)"),
+    "--tail": (1, "--tail N", "start N entries (watch) or N turns (read) before the end"),
+    "--no-follow": (0, "--no-follow", "stop at the last stored entry"),
+    "-o": (1, "-o, --output FILE", "write to FILE (atomically) instead of stdout"),
+    "--output": (1, "", ""),
+    "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
+    "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+}
+_SAME = {
+    "--session": "-s",
+    "--name": "-s",
+    "--file": "-f",
+    "--output": "-o",
+}  # spellings of one option
+
+_S = ("-s", "--session", "--name")
+_F = ("-f", "--file")
+# "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
+_COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "exec": ("[-f FILE|-] [TEXT...]", "one shot: start the agent, one prompt, tear it down", _F),
+    "prompt": (
+        "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
+        "prompt a saved session through its warm owner (never creates one: exit 4)",
+        (*_S, "--no-wait", *_F),
+    ),
+    "cancel": (
+        "[-s NAME] [--request ID]",
+        "cancel the session's running turn (the session stays), or remove a queued request",
+        (*_S, "--request"),
+    ),
+    "set-mode": ("[-s NAME] MODE", "set the session's mode (session/set_mode)", _S),
+    "set": (
+        "[-s NAME] KEY VALUE",
+        "set a session config option (session/set_config_option; `set model X` too)",
+        _S,
+    ),
+    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
+    "sessions": (
+        "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
+        "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
+        (),
+    ),
+    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
+    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
+    "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
+    "sessions history": (
+        "[-s NAME | NAME] [--limit N]",
+        "one line per turn: request id, start, duration, stop reason, preview",
+        (*_S, "--limit"),
+    ),
+    "sessions read": (
+        "[-s NAME | NAME] [--tail N]",
+        "the conversation: prompts, answers, tool calls, stop reasons (last N turns)",
+        (*_S, "--tail"),
+    ),
+    "sessions watch": (
+        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow]",
+        "follow the session's journal live (replay first with --from/--tail)",
+        (*_S, "--from", "--tail", "--no-follow"),
+    ),
+    "sessions export": (
+        "[-s NAME | NAME] [-o FILE]",
+        "the whole journal as NDJSON, one entry per line",
+        (*_S, "-o", "--output"),
+    ),
+    "sessions prune": (
+        "[--older-than DURATION] [--closed]",
+        "drop old journal entries and events; remove closed sessions",
+        ("--older-than", "--closed"),
+    ),
+    "sessions close": (
+        "[-s NAME | NAME]",
+        "end the session and prove its process tree gone",
+        _S,
+    ),
+    "reap": (
+        "[--dry-run]",
+        "reconcile leases: reap verified orphans of this instance",
+        ("--dry-run",),
+    ),
+    "config": ("", "print the merged configuration", ()),
+    "doctor": (
+        "[--repair]",
+        "check the state directory (database, schema, permissions, stale sockets)",
+        ("--repair",),
+    ),
+}
+
+
+def _arity(flag: str) -> int:
+    if flag in _GLOBAL_FLAGS:
+        return _GLOBAL_FLAGS[flag]
+    return _COMMAND_FLAGS[flag][0] if flag in _COMMAND_FLAGS else 0

@@ -1,0 +1,111 @@
+"""Help texts: the global ``--help`` and each command's own, from the parser's tables.
+
+Nothing imported beyond the grammar's tables (not the parser, not the errors): ``--help`` is a thin
+path (tests/integration/test_import_budget.py).
+"""
+
+from __future__ import annotations
+
+from tether.cli._grammar import (
+    _COMMAND_FLAGS,
+    _COMMAND_SPECS,
+    COMMANDS,
+    SESSION_SUBCOMMANDS,
+    _arity,
+)
+
+HELP = """\
+usage: tether [global options] [<agent>] <command> [options] [text...]
+       tether [global options] <agent> "text"          (implicit prompt)
+
+commands:
+  exec [-f FILE|-] [TEXT...]           one-shot: start the agent, one prompt, tear it down
+  prompt [-s NAME] [--no-wait] [-f FILE|-] [TEXT...]
+                                       prompt a saved session through its warm owner
+  cancel [-s NAME] [--request ID]      cancel the session's running turn (keeps the session)
+  set-mode [-s NAME] MODE              session/set_mode
+  set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
+  status [-s NAME]                     owner health, pids, queue, lease state
+  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
+  sessions list|show|history [NAME]    inspect sessions
+  sessions close [NAME]                end the session and prove its process tree gone
+  reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
+  doctor [--repair]                    check the state directory; repair a corrupt database
+  config                               print the merged configuration
+
+  `tether <command> --help` lists a command's own options.
+
+agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
+        a name from config, or any command (`--agent "node agent.js"`)
+
+global options:
+  --agent CMD                          raw agent command (split like a shell, never run by one)
+  --cwd DIR                            working directory (default: current)
+  --approve-all | --approve-reads | --deny-all
+                                       permission mode (default: approve-reads)
+  --non-interactive-permissions deny|fail
+                                       undecided permission requests: reject, or fail (exit 5)
+  --format text|json|quiet             output format (default: text)
+  --json-strict                        with --format json: JSON only (no text on stderr)
+  --timeout SECONDS                    give up on a prompt after this long (exit 3)
+  --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
+  --no-fs                              do not offer file-system access to the agent
+  --verbose                            debug logs on stderr
+  --version, --help
+
+options after `--` are text, never options (`tether mock prompt -- --not-a-flag`).
+
+exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
+            5 permission denied, 130 interrupted
+"""
+
+
+def _command_help(spec: str) -> str:
+    args, what, options = _COMMAND_SPECS[spec]
+    lines = [
+        f"tether {spec}: {what}",
+        "",
+        f"usage: tether [global options] [<agent>] {spec} {args}".rstrip(),
+    ]
+    if spec == "sessions":
+        lines += ["", "subcommands:"]
+        for sub in ("new", "ensure", "list", "show", "history", "close"):
+            sub_args, sub_what, _ = _COMMAND_SPECS[f"sessions {sub}"]
+            lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
+    shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]
+    if shown:
+        lines += ["", "options:"]
+        lines += [f"  {usage.ljust(36)} {text}" for _, usage, text in shown]
+    lines += ["", "global options (`tether --help`) are accepted too."]
+    return "\n".join(lines) + "\n"
+
+
+def help_for(argv: list[str]) -> str | None:
+    """The help text ``argv`` asks for (``--help``, ``-h``, ``help [COMMAND]``), or None.
+
+    ``tether <command> --help`` gets that command's own options; anything else the
+    global help. Never raises: asking for help is not a usage error.
+    """
+    flags = argv[: argv.index("--")] if "--" in argv else argv
+    words: list[str] = []
+    skip = 0
+    for token in flags:
+        if skip:
+            skip -= 1
+        elif not token.startswith("-"):
+            words.append(token)
+        elif "=" not in token:
+            skip = _arity(token)
+    if words[:1] == ["help"]:
+        words = words[1:]
+    elif argv and "--help" not in flags and "-h" not in flags:
+        return None
+    spec: str | None = None
+    for index, word in enumerate(words[:2]):
+        if word in COMMANDS:
+            spec = word
+            following = words[index + 1 : index + 2]
+            if word == "sessions" and following and following[0] in SESSION_SUBCOMMANDS:
+                spec = f"sessions {following[0]}"
+            break
+    return _command_help(spec) if spec else HELP

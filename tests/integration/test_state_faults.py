@@ -1,0 +1,329 @@
+"""State problems get one clear line and lose nothing (issue 9, item 10), tried for real.
+
+A damaged ``state.db``, a full disk (a real 1 MiB tmpfs), another user's TETHER_HOME (a
+real ``nobody``), and an unexpected exception: each is one line on stderr, the right
+exit status, no file overwritten, no process left -- never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests._cli import run_tether
+
+pytestmark = pytest.mark.integration
+
+
+tether = run_tether
+
+
+def _one_error_line(stderr: str) -> str:
+    assert "Traceback" not in stderr, stderr
+    # exec's "[tether] starting …" banner may come first; the error is one line
+    lines = [
+        line for line in stderr.splitlines() if line.strip() and not line.startswith("[tether]")
+    ]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("[error] "), stderr
+    return lines[0]
+
+
+def _damage(db: Path, how: str) -> None:
+    """Garbage over the header ("not a database"), or over data pages ("malformed")."""
+    with db.open("r+b") as f:
+        if how == "header":
+            f.write(b"this is not an sqlite file at all" * 4)
+        else:
+            f.seek(4096 * 2)
+            f.write(os.urandom(4096 * 3))
+
+
+def _populated_db(project_dir: Path, tether_home: Path) -> Path:
+    """A real state database with enough rows that page damage hits a table."""
+    import sqlite3
+
+    assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
+    db = tether_home / "state.db"
+    with sqlite3.connect(db) as conn:
+        conn.executemany(
+            "INSERT INTO events (session_key, kind, payload, at) VALUES ('k', 'x', ?, 1.0)",
+            [("{}" * 60,)] * 300,
+        )
+    conn.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+    return db
+
+
+@pytest.mark.parametrize("how", ["header", "pages"])
+def test_damaged_database_is_one_line_and_left_untouched(
+    project_dir: Path, tether_home: Path, how: str
+) -> None:
+    """Every command that needs the registry says the database is damaged and how to
+    recover, exit 1; the file is not modified."""
+    db = _populated_db(project_dir, tether_home)
+    _damage(db, how)
+    before = db.read_bytes()
+    for args in (("sessions", "history"), ("exec", "echo hi"), ("prompt", "echo hi")):
+        r = tether("mock", *args, cwd=project_dir)
+        assert (r.returncode, r.stdout) == (1, ""), (args, r.stderr)
+        line = _one_error_line(r.stderr)
+        assert str(db) in line
+        assert "tether doctor --repair" in line
+    r = tether("--format", "json", "mock", "sessions", "list", cwd=project_dir)
+    assert json.loads(r.stdout)["error"]["data"]["detailCode"] == "STATE_CORRUPT"
+    assert db.read_bytes() == before
+
+
+def test_doctor_finds_the_damage_and_repair_moves_it_aside(
+    project_dir: Path, tether_home: Path
+) -> None:
+    """`doctor` fails on a damaged database; `doctor --repair` keeps it aside (same bytes)
+    and starts a fresh one that works."""
+    db = _populated_db(project_dir, tether_home)
+    _damage(db, "pages")
+    damaged = db.read_bytes()
+    r = tether("doctor", cwd=project_dir)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL state database" in r.stdout
+    r = tether("--format", "json", "doctor", "--repair", cwd=project_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    report = json.loads(r.stdout)
+    assert report["ok"] is True
+    assert any("moved" in what for what in report["repaired"])
+    (aside,) = tether_home.glob("state.db.corrupt-*[0-9]Z")
+    assert aside.read_bytes() == damaged
+    r = tether("mock", "sessions", "list", cwd=project_dir)
+    assert (r.returncode, r.stdout) == (0, "no sessions\n"), r.stderr
+    assert tether("doctor", cwd=project_dir).returncode == 0
+
+
+def test_repair_refuses_while_an_owner_answers(project_dir: Path, tether_home: Path) -> None:
+    """A listening owner socket blocks the repair: it would keep writing the moved file."""
+    db = _populated_db(project_dir, tether_home)
+    _damage(db, "header")
+    from tether import paths
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(os.path.join(paths.socket_dir(), "0123456789abcdef01234567.sock"))
+    listener.listen(1)
+    try:
+        r = tether("doctor", "--repair", cwd=project_dir)
+    finally:
+        listener.close()
+    assert r.returncode == 1
+    assert "still answer" in r.stdout
+    assert not list(tether_home.glob("state.db.corrupt-*"))
+
+
+# --- a full disk: a real 1 MiB tmpfs ---------------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for this test (root only; skipped with the reason otherwise)."""
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("a real full disk needs root to mount a small tmpfs")
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if r.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def _fill(mnt: Path) -> Path:
+    filler = mnt / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        while True:
+            os.write(fd, b"\0" * 4096)
+    except OSError:
+        pass  # ENOSPC: the disk is full
+    finally:
+        os.close(fd)
+    return filler
+
+
+def test_full_disk_is_one_line_nothing_half_written_and_recovers(
+    project_dir: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a full disk, `sessions new`, `exec` and `prompt` fail with one line and leave no
+    row and no process; once space is freed, everything works again."""
+    home = small_disk / "home"
+    monkeypatch.setenv("TETHER_HOME", str(home))
+    assert tether("mock", "sessions", "new", "-s", "warm", cwd=project_dir).returncode == 0
+    try:
+        filler = _fill(small_disk)
+        for args in (("sessions", "new"), ("exec", "echo hi"), ("prompt", "-s", "warm", "hi")):
+            r = tether("mock", *args, cwd=project_dir)
+            assert (r.returncode, r.stdout) == (1, ""), (args, r.stderr)
+            line = _one_error_line(r.stderr)
+            assert "free some space" in line, line
+        filler.unlink()
+        listed = tether("mock", "sessions", "list", cwd=project_dir)
+        assert listed.stdout.split("\t")[0] == "warm", listed.stdout  # `new` left no row
+        r = tether("mock", "prompt", "-s", "warm", "echo back again", cwd=project_dir)
+        assert (r.returncode, r.stdout) == (0, "back again\n[done] end_turn\n"), r.stderr
+        r = tether("mock", "sessions", "new", cwd=project_dir)
+        assert r.returncode == 0, r.stderr
+    finally:
+        tether("mock", "sessions", "close", cwd=project_dir)
+        tether("mock", "sessions", "close", "warm", cwd=project_dir)
+
+
+# --- another user's TETHER_HOME: a real `nobody` ------------------------------------------
+
+
+def _as_nobody(argv: list[str], home: str) -> tuple[int, str]:
+    """Run ``tether.cli.main(argv)`` in a forked child that became ``nobody``.
+
+    Forked rather than exec'd: the interpreter may live where ``nobody`` cannot read
+    it (/root/.pyenv). Everything the child needs is imported first, for that reason.
+    """
+    import pwd
+
+    import tether.cli
+    import tether.cli._crash
+    import tether.cli._session_cmds
+    import tether.cli.output
+    import tether.registry
+
+    nobody = pwd.getpwnam("nobody")
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: become nobody, run the CLI, report through the pipe
+        code = 99
+        try:
+            os.close(read_fd)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            os.environ["TETHER_HOME"] = home
+            sys.stderr = os.fdopen(write_fd, "w", closefd=False)
+            code = tether.cli.main(argv)
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    with os.fdopen(read_fd) as f:
+        stderr = f.read()
+    _, status = os.waitpid(pid, 0)
+    return os.waitstatus_to_exitcode(status), stderr
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory that `nobody` can traverse (pytest's tmp_path is root's, mode 0700)."""
+    if os.geteuid() != 0:
+        pytest.skip("acting as another user (nobody) needs root")
+    path = Path(tempfile.mkdtemp(prefix="tether-other-user-"))
+    path.chmod(0o755)
+    (path / "project").mkdir(mode=0o755)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path)
+
+
+@pytest.mark.parametrize(
+    ("layout", "args"),
+    [
+        pytest.param("home-0700", ["sessions", "list"], id="cannot-enter-home"),
+        pytest.param("home-0755-run-0700", ["status"], id="run-dir-chmod"),
+        pytest.param("home-0755-db-0600", ["sessions", "list"], id="database-not-ours"),
+    ],
+)
+def test_another_users_home_names_its_owner(
+    shared_dir: Path, project_dir: Path, layout: str, args: list[str]
+) -> None:
+    """`nobody` pointed at root's TETHER_HOME gets one line naming root as the owner."""
+    home = shared_dir / "home"
+    # root makes a real home first: a session list creates state.db and run/
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    subprocess.run(
+        [sys.executable, "-m", "tether", "mock", "status"], env=env, check=True, capture_output=True
+    )
+    home.chmod(0o700 if layout == "home-0700" else 0o755)
+    code, stderr = _as_nobody(["--cwd", str(shared_dir / "project"), "mock", *args], str(home))
+    assert code == 1, stderr
+    line = _one_error_line(stderr)
+    assert "belongs to root" in line, line
+    assert "TETHER_HOME" in line, line
+
+
+# --- anything else: one line and a log ----------------------------------------------------
+
+
+def test_unexpected_exception_is_one_line_and_a_log(
+    tether_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A bug surfaces as one line naming a log file that holds the traceback."""
+    import tether.cli
+
+    def broken(_ctx: object) -> int:
+        raise RuntimeError("a bug on our side")
+
+    monkeypatch.setattr(tether.cli, "_dispatch", broken)
+    code = tether.cli.main(["mock", "status"])
+    line = _one_error_line(capsys.readouterr().err)
+    assert code == 1
+    assert "RuntimeError: a bug on our side" in line
+    log = Path(line.rsplit("details in ", 1)[1].rstrip(")"))
+    assert log.parent == tether_home / "logs"
+    assert "Traceback" in log.read_text()
+    assert oct(log.stat().st_mode & 0o777) == "0o600"
+
+
+def test_doctor_warns_about_open_modes_and_repair_closes_them(
+    project_dir: Path, tether_home: Path
+) -> None:
+    """A run/ directory open to others is a warning; `--repair` gives it 0700 back."""
+    assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
+    run = tether_home / "run"
+    run.mkdir(exist_ok=True)
+    run.chmod(0o755)
+    r = tether("doctor", cwd=project_dir)
+    assert r.returncode == 0, r.stdout
+    assert f"WARN run directory: {run} is mode 0755" in r.stdout
+    r = tether("doctor", "--repair", cwd=project_dir)
+    assert r.returncode == 0, r.stdout
+    assert f"repaired: chmod 0700 {run}" in r.stdout
+    assert run.stat().st_mode & 0o777 == 0o700
+
+
+def test_crash_log_falls_back_to_the_temporary_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """When TETHER_HOME/logs cannot be written, the crash log goes to the temp dir."""
+    from tether.cli._crash import write_crash_log
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("TETHER_HOME", str(blocker / "home"))  # under a file: ENOTDIR
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    try:
+        raise ValueError("boom")
+    except ValueError as exc:
+        path = write_crash_log(exc)
+    assert path is not None
+    assert Path(path).parent == tmp_path
+    assert "ValueError: boom" in Path(path).read_text()
