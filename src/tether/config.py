@@ -173,6 +173,8 @@ SCHEMA: dict[str, Key] = {
     "nonInteractivePermissions": choice(
         "deny", ("deny", "fail"), "undecided permission requests: reject, or fail (exit 5)"
     ),
+    "permissionPolicy": text(None, "a permission policy file (TOML rules) or a mode's name"),
+    "permissionTimeout": seconds(300.0, "how long a question waits for a human; 0 = forever"),
     "format": choice("text", ("text", "json", "quiet"), "the output format"),
     "timeout": seconds(None, "give up on a prompt after this long, exit 3", positive=True),
     "ttl": seconds(3600.0, "the owner's idle TTL; 0 = forever"),

@@ -32,7 +32,8 @@
     │   ├── SessionClosed               the session was closed while this request waited or ran
     │   ├── OwnerUnresponsive           an owner holds the session but does not answer
     │   ├── GenerationMismatch          the request named another owner generation
-    │   └── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
+    │   ├── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
+    │   └── AlreadyAnswered             an interaction was resolved before this answer arrived
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
     │   ├── StateFull                   the disk is full (or failed) under the state directory
@@ -41,7 +42,8 @@
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
-        └── ConfigError                 a config file is malformed or holds a bad value
+        ├── ConfigError                 a config file is malformed or holds a bad value
+        └── UnknownInteraction          no open or recent interaction has that id
 
 Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
 (``exit_code``), and the IPC hop between an owner and its callers carries errors as
@@ -63,6 +65,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentExited",
     "AgentRequestError",
+    "AlreadyAnswered",
     "BrokenResourceError",
     "ClosedResourceError",
     "ConfigError",
@@ -99,6 +102,7 @@ __all__ = [
     "SupervisionError",
     "TetherError",
     "TetherTimeout",
+    "UnknownInteraction",
     "UsageError",
     "WatchLagged",
     "error_from_wire",
@@ -460,6 +464,20 @@ class ConfigError(UsageError):
     """A configuration file is malformed or holds a value that is not allowed."""
 
     default_detail_code = "CONFIG_INVALID"
+
+
+class AlreadyAnswered(SessionError):
+    """An interaction (a question for a human) was already resolved: the first valid
+    answer won, and this one never reached the agent. ``fields`` say how it was
+    resolved (``answer``, ``how``, ``by``)."""
+
+    default_detail_code = "ALREADY_ANSWERED"
+
+
+class UnknownInteraction(UsageError):
+    """No open (or recently resolved) interaction of this session has that id."""
+
+    default_detail_code = "UNKNOWN_INTERACTION"
 
 
 def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:

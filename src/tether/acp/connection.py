@@ -76,6 +76,8 @@ INTERNAL_ERROR = -32603
 UpdateListener = Callable[[dict[str, Any]], None]
 FrameObserver = Callable[[str, dict[str, Any]], None]
 PermissionHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
+# elicitation/create params -> the result ({"action": "accept"|"decline"|"cancel", ...})
+ElicitationHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 logger = logging.getLogger("tether.acp")
 
@@ -84,7 +86,9 @@ logger = logging.getLogger("tether.acp")
 class ClientOptions:
     """How the client presents itself and decides for the agent."""
 
-    permission_mode: policy.PermissionMode = policy.PermissionMode.APPROVE_READS
+    permission_mode: policy.PermissionMode | policy.PermissionPolicy = (
+        policy.PermissionMode.APPROVE_READS
+    )
     fs: bool = True
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     liveness_interval: float = DEFAULT_LIVENESS_INTERVAL
@@ -100,6 +104,10 @@ class ClientOptions:
     on_line: Callable[[str, bytes], None] | None = None
     # Called with (request params, outcome) for every permission decision we send.
     on_permission: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # elicitation/create goes here (advertised in initialize only when set); None: -32601.
+    elicitation_hook: ElicitationHook | None = None
+    # Called with the params of every elicitation/complete notification.
+    on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
 
 
 @dataclass
@@ -120,6 +128,8 @@ class _Turn:
     permission_denied: int = 0
     # agent->client permission requests of this turn still waiting for a decision
     pending_permissions: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
+    # what a cancelled pending request is answered, when not the permission `cancelled`
+    cancel_answers: dict[Any, dict[str, Any]] = field(default_factory=dict)
 
 
 class AgentConnection:
@@ -271,6 +281,8 @@ class AgentConnection:
         if note.method == "$/cancel_request":
             self._on_cancel_request(params)
             return
+        if note.method == "elicitation/complete" and self.options.on_elicitation_complete:
+            self.options.on_elicitation_complete(params)
         frame = note.raw or {"jsonrpc": "2.0", "method": note.method, "params": note.params}
         listener = self._listeners.get(session_id) if isinstance(session_id, str) else None
         if listener is None:
@@ -283,6 +295,8 @@ class AgentConnection:
         method = req.method
         if method == "session/request_permission":
             self._spawn_handler(self._handle_permission(req, params))
+        elif method == "elicitation/create" and self.options.elicitation_hook is not None:
+            self._spawn_handler(self._handle_elicitation(req, params))
         elif method == "fs/read_text_file" and self.options.fs:
             self._answer_fs(req, params, write=False)
         elif method == "fs/write_text_file" and self.options.fs:
@@ -354,6 +368,29 @@ class AgentConnection:
         if self.options.on_permission is not None:
             self.options.on_permission(params, outcome)
         self._answer(req.id, outcome)
+
+    async def _handle_elicitation(self, req: Request, params: dict[str, Any]) -> None:
+        """Relay ``elicitation/create`` to the hook; a cancelled turn answers ``cancel``."""
+        hook = self.options.elicitation_hook
+        session_id = params.get("sessionId")
+        turn = self._turns.get(session_id) if isinstance(session_id, str) else None
+        cancel = {"action": "cancel"}
+        if hook is None or (turn is not None and turn.cancel_requested):
+            self._answer(req.id, cancel)
+            return
+        task = asyncio.current_task()
+        if turn is not None and task is not None:
+            turn.pending_permissions[req.id] = task
+            turn.cancel_answers[req.id] = cancel
+        try:
+            result = await hook(params)
+        except asyncio.CancelledError:
+            return  # whoever cancelled us has answered the request already
+        finally:
+            if turn is not None:
+                turn.pending_permissions.pop(req.id, None)
+                turn.cancel_answers.pop(req.id, None)
+        self._answer(req.id, result)
 
     def _on_cancel_request(self, params: dict[str, Any]) -> None:
         target = params.get("requestId")
@@ -462,6 +499,11 @@ class AgentConnection:
             "clientCapabilities": {
                 "fs": {"readTextFile": self.options.fs, "writeTextFile": self.options.fs},
                 "terminal": False,
+                **(
+                    {"elicitation": {"form": {}, "url": {}}}
+                    if self.options.elicitation_hook is not None
+                    else {}
+                ),
             },
             "clientInfo": {"name": "tether", "title": "Tether", "version": __version__},
         }
@@ -700,8 +742,9 @@ class AgentConnection:
         """Answer every pending permission request of the turn ``cancelled`` (the ACP rule)."""
         for req_id, task in list(turn.pending_permissions.items()):
             task.cancel()
-            self._answer(req_id, dict(policy.CANCELLED_OUTCOME))
+            self._answer(req_id, turn.cancel_answers.get(req_id, dict(policy.CANCELLED_OUTCOME)))
         turn.pending_permissions.clear()
+        turn.cancel_answers.clear()
 
     def cancel(self, session_id: str) -> bool:
         """Cancel the turn of ``session_id``: ``session/cancel`` once, permissions cancelled.

@@ -18,6 +18,7 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "answer",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
@@ -32,6 +33,7 @@ _GLOBAL_FLAGS = {
     "--approve-reads": 0,
     "--deny-all": 0,
     "--non-interactive-permissions": 1,
+    "--permission-policy": 1,
     "--format": 1,
     "--timeout": 1,
     "--ttl": 1,
@@ -59,6 +61,7 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
 }
 _SAME = {
     "--session": "-s",
@@ -88,7 +91,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "set a session config option (session/set_config_option; `set model X` too)",
         _S,
     ),
-    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
+    "status": (
+        "[-s NAME]",
+        "owner health, pids, queue, current turn, lease state, open questions",
+        _S,
+    ),
+    "answer": (
+        "[-s NAME] ID allow|always|deny|deny-always|OPTION_ID",
+        "answer a question the agent asked (elicitations: accept [JSON]|decline|cancel)",
+        _S,
+    ),
     "sessions": (
         "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
@@ -109,9 +121,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_S, "--tail"),
     ),
     "sessions watch": (
-        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow]",
+        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow] [--control]",
         "follow the session's journal live (replay first with --from/--tail)",
-        (*_S, "--from", "--tail", "--no-follow"),
+        (*_S, "--from", "--tail", "--no-follow", "--control"),
     ),
     "sessions export": (
         "[-s NAME | NAME] [-o FILE]",

@@ -30,6 +30,27 @@ def _key(ctx: Any) -> str:
     )
 
 
+session_key_of = _key
+
+
+def _policy(ctx: Any) -> str | None:
+    """``--permission-policy``: a mode's name, or a file's absolute path once it loads."""
+    spec = ctx.inv.permission_policy
+    if not spec:
+        return None
+    import os
+
+    from tether.acp import policy
+
+    if spec not in {m.value for m in policy.PermissionMode}:
+        spec = os.path.abspath(os.path.expanduser(spec))
+    try:
+        policy.load_policy(spec)
+    except policy.PolicyInvalid as exc:
+        raise UsageError(str(exc)) from None
+    return str(spec)
+
+
 def _no_session_hint(ctx: Any) -> NoSession:
     name = f" -s {ctx.inv.session}" if ctx.inv.session else ""
     return NoSession(
@@ -50,12 +71,15 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
         "fs": not ctx.inv.no_fs,
+        "permission_policy": _policy(ctx),
     }
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
     """Flags given on this call that an owner started now must use (``--ttl``, permissions)."""
-    return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
+    inv = ctx.inv
+    explicit = inv.ttl is not None or inv.permissions or inv.permission_policy
+    return _owner_options(ctx) if explicit else None
 
 
 def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
@@ -69,11 +93,36 @@ def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
         raise _no_session_hint(ctx) from None
 
 
-def _render(ctx: Any) -> Any:
+def _asker(ctx: Any, key: str) -> Any:
+    """The terminal asker of a prompt whose stdin and stderr are a terminal, else None."""
+    import sys
+
+    if ctx.inv.no_wait or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    from tether.cli._questions import Asker
+
+    out = ctx.output
+
+    def hold(on: bool) -> None:
+        # While a question waits, the turn's output stays in the batch (not garbled
+        # into the question); it is written once the question is resolved.
+        if on:
+            out.flush()
+            out.hold = True
+        else:
+            out.hold = False
+            out.flush()
+
+    return Asker(key, tty=True, hold=hold)
+
+
+def _render(ctx: Any, asker: Any = None) -> Any:
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
         kind = frame.get("type")
+        if asker is not None and asker.on_frame(frame):
+            return
         if kind == "update":
             acp = frame.get("frame")
             if isinstance(acp, dict):
@@ -107,7 +156,11 @@ def prompt(ctx: Any, text: str) -> int:
         "client": "cli",
         # Only an explicit flag overrides the mode the session was created with.
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
+        **({"permissionPolicy": _policy(ctx)} if ctx.inv.permission_policy else {}),
     }
+    asker = _asker(ctx, key)
+    if asker is not None:
+        payload["control"] = True  # we answer this turn's questions on the terminal
     with conn:
         rid = conn.send(
             "prompt",
@@ -123,11 +176,15 @@ def prompt(ctx: Any, text: str) -> int:
                 quiet=rid,
             )
             return 0
-        render = _render(ctx)
+        render = _render(ctx, asker)
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
         try:
-            result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+            if asker is None:
+                result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+            else:
+                with asker:
+                    result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
     ctx.output.done(str(result.get("stopReason")))

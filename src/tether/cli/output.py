@@ -48,6 +48,9 @@ class Output:
         # batch=True: writes are kept until flush(); the IPC client flushes before each
         # blocking read, so streamed output is written once per batch of frames.
         self.batch = batch
+        # hold=True: flush() keeps the output too (a question is being asked on the
+        # terminal; the turn's output follows once it is answered).
+        self.hold = False
         self._pending: list[str] = []
         self._mid_line = False
         self._tool_titles: dict[str, str] = {}
@@ -181,6 +184,8 @@ class Output:
 
     def flush(self) -> None:
         """Write what is pending and flush stdout (called per batch of frames)."""
+        if self.hold:
+            return
         if self._pending:
             data, self._pending = "".join(self._pending), []
             self.out.write(data)

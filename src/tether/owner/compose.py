@@ -28,6 +28,7 @@ from tether.ipc import protocol
 from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
@@ -84,6 +85,10 @@ class Owner:
             spawn=self._spawn,
         )
         self.runner = RequestRunner(key, registry, self.settings, self.slot)
+        self.interactions = self.slot.questions = Interactions(
+            timeout=self.settings.permission_timeout,
+            current_request=lambda: self.active.request_id if self.active else None,
+        )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
         self.admission.on_change = lambda: self._set_status(
             "running" if self.active is not None else "idle"
@@ -150,7 +155,7 @@ class Owner:
         journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
         self.journal = journal
         self.fanout = Fanout(journal)
-        self.admission.record = self.runner.record = self.record
+        self.admission.record = self.runner.record = self.interactions.record = self.record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
@@ -168,6 +173,8 @@ class Owner:
         start = job.env.payload.get("fromSeq")
         cursor = start if isinstance(start, int) and start > 0 else self.journal.next_seq
         follow = job.env.payload.get("follow", True) is not False
+        if job.env.payload.get("control") is True and follow:
+            self.interactions.attach(job)  # offered every open question, then new ones
         await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _spawn(self, coro: Any) -> None:
@@ -260,6 +267,9 @@ class Owner:
             job.ack()
             job.finish(self.admission.cancel(env.payload.get("targetRequestId")))
             return
+        if env.kind == "answer":
+            self.interactions.admit_answer(job)
+            return
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
@@ -288,6 +298,8 @@ class Owner:
             if job is None:
                 break
             self.admission.active = job
+            if job.kind == "prompt" and job.env.payload.get("control") is True:
+                self.interactions.attach(job)  # the prompter answers its own questions
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self._set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))
@@ -369,6 +381,7 @@ class Owner:
         held = self.admission.stop(closing=reason == "close")
         if held is not None:
             self._held.append(held)
+        self.interactions.cancel_all()  # questions still open are answered `cancelled`
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""

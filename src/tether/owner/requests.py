@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.acp.policy import PermissionMode
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.settings import OwnerSettings
@@ -86,9 +85,11 @@ class RequestRunner:
             return
         # A flag on this prompt applies to this turn only; otherwise the session's mode.
         mode = job.env.payload.get("permissionMode")
-        if not (isinstance(mode, str) and mode in {m.value for m in PermissionMode}):
-            mode = self.settings.permission_mode
-        live.conn.options.permission_mode = PermissionMode(mode)
+        file = job.env.payload.get("permissionPolicy")
+        live.conn.options.permission_mode = self.settings.policy(
+            mode if isinstance(mode, str) else None,
+            file if isinstance(file, str) else None,
+        )
         self.last_prompt_at = time.time()
         ceiling = self.settings.turn_timeout
         if job.deadline is not None:

@@ -1,0 +1,209 @@
+"""Questions for a human end to end: real owners, the mock agent, raw IPC controllers.
+
+A controller here is a raw ``watch`` connection with ``control: true``; the prompt is a
+``tether prompt`` subprocess; answers go through ``tether answer`` or raw ``answer``
+requests. Every session is closed at the end (the ``cli`` fixture).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+import pytest
+from tests.integration.test_owner import Cli, Raw, finish, wait_for
+
+pytestmark = pytest.mark.integration
+
+Frame = dict[str, Any]
+
+
+def controller(key: str, rid: str) -> Raw:
+    raw = Raw(key)
+    raw.request(rid, "watch", {"follow": True, "control": True})
+    return raw
+
+
+def next_of(raw: Raw, frame_type: str) -> Frame:
+    """The first frame of ``frame_type`` not yet taken (read already, or read now)."""
+    taken: list[Frame] = raw.__dict__.setdefault("taken", [])
+    for frame in raw.frames:
+        if frame.get("type") == frame_type and not any(frame is t for t in taken):
+            taken.append(frame)
+            return frame
+    while True:
+        frame = raw.read()
+        assert frame is not None, f"EOF before a {frame_type} frame"
+        if frame.get("type") == frame_type:
+            taken.append(frame)
+            return frame
+
+
+def wait_controllers(c: Cli, n: int) -> None:
+    wait_for(lambda: c.status()["watchers"] >= n, f"{n} watchers to attach")
+
+
+def answer_raw(raw: Raw, rid: str, interaction_id: str, answer: str) -> None:
+    raw.request(rid, "answer", {"interactionId": interaction_id, "answer": answer})
+
+
+def test_two_controllers_race_one_answer_reaches_the_agent(mock: Cli) -> None:
+    """Two controllers answer one question at once: exactly one answer reaches the
+    agent, the other gets ALREADY_ANSWERED, and both see the same resolution."""
+    key = mock.status()["sessionKey"]
+    a, b = controller(key, "w-a"), controller(key, "w-b")
+    try:
+        wait_controllers(mock, 2)
+        prompt = mock.popen("prompt", "tool edit change deploy.yaml")
+        qa, qb = next_of(a, "interaction"), next_of(b, "interaction")
+        assert qa["interaction"] == qb["interaction"]
+        question = qa["interaction"]
+        assert question["toolCall"]["title"] == "change deploy.yaml"
+        assert question["toolCall"]["kind"] == "edit"
+        assert [o["kind"] for o in question["options"]] == [
+            "allow_once",
+            "allow_always",
+            "reject_once",
+        ]
+        iid = question["id"]
+        go = threading.Barrier(2)
+
+        def race(raw: Raw, rid: str, word: str) -> None:
+            go.wait()
+            answer_raw(raw, rid, iid, word)
+
+        threads = [
+            threading.Thread(target=race, args=(a, "ans-a", "allow")),
+            threading.Thread(target=race, args=(b, "ans-b", "deny")),
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        terminals = [a.until_terminal("ans-a"), b.until_terminal("ans-b")]
+        results = [t for t in terminals if t["type"] == "result"]
+        errors = [t for t in terminals if t["type"] == "error"]
+        assert len(results) == 1
+        assert len(errors) == 1
+        assert errors[0]["error"]["detailCode"] == "ALREADY_ANSWERED"
+        winner = results[0]["result"]["interaction"]
+        seen = [next_of(a, "interaction_resolved"), next_of(b, "interaction_resolved")]
+        assert seen[0]["interaction"] == seen[1]["interaction"] == winner
+        assert winner["how"] == "controller"
+        assert winner["by"]["pid"] > 0
+        rc, out, err = finish(prompt)
+        assert rc == 0, err
+        expected = "permission: allowed" if winner["answer"] == "allow" else "permission: denied"
+        assert expected in out
+        assert out.count("permission: ") == 1  # the agent got exactly one answer
+    finally:
+        a.__exit__()
+        b.__exit__()
+    kinds = [e["kind"] for e in mock.journal() if e["kind"].startswith("interaction")]
+    assert kinds == ["interaction_opened", "interaction_resolved"]
+
+
+def test_a_controller_attaching_late_sees_the_open_question(mock: Cli) -> None:
+    """A controller that attaches after the question was asked is offered it while open;
+    an answer from any shell (`tether answer`) then resolves it for everyone."""
+    key = mock.status()["sessionKey"]
+    first = controller(key, "w-1")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "tool execute rm -rf build")
+        asked = next_of(first, "interaction")["interaction"]
+        late = controller(key, "w-2")
+        try:
+            offered = next_of(late, "interaction")["interaction"]
+            assert offered == asked
+            listed = mock.status()["interactions"]
+            assert [q["id"] for q in listed] == [asked["id"]]
+            done = mock.json("answer", asked["id"], "deny")
+            assert done["interaction"]["answer"] == "deny"
+            assert next_of(late, "interaction_resolved")["interaction"]["how"] == "controller"
+            again = mock.run("answer", asked["id"], "allow", rc=1)
+            assert "already answered" in again.stderr
+        finally:
+            late.__exit__()
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "permission: denied" in out
+        assert mock.status()["interactions"] == []
+    finally:
+        first.__exit__()
+
+
+def test_no_controller_means_the_policy_decides_at_once(mock: Cli) -> None:
+    """With nobody attached to ask, an `ask` is rejected at once (as before), and
+    `--non-interactive-permissions fail` exits 5; the journal records how."""
+    out = mock.run("prompt", "tool edit x").stdout
+    assert "permission: denied" in out
+    mock.run("--non-interactive-permissions", "fail", "prompt", "tool edit y", rc=5)
+    resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
+    assert [r["how"] for r in resolved] == ["policy", "policy"]
+
+
+def test_deadline_passes_and_the_policy_decides(cli: Any) -> None:
+    """`permissionTimeout` passes with the question open: rejected, controllers told."""
+    c = cli()
+    (c.project / ".tether.toml").write_text("permissionTimeout = 0.3\n")
+    c.run("sessions", "new")
+    key = c.status()["sessionKey"]
+    raw = controller(key, "w-d")
+    try:
+        wait_controllers(c, 1)
+        prompt = c.popen("prompt", "tool edit slow")
+        next_of(raw, "interaction")
+        resolved = next_of(raw, "interaction_resolved")["interaction"]
+        assert resolved["how"] == "deadline"
+        assert resolved["outcome"] == {"outcome": {"outcome": "selected", "optionId": "reject"}}
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "permission: denied" in out
+    finally:
+        raw.__exit__()
+
+
+def test_cancel_while_a_question_is_open(mock: Cli) -> None:
+    """Cancelling the turn answers the open question `cancelled`, to the agent (the
+    turn ends cancelled) and to every controller; a later answer is refused."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-c")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "tool edit never")
+        asked = next_of(raw, "interaction")["interaction"]
+        assert mock.json("cancel")["cancelled"] is True
+        resolved = next_of(raw, "interaction_resolved")["interaction"]
+        assert resolved["how"] == "cancelled"
+        assert resolved["outcome"] == {"outcome": {"outcome": "cancelled"}}
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "cancelled" in out
+        late = mock.run("answer", asked["id"], "allow", fmt="json", rc=1)
+        assert json.loads(late.stdout.splitlines()[-1])["error"]["data"]["detailCode"] == (
+            "ALREADY_ANSWERED"
+        )
+    finally:
+        raw.__exit__()
+
+
+def test_allow_always_is_remembered_for_the_session(mock: Cli) -> None:
+    """`always` selects the agent's allow_always option; the same tool call is then
+    allowed at once, without asking."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-r")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "tool execute make test")
+        asked = next_of(raw, "interaction")["interaction"]
+        mock.run("answer", asked["id"], "always")
+        assert "permission: allowed" in finish(prompt)[1]
+        second = mock.run("prompt", "tool execute make test").stdout
+        assert "permission: allowed" in second
+    finally:
+        raw.__exit__()
+    resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
+    assert [r["how"] for r in resolved] == ["controller", "remembered"]
+    assert resolved[1]["outcome"]["outcome"]["optionId"] == "allow-always"
