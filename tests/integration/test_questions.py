@@ -8,7 +8,12 @@ requests. Every session is closed at the end (the ``cli`` fixture).
 from __future__ import annotations
 
 import json
+import os
+import pty
+import select
+import subprocess
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -207,3 +212,82 @@ def test_allow_always_is_remembered_for_the_session(mock: Cli) -> None:
     resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
     assert [r["how"] for r in resolved] == ["controller", "remembered"]
     assert resolved[1]["outcome"]["outcome"]["optionId"] == "allow-always"
+
+
+def test_watch_control_answers_from_stdin(mock: Cli) -> None:
+    """`sessions watch --control` shows the question and answers it from stdin."""
+    watch = subprocess.Popen(
+        mock.argv("sessions", "watch", "--control"),
+        env=mock.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    mock.callers.append(watch)
+    assert watch.stdin is not None
+    assert watch.stderr is not None
+    wait_controllers(mock, 1)
+    prompt = mock.popen("prompt", "tool execute make deploy")
+    line = watch.stderr.readline()
+    assert line.startswith("[permission p-")
+    assert "execute: make deploy" in line
+    watch.stdin.write("y\n")
+    watch.stdin.flush()
+    assert watch.stderr.readline().startswith("[answered p-")
+    rc, out, _ = finish(prompt)
+    assert rc == 0
+    assert "permission: allowed" in out
+    mock.run("sessions", "close")
+    rc, _, _ = finish(watch)
+    assert rc == 0
+
+
+def _read_until(fd: int, needle: bytes, seen: bytearray, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in seen:
+        left = deadline - time.monotonic()
+        assert left > 0, f"{needle!r} never came; the terminal showed {bytes(seen)!r}"
+        ready, _, _ = select.select([fd], [], [], left)
+        if ready:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:  # EIO: the other side closed
+                chunk = b""
+            assert chunk, f"the terminal closed before {needle!r}: {bytes(seen)!r}"
+            seen += chunk
+
+
+def test_the_prompting_terminal_asks_and_typing_ahead_does_not_garble(mock: Cli) -> None:
+    """On a terminal, `prompt` asks `Allow? [y]es, [a]lways, [n]o`; keys typed while
+    the turn streams are neither echoed into its output nor taken as the answer."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        mock.argv("prompt", "echo started ; sleep 800 ; tool edit deploy.yaml"),
+        env=mock.env,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = bytearray()
+    try:
+        _read_until(master, b"started", seen)
+        os.write(master, b"garbage")  # typed while the turn streams, no newline
+        _read_until(master, b"Allow? [y]es, [a]lways, [n]o", seen)
+        assert b"garbage" not in seen
+        os.write(master, b"y\n")
+        _read_until(master, b"[done]", seen)
+        assert proc.wait(timeout=20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = bytes(seen).decode(errors="replace")
+    assert "[permission p-" in text
+    assert "edit: deploy.yaml" in text
+    assert "permission: allowed" in text
+    assert "garbage" not in text
+    resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
+    assert [(r["answer"], r["how"]) for r in resolved] == [("allow", "controller")]
