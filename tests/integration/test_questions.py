@@ -291,3 +291,46 @@ def test_the_prompting_terminal_asks_and_typing_ahead_does_not_garble(mock: Cli)
     assert "garbage" not in text
     resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
     assert [(r["answer"], r["how"]) for r in resolved] == [("allow", "controller")]
+
+
+def test_an_elicitation_is_cancelled_with_its_turn(mock: Cli) -> None:
+    """Cancelling the turn answers an open elicitation `cancel`, to the agent and to
+    the controllers."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-e")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "elicit form your name?")
+        asked = next_of(raw, "interaction")["interaction"]
+        assert asked["question"] == "elicitation"
+        assert asked["requestedSchema"]["required"] == ["name"]
+        assert mock.json("cancel")["cancelled"] is True
+        resolved = next_of(raw, "interaction_resolved")["interaction"]
+        assert (resolved["how"], resolved["outcome"]) == ("cancelled", {"action": "cancel"})
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "elicitation: cancel" in out
+    finally:
+        raw.__exit__()
+
+
+def test_a_url_elicitation_answered_from_a_shell_then_completed(mock: Cli) -> None:
+    """`tether answer ID accept` answers a URL elicitation; the agent's
+    elicitation/complete is journaled and sent to the controllers."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-u")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "elicit url sign-in")
+        asked = next_of(raw, "interaction")["interaction"]
+        assert asked["url"] == "https://example.invalid/sign-in"
+        mock.run("answer", asked["id"], "accept")
+        done = next_of(raw, "elicitation_completed")
+        assert done["elicitationId"] == asked["elicitationId"]
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "elicitation: accept {}" in out
+    finally:
+        raw.__exit__()
+    kinds = [e["kind"] for e in mock.journal()]
+    assert "elicitation_completed" in kinds
