@@ -23,11 +23,11 @@ def test_a_per_prompt_callback_answers_and_the_agent_gets_it(
 ) -> None:
     """A prompt's `on_question` callback sees the tool call and its answer reaches the
     agent; the turn yields the question and its resolution as typed events."""
-    asked: list[tether.Question] = []
+    asked: list[tether.PermissionRequested] = []
 
     async def decide(question: tether.Question) -> str:
-        asked.append(question)
         assert isinstance(question, tether.PermissionRequested)
+        asked.append(question)
         return "allow" if question.title == "safe" else "deny"
 
     async def main() -> None:
@@ -42,8 +42,10 @@ def test_a_per_prompt_callback_answers_and_the_agent_gets_it(
                 ]
             finally:
                 await session.close()
-        assert [q.title for q in asked] == ["safe", "risky"]  # type: ignore[attr-defined]
-        assert [k for k in asked[0].options[0]] == ["optionId", "name", "kind"]  # type: ignore[attr-defined]
+        assert [q.title for q in asked] == ["safe", "risky"]
+        assert [q.tool_kind for q in asked] == ["edit", "edit"]
+        kinds = [o["kind"] for o in asked[0].options]
+        assert kinds == ["allow_once", "allow_always", "reject_once"]
         assert chunks(events) == ["permission: allowed", "permission: denied"]
         resolved = [e for e in events if isinstance(e, tether.QuestionResolved)]
         assert [(r.answer, r.how) for r in resolved] == [
