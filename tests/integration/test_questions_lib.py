@@ -142,3 +142,26 @@ def test_elicitations_are_relayed_declined_and_cancelled(
         assert forms[1].url == "https://example.invalid/login"
 
     asyncio.run(main())
+
+
+def test_the_readme_example_runs(tether_home: Path, project_dir: Path) -> None:
+    """The README's "Questions for a human" example runs as printed."""
+    import re
+    import subprocess
+    import sys
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("## Questions for a human") :]
+    code = re.findall(r"```python\n(.*?)```", section, re.S)[0]
+    code = code.replace('home="/tmp/tether-demo"', f"home={str(tether_home)!r}")
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=project_dir,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "the agent wants to edit: README.md" in out
+    assert "allow (controller)" in out
+    assert "permission: allowed" in out
