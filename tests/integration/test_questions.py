@@ -334,3 +334,50 @@ def test_a_url_elicitation_answered_from_a_shell_then_completed(mock: Cli) -> No
         raw.__exit__()
     kinds = [e["kind"] for e in mock.journal()]
     assert "elicitation_completed" in kinds
+
+
+def test_closing_the_session_cancels_an_open_question(mock: Cli) -> None:
+    """`sessions close` with a question open: it is resolved `cancelled` for the
+    controllers before their watch ends with the session."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-x")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "tool edit never")
+        next_of(raw, "interaction")
+        mock.run("sessions", "close")
+        resolved = next_of(raw, "interaction_resolved")["interaction"]
+        assert resolved["how"] == "cancelled"
+        end = raw.until_terminal("w-x")
+        assert end["result"]["reason"] == "session-ended"
+        finish(prompt)
+    finally:
+        raw.__exit__()
+
+
+def test_a_policy_file_decides_and_asks(cli: Any) -> None:
+    """`--permission-policy FILE`: its rules allow, deny, or ask a controller; a bad file
+    is a usage error (exit 2) naming the problem."""
+    c = cli()
+    policy = c.project / "policy.toml"
+    policy.write_text(
+        'default = "deny"\n'
+        '[[rule]]\nkind = "execute"\ntitle = "make *"\ndecision = "allow"\n'
+        '[[rule]]\nkind = "edit"\ndecision = "ask"\n'
+    )
+    c.run("--permission-policy", str(policy), "sessions", "new")
+    assert "permission: allowed" in c.run("prompt", "tool execute make test").stdout
+    assert "permission: denied" in c.run("prompt", "tool execute rm -rf /").stdout
+    key = c.status()["sessionKey"]
+    raw = controller(key, "w-p")
+    try:
+        wait_controllers(c, 1)
+        prompt = c.popen("prompt", "tool edit x")
+        asked = next_of(raw, "interaction")["interaction"]
+        c.run("answer", asked["id"], "allow")
+        assert "permission: allowed" in finish(prompt)[1]
+    finally:
+        raw.__exit__()
+    policy.write_text('default = "sometimes"\n')
+    bad = c.run("--permission-policy", str(policy), "prompt", "hi", rc=2)
+    assert "default must be allow, deny or ask" in bad.stderr
