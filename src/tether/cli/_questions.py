@@ -130,7 +130,6 @@ class Asker:
         self.hold = hold or (lambda _on: None)
         self.open: dict[str, dict[str, Any]] = {}  # id -> question, oldest first
         self.lock = threading.Lock()
-        self.changed = threading.Event()
         self.stopped = threading.Event()
         self.fd = sys.stdin.fileno()
         self.terminal = _Terminal(self.fd) if tty else None
@@ -145,9 +144,10 @@ class Asker:
 
     def __exit__(self, *_: object) -> None:
         self.stopped.set()
-        self.changed.set()
         if self.terminal is not None:
             self.terminal.restore()
+        if self.open:
+            self.hold(False)  # interrupted with a question open: release the output
 
     def _say(self, text: str) -> None:
         self.err.write(text + "\n")
@@ -187,7 +187,6 @@ class Asker:
                     if self.terminal is not None:
                         self.terminal.echo(False)
                     self.hold(False)
-        self.changed.set()
         return True
 
     def _read_answers(self) -> None:

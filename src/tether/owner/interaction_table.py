@@ -10,7 +10,8 @@ attached controller, and stays **open** until exactly one of these inputs arrive
 ``ANSWER``    a controller's valid answer -- the first one wins;
 ``DEADLINE``  ``permissionTimeout`` passed: the non-interactive policy decides;
 ``CANCEL``    the turn was cancelled or the session is closing: ``cancelled``;
-``POLICY``    nobody could be asked (no controller attached): the policy decides at once.
+``POLICY``    nobody could be asked (no controller attached): the policy decides at once;
+``REMEMBERED`` the same tool call was answered ``always`` / ``deny-always`` before.
 
 Each of them moves it to **resolved** and fixes its :class:`Resolution` (the answer,
 the ACP result sent to the agent, who gave it, how). A second answer is not a second
@@ -70,6 +71,7 @@ class IInput(enum.Enum):
     DEADLINE = "deadline"
     CANCEL = "cancel"
     POLICY = "policy"
+    REMEMBERED = "remembered"
 
 
 class How(enum.StrEnum):
@@ -87,10 +89,12 @@ _TRANSITIONS: Final[Mapping[tuple[IState, IInput], IState]] = {
     (IState.OPEN, IInput.DEADLINE): IState.RESOLVED,
     (IState.OPEN, IInput.CANCEL): IState.RESOLVED,
     (IState.OPEN, IInput.POLICY): IState.RESOLVED,
+    (IState.OPEN, IInput.REMEMBERED): IState.RESOLVED,
     # A timer or a cancel that lost the race to an answer changes nothing.
     (IState.RESOLVED, IInput.DEADLINE): IState.RESOLVED,
     (IState.RESOLVED, IInput.CANCEL): IState.RESOLVED,
-    # (RESOLVED, ANSWER) and (RESOLVED, POLICY) are missing on purpose: see the essay.
+    # (RESOLVED, ANSWER), (RESOLVED, POLICY) and (RESOLVED, REMEMBERED) are missing on
+    # purpose: see the essay.
 }
 
 CANCELLED_PERMISSION: Final[Mapping[str, Any]] = {"outcome": {"outcome": "cancelled"}}
@@ -257,7 +261,8 @@ class Interaction:
         return self.resolution
 
     def decide(self, event: IInput, outcome: Mapping[str, Any], answer: str) -> Resolution | None:
-        """A deadline, a cancel or the policy; returns the resolution if this resolved it."""
+        """A deadline, a cancel, the policy or a remembered answer; returns the resolution
+        if this resolved it (None: it was resolved before)."""
         if event is IInput.ANSWER:
             raise InvalidTransition("answers go through answer()", machine="interaction")
         if not self._feed(event):
@@ -266,6 +271,7 @@ class Interaction:
             IInput.DEADLINE: How.DEADLINE,
             IInput.CANCEL: How.CANCELLED,
             IInput.POLICY: How.POLICY,
+            IInput.REMEMBERED: How.REMEMBERED,
         }[event]
         self.resolution = Resolution(answer, outcome, how, None)
         return self.resolution

@@ -40,7 +40,6 @@ from tether.acp import policy
 from tether.errors import TetherError
 from tether.owner.interaction_table import (
     Board,
-    How,
     IInput,
     Interaction,
     Resolution,
@@ -117,9 +116,7 @@ class Interactions:
         self._open(item, params)
         if remembered is not None:
             outcome, word = remembered
-            item.decide(IInput.POLICY, outcome, word)
-            assert item.resolution is not None
-            item.resolution.how = How.REMEMBERED
+            item.decide(IInput.REMEMBERED, outcome, word)
             return self._resolved(item).outcome
         reject = policy.outcome_for(policy.Decision.REJECT, item.options)
         return await self._wait(item, fallback=reject, fallback_answer="deny")
