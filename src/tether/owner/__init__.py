@@ -41,6 +41,8 @@ module                    job                                                   
 ``requests``              running prompt / set_mode / set_config_option          yes
 ``status``                the status snapshot, the run-end record                no
 ``settings``              the owner's settings from the session's options        no
+``interactions``          questions for a human: offered to controllers, answers yes
+``interaction_table``     an interaction's table: open -> resolved, first answer no
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====
 """
