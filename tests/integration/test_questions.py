@@ -381,3 +381,30 @@ def test_a_policy_file_decides_and_asks(cli: Any) -> None:
     policy.write_text('default = "sometimes"\n')
     bad = c.run("--permission-policy", str(policy), "prompt", "hi", rc=2)
     assert "default must be allow, deny or ask" in bad.stderr
+
+
+def test_watch_control_fills_a_form(mock: Cli) -> None:
+    """`sessions watch --control` shows a form's fields and sends the typed JSON."""
+    watch = subprocess.Popen(
+        mock.argv("sessions", "watch", "--control"),
+        env=mock.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    mock.callers.append(watch)
+    assert watch.stdin is not None
+    assert watch.stderr is not None
+    wait_controllers(mock, 1)
+    prompt = mock.popen("prompt", "elicit form who are you?")
+    assert watch.stderr.readline().startswith("[question e-")
+    assert "name (string, required)" in watch.stderr.readline()
+    watch.stdin.write('{"name": "Ada"}\n')
+    watch.stdin.flush()
+    assert watch.stderr.readline().startswith("[answered e-")
+    rc, out, _ = finish(prompt)
+    assert rc == 0
+    assert 'elicitation: accept {"name": "Ada"}' in out
+    mock.run("sessions", "close")
+    assert finish(watch)[0] == 0

@@ -42,6 +42,16 @@ def describe(question: dict[str, Any]) -> str:
         lines = [f"[question {qid}] the agent asks: {question.get('message') or ''}"]
         if question.get("mode") == "url":
             lines.append(f"  open: {question.get('url')}")
+        schema = question.get("requestedSchema") or {}
+        props = schema.get("properties") if isinstance(schema, dict) else None
+        if isinstance(props, dict) and props:
+            required = set(schema.get("required") or ())
+            fields = ", ".join(
+                f"{name} ({(spec or {}).get('type', '?')}"
+                + (", required)" if name in required else ")")
+                for name, spec in props.items()
+            )
+            lines.append(f"  fields: {fields}  (answer: a {{JSON object}})")
         return "\n".join(lines)
     tool = question.get("toolCall") or {}
     lines = [f"[permission {qid}] {tool.get('kind') or 'tool'}: {tool.get('title') or ''}"]
@@ -64,14 +74,26 @@ def _prompt_for(question: dict[str, Any]) -> str:
     return "Allow? [y]es, [a]lways, [n]o: "
 
 
-def _word(question: dict[str, Any], line: str) -> str | None:
-    """The answer a typed line stands for, or None (ask again)."""
+def _word(question: dict[str, Any], line: str) -> tuple[str, Any] | None:
+    """The answer (and content) a typed line stands for, or None (ask again).
+
+    A form's values are typed as a JSON object (``{"name": "Ada"}``), alone or after
+    ``a``/``accept``."""
     text = line.strip()
     if not text:
         return None
     if question.get("question") == "elicitation":
-        return {"a": "accept", "d": "decline", "c": "cancel"}.get(text.lower(), text.lower())
-    return _KEYS.get(text.lower(), text)
+        word, _, rest = text.partition(" ")
+        if text.startswith("{"):
+            word, rest = "accept", text
+        word = {"a": "accept", "d": "decline", "c": "cancel"}.get(word.lower(), word.lower())
+        if word == "accept" and rest.strip():
+            try:
+                return word, _fastjson.loads(rest)
+            except ValueError:
+                return None
+        return word, None
+    return _KEYS.get(text.lower(), text), None
 
 
 class _Terminal:
@@ -217,14 +239,15 @@ class Asker:
             parts = line.split(None, 1)
             if parts and parts[0] in self.open and len(parts) == 2:
                 first_id, first, line = parts[0], self.open[parts[0]], parts[1]
-        word = _word(first, line)
-        if word is None:
+        parsed = _word(first, line)
+        if parsed is None:
             if self.tty:
                 self.err.write(_prompt_for(first))
                 self.err.flush()
             return
+        word, content = parsed
         try:
-            operations.answer(self.key, first_id, word)
+            operations.answer(self.key, first_id, word, content=content)
         except AlreadyAnswered as exc:
             self._say(f"[already answered] {exc.message}")
         except UsageError as exc:
