@@ -49,6 +49,21 @@ def wait_controllers(c: Cli, n: int) -> None:
     wait_for(lambda: c.status()["watchers"] >= n, f"{n} watchers to attach")
 
 
+def control_watcher(c: Cli) -> subprocess.Popen[str]:
+    """`sessions watch --control` with stdin and stderr piped, attached as controller."""
+    watch = subprocess.Popen(
+        c.argv("sessions", "watch", "--control"),
+        env=c.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    c.callers.append(watch)
+    wait_controllers(c, 1)
+    return watch
+
+
 def answer_raw(raw: Raw, rid: str, interaction_id: str, answer: str) -> None:
     raw.request(rid, "answer", {"interactionId": interaction_id, "answer": answer})
 
@@ -216,18 +231,9 @@ def test_allow_always_is_remembered_for_the_session(mock: Cli) -> None:
 
 def test_watch_control_answers_from_stdin(mock: Cli) -> None:
     """`sessions watch --control` shows the question and answers it from stdin."""
-    watch = subprocess.Popen(
-        mock.argv("sessions", "watch", "--control"),
-        env=mock.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    mock.callers.append(watch)
+    watch = control_watcher(mock)
     assert watch.stdin is not None
     assert watch.stderr is not None
-    wait_controllers(mock, 1)
     prompt = mock.popen("prompt", "tool execute make deploy")
     line = watch.stderr.readline()
     assert line.startswith("[permission p-")
@@ -385,18 +391,9 @@ def test_a_policy_file_decides_and_asks(cli: Any) -> None:
 
 def test_watch_control_fills_a_form(mock: Cli) -> None:
     """`sessions watch --control` shows a form's fields and sends the typed JSON."""
-    watch = subprocess.Popen(
-        mock.argv("sessions", "watch", "--control"),
-        env=mock.env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    mock.callers.append(watch)
+    watch = control_watcher(mock)
     assert watch.stdin is not None
     assert watch.stderr is not None
-    wait_controllers(mock, 1)
     prompt = mock.popen("prompt", "elicit form who are you?")
     assert watch.stderr.readline().startswith("[question e-")
     assert "name (string, required)" in watch.stderr.readline()
