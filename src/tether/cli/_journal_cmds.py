@@ -121,7 +121,7 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
     for t in shown:
         start = t.started_at or t.queued_at
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "-"
-        took = f"{t.duration_ms / 1000:.2f}s" if t.duration_ms is not None else "-"
+        took = render.duration(t.duration_ms)
         outcome = t.stop_reason or ("failed" if t.error else "running")
         lines.append(
             f"{t.request_id}  {when}  {took:>8}  {outcome:<10}  {render.preview(t.prompt)}"
