@@ -30,6 +30,7 @@
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
     │   └── GenerationMismatch          the request named another owner generation
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
+    │   └── VisibilityDenied            the visibility rules forbid this requester that session
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
 
@@ -81,6 +82,7 @@ __all__ = [
     "TetherError",
     "TetherTimeout",
     "UsageError",
+    "VisibilityDenied",
     "error_from_wire",
 ]
 
@@ -349,6 +351,13 @@ class PermissionDenied(TetherError):
     code = "PERMISSION_DENIED"
     default_origin = "permission"
     default_detail_code = "PERMISSION_DENIED"
+
+
+class VisibilityDenied(PermissionDenied):
+    """The visibility rules forbid this requester that session (``fields``: rule, session)."""
+
+    default_origin = "visibility"
+    default_detail_code = "VISIBILITY_DENIED"
 
 
 class Interrupted(TetherError):
