@@ -13,12 +13,20 @@ Keys (acpx's names; snake_case spellings are accepted too)::
     queueMaxDepth = 16
     livenessInterval = 30              # how often a waiting turn checks the agent is alive
     handshakeTimeout = 30              # deadline of each handshake step (initialize...)
+    mcpBridge = false                   # hand every agent `tether mcp` (session delegation)
+    mcpServers = []                     # your own MCP servers for every agent (ACP McpServer)
     [agents.mine]                       # a named agent; replaces a built-in of the same name
     argv = ["node", "/abs/agent.js"]
     [auth]                              # methodId -> credential (also TETHER_AUTH_<METHODID>)
     api-key = "sk-..."
+    [sessions]
+    visibility = "tree"                 # self | tree | agent | all
+    closeChildren = true                # closing a session closes what it spawned, first
+    [agentToAgent]
+    enabled = false
+    allow = ["claude", "co*"]
 
-The project file beats the user file; ``agents`` and ``auth`` merge key by key.
+The project file beats the user file; the tables merge key by key.
 Standard library only (``tomllib``).
 """
 
@@ -44,6 +52,9 @@ _ALIASES = {
     "queue_max_depth": "queueMaxDepth",
     "liveness_interval": "livenessInterval",
     "handshake_timeout": "handshakeTimeout",
+    "agent_to_agent": "agentToAgent",
+    "mcp_bridge": "mcpBridge",
+    "mcp_servers": "mcpServers",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -60,7 +71,14 @@ DEFAULTS: dict[str, Any] = {
     "handshakeTimeout": 30.0,
     "agents": {},
     "auth": {},
+    # Session ownership and delegation (tether.access, tether.mcp): see the README.
+    "sessions": {},  # visibility = "tree"; closeChildren = true
+    "agentToAgent": {},  # enabled = false; allow = []
+    "mcpBridge": False,  # pass `tether mcp` to every agent in session/new
+    "mcpServers": [],  # the user's own MCP servers, passed to every agent
 }
+
+_TABLES = ("agents", "auth", "sessions", "agentToAgent")  # merged key by key
 
 
 def _read(path: str) -> dict[str, Any]:
@@ -81,12 +99,12 @@ def _read(path: str) -> dict[str, Any]:
 def load(cwd: str | os.PathLike[str]) -> dict[str, Any]:
     """The merged configuration for a command run in ``cwd``."""
     merged = dict(DEFAULTS)
-    merged["agents"] = {}
-    merged["auth"] = {}
+    for table in _TABLES:
+        merged[table] = {}
     for path in (paths.user_config_file(), paths.project_config_file(cwd)):
         data = _read(path)
         for key, value in data.items():
-            if key in ("agents", "auth") and isinstance(value, dict):
+            if key in _TABLES and isinstance(value, dict):
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value

@@ -12,24 +12,14 @@ transitively, children first, so nothing a closed session started outlives it.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tether.visibility import Row
 
+if TYPE_CHECKING:
+    from tether.registry import Session as _SessionLike
+
 __all__ = ["close_order", "ownership_json", "parent_of", "row_of", "tree_lines"]
-
-
-class _SessionLike(Protocol):
-    key: str
-    name: str
-    state: str
-    agent_id: str
-    agent_label: str
-    owner_session_key: str | None
-    spawned_by: str | None
-    parent_session_key: str | None
-    created_at: float
-    sandboxed: bool
 
 
 def row_of(session: _SessionLike) -> Row:
