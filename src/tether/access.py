@@ -47,6 +47,7 @@ __all__ = [
     "could_be_agent",
     "current_requester",
     "policy",
+    "spawn_owner",
     "visible_sessions",
 ]
 
@@ -181,6 +182,22 @@ def authorize(
             requester=resolved.requester.session_key,
         )
     return resolved
+
+
+def spawn_owner(resolved: Resolved, agent_id: str, parent: Session | None = None) -> dict[str, Any]:
+    """The ownership fields of a session ``resolved`` creates (``upsert_session(owner=)``).
+
+    The operator's sessions are operator-owned; a requester's record it as owner,
+    spawner and parent, and a sandboxed requester's children are sandboxed too.
+    """
+    key = resolved.spawner_key
+    return {
+        "agent_id": agent_id,
+        "owner_session_key": key,
+        "spawned_by": key,
+        "parent_session_key": key,
+        "sandboxed": bool(parent is not None and parent.sandboxed),
+    }
 
 
 def visible_sessions(
