@@ -73,8 +73,8 @@ def close_tree(
                 )
     result = dict(close_one(key))
     survivors = list(result.get("survivors") or [])
-    for child in children:
-        survivors.extend(child.get("survivors") or [])
+    for entry in children:
+        survivors.extend(entry.get("survivors") or [])
     result["survivors"] = survivors
     result["closedChildren"] = children
     return result
