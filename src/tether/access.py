@@ -127,7 +127,7 @@ def policy(cfg: dict[str, Any] | None = None) -> tuple[Visibility, A2APolicy]:
     except ValueError as exc:
         raise UsageError(f"config [sessions] {exc}") from None
     allow = a2a_cfg.get("allow") or []
-    if not isinstance(allow, list) or not all(isinstance(p, str) for p in allow):
+    if not isinstance(allow, (list, tuple)) or not all(isinstance(p, str) for p in allow):
         raise UsageError("config [agentToAgent] allow must be a list of strings")
     enabled = a2a_cfg.get("enabled", False)
     if not isinstance(enabled, bool):

@@ -1,33 +1,22 @@
 """Configuration: ``config.toml`` (user) and ``./.tether.toml`` (project); flags win.
 
-Keys (acpx's names; snake_case spellings are accepted too)::
+Every key is declared once, in :data:`SCHEMA`: its kind, default, allowed values and a
+one-line description. Loading validates each file against it:
 
-    defaultAgent = "codex"              # used by the agent-less forms
-    defaultPermissions = "approve-reads"  # approve-all | approve-reads | deny-all
-    nonInteractivePermissions = "deny"  # deny | fail (exit 5)
-    format = "text"                     # text | json | quiet
-    timeout = 120                       # seconds per prompt (none by default)
-    ttl = 3600                          # owner idle TTL; 0 = forever
-    turnTimeout = 1800                  # hard ceiling of one turn inside the owner
-    ownerMaxLifetime = 0                # 0 = unbounded
-    queueMaxDepth = 16
-    livenessInterval = 30              # how often a waiting turn checks the agent is alive
-    handshakeTimeout = 30              # deadline of each handshake step (initialize...)
-    mcpBridge = false                   # hand every agent `tether mcp` (session delegation)
-    mcpServers = []                     # your own MCP servers for every agent (ACP McpServer)
-    [agents.mine]                       # a named agent; replaces a built-in of the same name
-    argv = ["node", "/abs/agent.js"]
-    [auth]                              # methodId -> credential (also TETHER_AUTH_<METHODID>)
-    api-key = "sk-..."
-    [sessions]
-    visibility = "tree"                 # self | tree | agent | all
-    closeChildren = true                # closing a session closes what it spawned, first
-    [agentToAgent]
-    enabled = false
-    allow = ["claude", "co*"]
+- a bad value is refused (:class:`~tether.errors.ConfigError`, exit 2) with the file,
+  the key, the value and what is allowed;
+- an unknown key is a warning naming the nearest known key, and is ignored;
+- a malformed file names the file and the line.
 
-The project file beats the user file; the tables merge key by key.
-Standard library only (``tomllib``).
+Adding a key is one line in :data:`SCHEMA`, e.g.::
+
+    "abandonedTurnGrace": seconds(5.0, "how long an abandoned turn may take to answer"),
+
+The snake_case spelling (``abandoned_turn_grace``) is accepted automatically. A table
+of its own keys is ``table("…", keys={"visibility": choice("tree", (…), "…")})``.
+
+The project file beats the user file; tables merge key by key. Standard library only
+(``tomllib``, imported only when a file exists): this module is on the thin CLI path.
 """
 
 from __future__ import annotations
@@ -35,76 +24,340 @@ from __future__ import annotations
 import os
 
 from tether import paths
-from tether.errors import UsageError
+from tether.errors import ConfigError
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin CLI path; mypy reads the name
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
     from typing import Any
 
+    Warn = Callable[[str], None]
 
-_ALIASES = {
-    "default_agent": "defaultAgent",
-    "default_permissions": "defaultPermissions",
-    "non_interactive_permissions": "nonInteractivePermissions",
-    "turn_timeout": "turnTimeout",
-    "owner_max_lifetime": "ownerMaxLifetime",
-    "owner_idle_ttl": "ttl",
-    "queue_max_depth": "queueMaxDepth",
-    "liveness_interval": "livenessInterval",
-    "handshake_timeout": "handshakeTimeout",
-    "agent_to_agent": "agentToAgent",
-    "mcp_bridge": "mcpBridge",
-    "mcp_servers": "mcpServers",
+
+class Key:
+    """One configuration key. Build it with :func:`seconds`, :func:`choice`… (not directly).
+
+    ``check(value)`` returns the normalised value, or raises ``ValueError`` whose text
+    says what is allowed.
+    """
+
+    __slots__ = ("allowed", "check", "default", "help", "keys", "values")
+
+    def __init__(
+        self,
+        default: Any,
+        help: str,
+        allowed: str,
+        check: Callable[[Any], Any],
+        keys: Mapping[str, Key] | None = None,
+        values: Key | None = None,
+    ) -> None:
+        self.default = default
+        self.help = help
+        self.allowed = allowed
+        self.check = check
+        self.keys = keys  # a table with its own schema
+        self.values = values  # a table of free names, each value checked by this key
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def seconds(default: float | None, help: str, *, positive: bool = False) -> Key:
+    """A duration in seconds: ``≥ 0`` (``> 0`` when ``positive``)."""
+    allowed = "a number of seconds " + ("> 0" if positive else "≥ 0")
+
+    def check(value: Any) -> float:
+        if not _is_number(value) or value < 0 or (positive and value == 0):
+            raise ValueError(allowed)
+        return float(value)
+
+    return Key(default, help, allowed, check)
+
+
+def integer(default: int, help: str, *, minimum: int = 1) -> Key:
+    """A whole number ``≥ minimum``."""
+    allowed = f"a whole number ≥ {minimum}"
+
+    def check(value: Any) -> int:
+        if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+            raise ValueError(allowed)
+        return value
+
+    return Key(default, help, allowed, check)
+
+
+def choice(default: str, choices: tuple[str, ...], help: str) -> Key:
+    """One of ``choices``."""
+    allowed = "one of " + ", ".join(f'"{c}"' for c in choices)
+
+    def check(value: Any) -> str:
+        if value not in choices:
+            raise ValueError(allowed)
+        return str(value)
+
+    return Key(default, help, allowed, check)
+
+
+def text(default: str | None, help: str) -> Key:
+    """A non-empty string."""
+
+    def check(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError("a non-empty string")
+        return value
+
+    return Key(default, help, "a non-empty string", check)
+
+
+def flag(default: bool, help: str) -> Key:
+    """``true`` or ``false``."""
+
+    def check(value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise ValueError("true or false")
+        return value
+
+    return Key(default, help, "true or false", check)
+
+
+def table(
+    help: str,
+    *,
+    keys: Mapping[str, Key] | None = None,
+    values: Key | None = None,
+) -> Key:
+    """A TOML table: with its own ``keys`` (validated like the top level), or free names
+    whose ``values`` are all checked by one key (``[agents.NAME]``, ``[auth]``)."""
+
+    def check(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValueError("a table")
+        return dict(value)
+
+    return Key({}, help, "a table", check, keys, values)
+
+
+def _string(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError("a string")
+    return value
+
+
+def _agent(value: Any) -> Any:
+    """An agent: a command string, an argv list, or a table with ``argv`` or ``command``."""
+    allowed = 'a command string, an argv list, or a table with argv = [...] or command = "..."'
+    if isinstance(value, str) and value.strip():
+        return value
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value):
+        return value
+    if isinstance(value, dict):
+        argv, command, args = value.get("argv"), value.get("command"), value.get("args", [])
+        good_argv = isinstance(argv, list) and argv and all(isinstance(a, str) for a in argv)
+        good_command = isinstance(command, str) and command and isinstance(args, list)
+        if good_argv or good_command:
+            return value
+    raise ValueError(allowed)
+
+
+_PERMISSIONS = ("approve-all", "approve-reads", "deny-all")
+
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ValueError('a list of agent id patterns, e.g. ["claude", "co*"]')
+    return tuple(value)
+
+
+def _mcp_servers(value: Any) -> tuple[dict[str, Any], ...]:
+    """ACP ``McpServer`` objects: ``{name, command, args, env}`` or ``{type, name, url}``."""
+    allowed = "a list of tables, each with a name and a command (stdio) or a url (http, sse)"
+    if not isinstance(value, list):
+        raise ValueError(allowed)
+    for server in value:
+        if not isinstance(server, dict) or not isinstance(server.get("name"), str):
+            raise ValueError(allowed)
+        if not isinstance(server.get("command"), str) and not isinstance(server.get("url"), str):
+            raise ValueError(allowed)
+    return tuple(dict(s) for s in value)
+
+
+_SESSIONS = {
+    "visibility": choice(
+        "tree", ("self", "tree", "agent", "all"), "which sessions a session may see and drive"
+    ),
+    "closeChildren": flag(True, "closing a session first closes the sessions it spawned"),
+}
+_AGENT_TO_AGENT = {
+    "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),
+    "allow": Key((), "agent ids allowed", "a list of agent id patterns", _patterns),
 }
 
-DEFAULTS: dict[str, Any] = {
-    "defaultAgent": "codex",
-    "defaultPermissions": "approve-reads",
-    "nonInteractivePermissions": "deny",
-    "format": "text",
-    "timeout": None,
-    "ttl": 3600.0,
-    "turnTimeout": 1800.0,
-    "ownerMaxLifetime": 0.0,
-    "queueMaxDepth": 16,
-    "livenessInterval": 30.0,
-    "handshakeTimeout": 30.0,
-    "agents": {},
-    "auth": {},
-    # Session ownership and delegation (tether.access, tether.mcp): see the README.
-    "sessions": {},  # visibility = "tree"; closeChildren = true
-    "agentToAgent": {},  # enabled = false; allow = []
-    "mcpBridge": False,  # pass `tether mcp` to every agent in session/new
-    "mcpServers": [],  # the user's own MCP servers, passed to every agent
+# The schema: one line per key. camelCase names are acpx's; snake_case is accepted too.
+SCHEMA: dict[str, Key] = {
+    "defaultAgent": text("codex", "the agent of the agent-less forms"),
+    "defaultPermissions": choice("approve-reads", _PERMISSIONS, "the permission mode"),
+    "nonInteractivePermissions": choice(
+        "deny", ("deny", "fail"), "undecided permission requests: reject, or fail (exit 5)"
+    ),
+    "format": choice("text", ("text", "json", "quiet"), "the output format"),
+    "timeout": seconds(None, "give up on a prompt after this long, exit 3", positive=True),
+    "ttl": seconds(3600.0, "the owner's idle TTL; 0 = forever"),
+    "turnTimeout": seconds(1800.0, "hard ceiling of one turn inside the owner", positive=True),
+    "ownerMaxLifetime": seconds(0.0, "retire an idle owner after this long; 0 = never"),
+    "queueMaxDepth": integer(16, "requests an owner queues before QUEUE_OVERLOADED"),
+    "livenessInterval": seconds(30.0, "a waiting turn checks the agent this often", positive=True),
+    "handshakeTimeout": seconds(30.0, "deadline of each handshake step", positive=True),
+    "agents": table("a named agent", values=Key(None, "", "", _agent)),
+    "auth": table("a credential by ACP auth method id", values=Key(None, "", "", _string)),
+    # Session ownership and delegation (tether.access, tether.mcp; issue 10).
+    "sessions": table("session ownership and visibility", keys=_SESSIONS),
+    "agentToAgent": table("cross-agent access (agent-to-agent policy)", keys=_AGENT_TO_AGENT),
+    "mcpBridge": flag(False, "hand every agent `tether mcp` (session delegation) in session/new"),
+    "mcpServers": Key((), "MCP servers for every agent", "a list of MCP servers", _mcp_servers),
 }
 
-_TABLES = ("agents", "auth", "sessions", "agentToAgent")  # merged key by key
+_EXTRA_ALIASES = {"owner_idle_ttl": "ttl"}
 
 
-def _read(path: str) -> dict[str, Any]:
+def _snake(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name)
+
+
+def _aliases(schema: Mapping[str, Key]) -> dict[str, str]:
+    out = {_snake(name): name for name in schema if _snake(name) != name}
+    return {**out, **(_EXTRA_ALIASES if schema is SCHEMA else {})}
+
+
+def _default(key: Key) -> Any:
+    if key.keys is not None:
+        return {name: _default(sub) for name, sub in key.keys.items()}
+    return dict(key.default) if isinstance(key.default, dict) else key.default
+
+
+DEFAULTS: dict[str, Any] = {name: _default(key) for name, key in SCHEMA.items()}
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_show(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_show(v)}" for k, v in value.items()) + " }"
+    return repr(value)
+
+
+def _nearest(name: str, known: Mapping[str, Key]) -> str:
+    import difflib  # only when a key is unknown
+
+    candidates = [*known, *_aliases(known)]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    if not close:
+        lowered = {c.lower(): c for c in candidates}
+        close = [lowered[name.lower()]] if name.lower() in lowered else []
+    return f"; did you mean {_aliases(known).get(close[0], close[0])}?" if close else ""
+
+
+def validate(
+    data: Mapping[str, Any],
+    path: str,
+    warn: Warn,
+    schema: Mapping[str, Key] = SCHEMA,
+    prefix: str = "",
+) -> dict[str, Any]:
+    """Check one file's ``data`` against ``schema``; return it normalised (canonical names).
+
+    Raises:
+        ConfigError: a value is not allowed (names the file, key, value and what is).
+    """
+    aliases = _aliases(schema)
+    out: dict[str, Any] = {}
+    for raw_name, value in data.items():
+        name = aliases.get(raw_name, raw_name)
+        key = schema.get(name)
+        if key is None:
+            warn(
+                f"unknown config key {prefix}{raw_name} in {path}"
+                f"{_nearest(raw_name, schema)} (ignored)"
+            )
+            continue
+        if isinstance(value, dict) and key.keys is not None:
+            out[name] = validate(value, path, warn, key.keys, f"{prefix}{name}.")
+        elif isinstance(value, dict) and key.values is not None:
+            out[name] = {
+                item: _checked(key.values, value[item], path, f"{prefix}{name}.{item}", key.help)
+                for item in value
+            }
+        else:
+            out[name] = _checked(key, value, path, f"{prefix}{raw_name}", key.help)
+    return out
+
+
+def _checked(key: Key, value: Any, path: str, name: str, help: str) -> Any:
+    try:
+        return key.check(value)
+    except ValueError as exc:
+        raise ConfigError(
+            f"{path}: {name} = {_show(value)} is not allowed: expected {exc} ({help})"
+        ) from None
+
+
+def _decode_error(path: str, exc: Exception, raw: bytes) -> ConfigError:
+    """``path:LINE: malformed TOML: …`` (tomllib puts the line in its message before 3.14)."""
+    message = str(exc)
+    line = getattr(exc, "lineno", None)
+    if line is None and "(at line " in message:
+        line = int(message.split("(at line ", 1)[1].split(",", 1)[0])
+    if line is None and "end of document" in message:
+        line = raw.count(b"\n") + (0 if raw.endswith(b"\n") else 1)
+    where = f"{path}:{line}" if line else path
+    return ConfigError(f"{where}: malformed TOML: {message}")
+
+
+def _read(path: str, warn: Warn) -> dict[str, Any]:
     if not os.path.exists(path):
         return {}  # the common case: no file, and no tomllib import (re, datetime) paid
     import tomllib
 
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            raw = f.read()
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"cannot read config {path}: {exc}") from exc
-    return {_ALIASES.get(k, k): v for k, v in data.items()}
+    except OSError as exc:
+        raise ConfigError(f"cannot read config {path}: {exc.strerror or exc}") from exc
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text ({exc.reason})") from exc
+    except tomllib.TOMLDecodeError as exc:
+        raise _decode_error(path, exc, raw) from exc
+    return validate(data, path, warn)
 
 
-def load(cwd: str | os.PathLike[str]) -> dict[str, Any]:
-    """The merged configuration for a command run in ``cwd``."""
-    merged = dict(DEFAULTS)
-    for table in _TABLES:
-        merged[table] = {}
+def _stderr_warning(message: str) -> None:
+    import sys
+
+    sys.stderr.write(f"[tether] warning: {message}\n")
+
+
+def load(cwd: str | os.PathLike[str], warn: Warn | None = None) -> dict[str, Any]:
+    """The merged, validated configuration for a command run in ``cwd``.
+
+    Args:
+        warn: called with each warning (unknown keys); default: a line on stderr.
+
+    Raises:
+        ConfigError: a file is malformed or a value is not allowed (exit 2).
+    """
+    merged: dict[str, Any] = {name: _default(key) for name, key in SCHEMA.items()}
     for path in (paths.user_config_file(), paths.project_config_file(cwd)):
-        data = _read(path)
-        for key, value in data.items():
-            if key in _TABLES and isinstance(value, dict):
+        for key, value in _read(path, warn or _stderr_warning).items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}
             else:
                 merged[key] = value

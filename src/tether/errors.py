@@ -30,10 +30,16 @@
     │   ├── RequestCancelled            a queued request was removed by `cancel`
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
     │   └── GenerationMismatch          the request named another owner generation
+    ├── StateError                      the state directory (TETHER_HOME) cannot be used
+    │   ├── StateCorrupt                the state database is not a database / is malformed
+    │   ├── StateFull                   the disk is full (or failed) under the state directory
+    │   └── StatePermission             the state directory belongs to someone else
+    ├── InternalError                   an unexpected failure (a bug): details in a log file
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     │   └── VisibilityDenied            the visibility rules forbid this requester that session
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
+        └── ConfigError                 a config file is malformed or holds a bad value
 
 Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
 (``exit_code``), and the IPC hop between an owner and its callers carries errors as
@@ -57,11 +63,13 @@ __all__ = [
     "AgentRequestError",
     "BrokenResourceError",
     "ClosedResourceError",
+    "ConfigError",
     "EscalationFailed",
     "FrameTooLarge",
     "GenerationMismatch",
     "HandshakeTimeout",
     "IdentityUnverified",
+    "InternalError",
     "Interrupted",
     "InvalidTransition",
     "LocalProtocolError",
@@ -79,6 +87,10 @@ __all__ = [
     "ResourceError",
     "SessionError",
     "SpawnError",
+    "StateCorrupt",
+    "StateError",
+    "StateFull",
+    "StatePermission",
     "StopTimeout",
     "SupervisionError",
     "TetherError",
@@ -349,6 +361,41 @@ class GenerationMismatch(SessionError):
     default_detail_code = "QUEUE_OWNER_GENERATION_MISMATCH"
 
 
+# --- the state directory -------------------------------------------------------------
+# Raised by one translation point per layer: ``registry`` (sqlite3 errors) and ``paths``
+# (OS errors on TETHER_HOME and run/). Messages name the file and the way out.
+
+
+class StateError(TetherError):
+    """The state directory or its database cannot be used."""
+
+    default_detail_code = "STATE_ERROR"
+
+
+class StateCorrupt(StateError):
+    """The state database is damaged; `tether doctor --repair` moves it aside."""
+
+    default_detail_code = "STATE_CORRUPT"
+
+
+class StateFull(StateError):
+    """The disk under the state directory is full or failed; nothing was half-written."""
+
+    default_detail_code = "STATE_FULL"
+
+
+class StatePermission(StateError):
+    """The state directory (or a file in it) belongs to another user or is not writable."""
+
+    default_detail_code = "STATE_PERMISSION"
+
+
+class InternalError(TetherError):
+    """Something unexpected failed (a bug in Tether); the details are in a log file."""
+
+    default_detail_code = "INTERNAL_ERROR"
+
+
 # --- the rest -----------------------------------------------------------------------
 
 
@@ -384,6 +431,12 @@ class UsageError(TetherError):
     code = "USAGE"
     default_origin = "cli"
     default_detail_code = "USAGE"
+
+
+class ConfigError(UsageError):
+    """A configuration file is malformed or holds a value that is not allowed."""
+
+    default_detail_code = "CONFIG_INVALID"
 
 
 def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:

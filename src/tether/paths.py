@@ -24,6 +24,10 @@ from contextvars import ContextVar, Token
 
 from tether._hash import sha256_hex
 
+TYPE_CHECKING = False  # typing costs milliseconds on the thin CLI path; mypy reads the name
+if TYPE_CHECKING:
+    from tether.errors import TetherError
+
 _SUN_PATH_MAX = 100  # 108 in the kernel; leave room for the socket file name
 
 # Paths are plain strings on purpose: pathlib drags urllib.parse and friends into the
@@ -31,8 +35,77 @@ _SUN_PATH_MAX = 100  # 108 in the kernel; leave room for the socket file name
 
 
 def _mkdir(path: str) -> str:
-    os.makedirs(path, mode=0o700, exist_ok=True)
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise state_error(exc, path) from exc
     return path
+
+
+def _chmod(path: str, mode: int) -> None:
+    try:
+        os.chmod(path, mode)
+    except OSError as exc:
+        raise state_error(exc, path) from exc
+
+
+def owner_of(path: str) -> str:
+    """Who owns ``path`` (or its nearest existing parent), for error messages.
+
+    Returns e.g. ``"/srv/tether belongs to root (mode 0700)"``; never raises.
+    """
+    probe = os.path.abspath(path)
+    st: os.stat_result | None = None
+    while st is None:
+        try:
+            st = os.stat(probe)
+        except OSError:
+            parent = os.path.dirname(probe)
+            if parent == probe:
+                return f"{path}: owner unknown"
+            probe = parent
+    import pwd  # a small C module, only on this error path
+
+    try:
+        who = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        who = f"uid {st.st_uid}"
+    return f"{probe} belongs to {who} (mode {st.st_mode & 0o7777:04o})"
+
+
+def _me() -> str:
+    import pwd
+
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return f"uid {os.geteuid()}"
+
+
+def state_error(exc: OSError, path: str) -> TetherError:
+    """Translate an OS error on a state path into the ``StateError`` family.
+
+    The one place where OS errors about TETHER_HOME become Tether errors (the registry
+    does the same for sqlite3's); the message names the path, the owner and the way out.
+    """
+    import errno
+
+    from tether.errors import StateError, StateFull, StatePermission
+
+    reason = exc.strerror or str(exc)
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        return StatePermission(
+            f"cannot use the state directory: {reason}: {path}; {owner_of(path)} and you"
+            f" are {_me()}. Set TETHER_HOME to a directory of your own.",
+            path=path,
+        )
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        return StateFull(
+            f"no space left for Tether's state: {reason}: {path}. Free some space and"
+            " retry; nothing was half-written.",
+            path=path,
+        )
+    return StateError(f"cannot use the state directory: {reason}: {path}", path=path)
 
 
 _home_override: ContextVar[str | None] = ContextVar("tether_home", default=None)
@@ -47,18 +120,21 @@ def reset_home(token: Token[str | None]) -> None:
     _home_override.reset(token)
 
 
-def home() -> str:
-    """The state directory (created 0700 on first use)."""
+def home_path() -> str:
+    """The state directory's path, without creating it."""
     override = _home_override.get()
     if override:
-        return _mkdir(override)
+        return override
     env = os.environ.get("TETHER_HOME")
     if env:
-        path = os.path.abspath(os.path.expanduser(env))
-    else:
-        base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
-        path = os.path.join(base, "tether")
-    return _mkdir(path)
+        return os.path.abspath(os.path.expanduser(env))
+    base = os.environ.get("XDG_STATE_HOME") or os.path.expanduser("~/.local/state")
+    return os.path.join(base, "tether")
+
+
+def home() -> str:
+    """The state directory (created 0700 on first use)."""
+    return _mkdir(home_path())
 
 
 def state_db() -> str:
@@ -68,7 +144,7 @@ def state_db() -> str:
 def run_dir() -> str:
     """0700 directory for lock files."""
     path = _mkdir(os.path.join(home(), "run"))
-    os.chmod(path, 0o700)
+    _chmod(path, 0o700)
     return path
 
 
@@ -79,7 +155,7 @@ def socket_dir() -> str:
         return path
     digest = sha256_hex(home())[:12]
     short = _mkdir(f"/tmp/tether-{os.getuid()}-{digest}")  # noqa: S108 -- 0700, chmod below
-    os.chmod(short, 0o700)
+    _chmod(short, 0o700)
     return short
 
 

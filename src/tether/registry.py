@@ -24,11 +24,12 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from tether import paths
+from tether._state_errors import translate_error
 
 _MIGRATIONS: tuple[str, ...] = (
     # v1: the first schema.
@@ -211,20 +212,47 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
 
 
 class Registry:
-    """A connection to the state database. Not shared between threads."""
+    """A connection to the state database. Not shared between threads.
+
+    Raises (from the constructor and every method):
+        StateCorrupt, StateFull, StatePermission, StateError: see
+        :func:`tether._state_errors.translate_error`, the one place where sqlite3's
+        and the OS's errors about the database become Tether's.
+    """
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
-        # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
-        # sequences (generation increments) cannot interleave between processes.
-        self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
-        self._db.row_factory = sqlite3.Row
-        os.chmod(self.path, 0o600)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=10000")
-        self._migrate()
-        self.instance_id = self._ensure_instance_id()
+        with self._translated():
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
+            # sequences (generation increments) cannot interleave between processes.
+            self._db = sqlite3.connect(self.path, timeout=10.0, isolation_level=None)
+            try:
+                self._db.row_factory = sqlite3.Row
+                os.chmod(self.path, 0o600)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=NORMAL")
+                self._db.execute("PRAGMA busy_timeout=10000")
+                self._migrate()
+                self.instance_id = self._ensure_instance_id()
+            except BaseException:
+                self._db.close()
+                raise
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        try:
+            yield
+        except (sqlite3.Error, OSError) as exc:
+            raise translate_error(exc, self.path) from exc
+
+    def _rows(self, query: str, args: Any = ()) -> list[sqlite3.Row]:
+        with self._translated():
+            return list(self._db.execute(query, args).fetchall())
+
+    def _row(self, query: str, args: Any = ()) -> sqlite3.Row | None:
+        with self._translated():
+            row: sqlite3.Row | None = self._db.execute(query, args).fetchone()
+            return row
 
     def close(self) -> None:
         self._db.close()
@@ -237,13 +265,17 @@ class Registry:
 
     @contextmanager
     def transaction(self) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE")
-        try:
-            yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
-            raise
-        self._db.execute("COMMIT")
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; any failure rolls back (nothing half-written)."""
+        with self._translated():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._db
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    with suppress(sqlite3.Error):  # a full disk may fail the rollback too
+                        self._db.execute("ROLLBACK")
+                raise
 
     def _migrate(self) -> None:
         with self.transaction() as db:
@@ -314,7 +346,7 @@ class Registry:
         return changed
 
     def lease(self, lease_id: str) -> Lease | None:
-        row = self._db.execute("SELECT * FROM leases WHERE lease_id = ?", (lease_id,)).fetchone()
+        row = self._row("SELECT * FROM leases WHERE lease_id = ?", (lease_id,))
         return Lease(**dict(row)) if row else None
 
     def leases(
@@ -336,7 +368,7 @@ class Registry:
             query += " AND session_key = ?"
             args.append(session_key)
         query += " ORDER BY created_at"
-        return [Lease(**dict(r)) for r in self._db.execute(query, args).fetchall()]
+        return [Lease(**dict(r)) for r in self._rows(query, args)]
 
     def delete_lease(self, lease_id: str) -> None:
         with self.transaction() as db:
@@ -345,7 +377,7 @@ class Registry:
     # --- sessions -----------------------------------------------------------------
 
     def session(self, key: str) -> Session | None:
-        row = self._db.execute("SELECT * FROM sessions WHERE key = ?", (key,)).fetchone()
+        row = self._row("SELECT * FROM sessions WHERE key = ?", (key,))
         return _session_from_row(row) if row else None
 
     def sessions(self, *, include_closed: bool = True) -> list[Session]:
@@ -353,7 +385,7 @@ class Registry:
         if not include_closed:
             query += " WHERE state != 'closed'"
         query += " ORDER BY created_at"
-        return [_session_from_row(r) for r in self._db.execute(query).fetchall()]
+        return [_session_from_row(r) for r in self._rows(query)]
 
     def upsert_session(
         self,
@@ -481,7 +513,7 @@ class Registry:
             args.append(kind)
         query += " ORDER BY id DESC LIMIT ?"
         args.append(limit)
-        rows = self._db.execute(query, args).fetchall()
+        rows = self._rows(query, args)
         return [
             {
                 "id": r["id"],
@@ -505,5 +537,5 @@ class Registry:
             )
 
     def counters(self) -> dict[str, int]:
-        rows = self._db.execute("SELECT name, labels, value FROM counters ORDER BY name, labels")
-        return {(f"{n}{{{lbl}}}" if lbl else n): int(v) for n, lbl, v in rows.fetchall()}
+        rows = self._rows("SELECT name, labels, value FROM counters ORDER BY name, labels")
+        return {(f"{n}{{{lbl}}}" if lbl else n): int(v) for n, lbl, v in rows}

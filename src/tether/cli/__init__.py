@@ -19,45 +19,6 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-HELP = """\
-usage: tether [global options] [<agent>] <command> [options] [text...]
-       tether [global options] <agent> "text"          (implicit prompt)
-
-commands:
-  exec [-f FILE|-] [TEXT...]           one-shot: start the agent, one prompt, tear it down
-  prompt [-s NAME] [--no-wait] [-f FILE|-] [TEXT...]
-                                       prompt a saved session through its warm owner
-  cancel [-s NAME]                     cancel the session's running turn (keeps the session)
-  set-mode [-s NAME] MODE              session/set_mode
-  set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
-  status [-s NAME]                     owner health, pids, queue, lease state
-  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
-  sessions list|show|history [NAME]    inspect sessions
-  sessions close [NAME]                end the session and prove its process tree gone
-  reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
-
-agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
-        a name from config, or any command (`--agent "node agent.js"`)
-
-global options:
-  --agent CMD                          raw agent command (split like a shell, never run by one)
-  --cwd DIR                            working directory (default: current)
-  --approve-all | --approve-reads | --deny-all
-                                       permission mode (default: approve-reads)
-  --non-interactive-permissions deny|fail
-                                       undecided permission requests: reject, or fail (exit 5)
-  --format text|json|quiet             output format (default: text)
-  --timeout SECONDS                    give up on a prompt after this long (exit 3)
-  --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
-  --no-fs                              do not offer file-system access to the agent
-  --verbose                            debug logs on stderr
-  --version, --help
-
-exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
-            5 permission denied, 130 interrupted
-"""
-
-
 class Context:
     """Everything a command needs, resolved from flags, config and the environment.
 
@@ -112,6 +73,10 @@ def _read_prompt(inv: Any) -> str:
     return ""
 
 
+def _ignore(_message: str) -> None:
+    """--json-strict: nothing but JSON, so config warnings are not shown."""
+
+
 def _context(inv: Any) -> Context:
     from tether import agents, config
     from tether.cli.output import Output
@@ -121,7 +86,7 @@ def _context(inv: Any) -> Context:
     if not os.path.isdir(cwd):
         raise UsageError(f"--cwd {cwd} is not a directory")
     cwd = os.path.realpath(cwd)
-    cfg = config.load(cwd)
+    cfg = config.load(cwd, warn=_ignore if inv.json_strict else None)
     from tether.sessions import agent_scope
 
     if inv.agent_cmd:
@@ -137,8 +102,8 @@ def _context(inv: Any) -> Context:
     fmt = inv.format or str(cfg.get("format") or "text")
     if inv.json_strict and fmt != "json":
         raise UsageError("--json-strict requires --format json")
-    timeout = inv.timeout if inv.timeout is not None else cfg.get("timeout")
-    ttl = inv.ttl if inv.ttl is not None else float(cfg.get("ttl") or 0)
+    timeout = inv.timeout if inv.timeout is not None else cfg["timeout"]
+    ttl = inv.ttl if inv.ttl is not None else float(cfg["ttl"])
     return Context(
         inv=inv,
         config=cfg,
@@ -156,17 +121,23 @@ def _context(inv: Any) -> Context:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; returns the process exit code."""
+    """Run the CLI; returns the process exit code.
+
+    Every failure ends here as one line (and an exit code): Tether's own errors as
+    themselves, a known foreign one translated, anything else as :class:`InternalError`
+    with its traceback written to a log file whose path the line names.
+    """
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    flags = args[: args.index("--")] if "--" in args else args
-    if not args or args[:1] == ["help"] or "--help" in flags or "-h" in flags:
-        sys.stdout.write(HELP)
-        return 0
     from tether.cli import _parse
-    from tether.errors import TetherError, UsageError
+
+    help_text = _parse.help_for(args)
+    if help_text is not None:
+        sys.stdout.write(help_text)
+        return 0
+    from tether.errors import TetherError
 
     ctx: Context | None = None
     try:
@@ -180,12 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx = _context(inv)
         return _dispatch(ctx)
     except TetherError as exc:
-        if ctx is not None:
-            ctx.output.error(exc)
-        else:
-            sys.stderr.write(f"[error] {exc}\n")
-            if isinstance(exc, UsageError):
-                sys.stderr.write("try `tether --help`\n")
+        _report(exc, ctx, args)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
@@ -197,6 +163,42 @@ def main(argv: list[str] | None = None) -> int:
         except OSError:
             pass
         return 1
+    except Exception as exc:  # the last line of defence: never a traceback
+        from tether.cli._crash import unexpected
+
+        error = unexpected(exc)
+        _report(error, ctx, args)
+        return error.exit_code
+
+
+def _report(exc: Any, ctx: Context | None, args: list[str]) -> None:
+    """Show ``exc`` in the command's format; JSON errors stay JSON even before parsing."""
+    if ctx is not None:
+        ctx.output.error(exc)
+        return
+    from tether.errors import ConfigError, UsageError
+
+    fmt, strict = _requested_format(args)
+    if fmt == "json":
+        from tether.cli.output import Output
+
+        Output("json", json_strict=strict).error(exc)
+        return
+    sys.stderr.write(f"[error] {exc}\n")
+    if isinstance(exc, UsageError) and not isinstance(exc, ConfigError):
+        sys.stderr.write("try `tether --help`\n")
+
+
+def _requested_format(args: list[str]) -> tuple[str | None, bool]:
+    """``--format`` and ``--json-strict`` as typed, for errors raised before parsing ends."""
+    flags = args[: args.index("--")] if "--" in args else args
+    fmt: str | None = None
+    for index, token in enumerate(flags):
+        if token == "--format" and index + 1 < len(flags):
+            fmt = flags[index + 1]
+        elif token.startswith("--format="):
+            fmt = token.partition("=")[2]
+    return fmt, "--json-strict" in flags
 
 
 def _dispatch(ctx: Context) -> int:

@@ -13,7 +13,18 @@ from __future__ import annotations
 from tether.errors import UsageError
 
 COMMANDS = frozenset(
-    {"prompt", "exec", "cancel", "set-mode", "set", "status", "sessions", "reap", "config"}
+    {
+        "prompt",
+        "exec",
+        "cancel",
+        "set-mode",
+        "set",
+        "status",
+        "sessions",
+        "reap",
+        "config",
+        "doctor",
+    }
 )
 SESSION_SUBCOMMANDS = frozenset({"new", "ensure", "list", "show", "close", "history"})
 
@@ -32,18 +43,120 @@ _GLOBAL_FLAGS = {
     "--json-strict": 0,
     "--no-fs": 0,
 }
+# command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
-    "-s": 1,
-    "--session": 1,
-    "--name": 1,
-    "--no-wait": 0,
-    "-f": 1,
-    "--file": 1,
-    "--dry-run": 0,
-    "--limit": 1,
-    "--all": 0,
-    "--request": 1,
+    "-s": (1, "-s, --session NAME", "the session's name (default: the unnamed session)"),
+    "--session": (1, "", ""),
+    "--name": (1, "", ""),
+    "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
+    "-f": (1, "-f, --file FILE|-", "read the prompt from FILE (- is stdin)"),
+    "--file": (1, "", ""),
+    "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
+    "--limit": (1, "--limit N", "show the last N events (default 20)"),
+    "--all": (0, "--all", "include closed sessions"),
+    "--request": (1, "--request ID", "remove this queued request instead"),
+    "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
 }
+_SAME = {"--session": "-s", "--name": "-s", "--file": "-f"}  # spellings of one option
+
+_S = ("-s", "--session", "--name")
+_F = ("-f", "--file")
+# "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
+_COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "exec": ("[-f FILE|-] [TEXT...]", "one shot: start the agent, one prompt, tear it down", _F),
+    "prompt": (
+        "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
+        "prompt a saved session through its warm owner (never creates one: exit 4)",
+        (*_S, "--no-wait", *_F),
+    ),
+    "cancel": (
+        "[-s NAME] [--request ID]",
+        "cancel the session's running turn (the session stays), or remove a queued request",
+        (*_S, "--request"),
+    ),
+    "set-mode": ("[-s NAME] MODE", "set the session's mode (session/set_mode)", _S),
+    "set": (
+        "[-s NAME] KEY VALUE",
+        "set a session config option (session/set_config_option; `set model X` too)",
+        _S,
+    ),
+    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
+    "sessions": (
+        "new|ensure|list|show|history|close [NAME]",
+        "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
+        (),
+    ),
+    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
+    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
+    "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
+    "sessions history": (
+        "[-s NAME | NAME] [--limit N]",
+        "the session's recorded events, oldest first",
+        (*_S, "--limit"),
+    ),
+    "sessions close": (
+        "[-s NAME | NAME]",
+        "end the session and prove its process tree gone",
+        _S,
+    ),
+    "reap": (
+        "[--dry-run]",
+        "reconcile leases: reap verified orphans of this instance",
+        ("--dry-run",),
+    ),
+    "config": ("", "print the merged configuration", ()),
+    "doctor": (
+        "[--repair]",
+        "check the state directory (database, schema, permissions, stale sockets)",
+        ("--repair",),
+    ),
+}
+
+HELP = """\
+usage: tether [global options] [<agent>] <command> [options] [text...]
+       tether [global options] <agent> "text"          (implicit prompt)
+
+commands:
+  exec [-f FILE|-] [TEXT...]           one-shot: start the agent, one prompt, tear it down
+  prompt [-s NAME] [--no-wait] [-f FILE|-] [TEXT...]
+                                       prompt a saved session through its warm owner
+  cancel [-s NAME] [--request ID]      cancel the session's running turn (keeps the session)
+  set-mode [-s NAME] MODE              session/set_mode
+  set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
+  status [-s NAME]                     owner health, pids, queue, lease state
+  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
+  sessions list|show|history [NAME]    inspect sessions
+  sessions close [NAME]                end the session and prove its process tree gone
+  reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
+  doctor [--repair]                    check the state directory; repair a corrupt database
+  config                               print the merged configuration
+
+  `tether <command> --help` lists a command's own options.
+
+agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
+        a name from config, or any command (`--agent "node agent.js"`)
+
+global options:
+  --agent CMD                          raw agent command (split like a shell, never run by one)
+  --cwd DIR                            working directory (default: current)
+  --approve-all | --approve-reads | --deny-all
+                                       permission mode (default: approve-reads)
+  --non-interactive-permissions deny|fail
+                                       undecided permission requests: reject, or fail (exit 5)
+  --format text|json|quiet             output format (default: text)
+  --json-strict                        with --format json: JSON only (no text on stderr)
+  --timeout SECONDS                    give up on a prompt after this long (exit 3)
+  --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
+  --no-fs                              do not offer file-system access to the agent
+  --verbose                            debug logs on stderr
+  --version, --help
+
+options after `--` are text, never options (`tether mock prompt -- --not-a-flag`).
+
+exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
+            5 permission denied, 130 interrupted
+"""
 
 
 class Invocation:
@@ -69,6 +182,7 @@ class Invocation:
         self.limit: int | None = None
         self.all = False
         self.request: str | None = None
+        self.repair = False
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -114,11 +228,12 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in ("-s", "--session", "--name"):
+    flag = _SAME.get(flag, flag)
+    if flag == "-s":
         inv.session = value
     elif flag == "--no-wait":
         inv.no_wait = True
-    elif flag in ("-f", "--file"):
+    elif flag == "-f":
         inv.file = value
     elif flag == "--dry-run":
         inv.dry_run = True
@@ -126,17 +241,74 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.all = True
     elif flag == "--request":
         inv.request = value
+    elif flag == "--repair":
+        inv.repair = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
         except ValueError:
-            raise UsageError("--limit expects an integer") from None
+            raise UsageError(f"--limit expects an integer, got {value!r}") from None
+
+
+def _arity(flag: str) -> int:
+    if flag in _GLOBAL_FLAGS:
+        return _GLOBAL_FLAGS[flag]
+    return _COMMAND_FLAGS[flag][0] if flag in _COMMAND_FLAGS else 0
+
+
+def _is_option(token: str) -> bool:
+    """``-x``/``--xy`` are options; ``-`` (stdin) and negative numbers are words."""
+    if not token.startswith("-") or token == "-":
+        return False
+    try:
+        float(token)
+    except ValueError:
+        return True
+    return False
+
+
+def _nearest(token: str, candidates: list[str]) -> str:
+    import difflib  # only on this error path: it costs milliseconds
+
+    name = token.partition("=")[0]
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]}?" if close else ""
+
+
+def _spec_key(inv: Invocation) -> str:
+    return f"sessions {inv.subcommand}" if inv.command == "sessions" else inv.command
+
+
+def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> None:
+    """Refuse options that ``inv``'s command does not take, naming the nearest it does."""
+    spec = _spec_key(inv)
+    allowed = _COMMAND_SPECS[spec][2]
+    where = f"`tether {spec}`"
+    known = sorted({*allowed, *_GLOBAL_FLAGS})
+    for token in unknown:
+        raise UsageError(
+            f"unknown option {token} for {where}{_nearest(token, known)}"
+            f" (see `tether {spec} --help`; text after `--` is never an option)"
+        )
+    for flag in given:
+        if flag not in allowed:
+            raise UsageError(
+                f"{flag} is not an option of {where}{_nearest(flag, known)}"
+                f" (see `tether {spec} --help`)"
+            )
 
 
 def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
-    """Parse ``argv`` (without the program name) into an :class:`Invocation`."""
+    """Parse ``argv`` (without the program name) into an :class:`Invocation`.
+
+    Raises:
+        UsageError: an unknown option, an option the command does not take, a missing or
+            malformed value, or no command at all.
+    """
     inv = Invocation(command="")
     positional: list[str] = []
+    given: list[tuple[str, str | None]] = []  # command options, applied once the command is known
+    unknown: list[str] = []
     i = 0
     literal = False
     while i < len(argv):
@@ -149,52 +321,34 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             literal = True
             i += 1
             continue
-        name, eq, inline = token.partition("=")
-        if (
-            token.startswith("-")
-            and len(token) > 1
-            and (name in _GLOBAL_FLAGS or name in _COMMAND_FLAGS)
-        ):
-            arity = _GLOBAL_FLAGS.get(name, _COMMAND_FLAGS.get(name, 0))
-            value: str | None = None
-            if arity:
-                if eq:
-                    value = inline
-                elif i + 1 < len(argv):
-                    value = argv[i + 1]
-                    i += 1
-                else:
-                    raise UsageError(f"{name} needs a value")
-            elif eq:
-                raise UsageError(f"{name} takes no value")
-            if name in _GLOBAL_FLAGS:
-                _apply_global(inv, name, value)
-            else:
-                _apply_command(inv, name, value)
+        if not _is_option(token):
+            positional.append(token)
             i += 1
             continue
-        if token.startswith("-") and len(token) > 1 and not positional:
-            raise UsageError(f"unknown option {token}")
-        positional.append(token)
+        name, eq, inline = token.partition("=")
+        if name not in _GLOBAL_FLAGS and name not in _COMMAND_FLAGS:
+            unknown.append(token)
+            i += 1
+            continue
+        arity = _arity(name)
+        value: str | None = None
+        if arity:
+            if eq:
+                value = inline
+            elif i + 1 < len(argv):
+                value = argv[i + 1]
+                i += 1
+            else:
+                raise UsageError(f"{name} needs a value")
+        elif eq:
+            raise UsageError(f"{name} takes no value")
+        if name in _GLOBAL_FLAGS:
+            _apply_global(inv, name, value)
+        else:
+            given.append((name, value))
         i += 1
 
-    if positional and positional[0] in COMMANDS:
-        inv.command = positional[0]
-        rest = positional[1:]
-    elif len(positional) >= 2 and positional[1] in COMMANDS:
-        inv.agent = positional[0]
-        inv.command = positional[1]
-        rest = positional[2:]
-    elif positional:
-        # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
-        inv.command = "prompt"
-        if callable(is_agent_name) and is_agent_name(positional[0]) and len(positional) >= 1:
-            inv.agent = positional[0]
-            rest = positional[1:]
-        else:
-            rest = positional
-    else:
-        raise UsageError("no command given; try `tether --help`")
+    rest = _command(inv, positional, is_agent_name, unknown)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
     if inv.command == "sessions":
@@ -207,12 +361,95 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             )
         else:
             inv.subcommand = "list"
-        if (
-            rest
-            and inv.subcommand in ("show", "close", "history", "new", "ensure")
-            and not inv.session
-        ):
-            inv.session = rest[0]
-            rest = rest[1:]
+    _check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
+    for flag, value in given:
+        _apply_command(inv, flag, value)
+    if (
+        rest
+        and inv.command == "sessions"
+        and inv.subcommand in ("show", "close", "history", "new", "ensure")
+        and not inv.session
+    ):
+        inv.session = rest[0]
+        rest = rest[1:]
     inv.words = rest
     return inv
+
+
+def _command(
+    inv: Invocation, positional: list[str], is_agent_name: object, unknown: list[str]
+) -> list[str]:
+    """Find the agent and the command among the positional words; return the rest."""
+    if positional and positional[0] in COMMANDS:
+        inv.command = positional[0]
+        return positional[1:]
+    if len(positional) >= 2 and positional[1] in COMMANDS:
+        inv.agent = positional[0]
+        inv.command = positional[1]
+        return positional[2:]
+    if positional:
+        # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
+        inv.command = "prompt"
+        if callable(is_agent_name) and is_agent_name(positional[0]):
+            inv.agent = positional[0]
+            return positional[1:]
+        return positional
+    if unknown:
+        raise UsageError(
+            f"unknown option {unknown[0]}{_nearest(unknown[0], sorted(_GLOBAL_FLAGS))}"
+        )
+    raise UsageError("no command given; try `tether --help`")
+
+
+# --- help ----------------------------------------------------------------------------
+
+
+def _command_help(spec: str) -> str:
+    args, what, options = _COMMAND_SPECS[spec]
+    lines = [
+        f"tether {spec}: {what}",
+        "",
+        f"usage: tether [global options] [<agent>] {spec} {args}".rstrip(),
+    ]
+    if spec == "sessions":
+        lines += ["", "subcommands:"]
+        for sub in ("new", "ensure", "list", "show", "history", "close"):
+            sub_args, sub_what, _ = _COMMAND_SPECS[f"sessions {sub}"]
+            lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
+    shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]
+    if shown:
+        lines += ["", "options:"]
+        lines += [f"  {usage.ljust(36)} {text}" for _, usage, text in shown]
+    lines += ["", "global options (`tether --help`) are accepted too."]
+    return "\n".join(lines) + "\n"
+
+
+def help_for(argv: list[str]) -> str | None:
+    """The help text ``argv`` asks for (``--help``, ``-h``, ``help [COMMAND]``), or None.
+
+    ``tether <command> --help`` gets that command's own options; anything else the
+    global help. Never raises: asking for help is not a usage error.
+    """
+    flags = argv[: argv.index("--")] if "--" in argv else argv
+    words: list[str] = []
+    skip = 0
+    for token in flags:
+        if skip:
+            skip -= 1
+        elif not token.startswith("-"):
+            words.append(token)
+        elif "=" not in token:
+            skip = _arity(token)
+    if words[:1] == ["help"]:
+        words = words[1:]
+    elif argv and "--help" not in flags and "-h" not in flags:
+        return None
+    spec: str | None = None
+    for index, word in enumerate(words[:2]):
+        if word in COMMANDS:
+            spec = word
+            following = words[index + 1 : index + 2]
+            if word == "sessions" and following and following[0] in SESSION_SUBCOMMANDS:
+                spec = f"sessions {following[0]}"
+            break
+    return _command_help(spec) if spec else HELP
