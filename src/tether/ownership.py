@@ -11,7 +11,7 @@ transitively, children first, so nothing a closed session started outlives it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.visibility import Row
@@ -51,24 +51,29 @@ def parent_of(session: _SessionLike) -> str | None:
     return session.parent_session_key or session.spawned_by or session.owner_session_key
 
 
-def _children_map(sessions: Iterable[_SessionLike]) -> tuple[list[str], dict[str, list[str]]]:
-    rows = list(sessions)
-    keys = {s.key for s in rows}
+def _children_map(
+    pairs: Iterable[tuple[str, str | None]],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Roots and children from ``(key, parent)`` pairs, in the given order."""
+    items = list(pairs)
+    keys = {k for k, _ in items}
     roots: list[str] = []
     children: dict[str, list[str]] = {}
-    for s in rows:
-        parent = parent_of(s)
-        if parent is None or parent not in keys or parent == s.key:
-            roots.append(s.key)  # operator-owned, or its parent is not in the listing
+    for key, parent in items:
+        if parent is None or parent not in keys or parent == key:
+            roots.append(key)  # operator-owned, or its parent is not in the listing
         else:
-            children.setdefault(parent, []).append(s.key)
+            children.setdefault(parent, []).append(key)
     return roots, children
 
 
-def tree_lines(sessions: Sequence[_SessionLike]) -> list[str]:
-    """The ownership forest as indented text lines, one per session, roots first."""
-    by_key = {s.key: s for s in sessions}
-    roots, children = _children_map(sessions)
+def tree_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ownership forest of described rows (``sessions list`` records), roots first."""
+    by_key = {r["key"]: r for r in records}
+    roots, children = _children_map(
+        (r["key"], r.get("parentSessionKey") or r.get("spawnedBy") or r.get("ownerSessionKey"))
+        for r in records
+    )
     lines: list[str] = []
     seen: set[str] = set()
 
@@ -76,9 +81,9 @@ def tree_lines(sessions: Sequence[_SessionLike]) -> list[str]:
         if key in seen:  # a cycle in hand-edited rows: draw each row once
             return
         seen.add(key)
-        s = by_key[key]
+        r = by_key[key]
         branch = "" if top else ("└── " if last else "├── ")
-        label = f"{s.name or '(default)'} [{s.agent_id or s.agent_label}] {s.state} {s.key[:12]}"
+        label = f"{r['name'] or '(default)'} [{r.get('agentId')}] {r['state']} {key[:12]}"
         lines.append(f"{prefix}{branch}{label}")
         kids = children.get(key, [])
         for i, kid in enumerate(kids):
@@ -87,8 +92,8 @@ def tree_lines(sessions: Sequence[_SessionLike]) -> list[str]:
 
     for root in roots:
         walk(root, "", True, True)
-    for s in sessions:  # rows only reachable through a cycle
-        walk(s.key, "", True, True)
+    for r in records:  # rows only reachable through a cycle
+        walk(r["key"], "", True, True)
     return lines
 
 
@@ -98,7 +103,9 @@ def close_order(root: str, sessions: Iterable[_SessionLike]) -> list[str]:
     ``root`` itself is not included: the caller closes it last. Cycles in hand-edited
     rows are cut (each key appears once).
     """
-    _roots, children = _children_map(s for s in sessions if s.state != "closed" or s.key == root)
+    _roots, children = _children_map(
+        (s.key, parent_of(s)) for s in sessions if s.state != "closed" or s.key == root
+    )
     order: list[str] = []
     seen = {root}
 

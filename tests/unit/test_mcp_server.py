@@ -14,6 +14,7 @@ from mcp_types.methods import validate_client_request, validate_server_result
 
 from tether.errors import VisibilityDenied
 from tether.mcp.server import SUPPORTED_VERSIONS, McpServer, Tool, ToolError, serve
+from tether.mcp.tools import build_tools
 
 VERSION = "2025-11-25"
 
@@ -75,6 +76,18 @@ def test_unknown_protocol_version_gets_our_newest() -> None:
     reply = _server().handle(_request(1, "initialize", {**INIT, "protocolVersion": "1999-01-01"}))
     assert reply is not None
     assert reply["result"]["protocolVersion"] == SUPPORTED_VERSIONS[0]
+
+
+def test_tools_list_of_the_real_tools_validates() -> None:
+    server = McpServer(build_tools(), name="tether", version="0")
+    result = _ok(server.handle(_request(2, "tools/list", {})), "tools/list")
+    assert [t["name"] for t in result["tools"]] == [
+        "sessions_list",
+        "sessions_history",
+        "sessions_send",
+        "sessions_spawn",
+        "session_status",
+    ]
 
 
 def test_call_success_error_and_denial_are_valid_results() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tether import ownership, registry
+from tether import operations, ownership, registry
 from tether.registry import Registry
 
 
@@ -68,7 +68,7 @@ def test_tree_and_close_order() -> None:
         _new(reg, "b", owner_session_key="root")
         _new(reg, "lone")
         rows = reg.sessions()
-        lines = ownership.tree_lines(rows)
+        lines = ownership.tree_lines([operations.describe(s, reg.instance_id) for s in rows])
         assert [line.split(" [")[0] for line in lines] == [
             "root",
             "├── a",
@@ -87,4 +87,4 @@ def test_close_order_survives_a_cycle() -> None:
         _new(reg, "y", spawned_by="x")
         rows = reg.sessions()
         assert ownership.close_order("x", rows) == ["y"]
-        assert len(ownership.tree_lines(rows)) == 2
+        assert len(ownership.tree_lines([operations.describe(s) for s in rows])) == 2

@@ -42,6 +42,8 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--mcp-bridge": 0,
+    "--mcp-config": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -54,6 +56,7 @@ _COMMAND_FLAGS = {
     "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
     "--limit": (1, "--limit N", "show the last N events (default 20)"),
     "--all": (0, "--all", "include closed sessions"),
+    "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
     "--request": (1, "--request ID", "remove this queued request instead"),
     "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
 }
@@ -88,7 +91,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
     "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
-    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
+    "sessions list": (
+        "[--all] [--tree]",
+        "list the sessions you may see",
+        ("--all", "--tree"),
+    ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
         "[-s NAME | NAME] [--limit N]",
@@ -131,6 +138,7 @@ commands:
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   config                               print the merged configuration
+  mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.
 
@@ -149,6 +157,8 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
+  --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
   --version, --help
 
@@ -183,6 +193,9 @@ class Invocation:
         self.all = False
         self.request: str | None = None
         self.repair = False
+        self.tree = False  # sessions list --tree
+        self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
+        self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -225,6 +238,10 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
+    elif flag == "--mcp-bridge":
+        inv.mcp_bridge = True
+    elif flag == "--mcp-config":
+        inv.mcp_config = value
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
@@ -239,6 +256,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.dry_run = True
     elif flag == "--all":
         inv.all = True
+    elif flag == "--tree":
+        inv.tree = True
     elif flag == "--request":
         inv.request = value
     elif flag == "--repair":
