@@ -178,3 +178,90 @@ def _is_zombie(pid: int) -> bool:
     except OSError:
         return True
     return stat[stat.rfind(")") + 2] in "ZX"
+
+
+# --- delegation through MCP -----------------------------------------------------------------
+
+
+def mcp_call(project: Path, session: str, server: str, tool: str, args: dict[str, Any]) -> Any:
+    """Have ``session``'s agent call ``tool`` on MCP server ``server``; the JSON-RPC answer."""
+    from mcp_types import jsonrpc_message_adapter
+    from mcp_types.methods import validate_server_result
+
+    text = f"mcp-call {server} {tool} {json.dumps(args)}"
+    r = tether("--format", "quiet", "mock", "prompt", "-s", session, text, cwd=project)
+    assert not r.stdout.startswith("mcp-call failed"), r.stdout
+    answer = json.loads(r.stdout)
+    jsonrpc_message_adapter.validate_python(answer)
+    validate_server_result("tools/call", "2025-06-18", answer["result"])
+    return answer["result"]
+
+
+def test_bridge_spawn_send_list_end_to_end(project_dir: Path) -> None:
+    """An agent handed `tether mcp` spawns a child, prompts it, and lists its tree."""
+    tether("--mcp-bridge", "mock", "sessions", "new", "-s", "boss", cwd=project_dir)
+    tether("mock", "sessions", "new", "-s", "stranger", cwd=project_dir)
+    try:
+        spawned = mcp_call(
+            project_dir,
+            "boss",
+            "tether",
+            "sessions_spawn",
+            {"agent": "mock", "name": "worker", "message": "echo ready to work"},
+        )
+        assert not spawned.get("isError"), spawned
+        child_key = spawned["structuredContent"]["sessionKey"]
+        assert spawned["structuredContent"]["reply"]["text"] == "ready to work"
+        sent = mcp_call(
+            project_dir,
+            "boss",
+            "tether",
+            "sessions_send",
+            {"sessionKey": child_key, "message": "echo again"},
+        )
+        assert sent["structuredContent"]["text"] == "again"
+        seen = mcp_call(project_dir, "boss", "tether", "sessions_list", {})
+        names = sorted(s["name"] for s in seen["structuredContent"]["sessions"])
+        assert names == ["boss", "worker"]
+        keys_now = keys(project_dir)
+        denied = mcp_call(
+            project_dir,
+            "boss",
+            "tether",
+            "session_status",
+            {"sessionKey": keys_now["stranger"]},
+        )
+        assert denied["isError"] is True
+        assert "visibility is tree" in denied["content"][0]["text"]
+        with Registry() as reg:
+            worker = reg.session(child_key)
+        assert worker is not None
+        assert worker.spawned_by == keys_now["boss"]
+    finally:
+        for name in ("stranger", "boss", "worker"):
+            tether("mock", "sessions", "close", "-s", name, cwd=project_dir, check=False)
+
+
+def test_users_mcp_servers_reach_session_new(project_dir: Path, tmp_path: Path) -> None:
+    """`--mcp-config FILE` servers are passed to the agent (here: a `tether mcp` named mine)."""
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "mine": {
+                        "command": sys.executable,
+                        "args": ["-m", "tether", "mcp"],
+                        "env": {"TETHER_HOME": os.environ["TETHER_HOME"]},
+                    }
+                }
+            }
+        )
+    )
+    tether("--mcp-config", str(config), "mock", "sessions", "new", "-s", "u", cwd=project_dir)
+    try:
+        seen = mcp_call(project_dir, "u", "mine", "sessions_list", {})
+        # No --session-key: the kernel alone proves the caller is session u's agent.
+        assert [s["name"] for s in seen["structuredContent"]["sessions"]] == ["u"]
+    finally:
+        tether("mock", "sessions", "close", "-s", "u", cwd=project_dir, check=False)

@@ -49,7 +49,21 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
         "fs": not ctx.inv.no_fs,
+        **_mcp_options(ctx),
     }
+
+
+def _mcp_options(ctx: Any) -> dict[str, Any]:
+    """MCP servers for the session's agents: config, ``--mcp-config``, the bridge."""
+    cfg = ctx.config
+    servers = list(cfg.get("mcpServers") or ())
+    own: list[Any] = []
+    if servers or ctx.inv.mcp_config:
+        from tether.mcp import bridge
+
+        extra = bridge.load_mcp_config(ctx.inv.mcp_config) if ctx.inv.mcp_config else []
+        own = bridge.merge(bridge.normalize(servers), extra)
+    return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": own}
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
