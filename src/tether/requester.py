@@ -32,7 +32,10 @@ session and nothing else -- less than it gets by not lying. Outside every agent 
 the caller is the operator anyway (it could drop the variable and see everything);
 with an unproven claim it gets exactly the claimed session and nothing else: its
 status, history, prompts, close -- the narrowest level, and never any other row.
-A ``/proc`` that cannot be read proves nothing: a claim then counts as unproven.
+A ``/proc`` that cannot be read proves nothing: a claim then counts as unproven. A
+claim whose ``TETHER_INSTANCE_ID`` names another install (another ``TETHER_HOME``) is
+not a claim here at all: an agent of that install driving this one is this install's
+operator unless the kernel places it in one of this install's trees.
 
 **This is not a sandbox.** It governs cooperative agents running as the same Unix user
 as Tether: such an agent can read ``TETHER_HOME`` directly, or ask a service outside
@@ -161,6 +164,11 @@ def resolve(
     pid = os.getpid() if pid is None else pid
     env = os.environ if environ is None else environ
     claim = (env.get(CLAIM_ENV) or "").strip() or None
+    other_instance = env.get("TETHER_INSTANCE_ID")
+    if claim is not None and other_instance and other_instance != registry.instance_id:
+        # A claim made for another Tether install (another TETHER_HOME): an agent of that
+        # install operating this one. It names no session here; the kernel still decides.
+        claim = None
     why_not: str | None = None
     try:
         lease, doubt = _kernel_lease(registry, table, pid)

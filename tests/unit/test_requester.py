@@ -129,3 +129,14 @@ def test_peer_pid_is_the_kernels_answer() -> None:
         assert peer_pid(a) == os.getpid()
         with Registry() as reg:
             assert resolve_peer(reg, a, None).requester is None
+
+
+def test_a_claim_for_another_install_is_no_claim_here(world: tuple) -> None:
+    """An agent of another TETHER_HOME running this install's tether is its operator."""
+    reg, table = world
+    env = {"TETHER_SESSION_KEY": "parent", "TETHER_INSTANCE_ID": "another-install"}
+    assert resolve(reg, pid=201, environ=env, table=table).requester is None
+    same = {"TETHER_SESSION_KEY": "parent", "TETHER_INSTANCE_ID": reg.instance_id}
+    resolved = resolve(reg, pid=201, environ=same, table=table)
+    assert resolved.requester is not None
+    assert resolved.requester.clamp is Visibility.SELF
