@@ -153,8 +153,9 @@ def authorize(
     """Raise :class:`VisibilityDenied` unless this process may ``action`` session ``key``.
 
     Returns None for the operator (decided without the registry on the thin path),
-    else the proven requester. A session that does not exist raises ``NoSession`` only
-    when the requester could see it if it did -- i.e. never hides a denial.
+    else the requester as resolved. For a requester, a session that does not exist
+    raises ``NoSession`` (there is nothing to hide); one that exists but is out of
+    reach raises ``VisibilityDenied`` naming the rule -- never a look-alike "no session".
     """
     if not could_be_agent():
         return None

@@ -24,7 +24,6 @@ from typing import Any
 
 from tether import access, ownership, sessions
 from tether.errors import UsageError
-from tether.ipc.client import OwnerConnection
 from tether.mcp.server import Tool, ToolError
 
 __all__ = ["build_tools"]
@@ -101,7 +100,6 @@ def _prompt(key: str, text: str, timeout_s: float) -> dict[str, Any]:
 
     deadline_ms = int(timeout_s * 1000)
     with operations.connect_or_start(key) as conn:
-        assert isinstance(conn, OwnerConnection)
         result = conn.request(
             "prompt",
             {"prompt": [{"type": "text", "text": text}], "wait": True},
