@@ -29,6 +29,8 @@
     │   ├── QueueOverloaded             retryable: the owner's FIFO is full
     │   ├── RequestCancelled            a queued request was removed by `cancel`
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
+    │   ├── SessionClosed               the session was closed while this request waited or ran
+    │   ├── OwnerUnresponsive           an owner holds the session but does not answer
     │   └── GenerationMismatch          the request named another owner generation
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
@@ -77,6 +79,7 @@ __all__ = [
     "OwnerLost",
     "OwnerShuttingDown",
     "OwnerUnavailable",
+    "OwnerUnresponsive",
     "PermissionDenied",
     "ProcessGone",
     "PromptTimeout",
@@ -85,6 +88,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
+    "SessionClosed",
     "SessionError",
     "SpawnError",
     "StateCorrupt",
@@ -352,6 +356,18 @@ class OwnerShuttingDown(SessionError):
     """The owner is shutting down and no longer admits or finishes requests."""
 
     default_detail_code = "QUEUE_OWNER_SHUTTING_DOWN"
+
+
+class SessionClosed(SessionError):
+    """The session was closed (by another caller) while this request waited or ran."""
+
+    default_detail_code = "SESSION_CLOSED"
+
+
+class OwnerUnresponsive(OwnerUnavailable):
+    """An owner holds the session's lock but does not answer (stopped, hung)."""
+
+    default_detail_code = "QUEUE_OWNER_UNRESPONSIVE"
 
 
 class GenerationMismatch(SessionError):

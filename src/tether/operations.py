@@ -168,8 +168,8 @@ def ensure_session(
             with conn:
                 conn.request("close", {})
     with Registry() as registry:
-        if fresh and registry.session(key) is not None:
-            registry.update_session(key, state="closed")
+        if fresh:
+            _close_offline(registry, key, how="replaced by `sessions new`")
         _session, created = registry.upsert_session(
             key=key,
             name=name,
@@ -284,8 +284,27 @@ def _close_one(key: str) -> dict[str, Any]:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         decisions = reconcile(registry, session_key=key)
-        registry.update_session(key, state="closed", closed_at=time.time())
+        _close_offline(registry, key, how="closed with no owner running")
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _close_offline(registry: Any, key: str, *, how: str) -> None:
+    """Mark an open session closed and record its one ``session_ended`` (no owner runs)."""
+    session = registry.session(key)
+    if session is None or session.state == "closed":
+        return
+    registry.update_session(key, state="closed", closed_at=time.time())
+    registry.add_event(
+        key,
+        "session_ended",
+        {
+            "reason": "closed",
+            "message": f"the session was closed ({how})",
+            "agentWasRunning": False,
+            "survivors": [],
+            "ownerGeneration": session.owner_generation,
+        },
+    )
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:

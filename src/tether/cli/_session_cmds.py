@@ -14,6 +14,7 @@ from tether.errors import (
     PermissionDenied,
     UsageError,
 )
+from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
@@ -97,14 +98,13 @@ def _render(ctx: Any) -> Any:
             picked = (frame.get("outcome") or {}).get("outcome") or {}
             chosen = picked.get("optionId") or picked.get("outcome")
             out.banner(f"permission {tool.get('title') or tool.get('toolCallId')}: {chosen}")
-        elif kind == "session_ended":
+        elif kind in ("session_ended", "agent_run_ended"):
+            # The session ended (closed by someone), or the agent run ended inside it.
             event = frame.get("event") or {}
-            out.control(
-                {"action": "session_ended", **event},
-                text=None,
-            )
+            out.control({"action": kind, **event}, text=None)
             if ctx.fmt == "text":
-                out.banner(f"agent run ended: {event.get('reason')} ({event.get('message')})")
+                what = "session ended" if kind == "session_ended" else "agent run ended"
+                out.banner(f"{what}: {event.get('reason')} ({event.get('message')})")
 
     return on_frame
 
@@ -122,7 +122,12 @@ def prompt(ctx: Any, text: str) -> int:
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
     }
     with conn:
-        rid = conn.send("prompt", payload, deadline_ms=deadline_ms)
+        rid = conn.send(
+            "prompt",
+            payload,
+            deadline_ms=deadline_ms,
+            max_bytes=protocol.prompt_max_bytes(ctx.config),
+        )
         if ctx.inv.no_wait:
             conn.wait(rid, until_ack=True)
             ctx.output.control(

@@ -24,6 +24,7 @@ from tether.errors import (
     OwnerUnavailable,
     RemoteProtocolError,
     TetherError,
+    UsageError,
     error_from_wire,
 )
 from tether.ipc import protocol
@@ -146,14 +147,29 @@ class OwnerConnection:
         *,
         request_id: str | None = None,
         deadline_ms: int | None = None,
+        max_bytes: int | None = None,
     ) -> str:
-        """Send one request envelope; returns its requestId."""
+        """Send one request envelope; returns its requestId.
+
+        Raises:
+            UsageError: the encoded request is longer than ``max_bytes`` (nothing sent).
+        """
         rid = request_id or new_request_id()
-        self.sock.sendall(
-            protocol.request_frame(
-                rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
-            )
+        data = protocol.request_frame(
+            rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
         )
+        if max_bytes is not None and len(data) > max_bytes:
+            raise UsageError(
+                f"the {kind} is too large: its request is {len(data)} bytes, over the limit"
+                f" of {max_bytes} bytes (config promptMaxBytes)",
+                limit=max_bytes,
+            )
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The owner hung up mid-request (it refused the frame, or died): what it said
+            # before going is still readable, and ``wait`` reports it (or EOF).
+            pass
         return rid
 
     def wait(
