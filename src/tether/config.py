@@ -211,6 +211,8 @@ SCHEMA: dict[str, Key] = {
     "handshakeTimeout": seconds(30.0, "deadline of each handshake step", positive=True),
     "agents": table("a named agent", values=Key(None, "", "", _agent)),
     "auth": table("a credential by ACP auth method id", values=Key(None, "", "", _string)),
+    # h/E's key (tether.ipc.protocol.prompt_max_bytes), added at the h/A + h/E merge.
+    "promptMaxBytes": integer(64 * 1024 * 1024, "the largest prompt request, in bytes"),
     # Session ownership and delegation (tether.access, tether.mcp; issue 10).
     "sessions": table("session ownership and visibility", keys=_SESSIONS),
     "agentToAgent": table("cross-agent access (agent-to-agent policy)", keys=_AGENT_TO_AGENT),
