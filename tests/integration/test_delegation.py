@@ -265,3 +265,30 @@ def test_users_mcp_servers_reach_session_new(project_dir: Path, tmp_path: Path) 
         assert [s["name"] for s in seen["structuredContent"]["sessions"]] == ["u"]
     finally:
         tether("mock", "sessions", "close", "-s", "u", cwd=project_dir, check=False)
+
+
+def test_exec_passes_the_users_mcp_servers(project_dir: Path, tmp_path: Path) -> None:
+    """`exec --mcp-config`: the one-shot agent gets the server too, and acts as its own run."""
+    from mcp_types.methods import validate_server_result
+
+    config = tmp_path / "mcp.json"
+    server = {"command": sys.executable, "args": ["-m", "tether", "mcp"]}
+    config.write_text(json.dumps({"mcpServers": {"mine": server}}))
+    tether("mock", "sessions", "new", "-s", "operators", cwd=project_dir)
+    try:
+        r = tether(
+            "--mcp-config",
+            str(config),
+            "--format",
+            "quiet",
+            "mock",
+            "exec",
+            "mcp-call mine sessions_list {}",
+            cwd=project_dir,
+        )
+        answer = json.loads(r.stdout)
+        validate_server_result("tools/call", "2025-06-18", answer["result"])
+        # The exec run is a requester with no session row: it sees no one else's session.
+        assert answer["result"]["structuredContent"] == {"sessions": []}
+    finally:
+        tether("mock", "sessions", "close", "-s", "operators", cwd=project_dir, check=False)

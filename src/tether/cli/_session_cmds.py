@@ -57,14 +57,11 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
 def _mcp_options(ctx: Any) -> dict[str, Any]:
     """MCP servers for the session's agents: config, ``--mcp-config``, the bridge."""
     cfg = ctx.config
-    servers = list(cfg.get("mcpServers") or ())
-    own: list[Any] = []
-    if servers or ctx.inv.mcp_config:
-        from tether.mcp import bridge
+    if not (cfg.get("mcpServers") or ctx.inv.mcp_config):
+        return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": []}
+    from tether.mcp import bridge  # json: only when servers are configured
 
-        extra = bridge.load_mcp_config(ctx.inv.mcp_config) if ctx.inv.mcp_config else []
-        own = bridge.merge(bridge.normalize(servers), extra)
-    return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": own}
+    return bridge.options_from(cfg, ctx.inv.mcp_config, ctx.inv.mcp_bridge)
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:

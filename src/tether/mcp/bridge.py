@@ -25,7 +25,15 @@ from typing import Any
 from tether import paths
 from tether.errors import UsageError
 
-__all__ = ["BRIDGE_NAME", "bridge_server", "load_mcp_config", "normalize", "servers_for"]
+__all__ = [
+    "BRIDGE_NAME",
+    "bridge_server",
+    "load_mcp_config",
+    "merge",
+    "normalize",
+    "options_from",
+    "servers_for",
+]
 
 BRIDGE_NAME = "tether"
 
@@ -117,6 +125,16 @@ def merge(*groups: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         for server in group:
             by_name[server["name"]] = server
     return list(by_name.values())
+
+
+def options_from(cfg: Mapping[str, Any], mcp_config: str | None, bridge: bool) -> dict[str, Any]:
+    """The session options for MCP: the user's servers (config, then ``--mcp-config``)
+    and whether the bridge is on (``mcpBridge`` or ``--mcp-bridge``)."""
+    own = merge(
+        normalize(list(cfg.get("mcpServers") or ())),
+        load_mcp_config(mcp_config) if mcp_config else [],
+    )
+    return {"mcp_bridge": bool(bridge or cfg.get("mcpBridge")), "mcp_servers": own}
 
 
 def servers_for(options: Mapping[str, Any], session_key: str) -> list[dict[str, Any]]:
