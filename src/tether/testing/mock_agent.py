@@ -178,6 +178,8 @@ import sys
 import time
 from select import select
 
+from tether.testing import mock_delegation
+
 # mypy treats a name called TYPE_CHECKING as true; at run time this avoids importing
 # typing and collections.abc, which would cost a few milliseconds of start-up.
 TYPE_CHECKING = False
@@ -1180,100 +1182,6 @@ def _spawner(kind: str) -> Callable[[MockAgent, _Turn, _Session, str], _Outcome 
     return verb
 
 
-# --- verbs for delegation tests (issue 10): run a command, call an MCP tool -------------
-
-RUN_TIMEOUT_S = 120.0
-
-
-def _delegation_run(agent: MockAgent, session: _Session, rest: str) -> _Outcome | None:
-    import shlex
-    import subprocess
-
-    try:
-        done = subprocess.run(
-            shlex.split(rest),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=RUN_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, ValueError, subprocess.TimeoutExpired) as e:
-        agent.chunk(session, f"run failed: {e}")
-        return None
-    agent.chunk(session, f"exit={done.returncode}\n{done.stdout}{done.stderr}")
-    return None
-
-
-def _mcp_exchange(server: Msg, tool: str, arguments: Json) -> Json:
-    import subprocess
-
-    env = dict(os.environ)
-    for pair in server.get("env") or []:
-        env[str(pair["name"])] = str(pair["value"])
-    argv = [str(server["command"]), *[str(a) for a in server.get("args") or []]]
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
-    assert proc.stdin is not None
-    assert proc.stdout is not None
-    try:
-        frames = [
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "tether-mock-agent", "version": "1"},
-                },
-            },
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tools/call",
-                "params": {"name": tool, "arguments": arguments},
-            },
-        ]
-        proc.stdin.write(b"".join(_dumps(f) for f in frames))
-        proc.stdin.flush()
-        answer: Json = None
-        deadline = time.monotonic() + RUN_TIMEOUT_S
-        while answer is None:
-            if not select([proc.stdout], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                raise TimeoutError("the MCP server did not answer")
-            line = proc.stdout.readline()
-            if not line:
-                raise EOFError("the MCP server exited without answering")
-            msg = json.loads(line)
-            if isinstance(msg, dict) and msg.get("id") == 2:
-                answer = msg
-        return answer
-    finally:
-        proc.stdin.close()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()  # our own unreaped child: its pid cannot have been recycled
-            proc.wait()
-
-
-def _delegation_mcp_call(agent: MockAgent, session: _Session, rest: str) -> _Outcome | None:
-    name, _, tail = rest.partition(" ")
-    tool, _, raw_args = tail.strip().partition(" ")
-    try:
-        arguments = json.loads(raw_args) if raw_args.strip() else {}
-        servers = [s for s in agent.mcp_servers if isinstance(s, dict) and s.get("name") == name]
-        if not servers or not tool:
-            raise LookupError(f"no MCP server {name!r} in session/new (or no tool named)")
-        answer = _mcp_exchange(servers[0], tool, arguments)
-    except (OSError, ValueError, LookupError, EOFError, TimeoutError, KeyError) as e:
-        agent.chunk(session, f"mcp-call failed: {e}")
-        return None
-    agent.chunk(session, json.dumps(answer))
-    return None
-
-
 _STEP_VERBS: dict[str, Callable[[MockAgent, _Turn, str], Step]] = {
     "stream": MockAgent.v_stream,
     "sleep": MockAgent.v_sleep,
@@ -1302,8 +1210,8 @@ _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | N
     "stop": MockAgent.v_stop,
     "error": MockAgent.v_error,
     "exit": MockAgent.v_exit,
-    "run": lambda agent, turn, session, rest: _delegation_run(agent, session, rest),
-    "mcp-call": lambda agent, turn, session, rest: _delegation_mcp_call(agent, session, rest),
+    "run": lambda agent, turn, session, rest: mock_delegation.run(agent, session, rest),
+    "mcp-call": lambda agent, turn, session, rest: mock_delegation.mcp_call(agent, session, rest),
 }
 
 
