@@ -22,16 +22,8 @@ import sys
 import tempfile
 import time
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "bench", "version": "1"},
-    },
-}
+from tether.testing.mock_delegation import INITIALIZE as INIT
+
 SDK_SERVER = """
 from mcp.server.mcpserver import MCPServer
 server = MCPServer("bench")

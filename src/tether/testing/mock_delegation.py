@@ -17,9 +17,20 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.testing.mock_agent import MockAgent, _Session
 
-__all__ = ["RUN_TIMEOUT_S", "mcp_call", "run"]
+__all__ = ["INITIALIZE", "RUN_TIMEOUT_S", "mcp_call", "run"]
 
 RUN_TIMEOUT_S = 120.0
+#: The MCP client's first frame (also what bench/mcp_start.py times the answer to).
+INITIALIZE: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "tether-mock-agent", "version": "1"},
+    },
+}
 
 
 def run(agent: MockAgent, session: _Session, rest: str) -> None:
@@ -53,16 +64,7 @@ def _mcp_exchange(server: dict[str, Any], tool: str, arguments: Any) -> Any:
     assert proc.stdout is not None
     try:
         frames = [
-            {
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "tether-mock-agent", "version": "1"},
-                },
-            },
+            INITIALIZE,
             {"jsonrpc": "2.0", "method": "notifications/initialized"},
             {
                 "jsonrpc": "2.0",
