@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-Why not the official SDK: ``import mcp.server`` (mcp 2.3.0) takes ~0.54 s of import
+Why not the official SDK: ``import mcp.server`` (mcp 2.3.0) takes 0.54-1.0 s of import
 time and ~65 MB of memory (measured with ``python -X importtime`` on this project's
 2-core machine), and every agent Tether starts with the bridge enabled would start one
 such server. This one imports the standard library only and answers ``initialize`` in
