@@ -325,5 +325,12 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
+    children = result.get("closedChildren") or []
+    failed = [c for c in children if "error" in c]
+    if children:
+        text += f" · {len(children) - len(failed)} session(s) it spawned closed first"
+    for child in failed:
+        key_text = str(child["sessionKey"])[:12]
+        text += f"\nspawned session {key_text} could not be closed: {child['error']}"
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors else 0
+    return 1 if survivors or failed else 0
