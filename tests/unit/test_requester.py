@@ -140,3 +140,30 @@ def test_a_claim_for_another_install_is_no_claim_here(world: tuple) -> None:
     resolved = resolve(reg, pid=201, environ=same, table=table)
     assert resolved.requester is not None
     assert resolved.requester.clamp is Visibility.SELF
+
+
+def test_a_claim_never_gains_anything(world: tuple) -> None:
+    """For every caller, claim and level: what a claim reaches ⊆ what no claim reaches."""
+    from tether.ownership import row_of
+    from tether.visibility import A2APolicy, can_see
+
+    reg, table = world
+    reg.upsert_session(
+        key="kid",
+        name="kid",
+        agent_command=["a"],
+        agent_label="codex",
+        cwd="/p",
+        owner={"spawned_by": "parent"},
+    )
+    rows = [row_of(s) for s in reg.sessions()]
+    policies = [A2APolicy(), A2APolicy(enabled=True, allow=("*",))]
+    for pid in (102, 104, 201):
+        honest = resolve(reg, pid=pid, environ={}, table=table).requester
+        for claim in ("parent", "other", "kid", "ghost", ""):
+            claimed = resolve(reg, pid=pid, environ={"TETHER_SESSION_KEY": claim}, table=table)
+            for level in Visibility:
+                for a2a in policies:
+                    for row in rows:
+                        if can_see(row, claimed.requester, level, a2a).allowed:
+                            assert can_see(row, honest, level, a2a).allowed, (pid, claim, row)
