@@ -39,6 +39,7 @@
     │   └── StatePermission             the state directory belongs to someone else
     ├── InternalError                   an unexpected failure (a bug): details in a log file
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
+    │   └── VisibilityDenied            the visibility rules forbid this requester that session
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
         └── ConfigError                 a config file is malformed or holds a bad value
@@ -100,6 +101,7 @@ __all__ = [
     "TetherError",
     "TetherTimeout",
     "UsageError",
+    "VisibilityDenied",
     "WatchLagged",
     "error_from_wire",
 ]
@@ -436,6 +438,13 @@ class PermissionDenied(TetherError):
     code = "PERMISSION_DENIED"
     default_origin = "permission"
     default_detail_code = "PERMISSION_DENIED"
+
+
+class VisibilityDenied(PermissionDenied):
+    """The visibility rules forbid this requester that session (``fields``: rule, session)."""
+
+    default_origin = "visibility"
+    default_detail_code = "VISIBILITY_DENIED"
 
 
 class Interrupted(TetherError):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import time
 
-from tether import sessions
+from tether import access, sessions
 from tether.errors import NoSession, OwnerUnavailable
 from tether.ipc.client import OwnerConnection, connect_with_retry
 
@@ -71,6 +71,7 @@ def connect_or_start(
     env: dict[str, str] | None = None,
     options: dict[str, Any] | None = None,
     deadline_s: float = START_DEADLINE_S,
+    action: str = "send",
 ) -> OwnerConnection:
     """A serving owner of session ``key``: the warm path first, else start one.
 
@@ -84,7 +85,9 @@ def connect_or_start(
     Raises:
         NoSession: the session does not exist or was closed (the owner refuses).
         OwnerUnavailable: no owner could be reached or started in time.
+        VisibilityDenied: the requester may not ``action`` (send, set) this session.
     """
+    access.authorize(key, action)
     conn = connect(key)
     if conn is not None:
         return conn
@@ -154,6 +157,12 @@ def ensure_session(
     """
     from tether.registry import Registry
 
+    with Registry() as registry:
+        existing = registry.session(key)
+        if existing is not None and existing.state != "closed":
+            # Reusing (ensure) or replacing (new) a session is driving it.
+            access.authorize(key, "close" if fresh else "send", registry=registry)
+        requester = access.current_requester(registry)
     if fresh:
         conn = connect(key)
         if conn is not None:
@@ -169,12 +178,15 @@ def ensure_session(
             agent_label=label,
             cwd=cwd,
             options=options,
+            # Recorded only when the row is created: the requester owns what it spawns.
+            owner=access.spawn_owner(requester, label),
         )
     return connect_or_start(key, env=env, options=override), created
 
 
 def status(key: str) -> dict[str, Any]:
     """The live owner's status snapshot, or the registry's view when no owner answers."""
+    access.authorize(key, "status")
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
@@ -229,6 +241,7 @@ def offline_status(key: str) -> dict[str, Any]:
 
 def cancel(key: str, target: str | None = None) -> dict[str, Any]:
     """Cancel the running turn, or remove the queued request ``target``."""
+    access.authorize(key, "cancel")
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
@@ -238,13 +251,25 @@ def cancel(key: str, target: str | None = None) -> dict[str, Any]:
 
 
 def close_session(key: str) -> dict[str, Any]:
-    """End the session: through its owner (which proves the tree gone), or offline.
+    """End the session and, first, every session it spawned (:mod:`tether.cascade`).
 
-    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
-    then reap) and mark it closed.
+    Each one ends through its owner (which proves the tree gone), or offline.
 
     Raises:
         NoSession: no such session (offline only; a live owner is its session's proof).
+        VisibilityDenied: the requester may not close this session.
+    """
+    access.authorize(key, "close")
+    from tether.cascade import close_tree
+
+    return close_tree(key, _close_one)
+
+
+def _close_one(key: str) -> dict[str, Any]:
+    """End one session: through its owner, or offline.
+
+    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
+    then reap) and mark it closed.
     """
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
@@ -311,16 +336,19 @@ def _try_session_lock(key: str) -> int | None:
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
-    """Every session of this home (open ones unless ``include_closed``), described."""
+    """The sessions of this home the requester may see (open ones unless ``include_closed``)."""
     from tether.registry import Registry
 
     with Registry() as registry:
-        return [describe(s) for s in registry.sessions(include_closed=include_closed)]
+        rows = access.visible_sessions(registry, registry.sessions(include_closed=include_closed))
+        return [describe(s, registry.instance_id) for s in rows]
 
 
-def describe(session: Any) -> dict[str, Any]:
+def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
     """A registry session as the documented record (``sessions list``/``show``)."""
-    return {
+    from tether.ownership import ownership_json
+
+    record = {
         "key": session.key,
         "name": session.name,
         "state": session.state,
@@ -335,6 +363,8 @@ def describe(session: Any) -> dict[str, Any]:
         "ownerStatus": session.owner_status,
         "lastEnd": session.last_end,
     }
+    record.update(ownership_json(session, instance_id or ""))
+    return record
 
 
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:

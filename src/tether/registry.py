@@ -140,6 +140,19 @@ _MIGRATIONS: tuple[str, ...] = (
     INSERT INTO journal_heads (session_key, last_seq)
         SELECT session_key, max(seq) FROM journal GROUP BY session_key
     """,
+    # Session ownership (issue 10, seed 000): who owns, spawned and parents each session.
+    # Old rows get their agent id from agent_label and no owner: they are operator-owned.
+    # The instance id is not a column: it is this database's (meta.instance_id).
+    """
+    ALTER TABLE sessions ADD COLUMN agent_id TEXT;
+    ALTER TABLE sessions ADD COLUMN owner_session_key TEXT;
+    ALTER TABLE sessions ADD COLUMN spawned_by TEXT;
+    ALTER TABLE sessions ADD COLUMN parent_session_key TEXT;
+    ALTER TABLE sessions ADD COLUMN sandboxed INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET agent_id = agent_label WHERE agent_id IS NULL;
+    CREATE INDEX sessions_owner ON sessions (owner_session_key);
+    CREATE INDEX sessions_parent ON sessions (parent_session_key);
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -203,6 +216,12 @@ class Session:
     desired_config: dict[str, Any]
     options: dict[str, Any]
     last_end: dict[str, Any] | None
+    # Ownership (issue 10): None = operator-owned.
+    agent_id: str = ""
+    owner_session_key: str | None = None
+    spawned_by: str | None = None
+    parent_session_key: str | None = None
+    sandboxed: bool = False
 
 
 def _session_from_row(row: sqlite3.Row) -> Session:
@@ -211,7 +230,20 @@ def _session_from_row(row: sqlite3.Row) -> Session:
     data["desired_config"] = json.loads(data["desired_config"] or "{}")
     data["options"] = json.loads(data["options"] or "{}")
     data["last_end"] = json.loads(data["last_end"]) if data["last_end"] else None
+    data["agent_id"] = data.get("agent_id") or data["agent_label"]
+    data["sandboxed"] = bool(data.get("sandboxed"))
     return Session(**data)
+
+
+_OWNERSHIP_KEYS = ("owner_session_key", "spawned_by", "parent_session_key")
+
+
+def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    owner = owner or {}
+    fields: dict[str, Any] = {k: owner.get(k) or None for k in _OWNERSHIP_KEYS}
+    fields["agent_id"] = owner.get("agent_id") or agent_label
+    fields["sandboxed"] = 1 if owner.get("sandboxed") else 0
+    return fields
 
 
 class Registry:
@@ -399,9 +431,17 @@ class Registry:
         agent_label: str,
         cwd: str,
         options: Mapping[str, Any] | None = None,
+        owner: Mapping[str, Any] | None = None,
     ) -> tuple[Session, bool]:
-        """Create the session (or reopen a closed one); return (session, created)."""
+        """Create the session (or reopen a closed one); return (session, created).
+
+        ``owner`` -- ``agent_id``, ``owner_session_key``, ``spawned_by``,
+        ``parent_session_key``, ``sandboxed`` -- is recorded when the row is created or
+        reopened (a reopened session is a new one, so its creator owns it); an open
+        session keeps the ownership it was created with.
+        """
         now = time.time()
+        ownership = _ownership_fields(agent_label, owner)
         with self.transaction() as db:
             row = db.execute("SELECT state FROM sessions WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -432,9 +472,27 @@ class Registry:
                 created = True
             else:
                 created = False
+            if created:
+                sets = ", ".join(f"{k} = ?" for k in ownership)
+                db.execute(
+                    f"UPDATE sessions SET {sets} WHERE key = ?",  # noqa: S608 -- column names are ours
+                    (*ownership.values(), key),
+                )
         session = self.session(key)
         assert session is not None
         return session, created
+
+    def children(self, key: str, *, include_closed: bool = False) -> list[Session]:
+        """The sessions whose row names ``key`` as owner, spawner or parent."""
+        query = (
+            "SELECT * FROM sessions WHERE (owner_session_key = ? OR spawned_by = ?"
+            " OR parent_session_key = ?) AND key != ?"
+        )
+        if not include_closed:
+            query += " AND state != 'closed'"
+        query += " ORDER BY created_at"
+        rows = self._db.execute(query, (key, key, key, key)).fetchall()
+        return [_session_from_row(r) for r in rows]
 
     def update_session(self, key: str, **fields: Any) -> None:
         for name in ("desired_config", "options", "last_end"):

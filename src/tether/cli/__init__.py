@@ -140,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     from tether.cli import _parse
     from tether.errors import TetherError
 
+    if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
+        from tether.mcp.cli import main as mcp_main
+
+        try:
+            return mcp_main(args[1:])
+        except TetherError as exc:
+            sys.stderr.write(f"[error] {exc}\n")
+            return exc.exit_code
     ctx: Context | None = None
     try:
         from tether import agents

@@ -71,11 +71,16 @@ async def _run(ctx: Any, text: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
     on_frame = out.frame if ctx.fmt == "json" else _text_frames(out)
+    from tether.mcp import bridge
+
+    # The user's MCP servers only: an exec run has no session for the bridge to act as.
+    mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
     agent_cfg = AgentConfig(
         argv=ctx.agent_argv,
         cwd=str(ctx.cwd),
         client=client_options(ctx, on_frame),
         grace=1.5,
+        mcp_servers=mcp,
     )
     try:
         out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")

@@ -24,9 +24,12 @@ def run(ctx: Any, key: str, no_session: Any) -> int:
     sub = ctx.inv.subcommand
     if sub == "prune":
         return _prune(ctx)
+    from tether import access
+
     with Registry() as registry:
         if registry.session(key) is None:
             raise no_session
+        access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":

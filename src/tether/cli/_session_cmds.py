@@ -50,7 +50,18 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
         "fs": not ctx.inv.no_fs,
+        **_mcp_options(ctx),
     }
+
+
+def _mcp_options(ctx: Any) -> dict[str, Any]:
+    """MCP servers for the session's agents: config, ``--mcp-config``, the bridge."""
+    cfg = ctx.config
+    if not (cfg.get("mcpServers") or ctx.inv.mcp_config):
+        return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": []}
+    from tether.mcp import bridge  # json: only when servers are configured
+
+    return bridge.options_from(cfg, ctx.inv.mcp_config, ctx.inv.mcp_bridge)
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
@@ -58,13 +69,13 @@ def _later_flags(ctx: Any) -> dict[str, Any] | None:
     return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
 
 
-def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
+def connect_or_start(ctx: Any, key: str, action: str = "send") -> OwnerConnection:
     """A serving owner for the session (:func:`tether.operations.connect_or_start`).
 
     Flags given now (``--ttl``, permissions) become a newly started owner's settings.
     """
     try:
-        return operations.connect_or_start(key, options=_later_flags(ctx))
+        return operations.connect_or_start(key, options=_later_flags(ctx), action=action)
     except NoSession:
         raise _no_session_hint(ctx) from None
 
@@ -173,7 +184,7 @@ def control(ctx: Any) -> int:
     if command == "set-mode":
         if len(ctx.inv.words) != 1:
             raise UsageError("usage: tether set-mode [-s NAME] MODE")
-        with connect_or_start(ctx, key) as conn:
+        with connect_or_start(ctx, key, "set") as conn:
             result = conn.request(
                 "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_deadline(ctx)
             )
@@ -184,7 +195,7 @@ def control(ctx: Any) -> int:
             raise UsageError("usage: tether set [-s NAME] KEY VALUE")
         config_id, raw = ctx.inv.words
         value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
-        with connect_or_start(ctx, key) as conn:
+        with connect_or_start(ctx, key, "set") as conn:
             result = conn.request(
                 "set_config_option",
                 {"configId": config_id, "value": value},
@@ -221,13 +232,11 @@ def sessions_cmd(ctx: Any) -> int:
         items = operations.list_sessions(include_closed=ctx.inv.all)
         ctx.output.control(
             {"action": "sessions", "sessions": items},
-            text="\n".join(
-                f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}" for s in items
-            )
-            or "no sessions",
+            text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
             quiet="\n".join(s["key"] for s in items),
         )
         return 0
+    from tether import access
     from tether.cli import _render
     from tether.registry import Registry
 
@@ -236,8 +245,9 @@ def sessions_cmd(ctx: Any) -> int:
         session = registry.session(key)
         if session is None:
             raise _no_session_hint(ctx)
+        access.authorize(key, "status", registry=registry)
         if sub == "show":
-            info = operations.describe(session)
+            info = operations.describe(session, registry.instance_id)
             ctx.output.control(
                 {"action": "session", **info},
                 text=_render.fields(info),
@@ -245,6 +255,24 @@ def sessions_cmd(ctx: Any) -> int:
             )
             return 0
     raise UsageError(f"unknown sessions command {sub}")
+
+
+def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
+    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest."""
+    if not tree:
+        return "\n".join(
+            f"{s['name'] or '(default)'}\t{s['state']}\t{s['agentId']}\t{s['cwd']}"
+            f"\t{_owner_text(s)}"
+            for s in items
+        )
+    from tether.ownership import tree_lines
+
+    return "\n".join(tree_lines(items))
+
+
+def _owner_text(item: dict[str, Any]) -> str:
+    parent = item.get("parentSessionKey") or item.get("spawnedBy") or item.get("ownerSessionKey")
+    return f"spawned by {parent[:12]}" if parent else "operator"
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
@@ -296,5 +324,12 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
+    children = result.get("closedChildren") or []
+    failed = [c for c in children if "error" in c]
+    if children:
+        text += f" · {len(children) - len(failed)} session(s) it spawned closed first"
+    for child in failed:
+        key_text = str(child["sessionKey"])[:12]
+        text += f"\nspawned session {key_text} could not be closed: {child['error']}"
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors else 0
+    return 1 if survivors or failed else 0

@@ -328,6 +328,11 @@ class AgentProcess:
         env = dict(os.environ if spec.env is None else spec.env)
         env["TETHER_LEASE_ID"] = self.lease_id
         env["TETHER_INSTANCE_ID"] = self.instance_id
+        # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
+        if spec.session_key:
+            env["TETHER_SESSION_KEY"] = spec.session_key
+        else:
+            env.pop("TETHER_SESSION_KEY", None)
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         keeper_argv = [
             sys.executable,
