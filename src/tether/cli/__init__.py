@@ -35,6 +35,7 @@ commands:
   sessions list|show|history [NAME]    inspect sessions
   sessions close [NAME]                end the session and prove its process tree gone
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
+  metrics                              counters, latencies and gauges (text, or --format json)
 
 agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
         a name from config, or any command (`--agent "node agent.js"`)
@@ -219,6 +220,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
+    if command == "metrics":
+        from tether.cli._metrics_cmd import run_metrics
+
+        return run_metrics(ctx)
     if command == "config":
         import json
 

@@ -13,7 +13,18 @@ from __future__ import annotations
 from tether.errors import UsageError
 
 COMMANDS = frozenset(
-    {"prompt", "exec", "cancel", "set-mode", "set", "status", "sessions", "reap", "config"}
+    {
+        "prompt",
+        "exec",
+        "cancel",
+        "set-mode",
+        "set",
+        "status",
+        "sessions",
+        "reap",
+        "config",
+        "metrics",
+    }
 )
 SESSION_SUBCOMMANDS = frozenset({"new", "ensure", "list", "show", "close", "history"})
 

@@ -36,12 +36,19 @@ Control protocol (NDJSON over the socketpair). Keeper -> supervisor::
     {"event":"spawned","pid":P,"pgid":P,"starttime":T,"keeper_pid":K,"cgroup":path|null}
     {"event":"spawn-failed","errno":E,"message":"..."}
     {"event":"exited","pid":P,"code":C|null,"signal":S|null}
-    {"event":"extinct","mode":"cgroup|subreaper","signalled":N,"escalated":bool,"elapsed_ms":F}
+    {"event":"extinct","mode":"cgroup|subreaper","signalled":N,"escalated":bool,"elapsed_ms":F,
+     "escaped":[pid,...]}
 
 Supervisor -> keeper::
 
     {"cmd":"terminate","grace_ms":G}
-    {"cmd":"signal","sig":N}            # forwarded to the agent's process group
+
+``escaped`` lists descendants found outside the run's boundary (seed 003, "Child and
+Grandchild Rules") while the keeper walked its tree: with a cgroup, a process that
+moved itself out of the run's cgroup; without one, a process in neither the run's
+process group nor its session (it ``setsid``-ed away). Being our descendant, such a
+process is still signalled and reaped here -- the subreaper catches what the group
+and the cgroup lost -- and the supervisor marks the run ``ownership-escape``.
 
 This module is on the cold path of every agent start, so it imports only the
 standard library modules it needs and Tether's dependency-free ``_fastjson`` (no
@@ -83,13 +90,32 @@ def _prctl(option: int, arg: int) -> None:
 
 def _read_stat(pid: int) -> tuple[str, int, int] | None:
     """(state, pgid, starttime) of pid, or None if it is gone. comm may hold ')'."""
+    full = _read_stat_full(pid)
+    return (full[0], full[1], full[3]) if full is not None else None
+
+
+def _read_stat_full(pid: int) -> tuple[str, int, int, int] | None:
+    """(state, pgid, sid, starttime) of pid, or None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
     fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[2]), int(fields[19])
+    return fields[0].decode(), int(fields[2]), int(fields[3]), int(fields[19])
+
+
+def _cgroup_of(pid: int) -> str | None:
+    """The cgroup v2 path of pid (the ``0::`` line of /proc/<pid>/cgroup), or None."""
+    try:
+        with open(f"/proc/{pid}/cgroup", "rb") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        if line.startswith(b"0::"):
+            return line[3:].decode(errors="replace")
+    return None
 
 
 def _children(pid: int) -> list[int]:
@@ -150,6 +176,8 @@ class Keeper:
         self.root_reaped = False
         self.signalled = 0
         self.escalated = False
+        self.escaped: set[int] = set()
+        self._cgroup_rel: str | None = None  # the run's cgroup as /proc/<pid>/cgroup names it
         self._control_buf = b""
         self._wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_w = wake_w
@@ -226,6 +254,10 @@ class Keeper:
             self.send({"event": "spawn-failed", "errno": int(code or 0), "message": message})
             return False
         self.root_pid = pid
+        if self.cgroup:
+            # The root entered the cgroup before exec (the error pipe closed only at
+            # exec), so its own view names the run's cgroup relative to the mount.
+            self._cgroup_rel = _cgroup_of(pid)
         st = _read_stat(pid)
         # Drop our copies of the agent's stdio so the supervisor sees EOF when the agent
         # side closes; the keeper itself never reads or writes them.
@@ -308,12 +340,26 @@ class Keeper:
                 pass
         # Then everything that left the group (setsid, double fork), deepest first.
         for pid, starttime, _ in self._live_descendants():
+            if pid not in self.escaped and self._outside_boundary(pid):
+                self.escaped.add(pid)
             self._signal_pid(pid, starttime, sig)
         if self.cgroup:
             for pid in self._cgroup_procs():
                 st = _read_stat(pid)
                 if st is not None:
                     self._signal_pid(pid, st[2], sig)
+
+    def _outside_boundary(self, pid: int) -> bool:
+        """Whether a descendant has left the run's boundary (see the module docstring)."""
+        if self.root_pid is None or pid == self.root_pid:
+            return False
+        if self.cgroup:
+            rel = _cgroup_of(pid)
+            if rel is None or self._cgroup_rel is None:
+                return False  # cannot tell: never call a process an escapee on a guess
+            return rel != self._cgroup_rel and not rel.startswith(self._cgroup_rel + "/")
+        st = _read_stat_full(pid)
+        return st is not None and st[1] != self.root_pid and st[2] != self.root_pid
 
     def _cgroup_procs(self) -> list[int]:
         assert self.cgroup is not None
@@ -391,12 +437,6 @@ class Keeper:
             grace = cmd.get("grace_ms")
             seconds = grace / 1000 if isinstance(grace, int | float) else self.default_grace
             return self.terminate(max(0.0, seconds))
-        forwardable = cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int)
-        if forwardable and self.root_pid is not None and not self.root_reaped:
-            try:
-                os.killpg(self.root_pid, cmd["sig"])
-            except OSError:
-                pass
         return None
 
     def terminate(self, grace: float) -> int:
@@ -463,6 +503,7 @@ class Keeper:
                 "signalled": self.signalled,
                 "escalated": self.escalated,
                 "elapsed_ms": round(elapsed, 3),
+                "escaped": sorted(self.escaped),
             }
         )
         return 0
