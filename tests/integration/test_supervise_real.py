@@ -872,3 +872,107 @@ def test_setsid_escape_without_cgroup_is_marked(
                 _Cgroups.reset()
 
     run(main())
+
+
+def test_counters_and_log_fields_move_with_their_events(
+    monkeypatch: pytest.MonkeyPatch, project_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seed 003's run counters move when their events happen, with the seed's label
+    values, and every supervision line carries the run id and a reason."""
+    monkeypatch.setenv("TETHER_NO_CGROUP", "1")
+    _Cgroups.reset()
+    stubborn = "trap '' TERM; echo up; while :; do sleep 0.1; done"
+
+    async def main() -> None:
+        with Registry() as reg:
+            metrics.attach(reg)
+            try:
+                with caplog.at_level(logging.INFO, logger="tether"):
+                    overall = await spawn_agent(
+                        spec(["bash", "-c", stubborn], project_dir, overall_timeout=0.3), reg
+                    )
+                    await asyncio.wait_for(overall.wait_ended(), 10)
+                    silent = await spawn_agent(
+                        spec(["sleep", "30"], project_dir, no_output_timeout=0.3), reg
+                    )
+                    await asyncio.wait_for(silent.wait_ended(), 10)
+                counters = reg.counters()
+            finally:
+                metrics.attach(None)
+                _Cgroups.reset()
+        assert counters["run_spawn_total"] == 2
+        assert counters["run_timeout_total{type=overall}"] == 1
+        assert counters["run_timeout_total{type=no_output}"] == 1
+        assert counters["run_exit_total{reason=overall-timeout}"] == 1
+        assert counters["run_exit_total{reason=no-output-timeout}"] == 1
+        # Only the TERM-ignoring run needed SIGKILL.
+        assert counters["run_cleanup_kill_total{mode=pgid}"] == 1
+        lines = [r for r in caplog.records if r.name == "tether"]
+        ours = {overall.lease_id, silent.lease_id}
+        for name in ("spawn", "timeout", "cleanup", "extinct"):
+            found = [r.tether_fields for r in lines if r.getMessage() == name]  # type: ignore[attr-defined]
+            assert {f["runId"] for f in found} == ours, (name, found)
+            assert all(f["reason"] for f in found), (name, found)
+        timeouts = {
+            r.tether_fields["runId"]: r.tether_fields  # type: ignore[attr-defined]
+            for r in lines
+            if r.getMessage() == "timeout"
+        }
+        assert timeouts[overall.lease_id]["type"] == "overall"
+        assert timeouts[silent.lease_id]["reason"] == "no-output-timeout"
+
+    run(main())
+
+
+class _RecordingRegistry:
+    """A Registry that records, in order, each lease write and the run state seen then."""
+
+    def __init__(self, reg: Registry) -> None:
+        self._reg = reg
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+        self.proc: AgentProcess | None = None
+        self.path = reg.path
+        self.instance_id = reg.instance_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reg, name)
+
+    def create_lease(self, **fields: Any) -> None:
+        self.writes.append(("create", dict(fields)))
+        self._reg.create_lease(**fields)
+
+    def update_lease(self, lease_id: str, **fields: Any) -> None:
+        self.writes.append(("update", dict(fields)))
+        self._reg.update_lease(lease_id, **fields)
+
+
+def test_run_record_starting_becomes_running_only_after_the_commit(project_dir: Path) -> None:
+    """Seed 003: the run record is ``starting`` until the spawn succeeded and its identity
+    was committed; ``running`` is written together with that identity, and the run
+    reports RUNNING only after that write; the record carries the seed's fields."""
+
+    async def main() -> None:
+        with Registry() as real:
+            reg = _RecordingRegistry(real)
+            proc = await spawn_agent(spec(["sleep", "30"], project_dir, backend_id="mock"), reg)
+            (kind, created), *_ = reg.writes
+            assert kind == "create"
+            assert created["run_state"] == "starting"
+            assert "root_pid" not in created
+            running = [f for k, f in reg.writes if f.get("run_state") == "running"]
+            assert len(running) == 1
+            assert running[0]["root_pid"] == proc.pid  # one commit: identity and state
+            assert proc.is_running
+            row = real.lease(proc.lease_id)
+            assert row is not None
+            assert (row.run_state, row.state, row.backend_id) == ("running", "open", "mock")
+            assert row.owner_instance_id is not None
+            assert row.lease_expires_at is not None
+            assert row.lease_expires_at > row.created_at
+            await proc.aclose(TerminationReason.CLOSE)
+            row = real.lease(proc.lease_id)
+            assert row is not None
+            assert (row.run_state, row.state) == ("exited", "closed")
+            assert row.updated_at >= row.created_at
+
+    run(main())
