@@ -180,7 +180,7 @@ def _execute_reap(
     populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
     if action.cgroup_path and not populated:
         with contextlib.suppress(OSError):
-            os.rmdir(action.cgroup_path)
+            table.cgroup_remove(action.cgroup_path)
     return (not remaining and not populated), signalled
 
 

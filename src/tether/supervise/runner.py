@@ -112,17 +112,15 @@ class _Cgroups:
         cls.reason = "not probed"
 
 
-def _new_cgroup(lease_id: str) -> str | None:
+def _new_cgroup(table: _os.ProcessTable, lease_id: str) -> str | None:
     base = _Cgroups.base()
     if base is None:
         return None
-    path = os.path.join(base, "tether", lease_id)
     try:
-        os.makedirs(path, mode=0o755)
+        return table.cgroup_create(os.path.join(base, "tether"), lease_id)
     except OSError as exc:
-        _log.event("cgroup_unavailable", reason=str(exc), lease_id=lease_id)
+        _log.event("cgroup_unavailable", reason=str(exc), runId=lease_id)
         return None
-    return path
 
 
 class _PipeReader(asyncio.Protocol):
@@ -352,7 +350,7 @@ class AgentProcess:
         self._keeper_exited = loop.create_future()
         self._ended = loop.create_future()
         argv = [str(a) for a in spec.argv]
-        self.cgroup = _new_cgroup(self.lease_id)
+        self.cgroup = _new_cgroup(self.table, self.lease_id)
         env = dict(os.environ if spec.env is None else spec.env)
         env["TETHER_LEASE_ID"] = self.lease_id
         env["TETHER_INSTANCE_ID"] = self.instance_id
@@ -414,8 +412,8 @@ class AgentProcess:
             child_sock.close()
             if spec.pty:
                 os.close(stdio["stdin"])
-        # Our unreaped child: the pid cannot have been recycled, so this pidfd is exact.
-        self.keeper_pidfd = os.pidfd_open(self.keeper.pid)
+        # Our unreaped child: the pid cannot have been recycled, so this handle is exact.
+        self.keeper_pidfd = self.table.child_handle(self.keeper.pid)
         keeper_st = self.table.stat(self.keeper.pid)
         boot_id = self.table.boot_id()
         now = time.time()
@@ -648,14 +646,10 @@ class AgentProcess:
         assert self.keeper_pidfd is not None
         assert self.keeper is not None
         loop.remove_reader(self.keeper_pidfd)
-        try:
-            info = os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)
-            status = info.si_status if info is not None else -1
-        except ChildProcessError:
-            status = -1
+        reaped = self.table.reap_child(self.keeper_pidfd)  # also closes the handle
+        status = reaped if reaped is not None else -1
         # Tell Popen, so its finalizer neither warns nor waits on a reaped pid.
         self.keeper.returncode = status
-        os.close(self.keeper_pidfd)
         self.keeper_pidfd = None
         assert self._keeper_exited
         assert self._spawned
@@ -786,7 +780,7 @@ class AgentProcess:
             self._control = None
         if self.cgroup:
             with contextlib.suppress(OSError):
-                os.rmdir(self.cgroup)
+                self.table.cgroup_remove(self.cgroup)
         assert self.exited is not None
         code, sig = self.exited.result() if self.exited.done() else (None, None)
         if reason is TerminationReason.EXIT and sig is not None:
@@ -851,7 +845,7 @@ class AgentProcess:
         assert self._keeper_exited is not None
         if self.keeper_pidfd is not None:
             with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.keeper_pidfd, signal.SIGKILL)
+                self.table.signal_child(self.keeper_pidfd, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
                 await asyncio.shield(self._keeper_exited)
