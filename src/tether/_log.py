@@ -20,6 +20,10 @@ import time
 from typing import Any, TextIO
 
 logger = logging.getLogger("tether")
+# A library's logs are its user's to route: without a handler of theirs (or
+# configure()), warnings must not fall through to logging's last-resort stderr
+# printer and land, bare, in a CLI user's terminal.
+logger.addHandler(logging.NullHandler())
 
 
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:

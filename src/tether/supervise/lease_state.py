@@ -5,12 +5,11 @@ Theory of operation
 A lease is the durable record that a session owner runs a process tree (its
 identity, pgid, cgroup and marker). Its state says what we know about that tree::
 
-    open --CLOSE_STARTED / STOLEN--> closing --EXTINCTION_PROVEN--> closed
-      |                               |   ^                            ^
-      |                 UNVERIFIABLE /    |  STOLEN                    |
-      |               GONE_BEFORE_CLEANUP |                            |
-      +--UNVERIFIABLE / GONE_BEFORE_CLEANUP--> lost --------------------+
-                                                    (EXTINCTION_PROVEN)
+    open --CLOSE_STARTED | STOLEN--> closing --EXTINCTION_PROVEN--> closed
+      |                              |  ^   (STOLEN: closing -> closing)  ^
+      |     UNVERIFIABLE |           |  |                                 |
+      |     GONE_BEFORE_CLEANUP      v  | STOLEN                          |
+      +--UNVERIFIABLE | GONE_BEFORE_CLEANUP--> lost --EXTINCTION_PROVEN---+
 
 * ``open``: the owner (the supervisor named by ``owner_instance_id``) runs the tree.
 * ``closing``: teardown (ours, or a reconcile's) has begun.
