@@ -26,10 +26,24 @@ logger = logging.getLogger("tether")
 logger.addHandler(logging.NullHandler())
 
 
+#: Context every line of this process carries (an owner binds its session, pid and
+#: generation once it knows them: one session per owner process).
+_process_context: dict[str, Any] = {}
+
+
+def bind_process(**fields: Any) -> None:
+    """Add ``fields`` to every later line of this process (``None`` removes a field)."""
+    for key, value in fields.items():
+        if value is None:
+            _process_context.pop(key, None)
+        else:
+            _process_context[key] = value
+
+
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured event; fields are JSON-serialised by the formatter."""
     if logger.isEnabledFor(level):
-        logger.log(level, name, extra={"tether_fields": fields})
+        logger.log(level, name, extra={"tether_fields": {**_process_context, **fields}})
 
 
 class Bound:
@@ -51,7 +65,8 @@ class Bound:
     def event(self, name: str, level: int = logging.INFO, **fields: Any) -> None:
         """Log one structured event with the bound context and ``fields``."""
         if logger.isEnabledFor(level):
-            logger.log(level, name, extra={"tether_fields": {**self.fields, **fields}})
+            merged = {**_process_context, **self.fields, **fields}
+            logger.log(level, name, extra={"tether_fields": merged})
 
 
 def bind(**fields: Any) -> Bound:
@@ -82,8 +97,8 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         fields = getattr(record, "tether_fields", None)
-        if isinstance(fields, dict):
-            data.update(fields)
+        # Lines logged without event() (logger.exception) still carry the context.
+        data.update(fields if isinstance(fields, dict) else _process_context)
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str, separators=(",", ":"))

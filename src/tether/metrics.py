@@ -11,8 +11,8 @@ The names are part of Tether's contract. Seed 003 (process supervision)::
 Seed 001 (warm owners)::
 
     owner_spawn_total                   owner_spawn_failure_total
-    owner_takeover_total                cancel_total{outcome=success|timeout}
-    request_enqueue_seconds             (histogram: enqueue -> turn start)
+    owner_takeover_total                cancel_total{outcome=success|timeout|not-honoured}
+    request_enqueue_seconds{kind}       (histogram: enqueue -> turn start)
     prompt_turn_seconds                 (histogram: turn start -> terminal frame)
     owners_active, queue_depth{session} (gauges, read from the sessions table)
 
@@ -52,7 +52,7 @@ METRICS: Final[dict[str, tuple[str, str]]] = {
     "owner_spawn_total": ("counter", "Session owner daemons started."),
     "owner_spawn_failure_total": ("counter", "Session owner daemons that failed to start."),
     "owner_takeover_total": ("counter", "Unresponsive or stale owners replaced."),
-    "cancel_total": ("counter", "Turn cancellations, by outcome (success|timeout)."),
+    "cancel_total": ("counter", "Turn cancellations, by outcome (success|timeout|not-honoured)."),
     "request_enqueue_seconds": ("histogram", "Time from a request's enqueue to its turn start."),
     "prompt_turn_seconds": ("histogram", "Time from a turn's start to its terminal frame."),
     "owners_active": ("gauge", "Sessions with a live owner daemon."),

@@ -50,6 +50,7 @@ async def _amain(key: str, ready: Ready) -> int:
     try:
         await owner.start()
     except BaseException as exc:
+        metrics.incr("owner_spawn_failure_total")
         ready({"ready": False, "error": f"owner start failed: {exc}"})
         raise
     ready(

@@ -11,7 +11,9 @@ import contextlib
 import time
 from typing import Any
 
+from tether import metrics
 from tether.acp.policy import PermissionMode
+from tether.errors import TetherTimeout
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.settings import OwnerSettings
@@ -49,6 +51,7 @@ class RequestRunner:
         live = await self.slot.ensure()
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
+            metrics.incr("cancel_total", outcome="success")
             self._record_turn(job, "cancelled")
             job.finish(
                 {
@@ -69,7 +72,18 @@ class RequestRunner:
         if job.deadline is not None:
             remaining = max(0.001, job.deadline - time.monotonic())
             ceiling = remaining if ceiling is None else min(ceiling, remaining)
-        result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        started = time.monotonic()
+        try:
+            result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        except TetherTimeout:
+            if _cancel_requested(job):  # cancelled, and the agent never ended the turn
+                metrics.incr("cancel_total", outcome="timeout")
+            raise
+        # Seed 001: prompt turn latency, and whether a cancel was honoured.
+        metrics.observe("prompt_turn_seconds", time.monotonic() - started)
+        if _cancel_requested(job):  # set by a cancel that arrived during the turn
+            honoured = result.stop_reason == "cancelled"
+            metrics.incr("cancel_total", outcome="success" if honoured else "not-honoured")
         job.finish(
             {
                 "stopReason": result.stop_reason,
@@ -114,6 +128,12 @@ class RequestRunner:
                 "turn",
                 {"requestId": job.request_id, "stopReason": stop_reason, "prompt": preview(job)},
             )
+
+
+def _cancel_requested(job: Job) -> bool:
+    # A call, not the attribute: a cancel can set it while the turn is awaited, after
+    # the early check above (which would otherwise narrow it to False for mypy).
+    return job.cancel_requested
 
 
 def preview(job: Job) -> str:

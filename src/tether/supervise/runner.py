@@ -646,6 +646,11 @@ class AgentProcess:
         assert self.keeper_pidfd is not None
         assert self.keeper is not None
         loop.remove_reader(self.keeper_pidfd)
+        # A fast agent: the keeper may have said spawned, exited and extinct and left
+        # before we read a byte, making its handle and the control socket readable in
+        # one loop pass. Read its last words first, or a clean run would look like a
+        # keeper that died before starting the agent.
+        self._drain_control()
         reaped = self.table.reap_child(self.keeper_pidfd)  # also closes the handle
         status = reaped if reaped is not None else -1
         # Tell Popen, so its finalizer neither warns nor waits on a reaped pid.
