@@ -170,3 +170,11 @@ def test_expired_lease_of_a_live_holder_is_stolen_before_the_reap() -> None:
     assert isinstance(steal, Steal)
     assert (steal.expect, steal.holder, steal.holder_dead) == (LeaseState.OPEN, "S1", False)
     assert "expired" in steal.why
+
+
+def test_our_own_expired_lease_is_never_stolen_by_ourselves() -> None:
+    """A supervisor never reaps its own live run, even if its heartbeat lapsed."""
+    t = table_with_root()
+    mine = lease(owner_alive=True, lease_expires_at=1.0, owner_instance_id="S1", held_by_us=True)
+    assert [type(a) for a in plan(t, mine)] == [Skip]
+    assert t.signals == []

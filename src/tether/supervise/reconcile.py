@@ -108,6 +108,7 @@ def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
                 pid_namespace=lease.pid_namespace,
                 owner_instance_id=lease.owner_instance_id,
                 lease_expires_at=lease.lease_expires_at,
+                held_by_us=lease.owner_instance_id == SUPERVISOR_ID,
             )
         )
     return records

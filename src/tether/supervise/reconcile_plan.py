@@ -109,6 +109,7 @@ class LeaseRecord:
     pid_namespace: str | None = None
     owner_instance_id: str | None = None
     lease_expires_at: float | None = None
+    held_by_us: bool = False  # owner_instance_id is this very supervisor
 
     def evidence(self) -> LeaseEvidence:
         """The verification evidence this record carries about its root process."""
@@ -233,6 +234,10 @@ def _plan_one(
     # reapers racing on one tree is how foreign pids get signalled.
     if lease_is_healthy(lease, now):
         return [Skip(lid, "held by a live supervisor whose lease has not expired: not ours")]
+    if lease.held_by_us and lease.state in (LeaseState.OPEN, LeaseState.CLOSING):
+        # Our own run (a late heartbeat is no reason to reap ourselves): the runner
+        # that holds it ends it.
+        return [Skip(lid, "held by this supervisor: its runner ends it")]
     if lease.owner_alive:
         assert lease.lease_expires_at is not None
         stale = f"lease expired {now - lease.lease_expires_at:.1f}s ago (holder alive but silent)"
