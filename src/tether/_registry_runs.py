@@ -164,6 +164,7 @@ class RunStore:
         holder_dead: bool,
         new_owner: str,
         ttl: float,
+        record: tuple[str | None, str, Mapping[str, Any]] | None = None,
         **fields: Any,
     ) -> bool:
         """Take over an expired lease (seed 003): one compare-and-set on state and holder.
@@ -172,7 +173,9 @@ class RunStore:
         and either expired at ``now`` (``lease_expires_at`` passed) or ``holder_dead``
         (its holder was proven gone, so it can renew nothing). The steal is committed
         -- recorded, with ``stolen_from`` -- before the caller signals anything; of two
-        supervisors racing for one lease, exactly one gets ``True``.
+        supervisors racing for one lease, exactly one gets ``True``. ``record`` --
+        ``(session_key, kind, payload)`` -- is added to the events in the same
+        transaction, only by the winner.
         """
         query = (
             "SELECT state FROM leases WHERE lease_id = ? AND state = ? AND owner_instance_id IS ?"
@@ -199,6 +202,12 @@ class RunStore:
                 f"UPDATE leases SET {sets} WHERE lease_id = ? AND state = ?",  # noqa: S608 -- column names are ours
                 (*fields.values(), lease_id, expect.value),
             )
+            if record is not None:
+                session_key, kind, payload = record
+                db.execute(
+                    "INSERT INTO events (session_key, kind, payload, at) VALUES (?, ?, ?, ?)",
+                    (session_key, kind, json.dumps(dict(payload)), time.time()),
+                )
         return True
 
     def renew_leases(

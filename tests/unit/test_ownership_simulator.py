@@ -373,6 +373,7 @@ def test_two_supervisors_one_expired_lease_one_steal_one_kill() -> None:
             lost = reconcile_mod.carry_out(reg, second, grace=0.05)
             row = reg.lease("L1")
             counters = reg.counters()
+            stolen = reg.events("sess-contention", kind="lease_stolen")
         finally:
             metrics.attach(None)
     assert [d["kind"] for d in won] == ["steal", "reap", "markclosed"]
@@ -388,6 +389,7 @@ def test_two_supervisors_one_expired_lease_one_steal_one_kill() -> None:
     assert (row.state, row.stolen_from, row.reason) == ("closed", "S-dead", "owner-lost")
     assert counters["run_lease_steal_total"] == 1
     assert counters["run_reconcile_orphans_total"] == 3
+    assert [e["payload"]["from"] for e in stolen] == ["S-dead"]
 
 
 def test_healthy_lease_of_another_supervisor_is_left_alone() -> None:

@@ -245,7 +245,13 @@ def _end_lease(
 
 
 def _steal(registry: Any, action: Steal, lease: Any, table: _os.ProcessTable) -> bool:
-    """Take the lease over, committed before anything is signalled (seed 003)."""
+    """Take the lease over, committed -- with its ``lease_stolen`` event, in the same
+    transaction -- before anything is signalled (seed 003)."""
+    record = (
+        lease.session_key if lease is not None else None,
+        "lease_stolen",
+        {"leaseId": action.lease_id, "from": action.holder, "to": SUPERVISOR_ID, "why": action.why},
+    )
     won = bool(
         registry.steal_lease(
             action.lease_id,
@@ -255,23 +261,13 @@ def _steal(registry: Any, action: Steal, lease: Any, table: _os.ProcessTable) ->
             holder_dead=action.holder_dead,
             new_owner=SUPERVISOR_ID,
             ttl=LEASE_TTL_S,
+            record=record,
             owner_pid=os.getpid(),
             owner_starttime=_own_starttime(table),
         )
     )
     if won:
         metrics.incr("run_lease_steal_total")
-        record_event = (
-            lease.session_key if lease is not None else None,
-            "lease_stolen",
-            {
-                "leaseId": action.lease_id,
-                "from": action.holder,
-                "to": SUPERVISOR_ID,
-                "why": action.why,
-            },
-        )
-        registry.add_event(*record_event)
     return won
 
 
