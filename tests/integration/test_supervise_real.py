@@ -723,10 +723,16 @@ def test_lease_contention_two_reconcilers(
         steals = [
             d for out in results for d in out if d["kind"] == "steal" and d["lease_id"] == lease_id
         ]
-        assert sorted(bool(d.get("raced")) for d in steals) == [False, True], steals
+        # (The threads race for real: the second either lost the steal, or looked only
+        # once the lease was already ended and planned nothing for it. The interleaving
+        # where both plan first is pinned in the simulator.)
+        assert [d for d in steals if not d.get("raced")], steals
+        assert len([d for d in steals if not d.get("raced")]) == 1, steals
         assert len(signallers) == 1
-        loser = next(out for out in results if any(d.get("raced") for d in out))
-        assert all(d.get("raced") for d in loser if d["lease_id"] == lease_id), loser
+        for out in results:
+            mine = [d for d in out if d["lease_id"] == lease_id]
+            if any(d.get("raced") for d in mine):
+                assert all(d.get("raced") for d in mine), mine
         term_targets = [p for p, _, sig in delivered if sig == signal.SIGTERM]
         assert len(term_targets) == len(set(term_targets)), "a process was TERMed twice"
         # Closed once, reported once.
