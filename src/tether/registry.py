@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import paths
+from tether._registry_runs import ANY_OWNER, Lease, RunStore
 from tether._state_errors import translate_error
+
+__all__ = ["ANY_OWNER", "Lease", "Registry", "Session"]
 
 _MIGRATIONS: tuple[str, ...] = (
     # v1: the first schema.
@@ -153,39 +156,28 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sessions_owner ON sessions (owner_session_key);
     CREATE INDEX sessions_parent ON sessions (parent_session_key);
     """,
+    # v2 (supervision, issue 16): run records as seed 003 names them, lease expiry and
+    # owner for the steal, the failure reason, and latency histograms for metrics.
+    """
+    ALTER TABLE leases ADD COLUMN run_state TEXT;          -- starting | running | exiting | exited
+    ALTER TABLE leases ADD COLUMN backend_id TEXT;         -- agent registry name or command label
+    ALTER TABLE leases ADD COLUMN owner_instance_id TEXT;  -- the supervisor holding the lease
+    ALTER TABLE leases ADD COLUMN lease_expires_at REAL;   -- renewed by the holder's heartbeat
+    ALTER TABLE leases ADD COLUMN heartbeat_at REAL;
+    ALTER TABLE leases ADD COLUMN stolen_from TEXT;        -- the holder a steal took it from
+    ALTER TABLE leases ADD COLUMN failure TEXT;            -- e.g. ownership-escape
+    CREATE TABLE histograms (
+        name    TEXT NOT NULL,
+        labels  TEXT NOT NULL DEFAULT '',
+        count   INTEGER NOT NULL,
+        sum     REAL NOT NULL,
+        buckets TEXT NOT NULL,                             -- JSON: per-bucket counts
+        PRIMARY KEY (name, labels)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One lease row; see the schema for the meaning of each field."""
-
-    lease_id: str
-    instance_id: str
-    session_key: str | None
-    owner_pid: int | None
-    owner_starttime: int | None
-    keeper_pid: int | None
-    keeper_starttime: int | None
-    root_pid: int | None
-    pgid: int | None
-    boot_id: str
-    pid_namespace: str | None
-    starttime: int | None
-    cgroup_path: str | None
-    command_hash: str
-    cwd: str
-    state: str
-    created_at: float
-    updated_at: float
-    last_output_at: float | None
-    reason: str | None
-    exit_code: int | None
-    exit_signal: int | None
-    kill_mode: str | None
-    note: str | None
 
 
 @dataclass(frozen=True)
@@ -246,7 +238,7 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
     return fields
 
 
-class Registry:
+class Registry(RunStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -330,84 +322,7 @@ class Registry:
             db.execute("INSERT INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,))
             return instance_id
 
-    # --- leases -------------------------------------------------------------------
-
-    def create_lease(self, **fields: Any) -> None:
-        now = time.time()
-        fields.setdefault("instance_id", self.instance_id)
-        fields.setdefault("state", "open")
-        fields.setdefault("created_at", now)
-        fields.setdefault("updated_at", now)
-        cols = ", ".join(fields)
-        marks = ", ".join("?" for _ in fields)
-        with self.transaction() as db:
-            db.execute(f"INSERT INTO leases ({cols}) VALUES ({marks})", tuple(fields.values()))  # noqa: S608 -- column names are ours
-
-    def update_lease(self, lease_id: str, **fields: Any) -> None:
-        fields["updated_at"] = time.time()
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        with self.transaction() as db:
-            db.execute(f"UPDATE leases SET {sets} WHERE lease_id = ?", (*fields.values(), lease_id))  # noqa: S608 -- column names are ours
-
-    def transition_lease(
-        self,
-        lease_id: str,
-        from_states: tuple[str, ...],
-        *,
-        event: tuple[str, str, Mapping[str, Any]] | None = None,
-        **fields: Any,
-    ) -> bool:
-        """Update the lease only if its state is one of ``from_states`` (compare-and-set).
-
-        ``event`` -- ``(session_key, kind, payload)`` -- is recorded in the same
-        transaction, and only if the update happened. Two reconcilers racing over one
-        lease therefore close it once and report its end once; the loser gets ``False``.
-        """
-        fields["updated_at"] = time.time()
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        marks = ", ".join("?" for _ in from_states)
-        with self.transaction() as db:
-            cur = db.execute(
-                f"UPDATE leases SET {sets} WHERE lease_id = ? AND state IN ({marks})",  # noqa: S608 -- column names are ours
-                (*fields.values(), lease_id, *from_states),
-            )
-            changed = cur.rowcount == 1
-            if changed and event is not None:
-                session_key, kind, payload = event
-                db.execute(
-                    "INSERT INTO events (session_key, kind, payload, at) VALUES (?, ?, ?, ?)",
-                    (session_key, kind, json.dumps(dict(payload)), time.time()),
-                )
-        return changed
-
-    def lease(self, lease_id: str) -> Lease | None:
-        row = self._row("SELECT * FROM leases WHERE lease_id = ?", (lease_id,))
-        return Lease(**dict(row)) if row else None
-
-    def leases(
-        self,
-        *,
-        states: tuple[str, ...] | None = None,
-        session_key: str | None = None,
-        all_instances: bool = False,
-    ) -> list[Lease]:
-        query = "SELECT * FROM leases WHERE 1=1"
-        args: list[Any] = []
-        if not all_instances:
-            query += " AND instance_id = ?"
-            args.append(self.instance_id)
-        if states:
-            query += f" AND state IN ({', '.join('?' for _ in states)})"
-            args.extend(states)
-        if session_key is not None:
-            query += " AND session_key = ?"
-            args.append(session_key)
-        query += " ORDER BY created_at"
-        return [Lease(**dict(r)) for r in self._rows(query, args)]
-
-    def delete_lease(self, lease_id: str) -> None:
-        with self.transaction() as db:
-            db.execute("DELETE FROM leases WHERE lease_id = ?", (lease_id,))
+    # --- leases, counters and histograms: tether._registry_runs.RunStore -------------
 
     # --- sessions -----------------------------------------------------------------
 
@@ -559,21 +474,6 @@ class Registry:
             }
             for r in reversed(rows)
         ]
-
-    # --- counters -----------------------------------------------------------------
-
-    def incr(self, name: str, by: int = 1, **labels: str) -> None:
-        label_text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        with self.transaction() as db:
-            db.execute(
-                "INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)"
-                " ON CONFLICT (name, labels) DO UPDATE SET value = value + excluded.value",
-                (name, label_text, by),
-            )
-
-    def counters(self) -> dict[str, int]:
-        rows = self._rows("SELECT name, labels, value FROM counters ORDER BY name, labels")
-        return {(f"{n}{{{lbl}}}" if lbl else n): int(v) for n, lbl, v in rows}
 
     # --- pruning ------------------------------------------------------------------
 

@@ -258,6 +258,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
+    if command == "metrics":
+        from tether.cli._metrics_cmd import run_metrics
+
+        return run_metrics(ctx)
     if command == "config":
         import json
 

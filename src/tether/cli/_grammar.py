@@ -18,6 +18,7 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "metrics",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
@@ -141,6 +142,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--dry-run",),
     ),
     "config": ("", "print the merged configuration", ()),
+    "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",
         "check the state directory (database, schema, permissions, stale sockets)",

@@ -31,6 +31,7 @@ commands:
   sessions close [NAME]                end the session and prove its process tree gone
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
+  metrics                              counters, latencies and gauges (text, or --format json)
   config                               print the merged configuration
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 

@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os
+from tether import _log, _os, metrics
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
@@ -125,6 +125,9 @@ class Owner:
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
         )
+        # Seed 001: every owner line carries sessionId, ownerPid and ownerGeneration.
+        _log.bind_process(sessionId=self.key, ownerPid=os.getpid(), ownerGeneration=self.generation)
+        metrics.incr("owner_spawn_total")
         self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.

@@ -12,7 +12,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tether import metrics
 from tether.acp.policy import PermissionMode
+from tether.errors import TetherTimeout
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.settings import OwnerSettings
@@ -74,6 +76,7 @@ class RequestRunner:
         live = await self.slot.ensure()
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
+            metrics.incr("cancel_total", outcome="success")
             self._record_turn(job, "cancelled")
             job.finish(
                 {
@@ -94,7 +97,18 @@ class RequestRunner:
         if job.deadline is not None:
             remaining = max(0.001, job.deadline - time.monotonic())
             ceiling = remaining if ceiling is None else min(ceiling, remaining)
-        result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        started = time.monotonic()
+        try:
+            result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        except TetherTimeout:
+            if _cancel_requested(job):  # cancelled, and the agent never ended the turn
+                metrics.incr("cancel_total", outcome="timeout")
+            raise
+        # Seed 001: prompt turn latency, and whether a cancel was honoured.
+        metrics.observe("prompt_turn_seconds", time.monotonic() - started)
+        if _cancel_requested(job):  # set by a cancel that arrived during the turn
+            honoured = result.stop_reason == "cancelled"
+            metrics.incr("cancel_total", outcome="success" if honoured else "not-honoured")
         job.finish(
             {
                 "stopReason": result.stop_reason,
@@ -141,6 +155,12 @@ class RequestRunner:
 
 def _ms_since(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 1)
+
+
+def _cancel_requested(job: Job) -> bool:
+    # A call, not the attribute: a cancel can set it while the turn is awaited, after
+    # the early check above (which would otherwise narrow it to False for mypy).
+    return job.cancel_requested
 
 
 def _ignore(_frame: dict[str, Any]) -> None:
