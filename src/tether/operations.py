@@ -331,12 +331,14 @@ def close_session(key: str) -> dict[str, Any]:
     except OwnerUnavailable:
         conn = None
     if conn is not None:
+        from tether.owner_fence import peer_pidfd, wait_exit
+
         with conn:
-            pidfd = _peer_pidfd(conn)
+            pidfd = peer_pidfd(conn.sock)
             result = conn.request("close", {})
         # Return only once the owner is gone (its lock released): scripts that look for
         # leftover processes, or remove TETHER_HOME, right after `close` see none.
-        result["ownerExited"] = _wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+        result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
         return result
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
@@ -366,34 +368,6 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
             "ownerGeneration": session.owner_generation,
         },
     )
-
-
-def _peer_pidfd(conn: OwnerConnection) -> int | None:
-    """A pidfd of the process at the other end of the socket (the kernel's word for it)."""
-    import _socket
-    import os
-    import struct
-
-    try:
-        creds = conn.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-        pid = struct.unpack("3i", creds)[0]
-        return os.pidfd_open(pid) if pid > 0 else None
-    except (OSError, AttributeError):  # no pidfd (old kernel): we cannot wait for it
-        return None
-
-
-def _wait_exit(pidfd: int | None, timeout: float) -> bool | None:
-    """Wait until the process behind ``pidfd`` exited; None if we cannot tell."""
-    if pidfd is None:
-        return None
-    import os
-    import select
-
-    try:
-        readable, _, _ = select.select([pidfd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(pidfd)
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
