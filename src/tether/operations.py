@@ -225,8 +225,7 @@ def ensure_session(
     if fresh:
         conn = connect(key)
         if conn is not None:
-            with conn:
-                conn.request("close", {})
+            _close_live(conn)  # its owner gone, the new one starts without a busy race
     with Registry() as registry:
         if fresh:
             _close_offline(registry, key, how="replaced by `sessions new`")
@@ -337,15 +336,7 @@ def close_session(key: str) -> dict[str, Any]:
     except OwnerUnavailable:
         conn = None
     if conn is not None:
-        from tether.owner_fence import peer_pidfd, wait_exit
-
-        with conn:
-            pidfd = peer_pidfd(conn.sock)
-            result = conn.request("close", {})
-        # Return only once the owner is gone (its lock released): scripts that look for
-        # leftover processes, or remove TETHER_HOME, right after `close` see none.
-        result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
-        return result
+        return _close_live(conn)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -355,6 +346,19 @@ def close_session(key: str) -> dict[str, Any]:
         decisions = reconcile(registry, session_key=key)
         _close_offline(registry, key, how="closed with no owner running")
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _close_live(conn: OwnerConnection) -> dict[str, Any]:
+    """Close through the owner on ``conn``; return once that owner process is gone."""
+    from tether.owner_fence import peer_pidfd, wait_exit
+
+    with conn:
+        pidfd = peer_pidfd(conn.sock)
+        result = conn.request("close", {})
+    # Return only once the owner is gone (its lock released): scripts that look for
+    # leftover processes, or remove TETHER_HOME, right after `close` see none.
+    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+    return result
 
 
 def _close_offline(registry: Any, key: str, *, how: str) -> None:
