@@ -143,7 +143,7 @@ _MIGRATIONS: tuple[str, ...] = (
     INSERT INTO journal_heads (session_key, last_seq)
         SELECT session_key, max(seq) FROM journal GROUP BY session_key
     """,
-    # Session ownership (issue 10, seed 000): who owns, spawned and parents each session.
+    # v3 (ownership, issue 10, seed 000): who owns, spawned and parents each session.
     # Old rows get their agent id from agent_label and no owner: they are operator-owned.
     # The instance id is not a column: it is this database's (meta.instance_id).
     """
@@ -156,7 +156,7 @@ _MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX sessions_owner ON sessions (owner_session_key);
     CREATE INDEX sessions_parent ON sessions (parent_session_key);
     """,
-    # v2 (supervision, issue 16): run records as seed 003 names them, lease expiry and
+    # v4 (supervision, issue 16): run records as seed 003 names them, lease expiry and
     # owner for the steal, the failure reason, and latency histograms for metrics.
     """
     ALTER TABLE leases ADD COLUMN run_state TEXT;          -- starting | running | exiting | exited
@@ -173,6 +173,19 @@ _MIGRATIONS: tuple[str, ...] = (
         sum     REAL NOT NULL,
         buckets TEXT NOT NULL,                             -- JSON: per-bucket counts
         PRIMARY KEY (name, labels)
+    );
+    """,
+    # v5 (issue 9 item 5, unresponsive owner takeover): the proven identity of each
+    # session's current owner, boot id included, so that a caller can verify it before
+    # fencing a silent owner. A table of its own: the sessions row stays as it is.
+    """
+    CREATE TABLE owner_identity (
+        session_key  TEXT PRIMARY KEY,
+        pid          INTEGER NOT NULL,
+        starttime    INTEGER,
+        boot_id      TEXT NOT NULL,
+        generation   INTEGER NOT NULL,
+        recorded_at  REAL NOT NULL
     );
     """,
 )
@@ -418,7 +431,15 @@ class Registry(RunStore):
         with self.transaction() as db:
             db.execute(f"UPDATE sessions SET {sets} WHERE key = ?", (*fields.values(), key))  # noqa: S608 -- column names are ours
 
-    def begin_owner(self, key: str, *, pid: int, starttime: int | None, socket: str) -> int:
+    def begin_owner(
+        self,
+        key: str,
+        *,
+        pid: int,
+        starttime: int | None,
+        socket: str,
+        boot_id: str | None = None,
+    ) -> int:
         """Record a new owner for the session and return its generation (previous + 1).
 
         Called by an owner right after it acquired the session's flock, so increments are
@@ -439,7 +460,25 @@ class Registry(RunStore):
                 " updated_at = ? WHERE key = ?",
                 (pid, starttime, generation, socket, now, now, now, key),
             )
+            if boot_id is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO owner_identity"
+                    " (session_key, pid, starttime, boot_id, generation, recorded_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, pid, starttime, boot_id, generation, now),
+                )
         return generation
+
+    def owner_identity(self, key: str) -> dict[str, Any] | None:
+        """The identity recorded by the session's latest owner: pid, starttime, boot_id,
+        generation (None if no owner recorded one)."""
+        row = self._db.execute(
+            "SELECT pid, starttime, boot_id, generation FROM owner_identity WHERE session_key = ?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            return None
+        return {"pid": row[0], "starttime": row[1], "boot_id": row[2], "generation": row[3]}
 
     # --- events -------------------------------------------------------------------
 
