@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from typing import Any
 
 import pytest
 
-from tether.errors import AlreadyAnswered
+from tether.errors import AlreadyAnswered, VisibilityDenied
 from tether.ipc import protocol
-from tether.owner.interactions import Interactions
+from tether.owner.interactions import Interactions, inside_tree
 from tether.owner.job import Job
 
 OPTIONS = [
@@ -162,3 +163,30 @@ def test_closing_answers_every_open_question() -> None:
         assert len(out.of("interaction_resolved")) == 2
 
     asyncio.run(main())
+
+
+def test_an_answer_from_inside_the_agent_tree_is_refused() -> None:
+    """A process below the agent run's keeper cannot answer; the question stays open."""
+
+    async def main() -> None:
+        here = os.getpid()
+        q = Interactions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
+        job, out = controller("w", 1)
+        q.attach(job)
+        ask = asyncio.ensure_future(q.ask_permission(PARAMS))
+        await asyncio.sleep(0)
+        iid = out.of("interaction")[0]["interaction"]["id"]
+        with pytest.raises(VisibilityDenied):
+            q.answer(iid, "allow", by={"pid": here, "uid": 0})
+        assert [p["id"] for p in q.pending()] == [iid]
+        q.agent_tree = lambda: (2**22 + 7,)  # no such process above us
+        q.answer(iid, "allow", by={"pid": here, "uid": 0})
+        await ask
+
+    asyncio.run(main())
+
+
+def test_inside_tree() -> None:
+    assert inside_tree(os.getpid(), (os.getpid(),))
+    assert inside_tree(os.getpid(), (os.getppid(),))
+    assert not inside_tree(os.getppid(), (os.getpid(),))

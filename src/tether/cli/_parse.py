@@ -64,6 +64,9 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.tree = False  # sessions list --tree
+        self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
+        self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -108,6 +111,10 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
+    elif flag == "--mcp-bridge":
+        inv.mcp_bridge = True
+    elif flag == "--mcp-config":
+        inv.mcp_config = value
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
@@ -122,6 +129,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.dry_run = True
     elif flag == "--all":
         inv.all = True
+    elif flag == "--tree":
+        inv.tree = True
     elif flag == "--request":
         inv.request = value
     elif flag in ("--from", "--tail"):

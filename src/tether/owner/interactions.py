@@ -24,6 +24,12 @@ for every ``elicitation/create``. The decisions are the sans-IO table's
    waiting hook (the agent is answered ``cancelled`` by the connection, the ACP rule);
    we resolve the interaction ``cancelled`` and tell the controllers.
 
+An answer from inside the session's own agent tree is refused (``VISIBILITY_DENIED``):
+an agent must not approve its own tool calls by running ``tether answer`` through its
+shell. The owner knows the answering process from ``SO_PEERCRED``; it is inside the
+tree when its parent chain reaches the run's keeper (a subreaper: processes that escape
+by ``setsid`` or a double fork are re-parented to it, so they are still found).
+
 A controller is a connection whose request asked for it (``control: true`` on a
 ``watch`` or a ``prompt``) and is still running; it stops being one when that request
 ends or its connection goes.
@@ -37,7 +43,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.acp import policy
-from tether.errors import TetherError
+from tether.errors import TetherError, VisibilityDenied
 from tether.owner.interaction_table import (
     Board,
     IInput,
@@ -68,8 +74,12 @@ class Interactions:
         timeout: float = DEFAULT_TIMEOUT_S,
         record: Record | None = None,
         current_request: Callable[[], str | None] = lambda: None,
+        agent_tree: Callable[[], tuple[int, ...]] = tuple,
     ) -> None:
         self.timeout = timeout
+        # The pids at the root of the live agent run (keeper, agent): answers from
+        # below them are refused.
+        self.agent_tree = agent_tree
         self.record: Record = record or (lambda *_: None)
         self.current_request = current_request
         self.board = Board()
@@ -233,6 +243,13 @@ class Interactions:
             AlreadyAnswered: it was resolved before; this answer was not sent.
             UsageError: the answer names nothing the agent offered (it stays open).
         """
+        roots = self.agent_tree()
+        if by and roots and inside_tree(by.get("pid", 0), roots):
+            raise VisibilityDenied(
+                "an agent cannot answer the questions of its own session",
+                rule="own-agent-tree",
+                interaction_id=interaction_id,
+            )
         item, _resolution = self.board.answer(interaction_id, answer, content=content, by=by)
         future = self._waiters.get(item.id)
         self.record(
@@ -274,3 +291,20 @@ class Interactions:
     def pending(self) -> list[dict[str, Any]]:
         """The open questions, as offered to controllers (for ``status``)."""
         return [self._frame(item)["interaction"] for item in self.board.open_items()]
+
+
+def inside_tree(pid: int, roots: tuple[int, ...]) -> bool:
+    """Whether process ``pid`` is one of ``roots`` or below one (its ``/proc`` parent
+    chain reaches it). A chain that cannot be read counts as inside (fail closed)."""
+    seen = 0
+    while pid > 1 and seen < 4096:
+        if pid in roots:
+            return True
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                raw = f.read()
+            pid = int(raw[raw.rfind(b")") + 2 :].split()[1])
+        except (OSError, ValueError, IndexError):
+            return True
+        seen += 1
+    return False

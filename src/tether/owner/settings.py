@@ -31,6 +31,7 @@ class OwnerSettings:
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
+    unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
     # A policy file (or preset name) that replaces the mode's preset; None: the mode's.
     permission_policy: str | None = None
@@ -50,6 +51,7 @@ class OwnerSettings:
             "liveness_interval",
             "handshake_timeout",
             "connection_idle_timeout",
+            "unresponsive_after",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
