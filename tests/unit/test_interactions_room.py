@@ -11,6 +11,7 @@ import pytest
 
 from tether.errors import AlreadyAnswered, VisibilityDenied
 from tether.ipc import protocol
+from tether.owner.interaction_table import RECENT_KEPT
 from tether.owner.interactions import Interactions, inside_tree
 from tether.owner.job import Job
 
@@ -190,3 +191,17 @@ def test_inside_tree() -> None:
     assert inside_tree(os.getpid(), (os.getpid(),))
     assert inside_tree(os.getpid(), (os.getppid(),))
     assert not inside_tree(os.getppid(), (os.getpid(),))
+
+
+def test_memory_stays_bounded_over_many_questions() -> None:
+    """Thousands of questions decided by the policy leave a bounded record behind."""
+
+    async def main() -> None:
+        q, _ = room()
+        for i in range(1000):
+            params = {**PARAMS, "toolCall": {**PARAMS["toolCall"], "title": f"t{i}"}}
+            await q.ask_permission(params)
+        assert len(q._meta) <= 2 * RECENT_KEPT + 1
+        assert len(q.board) == 0
+
+    asyncio.run(main())

@@ -365,6 +365,10 @@ class Board:
         while len(self._recent) > RECENT_KEPT:
             self._recent.popitem(last=False)
 
+    def __contains__(self, interaction_id: object) -> bool:
+        """Whether the board still holds it (open, or among the recent resolved)."""
+        return interaction_id in self._open or interaction_id in self._recent
+
     def answer(
         self,
         interaction_id: str,

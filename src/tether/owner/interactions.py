@@ -45,6 +45,7 @@ from typing import Any
 from tether.acp import policy
 from tether.errors import TetherError, VisibilityDenied
 from tether.owner.interaction_table import (
+    RECENT_KEPT,
     Board,
     IInput,
     Interaction,
@@ -106,6 +107,11 @@ class Interactions:
         body = self._frame(item)
         for job in self.controllers():
             job.send({"type": frame_type, "requestId": job.request_id, **body})
+
+    def _forget(self) -> None:
+        """Drop the records of interactions the board no longer holds (bounded memory)."""
+        if len(self._meta) > 2 * RECENT_KEPT:
+            self._meta = {k: v for k, v in self._meta.items() if k in self.board}
 
     def _frame(self, item: Interaction) -> dict[str, Any]:
         record = dict(self._meta.get(item.id) or {})
@@ -221,6 +227,7 @@ class Interactions:
         )
         if opened:
             self._tell("interaction_resolved", item)
+        self._forget()
         return item.resolution
 
     # --- answering --------------------------------------------------------------------
@@ -260,7 +267,9 @@ class Interactions:
         self._tell("interaction_resolved", item)
         if future is not None and not future.done():
             future.set_result(_resolution)
-        return {"action": "interaction_resolved", **self._frame(item)}
+        result = {"action": "interaction_resolved", **self._frame(item)}
+        self._forget()
+        return result
 
     def admit_answer(self, job: Job) -> None:
         """Carry out an IPC ``answer`` request: its one terminal frame, at once."""
