@@ -7,6 +7,7 @@
     │   ├── LocalProtocolError          we broke ACP/IPC framing or ordering (a bug on our side)
     │   │   └── InvalidTransition       a state-table miss: machine, state, input
     │   └── RemoteProtocolError         the agent or the owner broke it (malformed, oversized frame)
+    │       └── FrameTooLarge           a line over the reader's limit (the limit in ``fields``)
     ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
     ├── ResourceError
     │   ├── ClosedResourceError         we already closed it
@@ -29,6 +30,8 @@
     │   ├── QueueOverloaded             retryable: the owner's FIFO is full
     │   ├── RequestCancelled            a queued request was removed by `cancel`
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
+    │   ├── SessionClosed               the session was closed while this request waited or ran
+    │   ├── OwnerUnresponsive           an owner holds the session but does not answer
     │   └── GenerationMismatch          the request named another owner generation
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     ├── Interrupted                     exit 130 (Ctrl-C)
@@ -59,6 +62,7 @@ __all__ = [
     "BrokenResourceError",
     "ClosedResourceError",
     "EscalationFailed",
+    "FrameTooLarge",
     "GenerationMismatch",
     "HandshakeTimeout",
     "IdentityUnverified",
@@ -70,6 +74,7 @@ __all__ = [
     "OwnerLost",
     "OwnerShuttingDown",
     "OwnerUnavailable",
+    "OwnerUnresponsive",
     "PermissionDenied",
     "ProcessGone",
     "PromptTimeout",
@@ -78,6 +83,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
+    "SessionClosed",
     "SessionError",
     "SpawnError",
     "StopTimeout",
@@ -190,6 +196,12 @@ class RemoteProtocolError(ProtocolError):
     """The peer (agent or owner) broke a protocol rule: malformed or oversized frame."""
 
     default_detail_code = "REMOTE_PROTOCOL_ERROR"
+
+
+class FrameTooLarge(RemoteProtocolError):
+    """A frame longer than the reader's bound; ``fields["limit"]`` is the limit in bytes."""
+
+    default_detail_code = "FRAME_TOO_LARGE"
 
 
 class AgentRequestError(TetherError):
@@ -344,6 +356,18 @@ class OwnerShuttingDown(SessionError):
     """The owner is shutting down and no longer admits or finishes requests."""
 
     default_detail_code = "QUEUE_OWNER_SHUTTING_DOWN"
+
+
+class SessionClosed(SessionError):
+    """The session was closed (by another caller) while this request waited or ran."""
+
+    default_detail_code = "SESSION_CLOSED"
+
+
+class OwnerUnresponsive(OwnerUnavailable):
+    """An owner holds the session's lock but does not answer (stopped, hung)."""
+
+    default_detail_code = "QUEUE_OWNER_UNRESPONSIVE"
 
 
 class GenerationMismatch(SessionError):
