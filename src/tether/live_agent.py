@@ -160,6 +160,15 @@ class LiveAgent:
     ) -> TurnResult:
         return await self.conn.prompt(self.session_id, blocks, listener, ceiling=ceiling)
 
+    async def settle(self) -> bool:
+        """Wait (bounded) until nothing of an abandoned turn can still arrive.
+
+        False when the agent did not answer its abandoned turn within the connection's
+        ``abandoned_turn_grace``: the connection is then retired (``alive`` is False),
+        and the caller restarts the agent and resumes the session.
+        """
+        return await self.conn.settle(self.session_id)
+
     def cancel(self) -> bool:
         return self.conn.cancel(self.session_id)
 

@@ -162,12 +162,11 @@ class AgentConnection(TurnMethods, SessionMethods):
             fn(*args)
         except Exception as exc:
             self.observer_errors += 1
-            failed = False
-            for turn in fails:
+            turns = list(fails)
+            for turn in turns:
                 if not turn.failed.done():
                     turn.failed.set_result(exc)
-                    failed = True
-            if not failed:
+            if not turns:
                 _log.event(
                     "observer_failed", logging.WARNING, agent=self.transport.label, error=repr(exc)
                 )

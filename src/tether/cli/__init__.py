@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(HELP)
         return 0
     from tether.cli import _parse
-    from tether.errors import TetherError, UsageError
+    from tether.errors import OutputClosed, TetherError, UsageError
 
     ctx: Context | None = None
     try:
@@ -179,6 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             _log.configure(level=10)
         ctx = _context(inv)
         return _dispatch(ctx)
+    except OutputClosed as exc:
+        return exc.exit_code  # the reader of our stdout left: quietly, like `yes | head -1`
     except TetherError as exc:
         if ctx is not None:
             ctx.output.error(exc)
@@ -190,13 +192,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # stdout closed under us (`| head`): exit quietly, as shell tools do.
+        # stdout closed under us (`| head`) on a path that writes it directly: exit
+        # quietly, as shell tools do, with the status Output uses (see OutputClosed).
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         except OSError:
             pass
-        return 1
+        return OutputClosed.exit_code
 
 
 def _dispatch(ctx: Context) -> int:
