@@ -18,7 +18,8 @@
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
     │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
-    │   └── StopTimeout                 a graceful stop did not finish in time
+    │   ├── StopTimeout                 a graceful stop did not finish in time
+    │   └── CallTimeout                 the caller's --timeout passed (``phase`` says where)
     ├── SupervisionError
     │   ├── SpawnError                  the agent (or its keeper) could not be started
     │   ├── ProcessGone                 the process named by a lease no longer exists
@@ -60,6 +61,7 @@ __all__ = [
     "AgentRequestError",
     "AgentUnresponsive",
     "BrokenResourceError",
+    "CallTimeout",
     "ClosedResourceError",
     "EscalationFailed",
     "FrameTooLarge",
@@ -280,6 +282,12 @@ class StopTimeout(TetherTimeout):
     """A graceful stop did not complete in time."""
 
     default_detail_code = "STOP_TIMEOUT"
+
+
+class CallTimeout(TetherTimeout):
+    """The caller's whole-call deadline passed; ``fields["phase"]`` names the phase."""
+
+    default_detail_code = "CALL_TIMEOUT"
 
 
 # --- supervision ----------------------------------------------------------------

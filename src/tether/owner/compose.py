@@ -27,6 +27,7 @@ from tether.errors import (
 from tether.ipc import protocol
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.heartbeat import Heartbeat
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
@@ -40,7 +41,7 @@ from tether.supervise.run_state import TerminationReason
 
 __all__ = ["Owner"]
 
-HEARTBEAT_S = 5.0  # as acpx; `status` calls an owner stale after 3 missed beats
+LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
 logger = logging.getLogger("tether.owner")
 
@@ -92,6 +93,9 @@ class Owner:
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
+        self.heartbeat = Heartbeat(
+            key, unresponsive_after=self.settings.unresponsive_after, depth=lambda: len(self.queue)
+        )
         self._held: list[Job] = []  # requests superseded by a close, answered at the end
 
     @property
@@ -114,12 +118,14 @@ class Owner:
 
     async def start(self) -> None:
         """Record this generation, bind the socket, sweep leftovers, start serving."""
-        st = _os.current().stat(os.getpid())
+        table = _os.current()
+        st = table.stat(os.getpid())
         self.generation = self.registry.begin_owner(
             self.key,
             pid=os.getpid(),
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
+            boot_id=table.boot_id(),  # so a caller can verify us before fencing us
         )
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
@@ -132,7 +138,7 @@ class Owner:
             loop.add_signal_handler(
                 sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
             )
-        self._spawn(self._heartbeat())
+        self.heartbeat.start()
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self._set_status("idle")
         self._schedule_retirement()
@@ -154,14 +160,6 @@ class Owner:
                 owner_heartbeat_at=time.time(),
                 current_request=self.active.request_id if self.active else None,
             )
-
-    async def _heartbeat(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(HEARTBEAT_S)
-            with contextlib.suppress(Exception):
-                self.registry.update_session(
-                    self.key, owner_heartbeat_at=time.time(), queue_depth=len(self.queue)
-                )
 
     # --- retirement (idle TTL, max lifetime) ----------------------------------------
 
@@ -343,11 +341,14 @@ class Owner:
         self.registry.update_session(self.key, **fields)
         if closing:
             self._end_session(end, superseded=[j for j in self._held if not j.done])
-        await self.server.drain_all(1.0)
+        # Last frames (a terminal, session_ended) must reach callers that read slowly
+        # behind a stream; bounded, so a caller that never reads cannot hold us.
+        await self.server.close_all(LAST_FRAMES_S)
+        self.heartbeat.stop()
         self.lock.release()
         self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
         _log.event(
-            "owner_stopped", session_key=self.key, reason=self.stop_reason, waiting=len(waiting)
+            "owner_stopped", session_key=self.key, reason=self.stop_reason, answered=len(waiting)
         )
 
     def _end_session(self, end: RunEnd | None, superseded: list[Job]) -> None:

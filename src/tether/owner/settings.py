@@ -26,6 +26,7 @@ class OwnerSettings:
     handshake_timeout: float = 30.0
     abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
+    unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
@@ -41,6 +42,7 @@ class OwnerSettings:
             "handshake_timeout",
             "connection_idle_timeout",
             "abandoned_turn_grace",
+            "unresponsive_after",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
