@@ -156,7 +156,7 @@ class AgentSlot:
         job = self._current_prompt()
         live = self.live
         # Relay only frames of the running turn: trailing updates of an abandoned turn
-        # (which arrive while the connection quiesces) must not reach the next caller.
+        # (which arrive while the connection settles) must not reach the next caller.
         if job is not None and live is not None and live.conn.active_turn(live.session_id):
             job.update_line(direction, line)
 
