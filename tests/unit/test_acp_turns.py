@@ -11,6 +11,7 @@ import pytest
 from tether.acp.connection import AgentConnection, ClientOptions
 from tether.acp.memory import FakeAgent
 from tether.acp.policy import PermissionMode
+from tether.acp.turn_state import TurnState
 from tether.errors import AgentExited, AgentUnresponsive, ClosedResourceError, PromptTimeout
 
 Frame = dict[str, Any]
@@ -128,6 +129,7 @@ def test_ceiling_abandons_and_late_answer_and_trailing_updates_reach_no_turn() -
             await task
         assert len(agent.cancels) == 1
         assert conn.has_abandoned_turn(sid)
+        assert conn.turn_state(sid) is TurnState.ABANDONED
 
         second: list[Frame] = []
         turn2 = asyncio.ensure_future(conn.prompt(sid, TEXT, second.append))
@@ -145,6 +147,7 @@ def test_ceiling_abandons_and_late_answer_and_trailing_updates_reach_no_turn() -
         assert texts(first) == []
         assert texts(outside) == ["OLD"]
         assert conn.rpc.stats.stale_responses == 1
+        assert conn.turn_state(sid) is TurnState.IDLE
 
     run(main)
 
@@ -163,6 +166,7 @@ def test_abandoned_turn_never_answered_retires_the_connection() -> None:
         with pytest.raises(AgentUnresponsive):
             await conn.prompt(sid, TEXT, lambda f: None)
         assert conn.is_broken
+        assert conn.turn_state(sid) is TurnState.RETIRED
         assert len([f for f in agent.frames if f.get("method") == "session/prompt"]) == 1
         assert await conn.settle(sid) is False
 
@@ -188,6 +192,7 @@ def test_settle_returns_true_once_the_late_answer_came() -> None:
         agent.answer(old["id"], {"stopReason": "cancelled"})
         assert await waiting is True
         assert not conn.has_abandoned_turn(sid)
+        assert conn.turn_state(sid) is TurnState.IDLE
 
     run(main)
 

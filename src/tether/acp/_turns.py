@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tether import _log
+from tether.acp.turn_state import SessionTurns, TurnInput, TurnState
 from tether.errors import AgentUnresponsive, BrokenResourceError, PromptTimeout
 
 if TYPE_CHECKING:
@@ -76,7 +77,7 @@ class TurnMethods:
     _turns: dict[str, _Turn]
     _waiters: dict[int, asyncio.Future[Response]]
     _listeners: dict[str, UpdateListener]
-    _stale_turns: dict[str, int]
+    _turn_states: dict[str, SessionTurns]
     _late_answer: asyncio.Event
     _dead: BaseException | None
     _closed: bool
@@ -105,6 +106,12 @@ class TurnMethods:
 
     def send_bytes(self, data: bytes) -> None:
         raise NotImplementedError
+
+    def _machine(self, session_id: str) -> SessionTurns:
+        machine = self._turn_states.get(session_id)
+        if machine is None:
+            machine = self._turn_states[session_id] = SessionTurns(session_id)
+        return machine
 
     async def prompt(
         self,
@@ -147,6 +154,7 @@ class TurnMethods:
         started = time.monotonic()
         if not await self.settle(session_id):
             self._check_usable()
+        machine = self._machine(session_id)
         # Register the turn before sending, so observers see its request frame as part of it.
         turn = _Turn(session_id, -1, listener, self._loop.create_future())
         self._turns[session_id] = turn
@@ -155,9 +163,11 @@ class TurnMethods:
             turn.request_id, fut = self._send_request(
                 "session/prompt", {"sessionId": session_id, "prompt": list(blocks)}
             )
+            machine.transition(TurnInput.PROMPT_SENT, turn.request_id)
             response = await self._wait_turn(turn, fut, started, ceiling)
+            machine.transition(TurnInput.ANSWERED)
         except BaseException:
-            if turn.request_id in self.rpc.pending:
+            if machine.in_flight:
                 self._give_up(turn, "cancelled")
             raise
         finally:
@@ -201,11 +211,11 @@ class TurnMethods:
         """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,
         and the next turn of its session must first :meth:`settle`."""
         self._requests.cancel_permissions(turn)
-        if self._dead is None and not self._closed:
+        machine = self._machine(turn.session_id)
+        if machine.in_flight:  # else the agent is gone (RETIRED): nothing to tell it
+            machine.transition(TurnInput.GIVEN_UP)
             self._abandon(turn.request_id, reason)
-            self._stale_turns[turn.session_id] = turn.request_id
-        else:
-            self._waiters.pop(turn.request_id, None)
+        self._waiters.pop(turn.request_id, None)
 
     async def settle(self, session_id: str, grace: float | None = None) -> bool:
         """Wait until nothing of an abandoned turn of ``session_id`` can still arrive.
@@ -224,33 +234,46 @@ class TurnMethods:
 
         Cancellation: the wait stops; the abandoned turn stays pending.
         """
-        stale = self._stale_turns.get(session_id)
-        if stale is not None:
-            grace = self.options.abandoned_turn_grace if grace is None else grace
-            deadline = time.monotonic() + grace
-            while self._usable() and not self.rpc.was_answered_late(stale):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    _log.event("abandoned_turn_unanswered", session_id=session_id, request_id=stale)
-                    self._fail_everything(
-                        AgentUnresponsive(
-                            f"the agent did not answer an abandoned turn within {grace:g} s",
-                            session_id=session_id,
-                        )
+        machine = self._turn_states.get(session_id)
+        grace = self.options.abandoned_turn_grace if grace is None else grace
+        deadline = time.monotonic() + grace
+        while machine is not None and machine.state is TurnState.ABANDONED:
+            stale = machine.request_id
+            if stale is not None and self.rpc.was_answered_late(stale):
+                machine.transition(TurnInput.LATE_ANSWER)
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _log.event("abandoned_turn_unanswered", session_id=session_id, request_id=stale)
+                machine.transition(TurnInput.GRACE_EXPIRED)
+                self._fail_everything(
+                    AgentUnresponsive(
+                        f"the agent did not answer an abandoned turn within {grace:g} s",
+                        session_id=session_id,
                     )
-                    break
-                self._late_answer.clear()
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(remaining):
-                        await self._late_answer.wait()
-            if self._usable():
-                self._stale_turns.pop(session_id, None)
+                )
+                break
+            self._late_answer.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._late_answer.wait()
         return self._usable()
+
+    def turn_state(self, session_id: str) -> TurnState:
+        """Where the turn of ``session_id`` is (``IDLE`` for a session never prompted)."""
+        machine = self._turn_states.get(session_id)
+        return machine.state if machine is not None else TurnState.IDLE
 
     def has_abandoned_turn(self, session_id: str) -> bool:
         """Whether an abandoned turn of ``session_id`` is still unanswered."""
-        stale = self._stale_turns.get(session_id)
-        return stale is not None and not self.rpc.was_answered_late(stale)
+        machine = self._turn_states.get(session_id)
+        return (
+            machine is not None
+            and machine.state is TurnState.ABANDONED
+            and not (
+                machine.request_id is not None and self.rpc.was_answered_late(machine.request_id)
+            )
+        )
 
     def cancel(self, session_id: str) -> bool:
         """Cancel the turn of ``session_id``: ``session/cancel`` once, permissions cancelled.
@@ -263,7 +286,9 @@ class TurnMethods:
             return False
         turn.cancel_requested = True
         self._requests.cancel_permissions(turn)
-        if turn.request_id in self.rpc.pending:
+        machine = self._machine(session_id)
+        if machine.in_flight:
+            machine.transition(TurnInput.CANCEL_SENT)
             self.send_bytes(self.rpc.cancel_turn(turn.request_id))
         return True
 

@@ -58,6 +58,7 @@ from tether.acp._agent_requests import AgentRequests
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
 from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
 from tether.acp.transport import AgentTransport
+from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
     AgentExited,
     AgentRequestError,
@@ -148,7 +149,7 @@ class AgentConnection(TurnMethods, SessionMethods):
         self._closed = False
         self._loop = asyncio.get_running_loop()
         self._handler_tasks: set[asyncio.Task[None]] = set()
-        self._stale_turns: dict[str, int] = {}  # session -> abandoned prompt id
+        self._turn_states: dict[str, SessionTurns] = {}  # each session's turn machine
         self._late_answer = asyncio.Event()
         self._requests = AgentRequests(self)
         transport.set_receiver(self._on_data, self._on_eof)
@@ -273,6 +274,8 @@ class AgentConnection(TurnMethods, SessionMethods):
     def _fail_everything(self, exc: BaseException) -> None:
         if self._dead is None:
             self._dead = exc
+        for machine in self._turn_states.values():
+            machine.transition(TurnInput.AGENT_GONE)
         self.rpc.fail_all()
         for fut in self._waiters.values():
             if not fut.done():
