@@ -67,6 +67,8 @@ def test_issue9_item3_unanswered_abandoned_turn_restarts_and_resumes(
     assert "conversation_restarted" not in out.stdout
     ended = [e for e in c.history() if e["kind"] == "agent_run_ended"]
     assert ended[-1]["payload"]["leaseId"] == before["leaseId"]
+    assert ended[-1]["payload"]["message"] == "agent run ended: unresponsive"
+    assert ended[-1]["payload"]["survivors"] == []
 
 
 def test_issue9_item3_restart_without_resume_says_the_conversation_restarted(

@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _log
 from tether.acp import policy
-from tether.jsonrpc import Request
+from tether.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    Request,
+)
 
 if TYPE_CHECKING:
     from tether.acp._turns import _Turn
     from tether.acp.connection import AgentConnection
-
-REQUEST_CANCELLED = -32800
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
-INTERNAL_ERROR = -32603
 
 
 class AgentRequests:
