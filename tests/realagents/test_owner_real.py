@@ -665,20 +665,20 @@ def test_connection_claude_pending_permission_answered_cancelled(
 
 
 @pytest.fixture
-def codex_owner_env(codex_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
+def codex_owner_env(codex_legacy_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
     # legacy codex-acp authenticates by an env_var method; the owner reads this itself.
     (tether_home / "config.toml").write_text('[auth]\n"openai-api-key" = ""\n')
-    return tether_env(codex_agent_env)
+    return tether_env(codex_legacy_agent_env)
 
 
 def test_owner_codex_cancel_from_another_process_then_close(
-    codex_agent_cmd: list[str],
+    codex_legacy_agent_cmd: list[str],
     codex_owner_env: dict[str, str],
     blackhole: BlackHole,
     project_dir: Path,
     record_timing: Timing,
 ) -> None:
-    cli = Cli(codex_agent_cmd[0], codex_owner_env, project_dir)
+    cli = Cli(codex_legacy_agent_cmd[0], codex_owner_env, project_dir)
     with owner_session(cli, timing=record_timing):
         with cli.popen("prompt", "hello codex") as waiting:
             assert blackhole.wait_for_connection(30), "codex never reached its provider"
