@@ -11,6 +11,8 @@ provider in ``$CODEX_HOME/config.toml`` (``base_url = <fake>/v1``, ``wire_api =
   - else a text answer ``fake-codex: <last user text>``, streamed as
     ``response.output_text.delta`` events, then ``response.output_item.done`` and
     ``response.completed`` (with usage).
+  - ``RATELIMIT``: a 429 shaped like a ChatGPT-plan usage limit (``usage_limit_reached``
+    with ``resets_at``).
 - ``GET /v1/models``: a one-model list.
 - anything else: 404, recorded in ``unknown_paths``.
 """
@@ -55,6 +57,8 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 
 
 class FakeOpenAI(LoopbackAPI):
+    rate_limit_reset_in_s = 3 * 3600  # RATELIMIT answers: the usage window resets then
+
     def response_requests(self) -> list[RecordedRequest]:
         return self.requests_to("/v1/responses")
 
@@ -85,6 +89,10 @@ class _Handler(LoopbackHandler):
         body = req.body if isinstance(req.body, dict) else {}
         text = last_user_text(body)
         model = body.get("model") if isinstance(body.get("model"), str) else FAKE_MODEL
+        if "RATELIMIT" in text:
+            req.reply_kind = "rate_limit"
+            self._usage_limit()
+            return
         resp_id = self.api._next_id("resp")
         created = {"id": resp_id, "object": "response", "model": model, "status": "in_progress"}
         self._start_sse()
@@ -129,6 +137,26 @@ class _Handler(LoopbackHandler):
         for chunk in out:
             self.wfile.write(chunk)
             self.wfile.flush()
+
+    def _usage_limit(self) -> None:
+        """A 429 shaped like ChatGPT-plan usage exhaustion (codex's ``usage_limit_reached``)."""
+        reset_in = int(self.api.rate_limit_reset_in_s)
+        error = {
+            "type": "usage_limit_reached",
+            "message": "fake: usage limit reached",
+            "plan_type": "plus",
+            "resets_at": int(time.time()) + reset_in,
+            "resets_in_seconds": reset_in,
+        }
+        data = json.dumps({"error": error}).encode()
+        self.send_response(429)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("x-codex-primary-used-percent", "100")
+        self.send_header("x-codex-primary-window-minutes", "300")
+        self.send_header("x-codex-primary-reset-after-seconds", str(reset_in))
+        self.end_headers()
+        self.wfile.write(data)
 
 
 FakeOpenAI.handler = _Handler

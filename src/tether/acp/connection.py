@@ -49,6 +49,7 @@ from tether.errors import (
     HandshakeTimeout,
     PromptTimeout,
     RemoteProtocolError,
+    agent_request_error,
 )
 from tether.jsonrpc import (
     EOF,
@@ -434,12 +435,7 @@ class AgentConnection:
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:
         if response.error is not None:
-            err = response.error
-            raise AgentRequestError(
-                f"{method} failed: {err.get('message', 'error')} (code {err.get('code')})",
-                acp=err,
-                method=method,
-            )
+            raise agent_request_error(method, response.error)
         return response.result
 
     # --- the ACP methods ----------------------------------------------------------------
