@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any, TypeVar
 
-from tether import agents, paths, sessions
+from tether import _fastjson, agents, operations, paths, sessions
 from tether.errors import (
     OwnerLost,
     OwnerUnavailable,
@@ -33,42 +33,58 @@ from tether.errors import (
 )
 from tether.events import AgentMessageChunk, Event, SessionEnded, TurnEnded, event_from_frame
 from tether.ipc import protocol
-from tether.ipc.client import new_request_id
+from tether.ipc.client import OwnerConnection, new_request_id
+from tether.ipc.lines import LineReader
 
 __all__ = ["Client", "Session"]
 
 CANCEL_SETTLE_S = 3.0
-START_DEADLINE_S = 15.0  # to get a serving owner when none was running
+READ_CHUNK = 65536
+R = TypeVar("R")
 
 
 class _Connection:
-    """One asyncio connection to an owner: hello, then one or more requests."""
+    """One asyncio connection to an owner: hello (already read), then requests.
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    Made from a connection the blocking operations layer opened (and version-checked):
+    the socket moves into asyncio streams, and the line reader moves along with any
+    bytes it already holds.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        lines: LineReader,
+        hello: dict[str, Any],
+    ) -> None:
         self.reader = reader
         self.writer = writer
-        self.hello: dict[str, Any] = {}
+        self.lines = lines
+        self.hello = hello
 
     @classmethod
-    async def open(cls, path: str) -> _Connection:
-        try:
-            reader, writer = await asyncio.open_unix_connection(path, limit=64 * 1024 * 1024)
-        except OSError as exc:
-            raise OwnerUnavailable(f"no owner at {path}: {exc.strerror or exc}") from exc
-        conn = cls(reader, writer)
-        hello = await conn.read()
-        if hello is None or hello.get("type") != "hello":
-            await conn.aclose()
-            raise OwnerUnavailable(f"the owner at {path} did not say hello")
-        conn.hello = hello
-        return conn
+    async def adopt(cls, conn: OwnerConnection) -> _Connection:
+        sock = socket.socket(fileno=conn.sock.detach())
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        return cls(reader, writer, conn.lines, conn.hello)
 
     async def read(self) -> dict[str, Any] | None:
-        line = await self.reader.readline()
-        if not line:
-            return None
+        lines = self.lines
+        while True:
+            line = lines.next_line()  # FrameTooLarge: a RemoteProtocolError
+            if line is not None:
+                break
+            if lines.at_eof:
+                return None
+            try:
+                chunk = await self.reader.read(READ_CHUNK)
+            except ConnectionError:
+                chunk = b""  # reset: the owner is gone, like EOF
+            lines.feed(chunk)
         try:
-            frame = json.loads(line)
+            frame = _fastjson.loads(line.decode("utf-8"))
         except ValueError:
             raise RemoteProtocolError("the owner sent a malformed frame") from None
         return frame if isinstance(frame, dict) else None
@@ -140,6 +156,9 @@ class Session:
 
     async def _connect(self) -> _Connection:
         return await self._client._connect_or_start(self.key)
+
+    async def _op(self, fn: Callable[..., R], *args: Any) -> R:
+        return await self._client._op(fn, *args)
 
     async def prompt(
         self,
@@ -219,11 +238,7 @@ class Session:
     async def _cancel_request(self, rid: str) -> None:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(CANCEL_SETTLE_S):
-                conn = await _Connection.open(self._client._socket(self.key))
-                try:
-                    await conn.request("cancel", {"targetRequestId": rid})
-                finally:
-                    await conn.aclose()
+                await self._op(operations.cancel, self.key, rid)
 
     async def run(self, text: str, *, timeout: float | None = None) -> tuple[str, str]:
         """Run one turn and return (assistant text, stop reason)."""
@@ -245,14 +260,7 @@ class Session:
 
     async def cancel(self) -> bool:
         """Cancel the running turn (the session stays warm). True if a turn was cancelled."""
-        try:
-            conn = await _Connection.open(self._client._socket(self.key))
-        except OwnerUnavailable:
-            return False
-        try:
-            result = await conn.request("cancel", {})
-        finally:
-            await conn.aclose()
+        result = await self._op(operations.cancel, self.key)
         return bool(result.get("cancelled"))
 
     async def set_mode(self, mode_id: str) -> dict[str, Any]:
@@ -263,28 +271,14 @@ class Session:
 
     async def status(self) -> dict[str, Any]:
         """The owner's status snapshot, or the registry's view when no owner runs."""
-        try:
-            conn = await _Connection.open(self._client._socket(self.key))
-        except OwnerUnavailable:
-            return {"action": "status_snapshot", "status": "idle", "sessionKey": self.key}
-        try:
-            return await conn.request("status", {})
-        finally:
-            await conn.aclose()
+        return await self._op(operations.status, self.key)
 
     async def close(self) -> dict[str, Any]:
         """End the session: cancel the turn, tear the agent tree down, prove it gone.
 
         Returns the owner's ``session_closed`` report (``survivors`` must be empty).
         """
-        try:
-            conn = await _Connection.open(self._client._socket(self.key))
-        except OwnerUnavailable:
-            return await asyncio.to_thread(self._client._close_offline, self.key)
-        try:
-            return await conn.request("close", {})
-        finally:
-            await conn.aclose()
+        return await self._op(operations.close_session, self.key)
 
 
 class Client:
@@ -321,58 +315,25 @@ class Client:
     async def __aexit__(self, *_: object) -> None:
         return None
 
-    def _with_home(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    def _with_home(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         token = paths.use_home(self.home)
         try:
             return fn(*args, **kwargs)
         finally:
             paths.reset_home(token)
 
-    def _socket(self, key: str) -> str:
-        return str(self._with_home(sessions.socket_path, key))
-
-    async def _serving(self, path: str) -> _Connection | None:
-        """A connection to a live owner that accepts work, or None."""
-        try:
-            conn = await _Connection.open(path)
-        except OwnerUnavailable:
-            return None
-        if conn.hello.get("stopping"):
-            await conn.aclose()  # it is retiring (idle TTL, close, signal): start anew
-            return None
-        return conn
+    async def _op(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        """Run one blocking operation (:mod:`tether.operations`) in a thread, in our home."""
+        return await asyncio.to_thread(self._with_home, fn, *args, **kwargs)
 
     async def _connect_or_start(self, key: str) -> _Connection:
-        """The CLI's ``connect_or_start``: a serving owner, or start one (same rules)."""
-        path = self._socket(key)
-        conn = await self._serving(path)
-        if conn is not None:
-            return conn
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + START_DEADLINE_S
-        while True:
-            message = await asyncio.to_thread(self._with_home, self._start_owner, key, self.env)
-            if message.get("ready"):
-                return await _Connection.open(str(message.get("socket") or path))
-            # Busy: another owner holds the lock -- starting (it binds soon) or stopping
-            # (it lets go soon, and nobody would restart it for us). Try it briefly.
-            retry_until = min(deadline, loop.time() + 0.5)
-            while loop.time() < retry_until:
-                conn = await self._serving(path)
-                if conn is not None:
-                    return conn
-                await asyncio.sleep(0.01)  # bounded retry on a rare race, not the warm path
-            if loop.time() >= deadline:
-                raise OwnerUnavailable(
-                    f"the session owner did not become available within {START_DEADLINE_S:g} s"
-                )
-
-    @staticmethod
-    def _start_owner(key: str, env: dict[str, str]) -> dict[str, Any]:
-        from tether.owner_launch import spawn_owner_daemon
-
-        # The owner refuses (NoSession) for a session that does not exist or was closed.
-        return spawn_owner_daemon(key, env=env)
+        """:func:`tether.operations.connect_or_start`, then the socket into asyncio."""
+        conn = await self._op(operations.connect_or_start, key, env=self.env)
+        try:
+            return await _Connection.adopt(conn)
+        except BaseException:
+            conn.close()
+            raise
 
     async def ensure_session(
         self,
@@ -403,81 +364,26 @@ class Client:
             scope = sessions.agent_scope(label, argv, named=False)
         key = sessions.session_key(scope, cwd_path, name)
         session = Session(self, key, name, label, cwd_path)
-        if fresh:
-            with contextlib.suppress(OwnerUnavailable):
-                conn = await _Connection.open(self._socket(key))
-                try:
-                    await conn.request("close", {})
-                finally:
-                    await conn.aclose()
         options = {
             "permission_mode": self.permissions or "approve-reads",
             "idle_ttl": self.ttl,
             **self.options,
         }
-        await asyncio.to_thread(
-            self._with_home, self._upsert, key, name, argv, label, cwd_path, options, fresh
+        conn, _created = await self._op(
+            operations.ensure_session,
+            key,
+            name=name,
+            argv=argv,
+            label=label,
+            cwd=cwd_path,
+            options=options,
+            fresh=fresh,
+            env=self.env,
         )
-        conn = await self._connect_or_start(key)
-        await conn.aclose()
+        conn.close()
         return session
-
-    @staticmethod
-    def _upsert(
-        key: str,
-        name: str,
-        argv: list[str],
-        label: str,
-        cwd: str,
-        options: dict[str, Any],
-        fresh: bool,
-    ) -> None:
-        from tether.registry import Registry
-
-        with Registry() as registry:
-            if fresh and registry.session(key) is not None:
-                registry.update_session(key, state="closed")
-            registry.upsert_session(
-                key=key, name=name, agent_command=argv, agent_label=label, cwd=cwd, options=options
-            )
-
-    def _close_offline(self, key: str) -> dict[str, Any]:
-        def work() -> dict[str, Any]:
-            import time
-
-            from tether.registry import Registry
-            from tether.supervise.reconcile import reconcile
-
-            with Registry() as registry:
-                decisions = reconcile(registry, session_key=key)
-                registry.update_session(key, state="closed", closed_at=time.time())
-            return {
-                "action": "session_closed",
-                "sessionKey": key,
-                "survivors": [],
-                "reconciled": decisions,
-            }
-
-        result: dict[str, Any] = self._with_home(work)
-        return result
 
     async def sessions(self) -> list[dict[str, Any]]:
         """Every open session in this home, as registry records."""
-
-        def work() -> list[dict[str, Any]]:
-            from tether.registry import Registry
-
-            with Registry() as registry:
-                return [
-                    {
-                        "key": s.key,
-                        "name": s.name,
-                        "agent": s.agent_label,
-                        "cwd": s.cwd,
-                        "state": s.state,
-                    }
-                    for s in registry.sessions(include_closed=False)
-                ]
-
-        result: list[dict[str, Any]] = await asyncio.to_thread(self._with_home, work)
-        return result
+        items = await self._op(operations.list_sessions)
+        return [{k: item[k] for k in ("key", "name", "agent", "cwd", "state")} for item in items]

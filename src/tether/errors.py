@@ -7,6 +7,7 @@
     │   ├── LocalProtocolError          we broke ACP/IPC framing or ordering (a bug on our side)
     │   │   └── InvalidTransition       a state-table miss: machine, state, input
     │   └── RemoteProtocolError         the agent or the owner broke it (malformed, oversized frame)
+    │       └── FrameTooLarge           a line over the reader's limit (the limit in ``fields``)
     ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
     │   └── RateLimited                 exit 6   code RATE_LIMITED: retryable, the provider's
     │                                   usage/rate limit (reset time when the agent gave one)
@@ -58,6 +59,7 @@ __all__ = [
     "BrokenResourceError",
     "ClosedResourceError",
     "EscalationFailed",
+    "FrameTooLarge",
     "GenerationMismatch",
     "HandshakeTimeout",
     "IdentityUnverified",
@@ -190,6 +192,12 @@ class RemoteProtocolError(ProtocolError):
     """The peer (agent or owner) broke a protocol rule: malformed or oversized frame."""
 
     default_detail_code = "REMOTE_PROTOCOL_ERROR"
+
+
+class FrameTooLarge(RemoteProtocolError):
+    """A frame longer than the reader's bound; ``fields["limit"]`` is the limit in bytes."""
+
+    default_detail_code = "FRAME_TOO_LARGE"
 
 
 class AgentRequestError(TetherError):

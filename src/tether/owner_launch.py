@@ -20,7 +20,8 @@ import time
 from typing import Any
 
 from tether import paths
-from tether.errors import NoSession, OwnerUnavailable
+from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable
+from tether.ipc.lines import LineReader
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
 
@@ -95,20 +96,26 @@ def spawn_owner_daemon(
         os.close(err_r)
 
 
+READY_LINE_MAX = 64 * 1024  # a readiness line is a few hundred bytes
+
+
 def _read_line(fd: int, deadline: float) -> str | None:
-    buf = b""
-    while b"\n" not in buf:
+    """The first line on ``fd`` before ``deadline``; None on EOF, timeout or garbage."""
+    lines = LineReader(READY_LINE_MAX, what="readiness line")
+    while True:
+        try:
+            line = lines.next_line()
+        except FrameTooLarge:
+            return None
+        if line is not None and not lines.at_eof:
+            return line.decode(errors="replace")
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
+        if lines.at_eof or remaining <= 0:
             return None
         ready, _, _ = select.select([fd], [], [], remaining)
         if not ready:
             return None
-        chunk = os.read(fd, 4096)
-        if not chunk:
-            return None
-        buf += chunk
-    return buf.split(b"\n", 1)[0].decode(errors="replace")
+        lines.feed(os.read(fd, 4096))
 
 
 def _drain(fd: int) -> str:

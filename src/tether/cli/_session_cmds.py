@@ -1,22 +1,20 @@
 """Session commands: ``prompt``, ``cancel``, ``set-mode``, ``set``, ``status``, ``sessions``.
 
-The warm path -- a live owner exists -- computes the session's socket path from its
-key and talks IPC v2 with the blocking client: no asyncio, no sqlite3. Only when no
-owner answers do we import the registry (to check the session exists, exit 4 if not,
-and start an owner).
+What a caller can do to a session lives in :mod:`tether.operations` (shared with the
+library); this module turns flags into calls and answers into output. The warm path --
+a live owner exists -- talks IPC v2 with the blocking client: no asyncio, no sqlite3.
 """
 
 from __future__ import annotations
 
-from tether import sessions
+from tether import operations, sessions
 from tether.errors import (
     Interrupted,
     NoSession,
-    OwnerUnavailable,
     PermissionDenied,
     UsageError,
 )
-from tether.ipc.client import OwnerConnection, connect_with_retry
+from tether.ipc.client import OwnerConnection
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -54,71 +52,20 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
     }
 
 
-START_DEADLINE_S = 15.0  # to get a serving owner when none was running
-
-
-def _serving(conn: OwnerConnection) -> OwnerConnection | None:
-    """``conn`` if its owner accepts work; None (closed) if it is shutting down."""
-    if conn.hello.get("stopping"):
-        conn.close()
-        return None
-    return conn
+def _later_flags(ctx: Any) -> dict[str, Any] | None:
+    """Flags given on this call that an owner started now must use (``--ttl``, permissions)."""
+    return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
 
 
 def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
-    """The warm path first; otherwise start the session's owner.
+    """A serving owner for the session (:func:`tether.operations.connect_or_start`).
 
-    The owner itself refuses to start for a session that does not exist (or was
-    closed), so the cold path needs no database read of its own -- unless flags given
-    now must become the new owner's settings.
+    Flags given now (``--ttl``, permissions) become a newly started owner's settings.
     """
-    path = str(sessions.socket_path(key))
     try:
-        conn = _serving(OwnerConnection.connect(path))
-    except OwnerUnavailable:
-        conn = None
-    if conn is not None:
-        return conn
-    import time
-
-    from tether.owner_launch import spawn_owner_daemon
-
-    if ctx.inv.ttl is not None or ctx.inv.permissions:
-        from tether.registry import Registry
-
-        with Registry() as registry:
-            session = registry.session(key)
-            if session is None or session.state == "closed":
-                raise _no_session_hint(ctx)
-            # Later flags (--ttl, permissions) become the new owner's settings.
-            opts = dict(session.options)
-            opts.update({k: v for k, v in _owner_options(ctx).items() if v is not None})
-            registry.update_session(key, options=opts)
-    deadline = time.monotonic() + START_DEADLINE_S
-    while True:
-        try:
-            message = spawn_owner_daemon(key)
-        except NoSession:
-            raise _no_session_hint(ctx) from None
-        if message.get("ready"):
-            return OwnerConnection.connect(str(message.get("socket") or path))
-        # Busy: another owner holds the session's lock. Either it is starting (another
-        # caller's: it binds soon) or it is stopping (idle TTL, close, signal: it lets
-        # the lock go soon, and then nobody would start an owner for us). So connect
-        # for a short while, and when that fails or finds it stopping, start ours again.
-        try:
-            conn = _serving(
-                connect_with_retry(path, deadline=min(deadline, time.monotonic() + 0.5))
-            )
-        except OwnerUnavailable:
-            conn = None
-        if conn is not None:
-            return conn
-        if time.monotonic() >= deadline:
-            raise OwnerUnavailable(
-                f"the session owner did not become available within {START_DEADLINE_S:g} s"
-            )
-        time.sleep(0.05)
+        return operations.connect_or_start(key, options=_later_flags(ctx))
+    except NoSession:
+        raise _no_session_hint(ctx) from None
 
 
 def _render(ctx: Any) -> Any:
@@ -191,8 +138,7 @@ def _interrupt(ctx: Any, conn: OwnerConnection, key: str, rid: str, render: Any)
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C leaves at once
     try:
-        with OwnerConnection.connect(str(sessions.socket_path(key))) as control:
-            control.request("cancel", {"targetRequestId": rid})
+        operations.cancel(key, rid)
         conn.sock.settimeout(CANCEL_WAIT_S)
         result = conn.wait(rid, on_frame=render)
         ctx.output.done(str(result.get("stopReason")))
@@ -207,23 +153,13 @@ def control(ctx: Any) -> int:
     if command == "status":
         return _status(ctx, key)
     if command == "cancel":
-        try:
-            conn = OwnerConnection.connect(str(sessions.socket_path(key)))
-        except OwnerUnavailable:
-            ctx.output.control(
-                {"action": "cancel_result", "cancelled": False, "reason": "no running owner"},
-                text="nothing to cancel",
-                quiet="nothing",
-            )
-            return 0
-        with conn:
-            payload = {"targetRequestId": ctx.inv.request} if ctx.inv.request else {}
-            result = conn.request("cancel", payload)
-        text = (
-            "cancelled"
-            if result.get("cancelled")
-            else f"nothing to cancel ({result.get('reason')})"
-        )
+        result = operations.cancel(key, ctx.inv.request)
+        if result.get("cancelled"):
+            text = "cancelled"
+        elif result.get("reason") == "no running owner":
+            text = "nothing to cancel"
+        else:
+            text = f"nothing to cancel ({result.get('reason')})"
         ctx.output.control(
             result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing"
         )
@@ -258,57 +194,10 @@ def _deadline(ctx: Any) -> int | None:
 
 
 def _status(ctx: Any, key: str) -> int:
-    try:
-        conn = OwnerConnection.connect(str(sessions.socket_path(key)))
-    except OwnerUnavailable:
-        snapshot = _offline_status(key)
-    else:
-        with conn:
-            snapshot = conn.request("status", {})
+    snapshot = operations.status(key)
     lines = [f"{k}: {'-' if v is None else v}" for k, v in snapshot.items() if k != "action"]
     ctx.output.control(snapshot, text="\n".join(lines), quiet=str(snapshot.get("status")))
     return 0
-
-
-def _offline_status(key: str) -> dict[str, Any]:
-    from tether.registry import Registry
-
-    with Registry() as registry:
-        session = registry.session(key)
-        if session is None:
-            # The documented keys are always present, so scripts need no special case.
-            return {
-                "action": "status_snapshot",
-                "status": "no-session",
-                "ownerPid": None,
-                "ownerGeneration": None,
-                "agentPid": None,
-                "queueDepth": 0,
-                "leaseState": None,
-                "sessionKey": key,
-            }
-        lease = None
-        leases = registry.leases(session_key=key)
-        if leases:
-            lease = leases[-1]
-        last_end = session.last_end or {}
-        dead = session.state != "closed" and last_end.get("reason") == "error"
-        return {
-            "action": "status_snapshot",
-            "status": "closed" if session.state == "closed" else ("dead" if dead else "idle"),
-            "ownerPid": None,
-            "ownerGeneration": session.owner_generation,
-            "agentPid": None,
-            "queueDepth": 0,
-            "leaseState": lease.state if lease else None,
-            "leaseId": lease.lease_id if lease else None,
-            "lastPromptTime": session.last_prompt_at,
-            "acpSessionId": session.acp_session_id,
-            "lastEnd": last_end or None,
-            "exitCode": last_end.get("exitCode"),
-            "sessionKey": key,
-            "name": session.name,
-        }
 
 
 def sessions_cmd(ctx: Any) -> int:
@@ -317,28 +206,26 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    if sub == "list":
+        items = operations.list_sessions(include_closed=ctx.inv.all)
+        ctx.output.control(
+            {"action": "sessions", "sessions": items},
+            text="\n".join(
+                f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}" for s in items
+            )
+            or "no sessions",
+            quiet="\n".join(s["key"] for s in items),
+        )
+        return 0
     from tether.registry import Registry
 
     with Registry() as registry:
-        if sub == "list":
-            rows = registry.sessions(include_closed=ctx.inv.all)
-            items = [_describe(s) for s in rows]
-            ctx.output.control(
-                {"action": "sessions", "sessions": items},
-                text="\n".join(
-                    f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}"
-                    for s in items
-                )
-                or "no sessions",
-                quiet="\n".join(s["key"] for s in items),
-            )
-            return 0
         key = _key(ctx)
         session = registry.session(key)
         if session is None:
             raise _no_session_hint(ctx)
         if sub == "show":
-            info = _describe(session)
+            info = operations.describe(session)
             ctx.output.control(
                 {"action": "session", **info},
                 text="\n".join(f"{k}: {v}" for k, v in info.items()),
@@ -356,49 +243,19 @@ def sessions_cmd(ctx: Any) -> int:
     raise UsageError(f"unknown sessions command {sub}")
 
 
-def _describe(session: Any) -> dict[str, Any]:
-    return {
-        "key": session.key,
-        "name": session.name,
-        "state": session.state,
-        "agent": session.agent_label,
-        "agentCommand": session.agent_command,
-        "cwd": session.cwd,
-        "acpSessionId": session.acp_session_id,
-        "createdAt": session.created_at,
-        "lastPromptAt": session.last_prompt_at,
-        "ownerPid": session.owner_pid,
-        "ownerGeneration": session.owner_generation,
-        "ownerStatus": session.owner_status,
-        "lastEnd": session.last_end,
-    }
-
-
 def _ensure(ctx: Any, *, fresh: bool) -> int:
-    from tether.registry import Registry
-
     key = _key(ctx)
     name = ctx.inv.session or sessions.DEFAULT_NAME
-    if fresh:
-        # acpx: `sessions new` soft-closes the previous session of the scope first.
-        try:
-            with OwnerConnection.connect(str(sessions.socket_path(key))) as conn:
-                conn.request("close", {})
-        except OwnerUnavailable:
-            pass
-        with Registry() as registry:
-            if registry.session(key) is not None:
-                registry.update_session(key, state="closed")
-    with Registry() as registry:
-        _session, created = registry.upsert_session(
-            key=key,
-            name=name,
-            agent_command=list(ctx.agent_argv),
-            agent_label=ctx.agent_label,
-            cwd=str(ctx.cwd),
-            options=_owner_options(ctx),
-        )
-    conn = connect_or_start(ctx, key)
+    conn, created = operations.ensure_session(
+        key,
+        name=name,
+        argv=list(ctx.agent_argv),
+        label=ctx.agent_label,
+        cwd=str(ctx.cwd),
+        options=_owner_options(ctx),
+        fresh=fresh,
+        override=_later_flags(ctx),
+    )
     with conn:
         generation = conn.generation
         owner_pid = conn.hello.get("ownerPid")
@@ -425,37 +282,15 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
 def _close(ctx: Any) -> int:
     key = _key(ctx)
     try:
-        conn = OwnerConnection.connect(str(sessions.socket_path(key)))
-    except OwnerUnavailable:
-        conn = None
-    if conn is not None:
-        with conn:
-            result = conn.request("close", {})
-        survivors = result.get("survivors") or []
-        ctx.output.control(
-            result,
-            text=(
-                f"session closed · teardown {result.get('teardownMs')} ms"
-                f" · survivors {len(survivors)}"
-            ),
-            quiet="closed",
+        result = operations.close_session(key)
+    except NoSession:
+        raise _no_session_hint(ctx) from None
+    survivors = result.get("survivors") or []
+    if "reconciled" in result:
+        text = "session closed (no owner was running)"
+    else:
+        text = (
+            f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
-        return 1 if survivors else 0
-    import time
-
-    from tether.registry import Registry
-    from tether.supervise.reconcile import reconcile
-
-    with Registry() as registry:
-        session = registry.session(key)
-        if session is None:
-            raise _no_session_hint(ctx)
-        # No owner: sweep anything its dead owners left, then mark it closed.
-        decisions = reconcile(registry, session_key=key)
-        registry.update_session(key, state="closed", closed_at=time.time())
-    ctx.output.control(
-        {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions},
-        text="session closed (no owner was running)",
-        quiet="closed",
-    )
-    return 0
+    ctx.output.control(result, text=text, quiet="closed")
+    return 1 if survivors else 0

@@ -27,6 +27,7 @@ from tether.errors import (
     error_from_wire,
 )
 from tether.ipc import protocol
+from tether.ipc.lines import LineReader
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -49,8 +50,7 @@ class OwnerConnection:
 
     def __init__(self, sock: _socket.socket) -> None:
         self.sock = sock
-        self._buf = b""  # received bytes not yet returned as frames, from self._pos
-        self._pos = 0
+        self.lines = LineReader()  # received bytes not yet returned as frames
         self.hello: dict[str, Any] = {}
         self.before_block: Callable[[], None] | None = None
 
@@ -97,7 +97,6 @@ class OwnerConnection:
         return value if isinstance(value, int) else None
 
     def close(self) -> None:
-        self._buf = b""
         self.sock.close()
 
     def __enter__(self) -> OwnerConnection:
@@ -107,24 +106,23 @@ class OwnerConnection:
         self.close()
 
     def _readline(self) -> bytes:
-        """One line without its newline; at EOF what is left (b"" when nothing is)."""
-        buf, pos = self._buf, self._pos
+        """One line without its newline; at EOF what is left (b"" when nothing is).
+
+        Raises:
+            FrameTooLarge: the owner sent a line over the reader's bound.
+        """
+        lines = self.lines
         while True:
-            nl = buf.find(b"\n", pos)
-            if nl >= 0:
-                self._pos = nl + 1
-                return buf[pos:nl]
+            line = lines.next_line()
+            if line is not None:
+                return line
+            if lines.at_eof:
+                return b""
             if self.before_block is not None:
                 # About to wait for the owner: let the caller flush what it rendered, so
                 # output streams promptly yet is written once per batch, not per frame.
                 self.before_block()
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                self._buf, self._pos = b"", 0
-                return buf[pos:]
-            buf = buf[pos:] + chunk if pos < len(buf) else chunk
-            pos = 0
-            self._buf, self._pos = buf, 0
+            lines.feed(self.sock.recv(65536))
 
     def _read_frame(self) -> dict[str, Any] | None:
         line = self._readline()

@@ -1,0 +1,290 @@
+"""What a caller can do to a session: the one implementation every front door calls.
+
+The CLI calls these functions directly; the library (and later front doors: an HTTP
+gateway, an ACP or MCP server) call them through ``asyncio.to_thread`` and then wrap the
+connected socket into asyncio streams, speaking frames with the shared sans-IO protocol
+(:class:`tether.ipc.protocol.ResponseTracker`, :class:`tether.ipc.lines.LineReader`).
+So there is one connect-or-start (with the IPC version check), one ensure, one offline
+status shape and one offline close.
+
+The warm path -- a live owner answers -- computes the socket path from the session key
+and talks IPC with the blocking client: standard library only, no asyncio, no sqlite3
+(``tests/integration/test_import_budget.py``). The registry is imported only when no
+owner answers.
+
+Functions here take a session key (:func:`tether.sessions.session_key`) and use the
+current ``TETHER_HOME`` (:func:`tether.paths.use_home` selects another per call).
+"""
+
+from __future__ import annotations
+
+import time
+
+from tether import sessions
+from tether.errors import NoSession, OwnerUnavailable
+from tether.ipc.client import OwnerConnection, connect_with_retry
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
+__all__ = [
+    "START_DEADLINE_S",
+    "cancel",
+    "close_session",
+    "connect",
+    "connect_or_start",
+    "describe",
+    "ensure_session",
+    "list_sessions",
+    "offline_status",
+    "status",
+]
+
+START_DEADLINE_S = 15.0  # to get a serving owner when none was running
+
+
+def connect(key: str) -> OwnerConnection | None:
+    """A connection to the session's live owner if it accepts work, else None.
+
+    An owner that is shutting down (idle TTL, close, signal) says so in its ``hello``;
+    we let it go and report None, so the caller starts a new one.
+    """
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        return None
+    return _serving(conn)
+
+
+def _serving(conn: OwnerConnection) -> OwnerConnection | None:
+    if conn.hello.get("stopping"):
+        conn.close()
+        return None
+    return conn
+
+
+def connect_or_start(
+    key: str,
+    *,
+    env: dict[str, str] | None = None,
+    options: dict[str, Any] | None = None,
+    deadline_s: float = START_DEADLINE_S,
+) -> OwnerConnection:
+    """A serving owner of session ``key``: the warm path first, else start one.
+
+    Args:
+        key: the session key.
+        env: extra environment for a newly started owner (and so its agents).
+        options: owner settings that a newly started owner must use (later flags such
+            as ``--ttl``); merged into the session's stored options before the start.
+        deadline_s: how long to try to get a serving owner when none was running.
+
+    Raises:
+        NoSession: the session does not exist or was closed (the owner refuses).
+        OwnerUnavailable: no owner could be reached or started in time.
+    """
+    conn = connect(key)
+    if conn is not None:
+        return conn
+    from tether.owner_launch import spawn_owner_daemon
+
+    if options:
+        _update_options(key, options)
+    path = sessions.socket_path(key)
+    deadline = time.monotonic() + deadline_s
+    while True:
+        message = spawn_owner_daemon(key, env=env)
+        if message.get("ready"):
+            return OwnerConnection.connect(str(message.get("socket") or path))
+        # Busy: another owner holds the session's lock. Either it is starting (another
+        # caller's: it binds soon) or it is stopping (idle TTL, close, signal: it lets
+        # the lock go soon, and then nobody would start an owner for us). So connect
+        # for a short while, and when that fails or finds it stopping, start ours again.
+        try:
+            conn = _serving(
+                connect_with_retry(path, deadline=min(deadline, time.monotonic() + 0.5))
+            )
+        except OwnerUnavailable:
+            conn = None
+        if conn is not None:
+            return conn
+        if time.monotonic() >= deadline:
+            raise OwnerUnavailable(
+                f"the session owner did not become available within {deadline_s:g} s"
+            )
+        time.sleep(0.05)  # a bounded retry on a rare race, never the warm path
+
+
+def _update_options(key: str, options: dict[str, Any]) -> None:
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None or session.state == "closed":
+            raise NoSession("no open session for this key", session_key=key)
+        merged = dict(session.options)
+        merged.update({k: v for k, v in options.items() if v is not None})
+        registry.update_session(key, options=merged)
+
+
+def ensure_session(
+    key: str,
+    *,
+    name: str,
+    argv: list[str],
+    label: str,
+    cwd: str,
+    options: dict[str, Any],
+    fresh: bool = False,
+    env: dict[str, str] | None = None,
+    override: dict[str, Any] | None = None,
+) -> tuple[OwnerConnection, bool]:
+    """Create (or reopen) the session and make sure its owner serves.
+
+    Args:
+        options: the owner settings of a session created now.
+        fresh: close an existing session of that key first (acpx's ``sessions new``).
+        override: settings an owner started now must use although the session exists
+            (flags given explicitly on this call, as ``connect_or_start``'s ``options``).
+
+    Returns:
+        (a connection to the serving owner, whether the session was created).
+    """
+    from tether.registry import Registry
+
+    if fresh:
+        conn = connect(key)
+        if conn is not None:
+            with conn:
+                conn.request("close", {})
+    with Registry() as registry:
+        if fresh and registry.session(key) is not None:
+            registry.update_session(key, state="closed")
+        _session, created = registry.upsert_session(
+            key=key,
+            name=name,
+            agent_command=list(argv),
+            agent_label=label,
+            cwd=cwd,
+            options=options,
+        )
+    return connect_or_start(key, env=env, options=override), created
+
+
+def status(key: str) -> dict[str, Any]:
+    """The live owner's status snapshot, or the registry's view when no owner answers."""
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        return offline_status(key)
+    with conn:
+        return conn.request("status", {})
+
+
+def offline_status(key: str) -> dict[str, Any]:
+    """The session's status from the registry alone (no owner answers).
+
+    The documented keys are always present, so scripts need no special case:
+    ``status`` is ``no-session``, ``closed``, ``dead`` (the last agent run ended in an
+    error) or ``idle``.
+    """
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None:
+            return {
+                "action": "status_snapshot",
+                "status": "no-session",
+                "ownerPid": None,
+                "ownerGeneration": None,
+                "agentPid": None,
+                "queueDepth": 0,
+                "leaseState": None,
+                "sessionKey": key,
+            }
+        leases = registry.leases(session_key=key)
+        lease = leases[-1] if leases else None
+        last_end = session.last_end or {}
+        dead = session.state != "closed" and last_end.get("reason") == "error"
+        return {
+            "action": "status_snapshot",
+            "status": "closed" if session.state == "closed" else ("dead" if dead else "idle"),
+            "ownerPid": None,
+            "ownerGeneration": session.owner_generation,
+            "agentPid": None,
+            "queueDepth": 0,
+            "leaseState": lease.state if lease else None,
+            "leaseId": lease.lease_id if lease else None,
+            "lastPromptTime": session.last_prompt_at,
+            "acpSessionId": session.acp_session_id,
+            "lastEnd": last_end or None,
+            "exitCode": last_end.get("exitCode"),
+            "sessionKey": key,
+            "name": session.name,
+        }
+
+
+def cancel(key: str, target: str | None = None) -> dict[str, Any]:
+    """Cancel the running turn, or remove the queued request ``target``."""
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        return {"action": "cancel_result", "cancelled": False, "reason": "no running owner"}
+    with conn:
+        return conn.request("cancel", {"targetRequestId": target} if target else {})
+
+
+def close_session(key: str) -> dict[str, Any]:
+    """End the session: through its owner (which proves the tree gone), or offline.
+
+    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
+    then reap) and mark it closed.
+
+    Raises:
+        NoSession: no such session (offline only; a live owner is its session's proof).
+    """
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        conn = None
+    if conn is not None:
+        with conn:
+            return conn.request("close", {})
+    from tether.registry import Registry
+    from tether.supervise.reconcile import reconcile
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        decisions = reconcile(registry, session_key=key)
+        registry.update_session(key, state="closed", closed_at=time.time())
+    return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
+    """Every session of this home (open ones unless ``include_closed``), described."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        return [describe(s) for s in registry.sessions(include_closed=include_closed)]
+
+
+def describe(session: Any) -> dict[str, Any]:
+    """A registry session as the documented record (``sessions list``/``show``)."""
+    return {
+        "key": session.key,
+        "name": session.name,
+        "state": session.state,
+        "agent": session.agent_label,
+        "agentCommand": session.agent_command,
+        "cwd": session.cwd,
+        "acpSessionId": session.acp_session_id,
+        "createdAt": session.created_at,
+        "lastPromptAt": session.last_prompt_at,
+        "ownerPid": session.owner_pid,
+        "ownerGeneration": session.owner_generation,
+        "ownerStatus": session.owner_status,
+        "lastEnd": session.last_end,
+    }

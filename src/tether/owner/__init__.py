@@ -1,0 +1,53 @@
+"""The session owner: one detached process per active session that keeps the agent warm.
+
+Theory of operation
+-------------------
+A caller that finds no live owner starts one as a fresh interpreter
+(``python -m tether.owner KEY READY_FD``; never ``fork()`` of a process running a loop)
+and waits for its readiness line under a deadline. The owner:
+
+1. takes an exclusive ``flock`` on the session's lock file and holds it for its whole
+   life -- the kernel releases it on any death, so "lock free" means "no owner", and two
+   racing starters produce exactly one owner (the loser reports ``busy`` and exits);
+2. increments the owner generation in the registry, binds the session's Unix socket
+   (0600, in a 0700 directory), reconciles its session's leftover leases (a previous
+   owner may have been SIGKILLed), and only then reports ready;
+3. serves IPC v2 (see :mod:`tether.ipc.protocol`): ``status`` and ``cancel`` at once,
+   ``prompt`` / ``set_mode`` / ``set_config_option`` in strict FIFO order (depth
+   bounded; beyond it a retryable ``QUEUE_OVERLOADED``), ``close`` by shutting down;
+4. starts the agent lazily on the first request that needs it, through the supervisor
+   (keeper + lease), and keeps it warm across turns;
+5. shuts down on close, idle TTL, max lifetime, a fatal error, SIGTERM, SIGINT or
+   SIGHUP: stop admitting, cancel the active turn, give every waiting caller a terminal
+   error, tear the agent tree down and prove it gone, record its end, release socket
+   and lock, record the final status. The signal handlers stay installed until that
+   cleanup has finished (acpx's §8.1 defect was removing them first).
+
+Every request gets exactly one terminal frame (``Job.finish``), whatever happens.
+
+One room per job:
+
+========================  =====================================================  =====
+module                    job                                                    I/O
+========================  =====================================================  =====
+``daemon``                ``python -m tether.owner``: detach, readiness, run     yes
+``lock``                  the session flock, socket bind and unlink              yes
+``server``                IPC connections: hello, bounded lines, parse, admit    yes
+``job``                   one admitted request; per-connection output (Outbox)   yes
+``admission``             the queue carried out: answers, expiry timer, cancel   yes
+``queue``                 the FIFO: depth limit, deadlines, cancel, expiry       no
+``lifecycle``             starting/idle/running/stopping/stopped; TTL, lifetime  no
+``agent_slot``            ensure the agent, replay mode/config, watch, end a run yes
+``requests``              running prompt / set_mode / set_config_option          yes
+``status``                the status snapshot, the run-end record                no
+``settings``              the owner's settings from the session's options        no
+``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
+========================  =====================================================  =====
+"""
+
+from __future__ import annotations
+
+from tether.owner.compose import Owner
+from tether.owner.settings import OwnerSettings
+
+__all__ = ["Owner", "OwnerSettings"]

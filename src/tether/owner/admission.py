@@ -1,0 +1,150 @@
+"""Admission and the FIFO: the queue core carried out on the event loop.
+
+:class:`Admission` owns the waiting requests (:class:`~tether.owner.queue.AdmissionQueue`,
+no I/O) and the one running (``active``). It answers the callers the core's decisions
+concern -- ``QUEUE_OVERLOADED`` when full, ``TIMEOUT`` when a deadline passes while
+waiting, ``QUEUE_REQUEST_CANCELLED`` when a queued request is cancelled -- keeps one
+timer for the earliest deadline, and hands the owner's loop the next request to run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether import _log
+from tether.errors import (
+    OwnerShuttingDown,
+    PromptTimeout,
+    QueueOverloaded,
+    RequestCancelled,
+)
+from tether.owner.agent_slot import AgentSlot
+from tether.owner.job import Job
+from tether.owner.queue import AdmissionQueue, Overloaded
+
+__all__ = ["Admission", "rearm"]
+
+
+def _timed_out() -> PromptTimeout:
+    return PromptTimeout("the request's deadline passed while it was queued")
+
+
+class Admission:
+    """The waiting requests and the running one. See the module docstring."""
+
+    def __init__(self, key: str, max_depth: int, slot: AgentSlot) -> None:
+        self.key = key
+        self.queue: AdmissionQueue[Job] = AdmissionQueue(max_depth)
+        self.active: Job | None = None
+        self._slot = slot
+        self._wakeup = asyncio.Event()
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self.on_change: Callable[[], None] = lambda: None  # the queue changed outside the loop
+
+    def __len__(self) -> int:
+        return len(self.queue)
+
+    def enqueue(self, job: Job) -> None:
+        """Queue ``job`` (ack with its position) or refuse it (``QUEUE_OVERLOADED``)."""
+        decision = self.queue.admit(job, deadline=job.deadline)
+        if isinstance(decision, Overloaded):
+            job.finish(
+                error=QueueOverloaded(
+                    f"the session queue is full ({self.queue.max_depth} waiting); retry later"
+                )
+            )
+            return
+        job.ack(decision.position)
+        self._schedule_expiry()
+        self._wakeup.set()
+
+    def _schedule_expiry(self) -> None:
+        # Answer TIMEOUT when a deadline passes while still queued behind a long turn:
+        # otherwise the caller's socket backstop fires first and reports an unknown
+        # outcome (exit 1) for a request that provably never ran.
+        self._expiry_timer = rearm(self._expiry_timer, self.queue.next_deadline(), self._expire)
+
+    def _expire(self) -> None:
+        self._expiry_timer = None
+        expired = self.queue.expire(time.monotonic())
+        for job in expired:
+            job.finish(error=_timed_out())
+        if expired:
+            self.on_change()
+        self._schedule_expiry()
+
+    async def next_job(self, stopping: Callable[[], bool]) -> Job | None:
+        """The next request to run; None once ``stopping()`` (woken by :meth:`wake`)."""
+        while not stopping():
+            popped = self.queue.pop(time.monotonic())
+            for expired in popped.expired:
+                expired.finish(error=_timed_out())
+            if popped.item is not None:
+                return popped.item
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return None
+
+    def wake(self) -> None:
+        self._wakeup.set()
+
+    def cancel(self, target: str | None) -> dict[str, Any]:
+        """Cancel the running turn, or remove a queued request (``target``)."""
+        if target is not None and (self.active is None or self.active.request_id != target):
+            job = self.queue.cancel(target)
+            if job is None:
+                return {
+                    "action": "cancel_result",
+                    "cancelled": False,
+                    "reason": "no such request",
+                    "requestId": target,
+                }
+            job.finish(error=RequestCancelled("the request was cancelled before it ran"))
+            self.on_change()
+            return {
+                "action": "cancel_result",
+                "cancelled": True,
+                "requestId": target,
+                "queued": True,
+            }
+        active = self.active
+        if active is None or active.kind != "prompt":
+            return {"action": "cancel_result", "cancelled": False, "reason": "nothing to cancel"}
+        sent = self._slot.cancel()
+        if not sent:
+            # The turn has not reached the agent yet (it is still starting): defer.
+            active.cancel_requested = True
+        _log.event("cancel", session_key=self.key, request_id=active.request_id, sent=sent)
+        return {
+            "action": "cancel_result",
+            "cancelled": True,
+            "requestId": active.request_id,
+            **({} if sent else {"deferred": True}),
+        }
+
+    def stop(self, reason: str) -> None:
+        """Shutdown: the running turn is cancelled (or never sent); the loop is woken."""
+        self._wakeup.set()
+        if self.active is not None:
+            self.active.cancel_requested = True
+            self._slot.cancel()
+
+    def drain(self, reason: str) -> None:
+        """Answer every waiting request ``QUEUE_OWNER_SHUTTING_DOWN``."""
+        self._expiry_timer = rearm(self._expiry_timer, None, self._expire)
+        for job in self.queue.drain():
+            job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({reason})"))
+
+
+def rearm(
+    timer: asyncio.TimerHandle | None, at: float | None, callback: Callable[[], None]
+) -> asyncio.TimerHandle | None:
+    """Cancel ``timer``; call ``callback`` at monotonic time ``at`` instead (None: never)."""
+    if timer is not None:
+        timer.cancel()
+    if at is None:
+        return None
+    return asyncio.get_running_loop().call_later(max(0.0, at - time.monotonic()), callback)

@@ -1,0 +1,185 @@
+"""The owner's agent slot: at most one live agent run, started lazily, kept warm.
+
+``ensure()`` returns the live agent, starting one when there is none (or the last one
+died): spawn through the supervisor (keeper + lease), ACP bring-up, ``session/resume``
+or ``session/load`` of the session's ACP id where the agent advertises it, else
+``session/new`` -- and then the desired mode and config options are replayed, since a
+fresh ACP session forgets them (acpx#45).
+
+A watcher notices the agent ending by itself (crash, exit) between or during turns.
+``end_run()`` tears one run down and reports its end exactly once per run (the lease id
+is the run's identity); the owner decides what that end means for the session.
+
+The slot routes the agent's frames to whoever the owner says is the current prompt job:
+only frames of the running turn are relayed, so trailing updates of an abandoned turn
+never reach the next caller.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from tether.acp.connection import ClientOptions
+from tether.acp.policy import PermissionMode
+from tether.errors import TetherError
+from tether.live_agent import AgentConfig, LiveAgent
+from tether.owner.job import Job
+from tether.owner.settings import OwnerSettings
+from tether.registry import Registry
+from tether.supervise.run_state import TerminationReason
+from tether.supervise.runner import ExtinctionReport
+
+__all__ = ["AgentSlot", "RunEnd"]
+
+
+class RunEnd:
+    """How one agent run ended: the extinction report and who ended it."""
+
+    __slots__ = ("by_agent", "lease_id", "report")
+
+    def __init__(self, lease_id: str, report: ExtinctionReport, *, by_agent: bool) -> None:
+        self.lease_id = lease_id
+        self.report = report
+        self.by_agent = by_agent
+
+
+class AgentSlot:
+    """At most one live agent for one session. See the module docstring.
+
+    Args:
+        key: the session key.
+        registry: the state database.
+        settings: the owner's settings.
+        current_prompt: the job whose turn is running, if it is a prompt.
+        on_run_end: called once per run that ended, after its tree is proven gone.
+        spawn: runs a background task owned by the owner (the run watcher).
+    """
+
+    def __init__(
+        self,
+        key: str,
+        registry: Registry,
+        settings: OwnerSettings,
+        *,
+        current_prompt: Callable[[], Job | None],
+        on_run_end: Callable[[RunEnd], None],
+        spawn: Callable[[Any], None],
+    ) -> None:
+        self.key = key
+        self.registry = registry
+        self.settings = settings
+        self.live: LiveAgent | None = None
+        self._current_prompt = current_prompt
+        self._on_run_end = on_run_end
+        self._spawn = spawn
+        self._ended_runs: set[str] = set()
+        self.stopping = False  # set by the owner: a run ending now is not a crash to handle
+
+    @property
+    def alive(self) -> bool:
+        return self.live is not None and self.live.alive
+
+    async def ensure(self) -> LiveAgent:
+        """The live agent, started if there is none (see the module docstring)."""
+        if self.live is not None and self.live.alive:
+            return self.live
+        if self.live is not None:
+            await self.end_run(self.live, reason=TerminationReason.EXIT)
+        s = self.settings
+        session = self.registry.session(self.key)
+        if session is None:
+            raise TetherError("the session disappeared from the registry", session_key=self.key)
+        cfg = AgentConfig(
+            argv=session.agent_command,
+            cwd=session.cwd,
+            client=ClientOptions(
+                permission_mode=PermissionMode(s.permission_mode),
+                fs=s.fs,
+                liveness_interval=s.liveness_interval,
+                handshake_timeout=s.handshake_timeout,
+                prompt_ceiling=None,
+                auth=s.auth,
+                on_line=self._on_line,
+                on_permission=self._on_permission,
+            ),
+            session_key=self.key,
+        )
+        live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
+        self.live = live
+        self.registry.update_session(self.key, acp_session_id=live.session_id)
+        if not live.resumed:
+            await self._replay_desired(live, session.desired_mode, session.desired_config)
+        self._spawn(self._watch_run(live))
+        return live
+
+    async def _replay_desired(
+        self, live: LiveAgent, mode: str | None, config: dict[str, Any]
+    ) -> None:
+        """A fresh ACP session forgets the mode and options set earlier (acpx#45): replay."""
+        with contextlib.suppress(TetherError):
+            if mode:
+                await live.conn.set_mode(live.session_id, mode)
+            for key, value in config.items():
+                await live.conn.set_config_option(live.session_id, key, value)
+
+    def _on_line(self, direction: str, line: bytes) -> None:
+        job = self._current_prompt()
+        live = self.live
+        # Relay only frames of the running turn: trailing updates of an abandoned turn
+        # (which arrive while the connection quiesces) must not reach the next caller.
+        if job is not None and live is not None and live.conn.active_turn(live.session_id):
+            job.update_line(direction, line)
+
+    def _on_permission(self, request: dict[str, Any], outcome: dict[str, Any]) -> None:
+        """Tell the waiting caller what was decided for the agent (a permission frame)."""
+        job = self._current_prompt()
+        if job is not None:
+            job.send(
+                {
+                    "type": "permission",
+                    "requestId": job.request_id,
+                    "request": request,
+                    "outcome": outcome,
+                }
+            )
+
+    async def _watch_run(self, live: LiveAgent) -> None:
+        """Notice the agent ending by itself (crash, exit) between or during turns."""
+        await live.proc.wait_exited()
+        if not self.stopping and self.live is live:
+            await self.end_run(live, reason=TerminationReason.EXIT)
+
+    def cancel(self) -> bool:
+        """Send ``session/cancel`` for the running turn; False if it has not reached the agent."""
+        return self.live.cancel() if self.live is not None else False
+
+    async def end_run(
+        self, live: LiveAgent, *, reason: TerminationReason, close_session: bool = False
+    ) -> RunEnd | None:
+        """Tear one agent run down and report its end exactly once.
+
+        Returns how it ended, or None if its end was already reported.
+        """
+        lease_id = live.proc.lease_id
+        if lease_id in self._ended_runs:
+            return None
+        self._ended_runs.add(lease_id)
+        report = await live.aclose(reason, close_session=close_session)
+        if self.live is live:
+            self.live = None
+        end = RunEnd(lease_id, report, by_agent=live.proc.lifecycle.terminated_by == "agent")
+        self._on_run_end(end)
+        return end
+
+    async def end_current(self, *, reason: TerminationReason, close_session: bool) -> RunEnd | None:
+        """End the live run, if any (shutdown)."""
+        if self.live is None:
+            return None
+        return await self.end_run(self.live, reason=reason, close_session=close_session)
+
+    async def end_if_dead(self) -> None:
+        """After a job: a run whose agent died is ended (and reported) now."""
+        if self.live is not None and not self.live.alive:
+            await self.end_run(self.live, reason=TerminationReason.EXIT)

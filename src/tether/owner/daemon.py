@@ -1,0 +1,107 @@
+"""``python -m tether.owner KEY READY_FD``: detach, take the session, say ready, serve.
+
+The starter (:func:`tether.owner_launch.spawn_owner_daemon`) runs us as a fresh
+interpreter in a new session and waits for one readiness line on ``READY_FD``. We fork
+once more so that we are nobody's child but init's (or a subreaper's): a long-lived
+library process that started us never collects our zombie. Then:
+
+* no open session for KEY: ``{"ready": false, "noSession": true}``, exit 4;
+* another owner holds the session's lock: ``{"ready": false, "busy": true}``, exit 0;
+* the start failed: ``{"ready": false, "error": ...}``;
+* else ``{"ready": true, "generation": G, "socket": PATH, "pid": P}``, and we serve.
+
+The line is said once; then the starter's pipes are let go and stderr moves to the
+owner's log file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from tether import _log, metrics, sessions
+from tether.errors import UsageError
+from tether.owner.compose import Owner
+from tether.registry import Registry
+
+__all__ = ["main"]
+
+logger = logging.getLogger("tether.owner")
+
+Ready = Callable[[dict[str, Any]], None]
+
+
+async def _amain(key: str, ready: Ready) -> int:
+    registry = Registry()
+    metrics.attach(registry)
+    try:
+        owner = Owner(key, registry)
+    except UsageError as exc:
+        ready({"ready": False, "noSession": True, "error": str(exc)})
+        return 4
+    if not owner.lock.acquire():
+        ready({"ready": False, "busy": True})
+        return 0
+    try:
+        await owner.start()
+    except BaseException as exc:
+        ready({"ready": False, "error": f"owner start failed: {exc}"})
+        raise
+    ready(
+        {
+            "ready": True,
+            "generation": owner.generation,
+            "socket": owner.lock.socket_path,
+            "pid": os.getpid(),
+        }
+    )
+    try:
+        await owner.run()
+    except BaseException:
+        logger.exception("owner loop failed")
+        if not owner.stopping:
+            owner.request_shutdown("fatal-error")
+        await owner.shutdown()
+        raise
+    finally:
+        registry.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tether.owner KEY READY_FD``: run the owner of session KEY."""
+    import json
+
+    args = sys.argv[1:] if argv is None else argv
+    key = args[0]
+    ready_fd = int(args[1]) if len(args) > 1 else 1
+    # Detach: a second fork makes us nobody's child but init's (or a subreaper's). Safe
+    # here: no loop, no threads yet.
+    if os.fork() != 0:
+        os._exit(0)
+    log_fd = os.open(
+        sessions.log_path(key), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
+    )
+    _log.configure(os.fdopen(os.dup(log_fd), "w", buffering=1), level=logging.INFO)
+
+    def ready(message: dict[str, Any]) -> None:
+        # Say it once, then let go of the starter's pipes: stderr moves to our log.
+        nonlocal ready_fd
+        if ready_fd < 0:
+            return
+        with contextlib.suppress(OSError):
+            os.write(ready_fd, (json.dumps(message) + "\n").encode())
+        with contextlib.suppress(OSError):
+            os.close(ready_fd)
+        ready_fd = -1
+        os.dup2(log_fd, 2)
+
+    try:
+        return asyncio.run(_amain(key, ready))
+    finally:
+        ready({"ready": False, "error": "owner exited"})

@@ -1,0 +1,127 @@
+"""Running each request that needs the agent: ``prompt``, ``set_mode``, ``set_config_option``.
+
+Each runs with the agent up (the slot starts it on demand) and ends by sending its job's
+one terminal frame. The caller's answer goes first and the registry write after, so a
+result never waits on a SQLite commit (or on another owner holding the write lock).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from typing import Any
+
+from tether.acp.policy import PermissionMode
+from tether.owner.agent_slot import AgentSlot
+from tether.owner.job import Job
+from tether.owner.settings import OwnerSettings
+from tether.registry import Registry
+
+__all__ = ["RequestRunner"]
+
+
+class RequestRunner:
+    """Runs admitted requests against the session's agent, one at a time."""
+
+    def __init__(
+        self, key: str, registry: Registry, settings: OwnerSettings, slot: AgentSlot
+    ) -> None:
+        self.key = key
+        self.registry = registry
+        self.settings = settings
+        self.slot = slot
+        session = registry.session(key)
+        self.last_prompt_at: float | None = session.last_prompt_at if session else None
+
+    async def run(self, job: Job) -> None:
+        """Run ``job`` to its terminal frame (errors propagate to the owner's loop)."""
+        kind = job.kind
+        if kind == "prompt":
+            await self._prompt(job)
+        elif kind == "set_mode":
+            await self._set_mode(job)
+        elif kind == "set_config_option":
+            await self._set_config_option(job)
+        else:  # pragma: no cover - admission only queues the three kinds above
+            raise AssertionError(f"not a queued kind: {kind}")
+
+    async def _prompt(self, job: Job) -> None:
+        live = await self.slot.ensure()
+        if job.cancel_requested:
+            # Cancelled while the agent was starting: never send it.
+            self._record_turn(job, "cancelled")
+            job.finish(
+                {
+                    "stopReason": "cancelled",
+                    "sessionId": live.session_id,
+                    "permissionDenied": 0,
+                    "result": {"stopReason": "cancelled"},
+                }
+            )
+            return
+        # A flag on this prompt applies to this turn only; otherwise the session's mode.
+        mode = job.env.payload.get("permissionMode")
+        if not (isinstance(mode, str) and mode in {m.value for m in PermissionMode}):
+            mode = self.settings.permission_mode
+        live.conn.options.permission_mode = PermissionMode(mode)
+        self.last_prompt_at = time.time()
+        ceiling = self.settings.turn_timeout
+        if job.deadline is not None:
+            remaining = max(0.001, job.deadline - time.monotonic())
+            ceiling = remaining if ceiling is None else min(ceiling, remaining)
+        result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        job.finish(
+            {
+                "stopReason": result.stop_reason,
+                "sessionId": live.session_id,
+                "permissionDenied": result.permission_denied,
+                "result": result.result,
+            }
+        )
+        self._record_turn(job, result.stop_reason)
+
+    async def _set_mode(self, job: Job) -> None:
+        live = await self.slot.ensure()
+        mode = str(job.env.payload["modeId"])
+        await live.conn.set_mode(live.session_id, mode)
+        self.registry.update_session(self.key, desired_mode=mode)
+        job.finish({"action": "mode_set", "modeId": mode})
+
+    async def _set_config_option(self, job: Job) -> None:
+        live = await self.slot.ensure()
+        config_id = str(job.env.payload["configId"])
+        value = job.env.payload["value"]
+        answer = await live.conn.set_config_option(live.session_id, config_id, value)
+        session = self.registry.session(self.key)
+        desired = dict(session.desired_config if session else {})
+        desired[config_id] = value
+        self.registry.update_session(self.key, desired_config=desired)
+        job.finish(
+            {
+                "action": "config_set",
+                "configId": config_id,
+                "value": value,
+                "configOptions": answer.get("configOptions") if isinstance(answer, dict) else None,
+            }
+        )
+
+    def _record_turn(self, job: Job, stop_reason: str) -> None:
+        with contextlib.suppress(Exception):
+            if self.last_prompt_at is not None:
+                self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
+            self.registry.add_event(
+                self.key,
+                "turn",
+                {"requestId": job.request_id, "stopReason": stop_reason, "prompt": preview(job)},
+            )
+
+
+def preview(job: Job) -> str:
+    """The first 200 characters of a prompt's text, for history."""
+    blocks = job.env.payload.get("prompt") or []
+    text = " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
+    return text[:200]
+
+
+def _ignore(_frame: dict[str, Any]) -> None:
+    """Turn updates reach callers through the frame observer, in arrival order."""

@@ -1,0 +1,62 @@
+"""The owner's settings: what the session's options (and the config file) say."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether import config
+from tether.errors import TetherError
+from tether.ipc import protocol
+
+__all__ = ["OwnerSettings"]
+
+
+@dataclass
+class OwnerSettings:
+    """Policy knobs of one owner, from the session's stored options."""
+
+    idle_ttl: float = 3600.0
+    turn_timeout: float | None = 1800.0
+    max_lifetime: float = 0.0
+    queue_max_depth: int = protocol.MAX_QUEUE_DEPTH
+    max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
+    liveness_interval: float = 30.0
+    handshake_timeout: float = 30.0
+    permission_mode: str = "approve-reads"
+    fs: bool = True
+    auth: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
+        s = cls()
+        for name in (
+            "idle_ttl",
+            "turn_timeout",
+            "max_lifetime",
+            "liveness_interval",
+            "handshake_timeout",
+        ):
+            if options.get(name) is not None:
+                setattr(s, name, float(options[name]))
+        for name in ("queue_max_depth", "max_frame_bytes"):
+            if options.get(name) is not None:
+                setattr(s, name, int(options[name]))
+        if options.get("permission_mode"):
+            s.permission_mode = str(options["permission_mode"])
+        if "fs" in options:
+            s.fs = bool(options["fs"])
+        if isinstance(options.get("auth"), dict):
+            s.auth = {str(k): str(v) for k, v in options["auth"].items()}
+        if s.turn_timeout is not None and s.turn_timeout <= 0:
+            s.turn_timeout = None
+        return s
+
+    def load_auth(self, cwd: str) -> None:
+        """Credentials are read from config by the owner itself, never stored in the DB."""
+        if self.auth:
+            return
+        with contextlib.suppress(TetherError):
+            auth = config.load(cwd).get("auth") or {}
+            self.auth = {str(k): str(v) for k, v in auth.items()}

@@ -1,0 +1,71 @@
+"""What the owner reports: its status snapshot, and the record of an agent run's end."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tether.owner.agent_slot import RunEnd
+    from tether.owner.compose import Owner
+
+__all__ = ["end_event", "status_snapshot"]
+
+
+def status_snapshot(owner: Owner) -> dict[str, Any]:
+    """The ``status`` answer of a live owner (the documented keys, always present)."""
+    live = owner.slot.live
+    active = owner.active
+    lease_state = None
+    if live is not None:
+        lease = owner.registry.lease(live.proc.lease_id)
+        lease_state = lease.state if lease else None
+    alive = live is not None and live.alive
+    return {
+        "action": "status_snapshot",
+        "status": "running" if active is not None else "idle",
+        "ownerPid": os.getpid(),
+        "ownerGeneration": owner.generation,
+        "uptimeS": round(time.time() - owner.started_at, 3),
+        "queueDepth": len(owner.queue),
+        "currentRequest": active.request_id if active else None,
+        "currentKind": active.kind if active else None,
+        "lastPromptTime": owner.runner.last_prompt_at,
+        "agentPid": live.proc.pid if live is not None and alive else None,
+        "keeperPid": live.proc.keeper_pid if live is not None and alive else None,
+        "leaseId": live.proc.lease_id if live is not None else None,
+        "leaseState": lease_state,
+        "acpSessionId": live.session_id if live is not None else owner.session.acp_session_id,
+        "agentConnected": alive,
+        "sessionKey": owner.key,
+        "stopping": owner.stopping,
+        "counters": _counters(owner),
+    }
+
+
+def _counters(owner: Owner) -> dict[str, int]:
+    with contextlib.suppress(Exception):
+        counters: dict[str, int] = owner.registry.counters()
+        return counters
+    return {}
+
+
+def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
+    """The event recording how one agent run ended."""
+    report = end.report
+    code = report.exit_code
+    outcome = ("completed" if code == 0 else "error") if end.by_agent else "terminated"
+    return {
+        "reason": outcome,
+        "terminatedBy": "agent" if end.by_agent else "daemon",
+        "message": f"agent run ended: {report.reason}"
+        + (f" ({stop_reason})" if not end.by_agent and stop_reason else ""),
+        "exitCode": code,
+        "signal": report.exit_signal,
+        "stderrTail": report.stderr_tail[-2000:],
+        "leaseId": end.lease_id,
+        "survivors": list(report.survivors),
+        "killMode": report.mode,
+    }
