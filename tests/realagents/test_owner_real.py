@@ -149,6 +149,22 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def cancel_waiting_prompt(
+    cli: Cli, waiting: subprocess.Popen[str], timing: Timing, label: str
+) -> None:
+    """``tether cancel`` from another process; the waiting ``prompt`` ends ``cancelled``, 0."""
+    running = cli.status()
+    assert running["status"] == "running", running
+    assert running["currentKind"] == "prompt"
+    t0 = time.monotonic()
+    cancelled = cli.ok("--format", "json", "cancel").json_last()
+    assert cancelled["cancelled"] is True, cancelled
+    out, err = waiting.communicate(timeout=30)
+    timing(f"owner: {label} `tether cancel` -> waiting prompt exits", time.monotonic() - t0)
+    assert waiting.returncode == 0, err
+    assert out.rstrip().endswith("[done] cancelled"), (out, err)
+
+
 # --- process-tree proofs ---------------------------------------------------------------
 
 
@@ -437,18 +453,7 @@ def test_owner_claude_cancel_mid_stream_from_another_process(
                 30,
                 "the agent's stalled model request",
             )
-            running = cli.status()
-            assert running["status"] == "running", running
-            assert running["currentKind"] == "prompt"
-            t0 = time.monotonic()
-            cancelled = cli.ok("--format", "json", "cancel").json_last()
-            assert cancelled["cancelled"] is True, cancelled
-            out, err = waiting.communicate(timeout=30)
-            record_timing(
-                "owner: claude `tether cancel` -> waiting prompt exits", time.monotonic() - t0
-            )
-        assert waiting.returncode == 0, err
-        assert out.rstrip().endswith("[done] cancelled"), out
+            cancel_waiting_prompt(cli, waiting, record_timing, "claude")
         # The session stays warm: same agent, and the next prompt gets its own answer.
         assert cli.status()["agentPid"] == pid
         after = cli.ok("prompt", "after the cancel")
@@ -682,17 +687,7 @@ def test_owner_codex_cancel_from_another_process_then_close(
     with owner_session(cli, timing=record_timing):
         with cli.popen("prompt", "hello codex") as waiting:
             assert blackhole.wait_for_connection(30), "codex never reached its provider"
-            running = cli.status()
-            assert running["status"] == "running", running
-            t0 = time.monotonic()
-            cancelled = cli.ok("--format", "json", "cancel").json_last()
-            assert cancelled["cancelled"] is True, cancelled
-            out, err = waiting.communicate(timeout=30)
-            record_timing(
-                "owner: codex `tether cancel` -> waiting prompt exits", time.monotonic() - t0
-            )
-        assert waiting.returncode == 0, err
-        assert out.rstrip().endswith("[done] cancelled"), (out, err)
+            cancel_waiting_prompt(cli, waiting, record_timing, "codex 0.16")
         proof = close_and_prove(cli, record_timing, "codex", min_below_agent=1)
     # The Node wrapper's native child was part of the recorded (and now dead) tree.
     assert any("codex-acp-linux" in cmd for cmd in proof.below_agent.values()), proof.below_agent

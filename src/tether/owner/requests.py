@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Any
 
 from tether.acp.policy import PermissionMode
+from tether.errors import RateLimited
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
+from tether.owner.rate_limit import RateLimitWatch
 from tether.owner.settings import OwnerSettings
 from tether.registry import Registry
 
@@ -32,6 +33,7 @@ class RequestRunner:
         self.slot = slot
         session = registry.session(key)
         self.last_prompt_at: float | None = session.last_prompt_at if session else None
+        self.rate_limit = RateLimitWatch()
 
     async def run(self, job: Job) -> None:
         """Run ``job`` to its terminal frame (errors propagate to the owner's loop)."""
@@ -69,7 +71,14 @@ class RequestRunner:
         if job.deadline is not None:
             remaining = max(0.001, job.deadline - time.monotonic())
             ceiling = remaining if ceiling is None else min(ceiling, remaining)
-        result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        try:
+            result = await live.prompt(
+                job.env.payload["prompt"], self.rate_limit.note_frame, ceiling=ceiling
+            )
+        except RateLimited as exc:
+            self.rate_limit.note_refused(exc, time.time())
+            raise
+        self.rate_limit.note_turn_ok()
         job.finish(
             {
                 "stopReason": result.stop_reason,
@@ -121,7 +130,3 @@ def preview(job: Job) -> str:
     blocks = job.env.payload.get("prompt") or []
     text = " ".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict))
     return text[:200]
-
-
-def _ignore(_frame: dict[str, Any]) -> None:
-    """Turn updates reach callers through the frame observer, in arrival order."""

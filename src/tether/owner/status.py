@@ -42,6 +42,7 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "sessionKey": owner.key,
         "stopping": owner.stopping,
         "counters": _counters(owner),
+        "rateLimit": owner.runner.rate_limit.snapshot(),
     }
 
 

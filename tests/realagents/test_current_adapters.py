@@ -1,0 +1,114 @@
+"""The current adapters (Node 22) through Tether's owner: codex-acp 2.6.0 and rate limits.
+
+- codex-acp 2.6.0 against the loopback fake Responses API: a warm session serves several
+  prompts on one agent, ``tether cancel`` ends a stalled turn, and ``sessions close``
+  proves the whole tree gone (the Node adapter, ``codex app-server`` and its children).
+- A usage limit is a state, not a crash: claude-agent-acp 0.101.0, signed in with a
+  (dummy) subscription token, gets a 429 "5-hour limit" from the fake Messages API. The
+  waiting ``prompt`` exits 6 with ``RATE_LIMITED`` and the reset time, ``status`` shows
+  the session ``limited`` with ``resetsAt`` from the agent's ``_claude/rateLimit`` usage
+  data, and the next turn that goes through clears it, on the same warm agent.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.realagents.fake_anthropic import FakeAnthropic
+from tests.realagents.fake_openai import FakeOpenAI
+from tests.realagents.test_owner_real import (
+    Cli,
+    Timing,
+    cancel_waiting_prompt,
+    close_and_prove,
+    owner_session,
+    tether_env,
+    wait_until,
+)
+
+pytestmark = pytest.mark.realagents
+
+
+def test_owner_codex_warm_session_cancel_and_close(
+    codex_agent_cmd: list[str],
+    codex_agent_env: dict[str, str],
+    fake_openai: FakeOpenAI,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    cli = Cli(codex_agent_cmd[0], tether_env(codex_agent_env), project_dir)
+    with owner_session(cli, timing=record_timing):
+        pids = []
+        for i, text in enumerate(["one", "two"]):
+            ran = cli.ok("--format", "quiet", "prompt", text, timeout=60)
+            record_timing(
+                "owner: codex 2.6 prompt, " + ("first (starts agent)" if i == 0 else "warm"),
+                ran.secs,
+            )
+            assert ran.out.strip() == f"fake-codex: {text}"
+            pids.append(cli.status()["agentPid"])
+        assert len(set(pids)) == 1, pids
+
+        with cli.popen("prompt", "HANG here") as waiting:
+            wait_until(
+                lambda: any(r.reply_kind == "hang" for r in fake_openai.response_requests()),
+                30,
+                "the stalled Responses request",
+            )
+            cancel_waiting_prompt(cli, waiting, record_timing, "codex 2.6")
+        assert cli.ok("--format", "quiet", "prompt", "three").out.strip() == "fake-codex: three"
+        assert cli.status()["agentPid"] == pids[0]
+        proof = close_and_prove(cli, record_timing, "codex 2.6", min_below_agent=1)
+    assert any("codex" in cmd for cmd in proof.below_agent.values()), proof.below_agent
+
+
+def test_owner_claude_rate_limit_is_a_state(
+    claude_agent_cmd: list[str],
+    claude_agent_env: dict[str, str],
+    fake_anthropic: FakeAnthropic,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    # Only a subscription sign-in gets the "5-hour limit" wording and the _claude/rateLimit
+    # usage data; with an API key the same 429 is "API Error: Request rejected (429)".
+    env = dict(claude_agent_env)
+    del env["ANTHROPIC_API_KEY"]
+    env["CLAUDE_CODE_OAUTH_TOKEN"] = "sk-ant-oat01-dummy-tether-tests"
+    cli = Cli(claude_agent_cmd[0], tether_env(env), project_dir)
+    with owner_session(cli):
+        assert cli.ok("--format", "quiet", "prompt", "warm up", timeout=60).out.strip() == (
+            "fake-claude: warm up"
+        )
+        assert cli.status()["rateLimit"]["limited"] is False
+        pid = cli.status()["agentPid"]
+
+        t0 = time.time()
+        ran = cli.run("--format", "json", "prompt", "please RATELIMIT")
+        expect_reset = int(t0 + fake_anthropic.rate_limit_reset_in_s)
+        assert ran.rc == 6, (ran.rc, ran.err)
+        envelope = ran.json_last()
+        data = envelope["error"]["data"]
+        assert data["acpxCode"] == "RATE_LIMITED"
+        assert data["retryable"] is True
+        assert data["acp"]["data"] == {"errorKind": "rate_limit"}
+        assert "You've hit your 5-hour limit" in envelope["error"]["message"]
+        assert "resets_at=" in ran.err, ran.err  # the fields, on stderr
+
+        st = cli.status()
+        limit = st["rateLimit"]
+        assert limit["limited"] is True, limit
+        assert limit["limitType"] == "five_hour"
+        assert abs(limit["resetsAt"] - expect_reset) <= 5, (limit, expect_reset)
+        assert limit["resets"], limit  # the agent's words, e.g. "3:16pm (UTC)"
+        assert limit["reported"]["status"] == "rejected"
+        assert st["agentPid"] == pid  # a limit is not a crash: the agent stays warm
+
+        again = cli.ok("--format", "quiet", "prompt", "after the limit", timeout=60)
+        assert again.out.strip() == "fake-claude: after the limit"
+        st = cli.status()
+        assert st["rateLimit"]["limited"] is False, st["rateLimit"]
+        assert st["agentPid"] == pid
+        close_and_prove(cli, record_timing, "claude", min_below_agent=1)
