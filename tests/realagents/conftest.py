@@ -24,6 +24,7 @@ import pytest
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
+from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.fake_openai import FakeOpenAI
 from tests.realagents.rawdriver import RawAgent
 
@@ -137,6 +138,11 @@ def codex_legacy_install() -> install.Component | install.SkipReason:
 
 
 @pytest.fixture(scope="session")
+def gemini_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("gemini") or install.ensure_gemini()
+
+
+@pytest.fixture(scope="session")
 def sdk_echo_install() -> install.Component | install.SkipReason:
     return _INSTALLS.get("sdk-echo") or install.ensure_sdk_echo()
 
@@ -177,6 +183,12 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 @pytest.fixture
 def fake_openai() -> Iterator[FakeOpenAI]:
     with FakeOpenAI(max_lifetime_s=120) as api:
+        yield api
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[FakeGemini]:
+    with FakeGemini(max_lifetime_s=120) as api:
         yield api
 
 
@@ -271,6 +283,23 @@ def codex_legacy_agent_env(agent_home: Path, blackhole: BlackHole) -> dict[str, 
     codex_provider_config(agent_home / ".codex", blackhole.base_url)
     env = base_agent_env(agent_home)
     env.update(OPENAI_API_KEY="sk-dummy", CODEX_HOME=str(agent_home / ".codex"))
+    return env
+
+
+@pytest.fixture
+def gemini_agent_cmd(gemini_install: install.Component | install.SkipReason) -> list[str]:
+    """argv for ``gemini --acp`` (pinned, cached), or a skip with the install's reason."""
+    return [str(_need(gemini_install).path), "--acp"]
+
+
+@pytest.fixture
+def gemini_agent_env(
+    agent_home: Path, fake_gemini: FakeGemini, node22: install.Component
+) -> dict[str, str]:
+    """gemini-cli against the loopback fake Gemini API (``GOOGLE_GEMINI_BASE_URL``; with
+    ``GEMINI_API_KEY`` set it needs no ``authenticate``)."""
+    env = base_agent_env(agent_home, node22)
+    env.update(GEMINI_API_KEY="dummy-tether-tests", GOOGLE_GEMINI_BASE_URL=fake_gemini.base_url)
     return env
 
 

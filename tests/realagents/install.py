@@ -53,6 +53,12 @@ CODEX_PKG = "@agentclientprotocol/codex-acp"
 CODEX_VERSION = "2.6.0"
 CODEX_BIN = "codex-acp"
 
+GEMINI_PKG = "@google/gemini-cli"
+# Google's CLI; `gemini --acp` speaks ACP. One bundled JS file set, no native parts;
+# engines.node ">=20" (run on Node 22 with the others).
+GEMINI_VERSION = "0.61.0"
+GEMINI_BIN = "gemini"
+
 CODEX_LEGACY_PKG = "@zed-industries/codex-acp"
 # The legacy Rust adapter, kept for what the current one does not exercise: an env-var
 # auth method that must be sent with `authenticate` (Tether's `[auth]` config path), and
@@ -343,6 +349,10 @@ def ensure_codex() -> Component | SkipReason:
     return _native_present("codex22", "@openai/codex") or comp
 
 
+def ensure_gemini() -> Component | SkipReason:
+    return _with_node("gemini", GEMINI_PKG, GEMINI_VERSION, GEMINI_BIN)
+
+
 def ensure_codex_legacy() -> Component | SkipReason:
     comp = _ensure_npm("codex", CODEX_LEGACY_PKG, CODEX_LEGACY_VERSION, CODEX_BIN)
     if isinstance(comp, SkipReason):
@@ -419,6 +429,7 @@ ENSURERS = {
     "claude": ensure_claude,
     "codex": ensure_codex,
     "codex-legacy": ensure_codex_legacy,
+    "gemini": ensure_gemini,
     "sdk-echo": ensure_sdk_echo,
 }
 

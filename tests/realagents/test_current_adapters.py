@@ -3,6 +3,8 @@
 - codex-acp 2.6.0 against the loopback fake Responses API: a warm session serves several
   prompts on one agent, ``tether cancel`` ends a stalled turn, and ``sessions close``
   proves the whole tree gone (the Node adapter, ``codex app-server`` and its children).
+- gemini-cli 0.61.0 (``gemini --acp``) against the loopback fake Gemini API: raw turns,
+  a mid-stream cancel, and a warm session through the owner closed with the proof.
 - A usage limit is a state, not a crash: claude-agent-acp 0.101.0, signed in with a
   (dummy) subscription token, gets a 429 "5-hour limit" from the fake Messages API. The
   waiting ``prompt`` exits 6 with ``RATE_LIMITED`` and the reset time, ``status`` shows
@@ -12,12 +14,14 @@
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.realagents.fake_anthropic import FakeAnthropic
+from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.fake_openai import FakeOpenAI
 from tests.realagents.test_owner_real import (
     Cli,
@@ -28,6 +32,7 @@ from tests.realagents.test_owner_real import (
     tether_env,
     wait_until,
 )
+from tests.realagents.test_probe_raw import INIT_PARAMS, StartAgent, ok, prompt_params
 
 pytestmark = pytest.mark.realagents
 
@@ -112,3 +117,71 @@ def test_owner_claude_rate_limit_is_a_state(
         assert st["rateLimit"]["limited"] is False, st["rateLimit"]
         assert st["agentPid"] == pid
         close_and_prove(cli, record_timing, "claude", min_below_agent=1)
+
+
+# --- gemini-cli (`gemini --acp`) ---------------------------------------------------------
+
+
+def test_gemini_raw_turn_cancel_and_go_on(
+    raw_agent: StartAgent,
+    gemini_agent_cmd: list[str],
+    gemini_agent_env: dict[str, str],
+    fake_gemini: FakeGemini,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    agent = raw_agent(gemini_agent_cmd, env=gemini_agent_env)
+    init = ok(agent.call("initialize", INIT_PARAMS, 60))
+    record_timing("gemini spawn->initialize", time.monotonic() - agent.started_at)
+    assert init["agentInfo"]["name"] == "gemini-cli"
+    # No sessionCapabilities (fork, list, ...) and no logout: only loadSession.
+    assert "sessionCapabilities" not in init["agentCapabilities"]
+    # With GEMINI_API_KEY in its environment it needs no `authenticate`.
+    assert "gemini-api-key" in [m["id"] for m in init["authMethods"]]
+    sid = ok(agent.call("session/new", {"cwd": str(project_dir), "mcpServers": []}, 30))[
+        "sessionId"
+    ]
+
+    t0 = time.monotonic()
+    resp = agent.call("session/prompt", prompt_params(sid, "hello gemini"), 60)
+    record_timing("gemini prompt (canned text)", time.monotonic() - t0)
+    assert ok(resp)["stopReason"] == "end_turn"
+    assert agent.agent_text() == "fake-gemini: hello gemini"
+
+    rid = agent.request("session/prompt", prompt_params(sid, "please HANG"))
+    wait_until(
+        lambda: any(r.reply_kind == "hang" for r in fake_gemini.stream_requests()),
+        30,
+        "the stalled Gemini stream",
+    )
+    t0 = time.monotonic()
+    agent.notify("session/cancel", {"sessionId": sid})
+    assert ok(agent.wait_response(rid, 30))["stopReason"] == "cancelled"
+    record_timing("gemini cancel->cancelled (mid-stream)", time.monotonic() - t0)
+    resp = agent.call("session/prompt", prompt_params(sid, "after"), 60)
+    assert ok(resp)["stopReason"] == "end_turn"
+    assert agent.agent_text().endswith("fake-gemini: after")
+    assert fake_gemini.unknown_paths == []
+
+
+def test_owner_gemini_warm_session_then_close(
+    gemini_agent_cmd: list[str],
+    gemini_agent_env: dict[str, str],
+    fake_gemini: FakeGemini,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    cli = Cli(shlex.join(gemini_agent_cmd), tether_env(gemini_agent_env), project_dir)
+    with owner_session(cli, timing=record_timing):
+        pids = []
+        for i, text in enumerate(["one", "two words", "three"]):
+            ran = cli.ok("--format", "quiet", "prompt", text, timeout=60)
+            record_timing(
+                "owner: gemini prompt, " + ("first (starts agent)" if i == 0 else "warm"),
+                ran.secs,
+            )
+            assert ran.out.strip() == f"fake-gemini: {text}"
+            pids.append(cli.status()["agentPid"])
+        assert len(set(pids)) == 1, pids
+        assert len(fake_gemini.stream_requests()) == 3
+        close_and_prove(cli, record_timing, "gemini", min_below_agent=0)
