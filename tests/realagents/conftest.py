@@ -143,6 +143,11 @@ def gemini_install() -> install.Component | install.SkipReason:
 
 
 @pytest.fixture(scope="session")
+def opencode_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("opencode") or install.ensure_opencode()
+
+
+@pytest.fixture(scope="session")
 def sdk_echo_install() -> install.Component | install.SkipReason:
     return _INSTALLS.get("sdk-echo") or install.ensure_sdk_echo()
 
@@ -300,6 +305,38 @@ def gemini_agent_env(
     ``GEMINI_API_KEY`` set it needs no ``authenticate``)."""
     env = base_agent_env(agent_home, node22)
     env.update(GEMINI_API_KEY="dummy-tether-tests", GOOGLE_GEMINI_BASE_URL=fake_gemini.base_url)
+    return env
+
+
+@pytest.fixture
+def opencode_agent_cmd(opencode_install: install.Component | install.SkipReason) -> list[str]:
+    """argv for ``opencode acp`` (pinned, cached), or a skip with the install's reason."""
+    return [str(_need(opencode_install).path), "acp"]
+
+
+@pytest.fixture
+def opencode_agent_env(agent_home: Path, fake_openai: FakeOpenAI) -> dict[str, str]:
+    """opencode with its built-in ``openai`` provider pointed at the loopback fake
+    Responses API, and a model of our own (``openai/gpt-fake-1``), from
+    ``$XDG_CONFIG_HOME/opencode/opencode.json``."""
+    env = base_agent_env(agent_home)
+    conf = Path(env["XDG_CONFIG_HOME"]) / "opencode"
+    conf.mkdir(parents=True)
+    provider = {
+        "options": {"baseURL": f"{fake_openai.base_url}/v1", "apiKey": "sk-dummy"},
+        "models": {"gpt-fake-1": {"name": "fake"}},
+    }
+    (conf / "opencode.json").write_text(
+        json.dumps(
+            {
+                "autoupdate": False,
+                "share": "disabled",
+                "model": "openai/gpt-fake-1",
+                "provider": {"openai": provider},
+            }
+        )
+    )
+    env.update(OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1")
     return env
 
 

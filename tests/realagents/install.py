@@ -59,6 +59,12 @@ GEMINI_PKG = "@google/gemini-cli"
 GEMINI_VERSION = "0.61.0"
 GEMINI_BIN = "gemini"
 
+OPENCODE_PKG = "opencode-ai"
+# sst's opencode; `opencode acp` speaks ACP. A native binary (its postinstall copies the
+# platform package's build into bin/opencode.exe); no Node at run time.
+OPENCODE_VERSION = "1.18.33"
+OPENCODE_BIN = "opencode"
+
 CODEX_LEGACY_PKG = "@zed-industries/codex-acp"
 # The legacy Rust adapter, kept for what the current one does not exercise: an env-var
 # auth method that must be sent with `authenticate` (Tether's `[auth]` config path), and
@@ -353,6 +359,10 @@ def ensure_gemini() -> Component | SkipReason:
     return _with_node("gemini", GEMINI_PKG, GEMINI_VERSION, GEMINI_BIN)
 
 
+def ensure_opencode() -> Component | SkipReason:
+    return _ensure_npm("opencode", OPENCODE_PKG, OPENCODE_VERSION, OPENCODE_BIN)
+
+
 def ensure_codex_legacy() -> Component | SkipReason:
     comp = _ensure_npm("codex", CODEX_LEGACY_PKG, CODEX_LEGACY_VERSION, CODEX_BIN)
     if isinstance(comp, SkipReason):
@@ -430,6 +440,7 @@ ENSURERS = {
     "codex": ensure_codex,
     "codex-legacy": ensure_codex_legacy,
     "gemini": ensure_gemini,
+    "opencode": ensure_opencode,
     "sdk-echo": ensure_sdk_echo,
 }
 

@@ -185,3 +185,32 @@ def test_owner_gemini_warm_session_then_close(
         assert len(set(pids)) == 1, pids
         assert len(fake_gemini.stream_requests()) == 3
         close_and_prove(cli, record_timing, "gemini", min_below_agent=0)
+
+
+# --- opencode (`opencode acp`) -------------------------------------------------------------
+
+
+def test_opencode_raw_turn_against_fake_responses_api(
+    raw_agent: StartAgent,
+    opencode_agent_cmd: list[str],
+    opencode_agent_env: dict[str, str],
+    fake_openai: FakeOpenAI,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    agent = raw_agent(opencode_agent_cmd, env=opencode_agent_env)
+    init = ok(agent.call("initialize", INIT_PARAMS, 60))
+    record_timing("opencode spawn->initialize", time.monotonic() - agent.started_at)
+    assert init["agentInfo"]["name"] == "OpenCode"
+    assert {"fork", "list", "resume", "close"} <= set(
+        init["agentCapabilities"]["sessionCapabilities"]
+    )
+    new = ok(agent.call("session/new", {"cwd": str(project_dir), "mcpServers": []}, 60))
+    model = next(o for o in new["configOptions"] if o["id"] == "model")
+    assert model["currentValue"] == "openai/gpt-fake-1"
+    t0 = time.monotonic()
+    resp = agent.call("session/prompt", prompt_params(new["sessionId"], "hello opencode"), 60)
+    record_timing("opencode prompt (canned text)", time.monotonic() - t0)
+    assert ok(resp)["stopReason"] == "end_turn"
+    assert agent.agent_text() == "fake-codex: hello opencode"
+    assert fake_openai.unknown_paths == []
