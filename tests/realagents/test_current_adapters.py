@@ -14,12 +14,15 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.acp_schema import SCHEMA_PATH
+from tests.realagents import install
 from tests.realagents.fake_anthropic import FakeAnthropic
 from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.fake_openai import FakeOpenAI
@@ -214,3 +217,21 @@ def test_opencode_raw_turn_against_fake_responses_api(
     assert ok(resp)["stopReason"] == "end_turn"
     assert agent.agent_text() == "fake-codex: hello opencode"
     assert fake_openai.unknown_paths == []
+
+
+# --- the schema copy ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("prefix", ["claude22", "codex22"])
+def test_schema_copy_is_the_one_the_adapters_ship(
+    prefix: str, claude_agent_cmd: list[str], codex_agent_cmd: list[str]
+) -> None:
+    """tests/golden/acp-schema.json is the stable v1 schema of @agentclientprotocol/sdk,
+    the copy both current adapters bundle (2.4.0 for both, November 2026). The PyPI SDK
+    (agent-client-protocol 0.12.1) ships no schema file and was generated from an older
+    one (schema-v1.19.0), so it cannot be the source."""
+    sdk = install.CACHE_DIR / prefix / "node_modules" / "@agentclientprotocol" / "sdk"
+    shipped = json.loads((sdk / "schema" / "v1" / "schema.json").read_text())
+    assert shipped == json.loads(SCHEMA_PATH.read_text()), (
+        f"{sdk} ships another v1 schema: refresh tests/golden/acp-schema.json from it"
+    )
