@@ -363,11 +363,11 @@ def sdk_echo_agent_env(agent_home: Path) -> dict[str, str]:
 
 def _label(argv: list[str]) -> str:
     """``codex22/codex-acp`` for a cached npm bin (the prefix tells the versions apart)."""
-    path = Path(argv[-1])
-    parts = path.parts
-    if "node_modules" in parts:
-        return f"{parts[parts.index('node_modules') - 1]}/{path.name}"
-    return path.name
+    for arg in argv:
+        parts = Path(arg).parts
+        if "node_modules" in parts:
+            return f"{parts[parts.index('node_modules') - 1]}/{parts[-1]}"
+    return Path(argv[-1]).name
 
 
 @pytest.fixture

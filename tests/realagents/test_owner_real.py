@@ -688,7 +688,7 @@ def test_owner_codex_cancel_from_another_process_then_close(
         with cli.popen("prompt", "hello codex") as waiting:
             assert blackhole.wait_for_connection(30), "codex never reached its provider"
             cancel_waiting_prompt(cli, waiting, record_timing, "codex 0.16")
-        proof = close_and_prove(cli, record_timing, "codex", min_below_agent=1)
+        proof = close_and_prove(cli, record_timing, "codex 0.16", min_below_agent=1)
     # The Node wrapper's native child was part of the recorded (and now dead) tree.
     assert any("codex-acp-linux" in cmd for cmd in proof.below_agent.values()), proof.below_agent
 
