@@ -73,6 +73,25 @@ def test_owner_codex_warm_session_cancel_and_close(
     assert any("codex" in cmd for cmd in proof.below_agent.values()), proof.below_agent
 
 
+def test_exec_codex_usage_limit_exits_rate_limited(
+    codex_agent_cmd: list[str],
+    codex_agent_env: dict[str, str],
+    fake_openai: FakeOpenAI,
+    project_dir: Path,
+) -> None:
+    """codex-acp 2.6.0's ``usageLimitExceeded`` (a 429 from the Responses API) through
+    ``tether exec``: exit 6, ``RATE_LIMITED``, the reset time in the agent's words."""
+    ran = Cli(codex_agent_cmd[0], tether_env(codex_agent_env), project_dir).run(
+        "--format", "json", "exec", "please RATELIMIT", timeout=60
+    )
+    assert ran.rc == 6, (ran.rc, ran.err)
+    data = ran.json_last()["error"]["data"]
+    assert data["acpxCode"] == "RATE_LIMITED"
+    assert data["acp"]["data"]["codexErrorInfo"] == "usageLimitExceeded"
+    assert "resets=" in ran.err, ran.err  # "try again at 3:23 PM." -> resets='3:23 PM'
+    assert [r.reply_kind for r in fake_openai.response_requests()] == ["rate_limit"]
+
+
 def test_owner_claude_rate_limit_is_a_state(
     claude_agent_cmd: list[str],
     claude_agent_env: dict[str, str],
