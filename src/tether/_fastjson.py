@@ -70,6 +70,11 @@ if _json is not None:
             raise ValueError(f"invalid JSON at offset {exc.value}") from None
         except RecursionError:
             raise ValueError("JSON nested too deeply") from None
+        except SystemError:
+            # The C scanner reports some malformed input (an unterminated string or
+            # object) through json.decoder.JSONDecodeError, which it cannot build when
+            # the `json` package was never imported -- as on the thin CLI path.
+            raise ValueError("invalid JSON (truncated)") from None
         while stop < end and text[stop] in _WS:
             stop += 1
         if stop != end:

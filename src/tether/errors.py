@@ -19,7 +19,8 @@
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
     │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
-    │   └── StopTimeout                 a graceful stop did not finish in time
+    │   ├── StopTimeout                 a graceful stop did not finish in time
+    │   └── CallTimeout                 the caller's --timeout passed (``phase`` says where)
     ├── SupervisionError
     │   ├── SpawnError                  the agent (or its keeper) could not be started
     │   ├── ProcessGone                 the process named by a lease no longer exists
@@ -31,6 +32,8 @@
     │   ├── QueueOverloaded             retryable: the owner's FIFO is full
     │   ├── RequestCancelled            a queued request was removed by `cancel`
     │   ├── OwnerShuttingDown           the owner stopped admitting (close, TTL, signal)
+    │   ├── SessionClosed               the session was closed while this request waited or ran
+    │   ├── OwnerUnresponsive           an owner holds the session but does not answer
     │   └── GenerationMismatch          the request named another owner generation
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     ├── Interrupted                     exit 130 (Ctrl-C)
@@ -57,6 +60,7 @@ __all__ = [
     "AgentExited",
     "AgentRequestError",
     "BrokenResourceError",
+    "CallTimeout",
     "ClosedResourceError",
     "EscalationFailed",
     "FrameTooLarge",
@@ -70,6 +74,7 @@ __all__ = [
     "OwnerLost",
     "OwnerShuttingDown",
     "OwnerUnavailable",
+    "OwnerUnresponsive",
     "PermissionDenied",
     "ProcessGone",
     "PromptTimeout",
@@ -79,6 +84,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
+    "SessionClosed",
     "SessionError",
     "SpawnError",
     "StopTimeout",
@@ -320,6 +326,12 @@ class StopTimeout(TetherTimeout):
     default_detail_code = "STOP_TIMEOUT"
 
 
+class CallTimeout(TetherTimeout):
+    """The caller's whole-call deadline passed; ``fields["phase"]`` names the phase."""
+
+    default_detail_code = "CALL_TIMEOUT"
+
+
 # --- supervision ----------------------------------------------------------------
 
 
@@ -394,6 +406,18 @@ class OwnerShuttingDown(SessionError):
     """The owner is shutting down and no longer admits or finishes requests."""
 
     default_detail_code = "QUEUE_OWNER_SHUTTING_DOWN"
+
+
+class SessionClosed(SessionError):
+    """The session was closed (by another caller) while this request waited or ran."""
+
+    default_detail_code = "SESSION_CLOSED"
+
+
+class OwnerUnresponsive(OwnerUnavailable):
+    """An owner holds the session's lock but does not answer (stopped, hung)."""
+
+    default_detail_code = "QUEUE_OWNER_UNRESPONSIVE"
 
 
 class GenerationMismatch(SessionError):

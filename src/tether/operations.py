@@ -21,8 +21,14 @@ from __future__ import annotations
 import time
 
 from tether import sessions
-from tether.errors import NoSession, OwnerUnavailable
-from tether.ipc.client import OwnerConnection, connect_with_retry
+from tether.errors import (
+    CallTimeout,
+    NoSession,
+    OwnerUnavailable,
+    OwnerUnresponsive,
+    TetherError,
+)
+from tether.ipc.client import CONNECT_TIMEOUT_S, OwnerConnection, connect_with_retry
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -42,19 +48,28 @@ __all__ = [
 ]
 
 START_DEADLINE_S = 15.0  # to get a serving owner when none was running
+STATUS_HELLO_S = 1.0  # `status` must answer at once, from the registry if need be
+OWNER_EXIT_WAIT_S = 10.0  # after its close answer, an owner releases its lock and exits
 
 
-def connect(key: str) -> OwnerConnection | None:
+def connect(key: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection | None:
     """A connection to the session's live owner if it accepts work, else None.
 
     An owner that is shutting down (idle TTL, close, signal) says so in its ``hello``;
     we let it go and report None, so the caller starts a new one.
     """
+    return _try_connect(sessions.socket_path(key), timeout)[0]
+
+
+def _try_connect(path: str, timeout: float) -> tuple[OwnerConnection | None, bool]:
+    """(a serving owner's connection or None, whether an owner is there but silent)."""
     try:
-        conn = OwnerConnection.connect(sessions.socket_path(key))
+        conn = OwnerConnection.connect(path, timeout=max(0.05, timeout))
+    except OwnerUnresponsive:
+        return None, True
     except OwnerUnavailable:
-        return None
-    return _serving(conn)
+        return None, False
+    return _serving(conn), False
 
 
 def _serving(conn: OwnerConnection) -> OwnerConnection | None:
@@ -69,51 +84,105 @@ def connect_or_start(
     *,
     env: dict[str, str] | None = None,
     options: dict[str, Any] | None = None,
-    deadline_s: float = START_DEADLINE_S,
+    deadline: float | None = None,
 ) -> OwnerConnection:
     """A serving owner of session ``key``: the warm path first, else start one.
+
+    An owner that holds the session but has not answered (stopped, hung) and whose
+    heartbeat has been silent for the session's ``unresponsive_after`` is fenced: its
+    identity verified, SIGKILLed through a pidfd (its keeper then ends the agent tree),
+    and replaced by a new owner (generation + 1). A busy owner keeps beating and is
+    never fenced.
 
     Args:
         key: the session key.
         env: extra environment for a newly started owner (and so its agents).
         options: owner settings that a newly started owner must use (later flags such
             as ``--ttl``); merged into the session's stored options before the start.
-        deadline_s: how long to try to get a serving owner when none was running.
+        deadline: the caller's deadline (``time.monotonic()``); every wait -- the hello,
+            the owner's start, a silent owner -- ends by it. None: ``START_DEADLINE_S``
+            for a start.
 
     Raises:
         NoSession: the session does not exist or was closed (the owner refuses).
-        OwnerUnavailable: no owner could be reached or started in time.
+        CallTimeout: ``deadline`` passed (``phase`` says while doing what).
+        OwnerUnresponsive / OwnerUnavailable: no serving owner within START_DEADLINE_S.
     """
-    conn = connect(key)
+    limit = deadline if deadline is not None else time.monotonic() + START_DEADLINE_S
+    path = sessions.socket_path(key)
+    conn, silent = _try_connect(path, min(CONNECT_TIMEOUT_S, limit - time.monotonic()))
     if conn is not None:
         return conn
-    from tether.owner_launch import spawn_owner_daemon
+    from tether.owner_launch import READY_DEADLINE_S, spawn_owner_daemon
 
     if options:
         _update_options(key, options)
-    path = sessions.socket_path(key)
-    deadline = time.monotonic() + deadline_s
     while True:
-        message = spawn_owner_daemon(key, env=env)
-        if message.get("ready"):
-            return OwnerConnection.connect(str(message.get("socket") or path))
+        if silent and _fence_if_silent(key):
+            silent = False
+        if not silent:
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise _expired(key, deadline, "starting the session owner", silent=False)
+            try:
+                message = spawn_owner_daemon(
+                    key, env=env, deadline_s=min(READY_DEADLINE_S, remaining)
+                )
+            except OwnerUnavailable:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _expired(
+                        key, deadline, "starting the session owner", silent=False
+                    ) from None
+                raise
+            if message.get("ready"):
+                return OwnerConnection.connect(
+                    str(message.get("socket") or path),
+                    timeout=max(0.05, min(CONNECT_TIMEOUT_S, limit - time.monotonic())),
+                )
         # Busy: another owner holds the session's lock. Either it is starting (another
-        # caller's: it binds soon) or it is stopping (idle TTL, close, signal: it lets
-        # the lock go soon, and then nobody would start an owner for us). So connect
-        # for a short while, and when that fails or finds it stopping, start ours again.
+        # caller's: it binds soon), stopping (idle TTL, close, signal: it lets the lock
+        # go soon, and then nobody would start an owner for us), or silent. So connect
+        # for a short while; when that fails or finds it stopping, start ours again.
         try:
-            conn = _serving(
-                connect_with_retry(path, deadline=min(deadline, time.monotonic() + 0.5))
-            )
+            conn = _serving(connect_with_retry(path, deadline=min(limit, time.monotonic() + 0.5)))
+            silent = False
+        except OwnerUnresponsive:
+            conn, silent = None, True
         except OwnerUnavailable:
-            conn = None
+            conn, silent = None, False
         if conn is not None:
             return conn
-        if time.monotonic() >= deadline:
-            raise OwnerUnavailable(
-                f"the session owner did not become available within {deadline_s:g} s"
-            )
+        if time.monotonic() >= limit:
+            phase = "waiting for a silent session owner" if silent else "starting the session owner"
+            raise _expired(key, deadline, phase, silent=silent)
         time.sleep(0.05)  # a bounded retry on a rare race, never the warm path
+
+
+def _fence_if_silent(key: str) -> bool:
+    from tether.owner_fence import fence_if_silent  # the cold path: it reads the registry
+
+    return fence_if_silent(key)
+
+
+def _expired(key: str, deadline: float | None, phase: str, *, silent: bool) -> TetherError:
+    """The error for a caller whose wait for a serving owner ran out."""
+    detail = ""
+    if silent:
+        from tether.owner_fence import owner_silence
+
+        info = owner_silence(key)
+        if info is not None:
+            detail = (
+                f"; owner pid {info['ownerPid']} has not beaten for {info['heartbeatAgeS']:g} s"
+                f" (replaced after {info['unresponsiveAfterS']:g} s)"
+            )
+    if deadline is not None:
+        return CallTimeout(f"the call's --timeout passed while {phase}{detail}", phase=phase)
+    if silent:
+        return OwnerUnresponsive(f"the session owner does not answer{detail}", session_key=key)
+    return OwnerUnavailable(
+        f"the session owner did not become available within {START_DEADLINE_S:g} s"
+    )
 
 
 def _update_options(key: str, options: dict[str, Any]) -> None:
@@ -159,8 +228,8 @@ def ensure_session(
             with conn:
                 conn.request("close", {})
     with Registry() as registry:
-        if fresh and registry.session(key) is not None:
-            registry.update_session(key, state="closed")
+        if fresh:
+            _close_offline(registry, key, how="replaced by `sessions new`")
         _session, created = registry.upsert_session(
             key=key,
             name=name,
@@ -173,9 +242,21 @@ def ensure_session(
 
 
 def status(key: str) -> dict[str, Any]:
-    """The live owner's status snapshot, or the registry's view when no owner answers."""
+    """The live owner's status snapshot, or the registry's view when no owner answers.
+
+    An owner that holds the session but does not say hello within ``STATUS_HELLO_S``
+    (stopped, hung) is reported at once as ``unresponsive``, with its pid and the age of
+    its last heartbeat -- never as a healthy idle session.
+    """
     try:
-        conn = OwnerConnection.connect(sessions.socket_path(key))
+        conn = OwnerConnection.connect(sessions.socket_path(key), timeout=STATUS_HELLO_S)
+    except OwnerUnresponsive:
+        from tether.owner_fence import owner_silence
+
+        snapshot = offline_status(key)
+        silence = owner_silence(key) or {}
+        snapshot.update(silence, status="unresponsive")
+        return snapshot
     except OwnerUnavailable:
         return offline_status(key)
     with conn:
@@ -251,7 +332,12 @@ def close_session(key: str) -> dict[str, Any]:
         conn = None
     if conn is not None:
         with conn:
-            return conn.request("close", {})
+            pidfd = _peer_pidfd(conn)
+            result = conn.request("close", {})
+        # Return only once the owner is gone (its lock released): scripts that look for
+        # leftover processes, or remove TETHER_HOME, right after `close` see none.
+        result["ownerExited"] = _wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+        return result
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -259,8 +345,55 @@ def close_session(key: str) -> dict[str, Any]:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         decisions = reconcile(registry, session_key=key)
-        registry.update_session(key, state="closed", closed_at=time.time())
+        _close_offline(registry, key, how="closed with no owner running")
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _close_offline(registry: Any, key: str, *, how: str) -> None:
+    """Mark an open session closed and record its one ``session_ended`` (no owner runs)."""
+    session = registry.session(key)
+    if session is None or session.state == "closed":
+        return
+    registry.update_session(key, state="closed", closed_at=time.time())
+    registry.add_event(
+        key,
+        "session_ended",
+        {
+            "reason": "closed",
+            "message": f"the session was closed ({how})",
+            "agentWasRunning": False,
+            "survivors": [],
+            "ownerGeneration": session.owner_generation,
+        },
+    )
+
+
+def _peer_pidfd(conn: OwnerConnection) -> int | None:
+    """A pidfd of the process at the other end of the socket (the kernel's word for it)."""
+    import _socket
+    import os
+    import struct
+
+    try:
+        creds = conn.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+        pid = struct.unpack("3i", creds)[0]
+        return os.pidfd_open(pid) if pid > 0 else None
+    except (OSError, AttributeError):  # no pidfd (old kernel): we cannot wait for it
+        return None
+
+
+def _wait_exit(pidfd: int | None, timeout: float) -> bool | None:
+    """Wait until the process behind ``pidfd`` exited; None if we cannot tell."""
+    if pidfd is None:
+        return None
+    import os
+    import select
+
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(pidfd)
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:

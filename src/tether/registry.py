@@ -104,6 +104,19 @@ _MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (name, labels)
     );
     """,
+    # issue 9 item 5 (unresponsive owner takeover): the proven identity of each
+    # session's current owner, boot id included, so that a caller can verify it before
+    # fencing a silent owner. A table of its own: the sessions row stays as it is.
+    """
+    CREATE TABLE owner_identity (
+        session_key  TEXT PRIMARY KEY,
+        pid          INTEGER NOT NULL,
+        starttime    INTEGER,
+        boot_id      TEXT NOT NULL,
+        generation   INTEGER NOT NULL,
+        recorded_at  REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -378,7 +391,15 @@ class Registry:
         with self.transaction() as db:
             db.execute(f"UPDATE sessions SET {sets} WHERE key = ?", (*fields.values(), key))  # noqa: S608 -- column names are ours
 
-    def begin_owner(self, key: str, *, pid: int, starttime: int | None, socket: str) -> int:
+    def begin_owner(
+        self,
+        key: str,
+        *,
+        pid: int,
+        starttime: int | None,
+        socket: str,
+        boot_id: str | None = None,
+    ) -> int:
         """Record a new owner for the session and return its generation (previous + 1).
 
         Called by an owner right after it acquired the session's flock, so increments are
@@ -399,7 +420,25 @@ class Registry:
                 " updated_at = ? WHERE key = ?",
                 (pid, starttime, generation, socket, now, now, now, key),
             )
+            if boot_id is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO owner_identity"
+                    " (session_key, pid, starttime, boot_id, generation, recorded_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, pid, starttime, boot_id, generation, now),
+                )
         return generation
+
+    def owner_identity(self, key: str) -> dict[str, Any] | None:
+        """The identity recorded by the session's latest owner: pid, starttime, boot_id,
+        generation (None if no owner recorded one)."""
+        row = self._db.execute(
+            "SELECT pid, starttime, boot_id, generation FROM owner_identity WHERE session_key = ?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            return None
+        return {"pid": row[0], "starttime": row[1], "boot_id": row[2], "generation": row[3]}
 
     # --- events -------------------------------------------------------------------
 

@@ -382,8 +382,10 @@ def test_close_during_a_turn_that_ignores_cancel(mock: Cli) -> None:
     assert closed["survivors"] == []
     rc, out, _ = finish(caller)
     assert rc == 1
-    error = json.loads(out.strip().splitlines()[-1])["error"]
-    assert error["data"]["detailCode"] == "QUEUE_OWNER_SHUTTING_DOWN"
+    lines = [json.loads(line) for line in out.strip().splitlines()]
+    error = lines[-1]["error"]
+    assert error["data"]["detailCode"] == "SESSION_CLOSED"  # issue 9 item 7
+    assert lines[-2]["action"] == "session_ended"
     assert not alive(active["agentPid"])
     wait_for(lambda: not alive(active["ownerPid"]), "the owner to exit")
 
@@ -396,9 +398,10 @@ def test_sigterm_owner_mid_turn_cancels_and_records(mock: Cli) -> None:
     assert rc == 0, err  # the turn ended `cancelled` before the owner went
     wait_for(lambda: not alive(active["ownerPid"]), "the owner to exit")
     assert not alive(active["agentPid"])
-    ended = mock.history("session_ended")
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 1
     assert ended[0]["payload"]["reason"] == "terminated"
+    assert mock.history("session_ended") == []  # the owner stopped; the session did not end
     assert mock.history("turn")[-1]["payload"]["stopReason"] == "cancelled"
     assert "again" in mock.run("prompt", "echo again").stdout
 
@@ -456,8 +459,9 @@ def test_idle_ttl_expiry_leaves_nothing_behind(cli: Callable[..., Cli]) -> None:
     assert offline["status"] == "idle"
     assert offline["ownerPid"] is None
     assert offline["leaseState"] == "closed"
-    ended = [e for e in c.history("session_ended") if e["payload"]["leaseId"] == lease]
+    ended = [e for e in c.history("agent_run_ended") if e["payload"]["leaseId"] == lease]
     assert len(ended) == 1
+    assert c.history("session_ended") == []  # retirement is not the session's end (item 8)
     # the session is still open: the next prompt starts a fresh owner by itself
     assert "back" in c.run("prompt", "echo back").stdout
 
@@ -489,7 +493,7 @@ def test_close_reaps_setsid_and_double_forked_grandchildren(mock: Cli) -> None:
 
 def test_agent_crash_between_prompts_is_recorded_and_recovered(mock: Cli) -> None:
     mock.run("prompt", "echo bye ; exit 3")
-    ended = wait_for(lambda: mock.history("session_ended"), "the crash to be recorded")
+    ended = wait_for(lambda: mock.history("agent_run_ended"), "the crash to be recorded")
     assert len(ended) == 1
     assert ended[0]["payload"]["reason"] == "error"
     assert ended[0]["payload"]["exitCode"] == 3
@@ -511,25 +515,28 @@ def test_agent_crash_mid_turn_fails_the_turn_and_next_prompt_works(mock: Cli) ->
     assert "error" in crashed
     again = mock.run("prompt", "echo back")
     assert "back" in again.stdout
-    ended = mock.history("session_ended")
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 1
     assert ended[0]["payload"]["exitCode"] == 7
 
 
-def test_exactly_one_session_ended_per_agent_run(mock: Cli) -> None:
+def test_exactly_one_end_per_agent_run_and_per_session(mock: Cli) -> None:
+    """Each agent run's end is recorded once; each session end (close) once (item 8)."""
     mock.run("prompt", "echo a ; exit 0")  # run 1 ends by itself
-    wait_for(lambda: mock.history("session_ended"), "run 1 to end")
+    wait_for(lambda: mock.history("agent_run_ended"), "run 1 to end")
     mock.run("prompt", "echo b")  # run 2
     mock.run("prompt", "echo c")
     mock.json("sessions", "close")  # run 2 ends by close
     mock.run("sessions", "new")
     mock.run("prompt", "echo d")  # run 3, in a new owner
     mock.close()
-    leases = {e["leaseId"] for e in (x["payload"] for x in mock.history("session_ended"))}
-    ended = mock.history("session_ended")
+    leases = {e["leaseId"] for e in (x["payload"] for x in mock.history("agent_run_ended"))}
+    ended = mock.history("agent_run_ended")
     assert len(ended) == 3, ended
     assert len(leases) == 3
     assert [e["payload"]["reason"] for e in ended] == ["completed", "terminated", "terminated"]
+    closed = mock.history("session_ended")
+    assert [e["payload"]["reason"] for e in closed] == ["closed", "closed"], closed
 
 
 def test_timeout_then_late_answer_does_not_cascade(mock: Cli) -> None:
@@ -549,7 +556,12 @@ def test_timeout_then_late_answer_does_not_cascade(mock: Cli) -> None:
 # --- the IPC surface ------------------------------------------------------------------
 
 
-def test_malformed_oversized_and_unknown_frames_are_rejected(mock: Cli) -> None:
+def test_malformed_oversized_and_unknown_frames_are_rejected(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    (tether_home / "config.toml").write_text("promptMaxBytes = 1048576\n")  # 64 MiB default
+    mock = cli()
+    mock.run("sessions", "new")
     key = mock.status()["sessionKey"]
     with Raw(key) as raw:
         raw.send(b"{this is not json\n")
@@ -612,7 +624,11 @@ def test_exactly_one_terminal_frame_per_request(mock: Cli) -> None:
     updates = [f for f in frames if f["type"] == "update"]
     assert {f["requestId"] for f in updates} <= {"r-echo", "r-err", "r-late", "r-after"}
     # frames of different requests never interleave with a terminal of another
-    assert all(f.get("requestId") in rids for f in frames if f["type"] != "session_ended")
+    assert all(
+        f.get("requestId") in rids
+        for f in frames
+        if f["type"] not in ("session_ended", "agent_run_ended")
+    )
 
 
 def test_queue_overload_is_retryable(cli: Callable[..., Cli], tether_home: Path) -> None:

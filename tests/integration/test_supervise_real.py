@@ -544,7 +544,7 @@ def _wait_dead(idents: list[tuple[int, int]], timeout: float) -> list[tuple[int,
 
 def _session_ended_events(session_key: str) -> list[dict[str, Any]]:
     with Registry() as reg:
-        return reg.events(session_key, kind="session_ended")
+        return reg.events(session_key, kind="agent_run_ended")
 
 
 def test_supervisor_death_keeper_ends_tree(cgroup_mode: str) -> None:

@@ -103,7 +103,9 @@ def test_too_large_is_checked_before_parsing() -> None:
     assert rejected(b"{" * 65, max_frame_bytes=64).detail_code == "QUEUE_REQUEST_TOO_LARGE"
 
 
-def test_default_limit_is_one_mebibyte() -> None:
+def test_default_limit_is_64_mebibytes() -> None:
+    """Users pipe logs and diffs into prompts: acpx accepts 64 MiB messages (issue 9 item 9)."""
+    assert protocol.DEFAULT_MAX_FRAME_BYTES == 64 * 1024 * 1024
     body = b"x" * protocol.DEFAULT_MAX_FRAME_BYTES
     assert rejected(body + b"x").detail_code == "QUEUE_REQUEST_TOO_LARGE"
 

@@ -7,6 +7,8 @@ a live owner exists -- talks IPC v2 with the blocking client: no asyncio, no sql
 
 from __future__ import annotations
 
+import time
+
 from tether import operations, sessions
 from tether.errors import (
     Interrupted,
@@ -14,6 +16,7 @@ from tether.errors import (
     PermissionDenied,
     UsageError,
 )
+from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
@@ -48,6 +51,7 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "queue_max_depth": cfg.get("queueMaxDepth"),
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
+        "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
     }
 
@@ -57,13 +61,14 @@ def _later_flags(ctx: Any) -> dict[str, Any] | None:
     return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
 
 
-def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
+def connect_or_start(ctx: Any, key: str, deadline: float | None = None) -> OwnerConnection:
     """A serving owner for the session (:func:`tether.operations.connect_or_start`).
 
     Flags given now (``--ttl``, permissions) become a newly started owner's settings.
+    ``deadline`` (monotonic) is the end of the caller's ``--timeout``.
     """
     try:
-        return operations.connect_or_start(key, options=_later_flags(ctx))
+        return operations.connect_or_start(key, options=_later_flags(ctx), deadline=deadline)
     except NoSession:
         raise _no_session_hint(ctx) from None
 
@@ -83,14 +88,13 @@ def _render(ctx: Any) -> Any:
             picked = (frame.get("outcome") or {}).get("outcome") or {}
             chosen = picked.get("optionId") or picked.get("outcome")
             out.banner(f"permission {tool.get('title') or tool.get('toolCallId')}: {chosen}")
-        elif kind == "session_ended":
+        elif kind in ("session_ended", "agent_run_ended"):
+            # The session ended (closed by someone), or the agent run ended inside it.
             event = frame.get("event") or {}
-            out.control(
-                {"action": "session_ended", **event},
-                text=None,
-            )
+            out.control({"action": kind, **event}, text=None)
             if ctx.fmt == "text":
-                out.banner(f"agent run ended: {event.get('reason')} ({event.get('message')})")
+                what = "session ended" if kind == "session_ended" else "agent run ended"
+                out.banner(f"{what}: {event.get('reason')} ({event.get('message')})")
 
     return on_frame
 
@@ -99,8 +103,10 @@ def prompt(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("prompt needs text (arguments, -f FILE, or stdin)")
     key = _key(ctx)
-    conn = connect_or_start(ctx, key)
-    deadline_ms = int(ctx.timeout * 1000) if ctx.timeout is not None else None
+    # --timeout bounds the whole call: connecting, starting an owner, queueing, the turn.
+    deadline = _call_deadline(ctx)
+    conn = connect_or_start(ctx, key, deadline)
+    deadline_ms = _remaining_ms(deadline)
     payload = {
         "prompt": [{"type": "text", "text": text}],
         "wait": not ctx.inv.no_wait,
@@ -108,7 +114,12 @@ def prompt(ctx: Any, text: str) -> int:
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
     }
     with conn:
-        rid = conn.send("prompt", payload, deadline_ms=deadline_ms)
+        rid = conn.send(
+            "prompt",
+            payload,
+            deadline_ms=deadline_ms,
+            max_bytes=protocol.prompt_max_bytes(ctx.config),
+        )
         if ctx.inv.no_wait:
             conn.wait(rid, until_ack=True)
             ctx.output.control(
@@ -167,9 +178,10 @@ def control(ctx: Any) -> int:
     if command == "set-mode":
         if len(ctx.inv.words) != 1:
             raise UsageError("usage: tether set-mode [-s NAME] MODE")
-        with connect_or_start(ctx, key) as conn:
+        deadline = _call_deadline(ctx)
+        with connect_or_start(ctx, key, deadline) as conn:
             result = conn.request(
-                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_deadline(ctx)
+                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_remaining_ms(deadline)
             )
         ctx.output.control(result, text=f"mode set: {ctx.inv.words[0]}", quiet=ctx.inv.words[0])
         return 0
@@ -178,19 +190,26 @@ def control(ctx: Any) -> int:
             raise UsageError("usage: tether set [-s NAME] KEY VALUE")
         config_id, raw = ctx.inv.words
         value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
-        with connect_or_start(ctx, key) as conn:
+        deadline = _call_deadline(ctx)
+        with connect_or_start(ctx, key, deadline) as conn:
             result = conn.request(
                 "set_config_option",
                 {"configId": config_id, "value": value},
-                deadline_ms=_deadline(ctx),
+                deadline_ms=_remaining_ms(deadline),
             )
         ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
         return 0
     raise UsageError(f"unknown command {command}")
 
 
-def _deadline(ctx: Any) -> int | None:
-    return int(ctx.timeout * 1000) if ctx.timeout is not None else None
+def _call_deadline(ctx: Any) -> float | None:
+    """The end of the caller's ``--timeout`` (monotonic), counted from now."""
+    return time.monotonic() + ctx.timeout if ctx.timeout is not None else None
+
+
+def _remaining_ms(deadline: float | None) -> int | None:
+    """What is left of ``deadline`` for the owner to enforce (at least 1 ms)."""
+    return None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
 
 
 def _status(ctx: Any, key: str) -> int:

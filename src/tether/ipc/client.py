@@ -20,10 +20,13 @@ from collections.abc import Callable
 
 from tether import _fastjson
 from tether.errors import (
+    CallTimeout,
     OwnerLost,
     OwnerUnavailable,
+    OwnerUnresponsive,
     RemoteProtocolError,
     TetherError,
+    UsageError,
     error_from_wire,
 )
 from tether.ipc import protocol
@@ -34,7 +37,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONNECT_TIMEOUT_S = 5.0
-DEADLINE_SLACK_S = 5.0
+# The owner answers TIMEOUT at the deadline; our socket backstop waits this much longer
+# for that answer (an owner that is stopped or hung never sends it).
+DEADLINE_SLACK_S = 2.0
 FrameHandler = Callable[[dict[str, "Any"]], None]
 
 
@@ -73,6 +78,13 @@ class OwnerConnection:
         conn = cls(sock)
         try:
             hello = conn._read_frame()
+        except TimeoutError:
+            # Someone holds the socket and accepted us, but says nothing: an owner that
+            # is stopped (SIGSTOP), hung, or starved. Not the same as "no owner".
+            conn.close()
+            raise OwnerUnresponsive(
+                f"the owner at {path} did not say hello within {timeout:g} s", socket=path
+            ) from None
         except (OSError, TetherError) as exc:
             conn.close()
             raise OwnerUnavailable(
@@ -146,14 +158,29 @@ class OwnerConnection:
         *,
         request_id: str | None = None,
         deadline_ms: int | None = None,
+        max_bytes: int | None = None,
     ) -> str:
-        """Send one request envelope; returns its requestId."""
+        """Send one request envelope; returns its requestId.
+
+        Raises:
+            UsageError: the encoded request is longer than ``max_bytes`` (nothing sent).
+        """
         rid = request_id or new_request_id()
-        self.sock.sendall(
-            protocol.request_frame(
-                rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
-            )
+        data = protocol.request_frame(
+            rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
         )
+        if max_bytes is not None and len(data) > max_bytes:
+            raise UsageError(
+                f"the {kind} is too large: its request is {len(data)} bytes, over the limit"
+                f" of {max_bytes} bytes (config promptMaxBytes)",
+                limit=max_bytes,
+            )
+        try:
+            self.sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The owner hung up mid-request (it refused the frame, or died): what it said
+            # before going is still readable, and ``wait`` reports it (or EOF).
+            pass
         return rid
 
     def wait(
@@ -179,9 +206,10 @@ class OwnerConnection:
             try:
                 frame = self._read_frame()
             except TimeoutError:
-                raise OwnerLost(
+                raise CallTimeout(
                     "the owner did not answer within the deadline; the outcome is unknown",
                     request_id=request_id,
+                    phase="waiting for the owner's answer",
                 ) from None
             except OSError:
                 frame = None  # reset or broken socket: the owner is gone, like EOF
@@ -229,12 +257,14 @@ def connect_with_retry(path: str, *, deadline: float) -> OwnerConnection:
     """Connect, retrying briefly while an owner that is known to be starting binds.
 
     Only used after we learned another caller is starting this owner (the flock race);
-    the warm path connects once.
+    the warm path connects once. Every wait, the hello included, ends by ``deadline``.
     """
     delay = 0.005
     while True:
         try:
-            return OwnerConnection.connect(path)
+            return OwnerConnection.connect(
+                path, timeout=max(0.05, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
+            )
         except OwnerUnavailable:
             if time.monotonic() >= deadline:
                 raise

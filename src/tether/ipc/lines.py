@@ -16,9 +16,10 @@ After an oversized line the stream cannot be resynchronised safely (the rest of 
 line cannot be told from the next frame), so the reader stays broken and every reader
 drops its connection.
 
-Performance matters on the caller's side (10,000 streamed updates per turn): the buffer
-is immutable ``bytes`` with a read position, so a chunk holding hundreds of lines is
-sliced, never copied per line; bytes are joined only when a line spans chunks.
+Performance matters on the caller's side (10,000 streamed updates per turn): a chunk
+is kept as immutable ``bytes`` with a read position, so a chunk holding hundreds of
+lines is sliced, never copied per line; only a line that spans chunks is gathered, in
+a ``bytearray`` (a 64 MiB prompt is copied once, not once per chunk).
 
 Standard library only, no ``dataclasses`` or ``typing`` at run time: the thin CLI path
 imports this module.
@@ -43,18 +44,21 @@ class LineReader:
         what: how the lines are named in the error (``"IPC frame"``...).
     """
 
-    __slots__ = ("_broken", "_buf", "_eof", "_pos", "_scan", "max_bytes", "what")
+    __slots__ = ("_broken", "_buf", "_eof", "_head", "_pos", "max_bytes", "truncated", "what")
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_LINE_BYTES, what: str = "IPC frame") -> None:
         if max_bytes < 1:
             raise ValueError("max_bytes must be positive")
         self.max_bytes = max_bytes
         self.what = what
-        self._buf = b""  # received bytes; everything before _pos was returned
+        self._buf = b""  # the chunk being split; everything before _pos was returned
         self._pos = 0
-        self._scan = 0  # where the next search for b"\n" starts (no newline before it)
+        # The start of a line that spans chunks. A bytearray grows in amortised O(1), so
+        # a 64 MiB prompt arriving in 64 KiB chunks is copied once, not once per chunk.
+        self._head = bytearray()
         self._eof = False
         self._broken = False
+        self.truncated = 0  # bytes of an unterminated line dropped at EOF
 
     @property
     def at_eof(self) -> bool:
@@ -64,27 +68,30 @@ class LineReader:
     @property
     def buffered(self) -> int:
         """How many received bytes are not yet returned as lines."""
-        return len(self._buf) - self._pos
+        return len(self._head) + len(self._buf) - self._pos
 
     def feed(self, data: bytes) -> None:
-        """Add bytes read from the peer; ``b""`` marks EOF."""
+        """Add bytes read from the peer; ``b""`` marks EOF.
+
+        Call :meth:`next_line` until it returns ``None`` before feeding more (the h11
+        contract); otherwise the unsplit rest is carried over, at the cost of a copy.
+        """
         if not data:
             self._eof = True
             return
         if self._eof or self._broken:
             return  # nothing after EOF or after an oversized line is ever a frame
-        if self._pos >= len(self._buf):
-            self._buf, self._pos, self._scan = data, 0, 0
-        else:
-            scan = self._scan - self._pos
+        if self._pos < len(self._buf):
             self._buf = self._buf[self._pos :] + data
-            self._pos, self._scan = 0, scan
+        else:
+            self._buf = data
+        self._pos = 0
 
     def next_line(self) -> bytes | None:
         """The next complete line, or ``None`` when more data is needed (or at EOF).
 
-        At EOF an unterminated final line is returned as it is (a truncated frame, which
-        the caller's parser then refuses), then ``None``.
+        At EOF an unterminated final line is dropped (its length is kept in
+        ``truncated``): it is a frame cut short, which no reader may act on.
 
         Raises:
             FrameTooLarge: the current line is longer than ``max_bytes`` (the reader is
@@ -92,27 +99,38 @@ class LineReader:
         """
         if self._broken:
             raise self._too_large(None)
-        buf, pos = self._buf, self._pos
-        nl = buf.find(b"\n", self._scan)
+        buf, pos, head = self._buf, self._pos, self._head
+        nl = buf.find(b"\n", pos)
         if nl >= 0:
-            if nl - pos > self.max_bytes:
+            size = len(head) + nl - pos
+            if size > self.max_bytes:
                 self._break()
-                raise self._too_large(nl - pos)
-            self._pos = self._scan = nl + 1
-            return buf[pos:nl]
-        size = len(buf) - pos
-        if size > self.max_bytes:
+                raise self._too_large(size)
+            self._pos = nl + 1
+            if not head:
+                return buf[pos:nl]
+            head += buf[pos:nl]
+            line = bytes(head)
+            head.clear()
+            return line
+        # No newline in what is left of this chunk: it all belongs to the current line.
+        if len(head) + len(buf) - pos > self.max_bytes:
             self._break()
             raise self._too_large(None)
-        self._scan = len(buf)
-        if self._eof and size:
-            self._buf, self._pos, self._scan = b"", 0, 0
-            return buf[pos:]
+        if pos < len(buf):
+            head += buf[pos:]
+        self._buf, self._pos = b"", 0
+        if self._eof and head:
+            # Every IPC frame ends with a newline: an unterminated rest at EOF is a frame
+            # cut short (the peer died or dropped us mid-write), never a frame.
+            self.truncated = len(head)
+            head.clear()
         return None
 
     def _break(self) -> None:
         self._broken = True
-        self._buf, self._pos, self._scan = b"", 0, 0
+        self._buf, self._pos = b"", 0
+        self._head = bytearray()
 
     def _too_large(self, size: int | None) -> FrameTooLarge:
         seen = f"of {size} bytes " if size is not None else ""

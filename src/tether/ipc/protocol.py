@@ -42,7 +42,9 @@ if TYPE_CHECKING:
     from typing import Any, Final
 
 VERSION: Final = 2
-DEFAULT_MAX_FRAME_BYTES: Final = 1024 * 1024  # per request frame, as the issue sets it
+# Per request frame (config ``promptMaxBytes``): users pipe logs and diffs into prompts,
+# and acpx accepts 64 MiB messages. Every reader holds at most this plus one chunk.
+DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
 
 KINDS: Final = frozenset({"prompt", "cancel", "set_mode", "set_config_option", "status", "close"})
@@ -59,13 +61,16 @@ class IpcRejected(Exception):
         self.request_id = request_id
 
     def to_wire(self) -> dict[str, Any]:
+        # A request over the size limit is the caller's usage error (exit 2), not a
+        # protocol violation: the limit is configurable and named in the message.
+        too_large = self.detail_code == "QUEUE_REQUEST_TOO_LARGE"
         return {
-            "code": "RUNTIME",
+            "code": "USAGE" if too_large else "RUNTIME",
             "detailCode": self.detail_code,
             "origin": "protocol",
             "retryable": False,
             "message": self.message,
-            "type": "RemoteProtocolError",
+            "type": "UsageError" if too_large else "RemoteProtocolError",
             "fields": {},
         }
 
@@ -122,6 +127,14 @@ class Envelope:
             f"payload={self.payload!r}, deadline_ms={self.deadline_ms!r}, "
             f"owner_generation={self.owner_generation!r})"
         )
+
+
+def prompt_max_bytes(cfg: dict[str, Any]) -> int:
+    """The request size limit: config ``promptMaxBytes``, else the 64 MiB default."""
+    value = cfg.get("promptMaxBytes")
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return DEFAULT_MAX_FRAME_BYTES
 
 
 def encode(obj: dict[str, Any]) -> bytes:

@@ -16,13 +16,13 @@ from typing import Any
 
 from tether import _log
 from tether.errors import (
-    OwnerShuttingDown,
     PromptTimeout,
     QueueOverloaded,
     RequestCancelled,
+    TetherError,
 )
 from tether.owner.agent_slot import AgentSlot
-from tether.owner.job import Job
+from tether.owner.job import Job, Outbox
 from tether.owner.queue import AdmissionQueue, Overloaded
 
 __all__ = ["Admission", "rearm"]
@@ -125,18 +125,60 @@ class Admission:
             **({} if sent else {"deferred": True}),
         }
 
-    def stop(self, reason: str) -> None:
-        """Shutdown: the running turn is cancelled (or never sent); the loop is woken."""
-        self._wakeup.set()
-        if self.active is not None:
-            self.active.cancel_requested = True
-            self._slot.cancel()
+    def stop(self, *, closing: bool) -> Job | None:
+        """Shutdown: the running turn is cancelled (or never sent); the loop is woken.
 
-    def drain(self, reason: str) -> None:
-        """Answer every waiting request ``QUEUE_OWNER_SHUTTING_DOWN``."""
+        When the session is closing, the running request's own outcome is superseded:
+        it is answered ``SESSION_CLOSED`` after the session's end is recorded.
+        """
+        self._wakeup.set()
+        active = self.active
+        if active is None:
+            return None
+        active.cancel_requested = True
+        self._slot.cancel()
+        if not closing or active.done:
+            return None
+        active.supersede()
+        return active
+
+    def drain(self, error: TetherError) -> list[Job]:
+        """Answer every waiting request ``error``; return them."""
         self._expiry_timer = rearm(self._expiry_timer, None, self._expire)
-        for job in self.queue.drain():
-            job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({reason})"))
+        jobs = self.queue.drain()
+        for job in jobs:
+            job.finish(error=error)
+        return jobs
+
+    def waits(self, outbox: Outbox) -> bool:
+        """Whether the caller on ``outbox`` waits for a request that is running or queued."""
+        active = self.active
+        if active is not None and active.outbox is outbox and active.waiting and not active.done:
+            return True
+        return any(job.outbox is outbox and job.waiting for job in self.queue)
+
+    def detach(self, outbox: Outbox) -> None:
+        """A caller left: its waiting prompts are cancelled, as Ctrl-C would.
+
+        The running turn gets ``session/cancel`` (or is never sent, if the agent is still
+        starting); a queued one is removed. ``--no-wait`` prompts are not affected.
+        """
+        active = self.active
+        if (
+            active is not None
+            and active.outbox is outbox
+            and not active.done
+            and active.kind == "prompt"
+            and active.waiting
+        ):
+            _log.event("caller_left", session_key=self.key, request_id=active.request_id)
+            if not self._slot.cancel():
+                active.cancel_requested = True
+        for job in list(self.queue):
+            if job.outbox is outbox and job.kind == "prompt" and job.waiting:
+                self.queue.remove(job)
+                job.finish(error=RequestCancelled("the caller left before the request ran"))
+                self.on_change()
 
 
 def rearm(

@@ -20,26 +20,28 @@ from tether import _log, _os
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
+    SessionClosed,
     TetherError,
     UsageError,
 )
 from tether.ipc import protocol
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.heartbeat import Heartbeat
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import end_event, status_snapshot
+from tether.owner.status import end_event, session_end_event, status_snapshot
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
 
 __all__ = ["Owner"]
 
-HEARTBEAT_S = 5.0  # as acpx; `status` calls an owner stale after 3 missed beats
+LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
 logger = logging.getLogger("tether.owner")
 
@@ -55,7 +57,7 @@ class Owner:
             raise UsageError("no open session for this key", session_key=key)
         self.session = session
         self.settings = OwnerSettings.from_options(session.options)
-        self.settings.load_auth(session.cwd)
+        self.settings.load_config(session.cwd, session.options)
         self.generation = 0
         self.started_at = time.time()
         self.lock = SessionLock(key)
@@ -69,6 +71,8 @@ class Owner:
             hello=self._hello,
             admit=self.admit,
             on_disconnect=self._on_disconnect,
+            waiting=lambda outbox: self.admission.waits(outbox),
+            idle_timeout=self.settings.connection_idle_timeout,
         )
         self.slot = AgentSlot(
             key,
@@ -89,6 +93,10 @@ class Owner:
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
+        self.heartbeat = Heartbeat(
+            key, unresponsive_after=self.settings.unresponsive_after, depth=lambda: len(self.queue)
+        )
+        self._held: list[Job] = []  # requests superseded by a close, answered at the end
 
     @property
     def stopping(self) -> bool:
@@ -110,12 +118,14 @@ class Owner:
 
     async def start(self) -> None:
         """Record this generation, bind the socket, sweep leftovers, start serving."""
-        st = _os.current().stat(os.getpid())
+        table = _os.current()
+        st = table.stat(os.getpid())
         self.generation = self.registry.begin_owner(
             self.key,
             pid=os.getpid(),
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
+            boot_id=table.boot_id(),  # so a caller can verify us before fencing us
         )
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
@@ -128,7 +138,7 @@ class Owner:
             loop.add_signal_handler(
                 sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
             )
-        self._spawn(self._heartbeat())
+        self.heartbeat.start()
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self._set_status("idle")
         self._schedule_retirement()
@@ -150,14 +160,6 @@ class Owner:
                 owner_heartbeat_at=time.time(),
                 current_request=self.active.request_id if self.active else None,
             )
-
-    async def _heartbeat(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(HEARTBEAT_S)
-            with contextlib.suppress(Exception):
-                self.registry.update_session(
-                    self.key, owner_heartbeat_at=time.time(), queue_depth=len(self.queue)
-                )
 
     # --- retirement (idle TTL, max lifetime) ----------------------------------------
 
@@ -193,6 +195,8 @@ class Owner:
         }
 
     def _on_disconnect(self, outbox: Outbox) -> None:
+        # One rule for a caller that goes away before its answer: its turn is cancelled.
+        self.admission.detach(outbox)
         if not self.server.connections and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
@@ -288,9 +292,10 @@ class Owner:
     def _on_run_end(self, end: RunEnd) -> None:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
-        self.registry.add_event(self.key, "session_ended", event)
+        self.registry.add_event(self.key, "agent_run_ended", event)
         self.registry.update_session(self.key, last_end=event)
-        self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
+        if not self.stopping:  # while stopping, callers hear how the owner or session ended
+            self.server.broadcast({"type": "agent_run_ended", "requestId": None, "event": event})
 
     # --- shutdown ---------------------------------------------------------------------
 
@@ -303,7 +308,9 @@ class Owner:
         self._stop_event.set()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
-        self.admission.stop(reason)
+        held = self.admission.stop(closing=reason == "close")
+        if held is not None:
+            self._held.append(held)
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""
@@ -312,12 +319,16 @@ class Owner:
         self._shut_down = True
         self._set_status("stopping")
         self.lock.stop_listening()
-        self.admission.drain(self.stop_reason)
-        reason = TerminationReason.CLOSE if self._close_session else TerminationReason.SIGNAL
+        closing = self._close_session
+        waiting = self.admission.drain(
+            SessionClosed("the session was closed before this request ran")
+            if closing
+            else OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})")
+        )
+        reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
         if self.stop_reason in ("idle-ttl", "max-lifetime"):
             reason = TerminationReason.CLOSE
-        end = await self.slot.end_current(reason=reason, close_session=self._close_session)
-        report = end.report if end is not None else None
+        end = await self.slot.end_current(reason=reason, close_session=closing)
         fields: dict[str, Any] = {
             "owner_status": "stopped",
             "owner_pid": None,
@@ -325,21 +336,37 @@ class Owner:
             "queue_depth": 0,
             "current_request": None,
         }
-        if self._close_session:
+        if closing:
             fields.update(state="closed", closed_at=time.time())
         self.registry.update_session(self.key, **fields)
+        if closing:
+            self._end_session(end, superseded=[j for j in self._held if not j.done])
+        # Last frames (a terminal, session_ended) must reach callers that read slowly
+        # behind a stream; bounded, so a caller that never reads cannot hold us.
+        await self.server.close_all(LAST_FRAMES_S)
+        self.heartbeat.stop()
+        self.lock.release()
+        self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
+        _log.event(
+            "owner_stopped", session_key=self.key, reason=self.stop_reason, answered=len(waiting)
+        )
+
+    def _end_session(self, end: RunEnd | None, superseded: list[Job]) -> None:
+        """The session ended (close): record it once, tell every caller, then answer."""
+        report = end.report if end is not None else None
+        event = session_end_event(report, generation=self.generation)
+        self.registry.add_event(self.key, "session_ended", event)
+        self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
+        for job in superseded:
+            job.finish_superseded(SessionClosed("the session was closed while this request ran"))
         if self._closer is not None:
             self._closer.finish(
                 {
                     "action": "session_closed",
                     "sessionKey": self.key,
-                    "survivors": list(report.survivors) if report else [],
+                    "survivors": event["survivors"],
                     "killMode": report.mode if report else None,
                     "teardownMs": report.elapsed_ms if report else 0.0,
                     "agentWasRunning": report is not None,
                 }
             )
-        await self.server.drain_all(1.0)
-        self.lock.release()
-        self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
-        _log.event("owner_stopped", session_key=self.key, reason=self.stop_reason)

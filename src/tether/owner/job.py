@@ -75,7 +75,15 @@ class Outbox:
 class Job:
     """One admitted request and the connection its frames go to."""
 
-    __slots__ = ("_prefix", "admitted_at", "cancel_requested", "done", "env", "outbox")
+    __slots__ = (
+        "_prefix",
+        "admitted_at",
+        "cancel_requested",
+        "done",
+        "env",
+        "outbox",
+        "superseded",
+    )
 
     def __init__(self, env: protocol.Envelope, outbox: Outbox, admitted_at: float) -> None:
         self.env = env
@@ -85,6 +93,10 @@ class Job:
         # A cancel that arrived before the turn reached the agent (it was still starting):
         # the turn is then never sent, rather than the cancel being lost.
         self.cancel_requested = False
+        # The session is being closed under this request: its own outcome (a `cancelled`
+        # turn) no longer counts. The owner answers it SESSION_CLOSED once the session's
+        # end is recorded, so its caller sees `session_ended` first.
+        self.superseded = False
         self._prefix = b""
 
     def __repr__(self) -> str:
@@ -97,6 +109,11 @@ class Job:
     @property
     def kind(self) -> str:
         return self.env.kind
+
+    @property
+    def waiting(self) -> bool:
+        """The caller waits for this request's outcome (not a ``--no-wait`` prompt)."""
+        return self.env.payload.get("wait") is not False
 
     @property
     def deadline(self) -> float | None:
@@ -117,6 +134,8 @@ class Job:
         The line is a JSON object the core has already decoded, so embedding it as the
         ``frame`` value keeps the IPC frame valid JSON.
         """
+        if self.superseded:
+            return  # the session is closing: the rest of this turn is nobody's business
         if not self._prefix:
             rid = protocol.encode({"r": self.request_id})[5:-2]  # the id, JSON-escaped
             self._prefix = b'{"type":"update","requestId":' + rid + b',"direction":"'
@@ -125,8 +144,8 @@ class Job:
     def finish(
         self, result: dict[str, Any] | None = None, error: TetherError | None = None
     ) -> None:
-        """Send the one terminal frame; later calls are ignored."""
-        if self.done:
+        """Send the one terminal frame; later calls (and calls once superseded) are ignored."""
+        if self.done or self.superseded:
             return
         self.done = True
         if error is not None:
@@ -134,3 +153,13 @@ class Job:
         else:
             self.send({"type": "result", "requestId": self.request_id, "result": result or {}})
         self.outbox.flush()
+
+    def supersede(self) -> None:
+        """Hold back this request's own outcome (see ``superseded``)."""
+        if not self.done:
+            self.superseded = True
+
+    def finish_superseded(self, error: TetherError) -> None:
+        """Answer a superseded request with ``error`` (its one terminal frame)."""
+        self.superseded = False
+        self.finish(error=error)

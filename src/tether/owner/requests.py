@@ -7,11 +7,13 @@ result never waits on a SQLite commit (or on another owner holding the write loc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 
 from tether.acp.policy import PermissionMode
-from tether.errors import RateLimited
+from tether.errors import PromptTimeout, RateLimited
+from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.rate_limit import RateLimitWatch
@@ -47,8 +49,25 @@ class RequestRunner:
         else:  # pragma: no cover - admission only queues the three kinds above
             raise AssertionError(f"not a queued kind: {kind}")
 
+    async def _ensure(self, job: Job) -> LiveAgent:
+        """The agent, started if need be -- within the request's deadline: agent start and
+        handshake count against the caller's ``--timeout`` like queueing and the turn."""
+        if job.deadline is None:
+            return await self.slot.ensure()
+        scope = asyncio.timeout(max(0.0, job.deadline - time.monotonic()))
+        try:
+            async with scope:
+                return await self.slot.ensure()
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the agent's own handshake timeout, not our deadline
+            raise PromptTimeout(
+                "the request's deadline passed while the agent was starting",
+                phase="agent start",
+            ) from None
+
     async def _prompt(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
             self._record_turn(job, "cancelled")
@@ -90,14 +109,14 @@ class RequestRunner:
         self._record_turn(job, result.stop_reason)
 
     async def _set_mode(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         mode = str(job.env.payload["modeId"])
         await live.conn.set_mode(live.session_id, mode)
         self.registry.update_session(self.key, desired_mode=mode)
         job.finish({"action": "mode_set", "modeId": mode})
 
     async def _set_config_option(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         config_id = str(job.env.payload["configId"])
         value = job.env.payload["value"]
         answer = await live.conn.set_config_option(live.session_id, config_id, value)

@@ -15,9 +15,10 @@ frames stay in order whoever produces them (a request's own frames, a broadcast
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tether import _log
 from tether.errors import FrameTooLarge
@@ -25,13 +26,13 @@ from tether.ipc import protocol
 from tether.ipc.lines import LineReader
 from tether.owner.job import Outbox
 
-if TYPE_CHECKING:
-    import asyncio
-
 __all__ = ["IpcServer"]
 
 READ_CHUNK = 65536
-DRAIN_TIMEOUT_S = 1.0  # how long a last frame may take to reach a caller before we drop it
+DRAIN_TIMEOUT_S = 1.0
+# A caller sends its request right after our hello (the CLI and the library do so within
+# milliseconds); one that is silent this long with nothing in flight is dropped.
+IDLE_TIMEOUT_S = 5.0  # how long a last frame may take to reach a caller before we drop it
 
 Admit = Callable[[protocol.Envelope, Outbox], None]
 
@@ -44,6 +45,10 @@ class IpcServer:
         hello: builds the ``hello`` frame for a new connection.
         admit: called with each valid request and its connection's outbox.
         on_disconnect: called once when a connection ends (after its outbox is detached).
+        waiting: whether a connection waits for a request in flight; one that does not
+            and stays silent for ``idle_timeout`` seconds is dropped, so only waiting
+            callers hold an owner open.
+        idle_timeout: see ``waiting``.
     """
 
     def __init__(
@@ -53,23 +58,38 @@ class IpcServer:
         hello: Callable[[], dict[str, Any]],
         admit: Admit,
         on_disconnect: Callable[[Outbox], None],
+        waiting: Callable[[Outbox], bool],
+        idle_timeout: float = IDLE_TIMEOUT_S,
     ) -> None:
         self.max_frame_bytes = max_frame_bytes
         self._hello = hello
         self._admit = admit
         self._on_disconnect = on_disconnect
+        self._waiting = waiting
+        self.idle_timeout = idle_timeout
         self.connections: set[Outbox] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection until the caller closes it (or breaks the framing)."""
         outbox = Outbox(writer)
         self.connections.add(outbox)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         lines = LineReader(self.max_frame_bytes, what="request frame")
         try:
             outbox.write(protocol.encode(self._hello()))
             while not lines.at_eof:
                 try:
-                    chunk = await reader.read(READ_CHUNK)
+                    async with asyncio.timeout(self.idle_timeout):
+                        chunk = await reader.read(READ_CHUNK)
+                except TimeoutError:
+                    if self._waiting(outbox):
+                        continue
+                    # Silent, with nothing in flight that it waits for: it cannot pin us.
+                    _log.event("ipc_idle_dropped", idle_s=self.idle_timeout)
+                    break
                 except ConnectionError:
                     break
                 lines.feed(chunk)
@@ -81,6 +101,8 @@ class IpcServer:
                     break
                 await outbox.drain(DRAIN_TIMEOUT_S)
         finally:
+            if task is not None:
+                self._tasks.discard(task)
             self.connections.discard(outbox)
             outbox.flush()
             outbox.detach()
@@ -115,7 +137,15 @@ class IpcServer:
         for outbox in list(self.connections):
             outbox.write(data)
 
-    async def drain_all(self, timeout: float) -> None:
-        """Flush every connection (bounded), so last frames reach their callers."""
+    async def close_all(self, timeout: float) -> None:
+        """Flush every connection (bounded), so last frames reach their callers, then
+        close them and let their coroutines end (none is left for the loop to cancel)."""
+        # Concurrently: one slow reader must not use up the others' time.
+        drains = {asyncio.ensure_future(o.drain(timeout)) for o in self.connections}
+        if drains:
+            await asyncio.wait(drains, timeout=timeout + 0.1)
         for outbox in list(self.connections):
-            await outbox.drain(timeout)
+            if outbox.writer is not None:
+                outbox.writer.close()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)

@@ -24,6 +24,8 @@ class OwnerSettings:
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
+    connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
+    unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
@@ -37,6 +39,8 @@ class OwnerSettings:
             "max_lifetime",
             "liveness_interval",
             "handshake_timeout",
+            "connection_idle_timeout",
+            "unresponsive_after",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
@@ -53,10 +57,13 @@ class OwnerSettings:
             s.turn_timeout = None
         return s
 
-    def load_auth(self, cwd: str) -> None:
-        """Credentials are read from config by the owner itself, never stored in the DB."""
-        if self.auth:
-            return
+    def load_config(self, cwd: str, options: dict[str, Any]) -> None:
+        """What the owner reads from config itself: credentials (never stored in the
+        DB) and, unless the session's options set it, the request size limit."""
         with contextlib.suppress(TetherError):
-            auth = config.load(cwd).get("auth") or {}
-            self.auth = {str(k): str(v) for k, v in auth.items()}
+            cfg = config.load(cwd)
+            if not self.auth:
+                auth = cfg.get("auth") or {}
+                self.auth = {str(k): str(v) for k, v in auth.items()}
+            if options.get("max_frame_bytes") is None:
+                self.max_frame_bytes = protocol.prompt_max_bytes(cfg)

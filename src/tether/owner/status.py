@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from tether.owner.agent_slot import RunEnd
     from tether.owner.compose import Owner
+    from tether.supervise.runner import ExtinctionReport
 
-__all__ = ["end_event", "status_snapshot"]
+__all__ = ["end_event", "session_end_event", "status_snapshot"]
 
 
 def status_snapshot(owner: Owner) -> dict[str, Any]:
@@ -69,4 +70,15 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "leaseId": end.lease_id,
         "survivors": list(report.survivors),
         "killMode": report.mode,
+    }
+
+
+def session_end_event(report: ExtinctionReport | None, *, generation: int | None) -> dict[str, Any]:
+    """The one ``session_ended`` record of a session closed through its owner."""
+    return {
+        "reason": "closed",
+        "message": "the session was closed",
+        "agentWasRunning": report is not None,
+        "survivors": list(report.survivors) if report else [],
+        "ownerGeneration": generation,
     }

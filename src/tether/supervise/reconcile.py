@@ -12,7 +12,7 @@ table -- and for each lease whose owner is dead:
 * closed or lost records older than the retention window are deleted.
 
 A lease that was still ``open`` when it was reconciled belonged to a run whose owner
-died without reporting its end: we record that run's ``session_ended`` event here
+died without reporting its end: we record that run's ``agent_run_ended`` event here
 (reason ``terminated``, by the daemon, ``owner-lost``) so every run's end is reported
 exactly once.
 
@@ -185,13 +185,13 @@ def _end_lease(
     """Move an open/closing lease to ``state`` and report its run's end, exactly once.
 
     A lease still ``open``/``closing`` here belonged to a run whose owner died without
-    reporting its end, so the ``session_ended`` event is written in the same
+    reporting its end, so the ``agent_run_ended`` event is written in the same
     transaction as the state change, and only by the reconciler whose update won. A
     lease already ``lost`` may still be closed (a later sweep proved extinction); its
     end was reported when it was first marked lost.
 
     Returns ``(changed, reported)``: whether this call changed the lease, and whether
-    it wrote the ``session_ended`` event.
+    it wrote the ``agent_run_ended`` event.
     """
     if lease is None:
         return False, False
@@ -203,7 +203,7 @@ def _end_lease(
         ended = "its tree was reaped" if state == "closed" else "extinction is not proven"
         event = (
             lease.session_key,
-            "session_ended",
+            "agent_run_ended",  # the run ended; the session lives on (issue 9 item 8)
             {
                 "reason": "terminated",
                 "terminatedBy": "daemon",
