@@ -33,7 +33,7 @@ def tether_env(agent_env: dict[str, str]) -> dict[str, str]:
     """The agent's scratch environment plus Tether's own (private TETHER_HOME etc.).
 
     Built from scratch rather than from ``os.environ`` on purpose: this container sets
-    ``IS_SANDBOX=yes``, and claude-agent-acp 0.49.0's bundled Claude Code, running as root,
+    ``IS_SANDBOX=yes``, and claude-agent-acp's bundled Claude Code, running as root,
     then exits 1 on ``session/new`` (-32603 "Claude Code process exited with code 1").
     """
     env = dict(agent_env)

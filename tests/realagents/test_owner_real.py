@@ -7,7 +7,7 @@ separate processes, and ``sessions close`` tears the agent tree down and proves 
 
 What these pin down:
 
-- claude-agent-acp 0.49.0 (loopback fake Messages API): one agent process serves several
+- claude-agent-acp 0.101.0 (loopback fake Messages API): one agent process serves several
   prompts, each with its own canned answer; ``--approve-all`` really runs a tool;
   ``tether cancel`` from another process ends a mid-stream turn ``cancelled`` and the
   session stays warm; every frame Tether sends on the owner path validates against the
@@ -478,9 +478,10 @@ def test_owner_claude_close_during_a_turn_leaves_nothing(
             )
             close_and_prove(cli, record_timing, "claude (turn running)", min_below_agent=1)
             out, err = waiting.communicate(timeout=30)
-        # The running turn is cancelled by the close and its caller told so.
-        assert waiting.returncode == 0, (out, err)
-        assert out.rstrip().endswith("[done] cancelled"), (out, err)
+        # The running turn's caller is told the session was closed under it (issue 9
+        # item 7: SESSION_CLOSED, exit 1), after the session_ended banner.
+        assert waiting.returncode == 1, (out, err)
+        assert "[error] the session was closed while this request ran" in err, (out, err)
 
 
 def test_library_claude_cancel_and_abandoned_iterator(

@@ -6,9 +6,12 @@ What these pin down (and what Tether's client must cope with):
   ``agent_message_chunk`` + ``end_turn``; a scripted Bash tool use asks
   ``session/request_permission``; allow really runs the command, reject/cancelled do not;
   ``session/cancel`` while that permission request is still open ends the turn
-  ``cancelled`` and the agent never withdraws its request (the client must answer it).
-- codex-acp 0.16.0: env-var auth, a prompt that hangs against a black-hole provider, and
-  ``session/cancel`` -> ``cancelled``.
+  ``cancelled``, and 0.101.0 withdraws its request with ``$/cancel_request``.
+- claude-agent-acp and codex-acp 2.6.0 advertise fork, list, resume, close and delete.
+- codex-acp 2.6.0 against the loopback fake Responses API: a streamed turn, and a stalled
+  one cancelled, after which the session goes on.
+- codex-acp 0.16.0 (legacy): env-var auth, a prompt that hangs against a black-hole
+  provider, and ``session/cancel`` -> ``cancelled``.
 - the official Python SDK's example echo agent echoes.
 
 Every frame the driver sends is schema-validated (an invalid one raises); frames from the
