@@ -13,6 +13,7 @@ Keys (acpx's names; snake_case spellings are accepted too)::
     queueMaxDepth = 16
     livenessInterval = 30              # how often a waiting turn checks the agent is alive
     handshakeTimeout = 30              # deadline of each handshake step (initialize...)
+    rateLimitHold = 18000              # hold turns up to this long for a known limit reset; 0 = no
     [agents.mine]                       # a named agent; replaces a built-in of the same name
     argv = ["node", "/abs/agent.js"]
     [auth]                              # methodId -> credential (also TETHER_AUTH_<METHODID>)
@@ -44,6 +45,7 @@ _ALIASES = {
     "queue_max_depth": "queueMaxDepth",
     "liveness_interval": "livenessInterval",
     "handshake_timeout": "handshakeTimeout",
+    "rate_limit_hold": "rateLimitHold",
 }
 
 DEFAULTS: dict[str, Any] = {
@@ -58,6 +60,7 @@ DEFAULTS: dict[str, Any] = {
     "queueMaxDepth": 16,
     "livenessInterval": 30.0,
     "handshakeTimeout": 30.0,
+    "rateLimitHold": 18000.0,
     "agents": {},
     "auth": {},
 }

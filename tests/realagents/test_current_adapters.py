@@ -92,20 +92,30 @@ def test_exec_codex_usage_limit_exits_rate_limited(
     assert [r.reply_kind for r in fake_openai.response_requests()] == ["rate_limit"]
 
 
+def subscription_env(claude_agent_env: dict[str, str]) -> dict[str, str]:
+    """claude signed in with a (dummy) subscription token instead of an API key."""
+    env = {k: v for k, v in claude_agent_env.items() if k != "ANTHROPIC_API_KEY"}
+    env["CLAUDE_CODE_OAUTH_TOKEN"] = "sk-ant-oat01-dummy-tether-tests"
+    return env
+
+
 def test_owner_claude_rate_limit_is_a_state(
     claude_agent_cmd: list[str],
     claude_agent_env: dict[str, str],
     fake_anthropic: FakeAnthropic,
     project_dir: Path,
+    tether_home: Path,
     record_timing: Timing,
 ) -> None:
     # Only a subscription sign-in gets the "5-hour limit" wording and the _claude/rateLimit
     # usage data; with an API key the same 429 is "API Error: Request rejected (429)".
-    env = dict(claude_agent_env)
-    del env["ANTHROPIC_API_KEY"]
-    env["CLAUDE_CODE_OAUTH_TOKEN"] = "sk-ant-oat01-dummy-tether-tests"
+    env = subscription_env(claude_agent_env)
+    # The limit resets in 3 h: no holding the next turn for that (see the next test).
+    (tether_home / "config.toml").write_text("rateLimitHold = 0\n")
     cli = Cli(claude_agent_cmd[0], tether_env(env), project_dir)
     with owner_session(cli):
+        # claude-agent-acp sends its _claude/rateLimit usage data only once the session
+        # has a usage total, i.e. after a turn that reached the model.
         assert cli.ok("--format", "quiet", "prompt", "warm up", timeout=60).out.strip() == (
             "fake-claude: warm up"
         )
@@ -138,6 +148,49 @@ def test_owner_claude_rate_limit_is_a_state(
         st = cli.status()
         assert st["rateLimit"]["limited"] is False, st["rateLimit"]
         assert st["agentPid"] == pid
+        close_and_prove(cli, record_timing, "claude", min_below_agent=1)
+
+
+def test_owner_claude_holds_the_next_turn_until_the_reset(
+    claude_agent_cmd: list[str],
+    claude_agent_env: dict[str, str],
+    fake_anthropic: FakeAnthropic,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    """After a refused turn whose reset time is known, the next turn waits for the reset
+    (``status`` names it in ``rateLimit.holding``) and then runs, instead of being refused
+    too. ``tether cancel`` ends a hold without sending the turn."""
+    fake_anthropic.rate_limit_reset_in_s = 4.0
+    env = subscription_env(claude_agent_env)
+    cli = Cli(claude_agent_cmd[0], tether_env(env), project_dir)
+    with owner_session(cli):
+        cli.ok("prompt", "warm up", timeout=60)  # see above: usage data needs a usage total
+        assert cli.run("prompt", "please RATELIMIT", timeout=60).rc == 6
+        resets_at = cli.status()["rateLimit"]["resetsAt"]
+        assert isinstance(resets_at, int)
+        turns = len(fake_anthropic.message_requests())
+
+        # A held turn can be cancelled: it never reaches the agent.
+        with cli.popen("prompt", "cancel me while held") as held:
+            wait_until(lambda: cli.status()["rateLimit"]["holding"] is not None, 30, "hold")
+            assert cli.ok("--format", "json", "cancel").json_last()["cancelled"] is True
+            out, err = held.communicate(timeout=30)
+        assert held.returncode == 0, err
+        assert out.rstrip().endswith("[done] cancelled"), (out, err)
+        assert len(fake_anthropic.message_requests()) == turns
+
+        with cli.popen("--format", "quiet", "prompt", "held until the reset") as waiting:
+            wait_until(lambda: cli.status()["rateLimit"]["holding"] is not None, 30, "hold")
+            assert len(fake_anthropic.message_requests()) == turns  # not sent yet
+            out, err = waiting.communicate(timeout=60)
+        assert waiting.returncode == 0, err
+        assert out.strip() == "fake-claude: held until the reset"
+        sent = fake_anthropic.message_requests()[-1]
+        assert time.time() - (time.monotonic() - sent.at) >= resets_at - 1  # not before it
+        record_timing("owner: claude turn held past the reset by (s)", time.time() - resets_at)
+        st = cli.status()["rateLimit"]
+        assert (st["limited"], st["holding"]) == (False, None), st
         close_and_prove(cli, record_timing, "claude", min_below_agent=1)
 
 

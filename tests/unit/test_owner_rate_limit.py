@@ -74,3 +74,20 @@ def test_other_frames_and_bad_meta_are_ignored() -> None:
     assert watch.snapshot()["reported"] is None
     watch.note_frame(usage({**REJECTED, "resetsAt": True}))
     assert watch.snapshot()["reported"]["resetsAt"] is None
+
+
+def test_hold_for_counts_down_to_a_known_reset_only() -> None:
+    watch = RateLimitWatch()
+    assert watch.hold_for(1000.0) == 0.0  # not limited
+    exc = agent_request_error("session/prompt", ERROR)
+    watch.note_refused(exc, 1000.0)
+    assert watch.hold_for(1000.0) == 0.0  # limited, but no reset time known
+    watch.note_frame(usage({**REJECTED, "resetsAt": 1060}))
+    exc = agent_request_error("session/prompt", ERROR)
+    watch.note_refused(exc, 1000.0)
+    assert watch.hold_for(1000.0) == 60.0
+    assert watch.hold_for(1075.0) == 0.0  # past the reset
+    watch.holding = "r1"
+    assert watch.snapshot()["holding"] == "r1"
+    watch.note_turn_ok()
+    assert watch.hold_for(1000.0) == 0.0

@@ -9,7 +9,8 @@ Sans-IO (time passed in). Two sources:
 
 A refused turn makes the session ``limited`` until a later turn succeeds; the error the
 caller gets carries ``resets_at`` and ``limit_type`` from the usage data when the agent
-gave them.
+gave them. While limited with a known reset time, the owner holds the next turns until
+then (``holding`` names the held request; see ``RequestRunner``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ class RateLimitWatch:
     def __init__(self) -> None:
         self.reported: dict[str, Any] | None = None  # the agent's last rate-limit data
         self.limited: dict[str, Any] | None = None  # set by a refused turn
+        self.holding: str | None = None  # the request held until the reset, if any
 
     def note_frame(self, frame: dict[str, Any]) -> None:
         """Look at one ``session/update`` frame of a turn."""
@@ -63,8 +65,15 @@ class RateLimitWatch:
     def note_turn_ok(self) -> None:
         self.limited = None
 
+    def hold_for(self, now: float) -> float:
+        """Seconds until a known reset of the current limit (0: nothing to wait for)."""
+        resets_at = (self.limited or {}).get("resetsAt")
+        if not isinstance(resets_at, int | float):
+            return 0.0
+        return max(0.0, float(resets_at) - now)
+
     def snapshot(self) -> dict[str, Any]:
-        """``{limited, resetsAt, resets, limitType, since, message, reported}``."""
+        """``{limited, resetsAt, resets, limitType, since, message, holding, reported}``."""
         limited = self.limited or {}
         return {
             "limited": self.limited is not None,
@@ -73,6 +82,7 @@ class RateLimitWatch:
             "limitType": limited.get("limitType"),
             "since": limited.get("since"),
             "message": limited.get("message"),
+            "holding": self.holding,
             "reported": self.reported,
         }
 

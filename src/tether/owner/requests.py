@@ -22,6 +22,8 @@ from tether.registry import Registry
 
 __all__ = ["RequestRunner"]
 
+HOLD_POLL_S = 0.2  # how often a turn held for a rate-limit reset looks for a cancel
+
 
 class RequestRunner:
     """Runs admitted requests against the session's agent, one at a time."""
@@ -68,6 +70,7 @@ class RequestRunner:
 
     async def _prompt(self, job: Job) -> None:
         live = await self._ensure(job)
+        await self._hold_while_limited(job)
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
             self._record_turn(job, "cancelled")
@@ -107,6 +110,28 @@ class RequestRunner:
             }
         )
         self._record_turn(job, result.stop_reason)
+
+    async def _hold_while_limited(self, job: Job) -> None:
+        """Hold the turn until a known rate-limit reset, rather than have it refused too.
+
+        Only when the agent reported when the limit resets, the wait fits the owner's
+        ``rate_limit_hold`` (config ``rateLimitHold``, 0 = never hold) and the caller's own
+        deadline; otherwise the turn goes to the agent at once, as any other. A cancel
+        (or the caller leaving, or shutdown) ends the hold; the turn is then never sent.
+        """
+        wait = self.rate_limit.hold_for(time.time())
+        if not 0 < wait <= self.settings.rate_limit_hold:
+            return
+        end = time.monotonic() + wait
+        if job.deadline is not None and end > job.deadline:
+            return
+        self.rate_limit.holding = job.request_id
+        try:
+            # cancel_requested is a plain flag the admission sets (no event to wait on).
+            while not job.cancel_requested and (left := end - time.monotonic()) > 0:  # noqa: ASYNC110
+                await asyncio.sleep(min(HOLD_POLL_S, left))
+        finally:
+            self.rate_limit.holding = None
 
     async def _set_mode(self, job: Job) -> None:
         live = await self._ensure(job)

@@ -24,6 +24,7 @@ class OwnerSettings:
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
+    rate_limit_hold: float = 18000.0  # longest wait for a known rate-limit reset; 0 = never
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
     unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
@@ -41,6 +42,7 @@ class OwnerSettings:
             "handshake_timeout",
             "connection_idle_timeout",
             "unresponsive_after",
+            "rate_limit_hold",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
