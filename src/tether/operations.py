@@ -225,8 +225,7 @@ def ensure_session(
     if fresh:
         conn = connect(key)
         if conn is not None:
-            with conn:
-                conn.request("close", {})
+            _close_live(conn)  # its owner gone, the new one starts without a busy race
     with Registry() as registry:
         if fresh:
             _close_offline(registry, key, how="replaced by `sessions new`")
@@ -281,6 +280,9 @@ def offline_status(key: str) -> dict[str, Any]:
                 "ownerPid": None,
                 "ownerGeneration": None,
                 "agentPid": None,
+                "keeperPid": None,
+                "currentRequest": None,
+                "currentKind": None,
                 "queueDepth": 0,
                 "leaseState": None,
                 "sessionKey": key,
@@ -295,6 +297,9 @@ def offline_status(key: str) -> dict[str, Any]:
             "ownerPid": None,
             "ownerGeneration": session.owner_generation,
             "agentPid": None,
+            "keeperPid": None,
+            "currentRequest": None,
+            "currentKind": None,
             "queueDepth": 0,
             "leaseState": lease.state if lease else None,
             "leaseId": lease.lease_id if lease else None,
@@ -331,13 +336,7 @@ def close_session(key: str) -> dict[str, Any]:
     except OwnerUnavailable:
         conn = None
     if conn is not None:
-        with conn:
-            pidfd = _peer_pidfd(conn)
-            result = conn.request("close", {})
-        # Return only once the owner is gone (its lock released): scripts that look for
-        # leftover processes, or remove TETHER_HOME, right after `close` see none.
-        result["ownerExited"] = _wait_exit(pidfd, OWNER_EXIT_WAIT_S)
-        return result
+        return _close_live(conn)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -347,6 +346,19 @@ def close_session(key: str) -> dict[str, Any]:
         decisions = reconcile(registry, session_key=key)
         _close_offline(registry, key, how="closed with no owner running")
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _close_live(conn: OwnerConnection) -> dict[str, Any]:
+    """Close through the owner on ``conn``; return once that owner process is gone."""
+    from tether.owner_fence import peer_pidfd, wait_exit
+
+    with conn:
+        pidfd = peer_pidfd(conn.sock)
+        result = conn.request("close", {})
+    # Return only once the owner is gone (its lock released): scripts that look for
+    # leftover processes, or remove TETHER_HOME, right after `close` see none.
+    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+    return result
 
 
 def _close_offline(registry: Any, key: str, *, how: str) -> None:
@@ -366,34 +378,6 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
             "ownerGeneration": session.owner_generation,
         },
     )
-
-
-def _peer_pidfd(conn: OwnerConnection) -> int | None:
-    """A pidfd of the process at the other end of the socket (the kernel's word for it)."""
-    import _socket
-    import os
-    import struct
-
-    try:
-        creds = conn.sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-        pid = struct.unpack("3i", creds)[0]
-        return os.pidfd_open(pid) if pid > 0 else None
-    except (OSError, AttributeError):  # no pidfd (old kernel): we cannot wait for it
-        return None
-
-
-def _wait_exit(pidfd: int | None, timeout: float) -> bool | None:
-    """Wait until the process behind ``pidfd`` exited; None if we cannot tell."""
-    if pidfd is None:
-        return None
-    import os
-    import select
-
-    try:
-        readable, _, _ = select.select([pidfd], [], [], timeout)
-        return bool(readable)
-    finally:
-        os.close(pidfd)
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:

@@ -60,3 +60,24 @@ def test_dumps_rejects_nan() -> None:
     """NaN is not JSON, so it is never written."""
     with pytest.raises(ValueError):
         _fastjson.dumps({"x": math.nan})
+
+
+def test_truncated_input_is_a_value_error_without_the_json_package() -> None:
+    """On the thin path `json` is never imported; truncated input must still be a
+    ValueError, not the C scanner's SystemError (seen as a traceback in `prompt`)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tether import _fastjson\n"
+        "assert 'json.decoder' not in sys.modules\n"
+        "for text in ('{\"a\":\"x', '{\"a\":1', '[1,'):\n"
+        "    try:\n"
+        "        _fastjson.loads(text)\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "print('ok')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert r.stdout.strip() == "ok", r.stderr

@@ -27,6 +27,7 @@ from tether.errors import (
 from tether.ipc import protocol
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.ending import end_session
 from tether.owner.heartbeat import Heartbeat
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
@@ -34,7 +35,7 @@ from tether.owner.lock import SessionLock
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import end_event, session_end_event, status_snapshot
+from tether.owner.status import end_event, status_snapshot
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
@@ -340,7 +341,15 @@ class Owner:
             fields.update(state="closed", closed_at=time.time())
         self.registry.update_session(self.key, **fields)
         if closing:
-            self._end_session(end, superseded=[j for j in self._held if not j.done])
+            end_session(
+                self.registry,
+                self.server,
+                self.key,
+                generation=self.generation,
+                end=end,
+                superseded=[j for j in self._held if not j.done],
+                closer=self._closer,
+            )
         # Last frames (a terminal, session_ended) must reach callers that read slowly
         # behind a stream; bounded, so a caller that never reads cannot hold us.
         await self.server.close_all(LAST_FRAMES_S)
@@ -350,23 +359,3 @@ class Owner:
         _log.event(
             "owner_stopped", session_key=self.key, reason=self.stop_reason, answered=len(waiting)
         )
-
-    def _end_session(self, end: RunEnd | None, superseded: list[Job]) -> None:
-        """The session ended (close): record it once, tell every caller, then answer."""
-        report = end.report if end is not None else None
-        event = session_end_event(report, generation=self.generation)
-        self.registry.add_event(self.key, "session_ended", event)
-        self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
-        for job in superseded:
-            job.finish_superseded(SessionClosed("the session was closed while this request ran"))
-        if self._closer is not None:
-            self._closer.finish(
-                {
-                    "action": "session_closed",
-                    "sessionKey": self.key,
-                    "survivors": event["survivors"],
-                    "killMode": report.mode if report else None,
-                    "teardownMs": report.elapsed_ms if report else 0.0,
-                    "agentWasRunning": report is not None,
-                }
-            )
