@@ -218,6 +218,9 @@ SCHEMA: dict[str, Key] = {
     "abandonedTurnGrace": seconds(
         10.0, "wait this long for an abandoned turn's answer, then restart the agent"
     ),
+    "rateLimitHold": seconds(
+        18000.0, "hold turns up to this long for a known rate-limit reset; 0 = never"
+    ),
     "ownerUnresponsiveAfter": seconds(
         30.0, "heartbeat silence after which a caller replaces the owner", positive=True
     ),

@@ -61,10 +61,10 @@ from tether.acp.transport import AgentTransport
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
     AgentExited,
-    AgentRequestError,
     BrokenResourceError,
     ClosedResourceError,
     HandshakeTimeout,
+    agent_request_error,
 )
 from tether.jsonrpc import (
     EOF,
@@ -361,12 +361,7 @@ class AgentConnection(TurnMethods, SessionMethods):
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:
         if response.error is not None:
-            err = response.error
-            raise AgentRequestError(
-                f"{method} failed: {err.get('message', 'error')} (code {err.get('code')})",
-                acp=err,
-                method=method,
-            )
+            raise agent_request_error(method, response.error)
         return response.result
 
     # --- turns ----------------------------------------------------------------------

@@ -72,6 +72,7 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "queue_max_depth": cfg.get("queueMaxDepth"),
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
+        "rate_limit_hold": cfg.get("rateLimitHold"),
         "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
         "permission_policy": _policy(ctx),

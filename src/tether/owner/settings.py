@@ -31,6 +31,7 @@ class OwnerSettings:
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
+    rate_limit_hold: float = 18000.0  # longest wait for a known rate-limit reset; 0 = never
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
     unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
@@ -54,6 +55,7 @@ class OwnerSettings:
             "connection_idle_timeout",
             "abandoned_turn_grace",
             "unresponsive_after",
+            "rate_limit_hold",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))

@@ -46,6 +46,7 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "interactions": owner.interactions.pending(),
         "counters": _counters(owner),
+        "rateLimit": owner.runner.rate_limit.snapshot(),
     }
 
 
