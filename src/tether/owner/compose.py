@@ -167,6 +167,7 @@ class Owner:
         self.journal = journal
         self.fanout = Fanout(journal)
         self.admission.record = self.runner.record = self.interactions.record = self.record
+        self.slot.record = self.record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
