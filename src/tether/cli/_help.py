@@ -32,6 +32,8 @@ commands:
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   config                               print the merged configuration
+  serve [--host H] [--port P | --unix PATH] [--token T]
+                                       HTTP gateway: JSON API, SSE event streams, /ui
 
   `tether <command> --help` lists a command's own options.
 
