@@ -47,11 +47,13 @@ THREADS = 64  # blocking operations (IPC, sqlite) run in threads; prompts wait o
 class Gateway:
     """What the application needs: the token, the config, the SSE hubs. No session state."""
 
-    def __init__(self, *, token: str, config: dict[str, Any], heartbeat: float) -> None:
+    def __init__(
+        self, *, token: str, config: dict[str, Any], heartbeat: float, ring_entries: int
+    ) -> None:
         self.token = token
         self.config = config
         self.heartbeat = heartbeat
-        self.hubs = Hubs()
+        self.hubs = Hubs(ring_entries)
         self.started_at = time.time()
         self.stopping: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None

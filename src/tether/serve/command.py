@@ -76,6 +76,18 @@ def _url(sock: socket.socket) -> str:
     return f"http://{shown}:{port}"
 
 
+def _ring_entries() -> int:
+    """``TETHER_SERVE_RING``: journal entries kept in memory per followed session."""
+    from tether.serve.stream import RING_ENTRIES
+
+    raw = os.environ.get("TETHER_SERVE_RING", "")
+    if not raw:
+        return RING_ENTRIES
+    if not raw.isdigit() or int(raw) < 16:
+        raise UsageError(f"TETHER_SERVE_RING must be a whole number of at least 16, got {raw!r}")
+    return int(raw)
+
+
 def run_serve(ctx: Any) -> int:
     """Run the gateway; returns the exit code once it has stopped."""
     inv = ctx.inv
@@ -100,7 +112,9 @@ def run_serve(ctx: Any) -> int:
         if inv.unix
         else _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
     )
-    gateway = Gateway(token=token, config=ctx.config, heartbeat=HEARTBEAT_S)
+    gateway = Gateway(
+        token=token, config=ctx.config, heartbeat=HEARTBEAT_S, ring_entries=_ring_entries()
+    )
     config = uvicorn.Config(
         build_app(gateway),
         log_level="warning",

@@ -38,7 +38,7 @@ from tether.errors import TetherError
 from tether.journal import store
 from tether.journal.follow import Follower, follow_session, is_session_end
 
-RING_ENTRIES: Final = 4096  # per session hub; sandbox-agent keeps a 1024-entry ring
+RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
 CHUNK_ENTRIES: Final = 1024  # entries per write to one client (bounded memory per client)
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
@@ -58,9 +58,12 @@ def sse_control(event: str, data: dict[str, Any]) -> str:
 class Hub:
     """One session's live tail: a follower thread feeding a bounded ring."""
 
-    def __init__(self, key: str, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, key: str, loop: asyncio.AbstractEventLoop, ring_entries: int = RING_ENTRIES
+    ) -> None:
         self.key = key
         self.loop = loop
+        self.ring_entries = ring_entries
         self.seqs: list[int] = []
         self.lines: list[str] = []
         self.ring_bytes = 0
@@ -136,7 +139,8 @@ class Hub:
 
     def _trim(self) -> None:
         count = len(self.seqs)
-        cut = count - RING_ENTRIES + RING_ENTRIES // 4 if count > RING_ENTRIES else 0  # in bulk
+        limit = self.ring_entries
+        cut = count - limit + limit // 4 if count > limit else 0  # cut in bulk
         removed = sum(len(x) for x in self.lines[:cut])
         while self.ring_bytes - removed > RING_BYTES and cut < count:
             removed += len(self.lines[cut])
@@ -190,7 +194,8 @@ class Hub:
 class Hubs:
     """The gateway's hubs, one per followed session, dropped with their last client."""
 
-    def __init__(self) -> None:
+    def __init__(self, ring_entries: int = RING_ENTRIES) -> None:
+        self.ring_entries = ring_entries
         self.by_key: dict[str, Hub] = {}
         self.lagged_total = 0
         self.clients_total = 0
@@ -198,7 +203,7 @@ class Hubs:
     def acquire(self, key: str) -> Hub:
         hub = self.by_key.get(key)
         if hub is None or hub.ended or hub.closing:
-            hub = Hub(key, asyncio.get_running_loop())
+            hub = Hub(key, asyncio.get_running_loop(), self.ring_entries)
             self.by_key[key] = hub
             hub.start()
         hub.clients += 1
