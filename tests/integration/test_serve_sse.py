@@ -137,14 +137,14 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq(
         assert b"event: lagged" in raw
         body = raw.split(b"\r\n\r\n", 1)[1].decode()
         # De-chunk loosely: SSE lines survive; chunk-size lines are hex and never "id:".
-        lines = [ln for ln in body.replace("\r\n", "\n").split("\n")]
+        lines = body.replace("\r\n", "\n").split("\n")
         events = list(parse_sse(iter(lines)))
         ids = [d["seq"] for e, d in events if e == "message"]
         lagged = [d for e, d in events if e == "lagged"]
         assert len(lagged) == 1
         assert lagged[0]["lastSeq"] == ids[-1]
         rest = []
-        for event, data in gw.events(sid, last_id=lagged[0]["lastSeq"]):
+        for _event, data in gw.events(sid, last_id=lagged[0]["lastSeq"]):
             rest.append(data)
             if data["kind"] == "turn_ended":
                 break
