@@ -16,9 +16,13 @@ mock agent:
   from the first event to the turn's end; bounded by how fast the owner produces, so
   next to the prompting CLI's own rate), and the same 100,000 entries replayed from the
   journal (the gateway's own relay capacity);
-* N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99;
+* N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99,
+  next to the same N prompts at once through the CLI (N processes);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
 * idle SSE connections held (1,000; --quick 200): all connected, counted by the gateway.
+
+With ``--sandbox-agent BIN`` the same figures for sandbox-agent 0.4.2 on the same mock
+agent follow in the same run (``bench/serve_peer.py`` says how it runs and what differs).
 
 Every process started carries TETHER_BENCH_RUN=<id>; at the end a /proc scan for that
 marker proves nothing is left (found processes are reported, never killed by name).
@@ -215,6 +219,21 @@ async def concurrent(gw: Gw, sids: list[str]) -> list[float]:
         return list(await asyncio.gather(*(one(s) for s in sids)))
 
 
+def cli_concurrent(home: Path, cwd: Path, n: int) -> list[float]:
+    """The same N warm prompts at once through the CLI (one process each)."""
+    procs = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        cmd = [TETHER, "--cwd", str(cwd), "mock", "prompt", "-s", f"s{i}", "echo hi"]
+        proc = subprocess.Popen(cmd, env=env_for(home), stdout=subprocess.DEVNULL)
+        procs.append((t0, proc))
+    out = []
+    for t0, proc in procs:
+        proc.wait()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
     """Open ``count`` idle SSE connections; (connections the gateway counts, RSS KiB)."""
     host, port = gw.url.removeprefix("http://").split(":")
@@ -240,6 +259,42 @@ def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
     return held, rss
 
 
+def peer_figures(
+    binary: str, tmp: Path, cwd: Path, runs: int, n_sessions: int, n_streams: int
+) -> dict[str, Any]:
+    """The same figures for sandbox-agent (see bench/serve_peer.py for what differs)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    import serve_peer
+
+    out: dict[str, Any] = {}
+    peer = serve_peer.Peer(binary, tmp, env_for(tmp / "home"), sys.executable)
+    try:
+        time.sleep(0.5)
+        out["rss_idle_kib"] = rss_kib(peer.proc.pid)
+        session = peer.session("warm", cwd)
+        serve_peer.rtt(peer, "warm", session, 3)
+        out["http_rtt_ms_p50"] = round(
+            statistics.median(serve_peer.rtt(peer, "warm", session, runs)) * 1000, 1
+        )
+        rate, seen = serve_peer.relay(peer, "warm", session, 100_000)
+        out["sse_live_updates_per_s"] = round(rate)
+        out["sse_live_updates_received_of_100000"] = seen
+        pairs = [(f"s{i}", peer.session(f"s{i}", cwd)) for i in range(n_sessions)]
+        asyncio.run(serve_peer.concurrent(peer, pairs))
+        lat = asyncio.run(serve_peer.concurrent(peer, pairs))
+        out[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+        out[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+        out["rss_after_load_kib"] = rss_kib(peer.proc.pid)
+        out["rss_peak_kib"] = rss_kib(peer.proc.pid, "VmHWM")
+        out[f"idle_streams_{n_streams}_held"] = serve_peer.idle_streams(
+            peer, [s for s, _ in pairs[:10]], n_streams
+        )
+        out[f"rss_with_{n_streams}_streams_kib"] = rss_kib(peer.proc.pid)
+    finally:
+        peer.stop()
+    return out
+
+
 def leftovers() -> list[int]:
     found = []
     needle = f"{MARK}={RUN_ID}".encode()
@@ -257,6 +312,11 @@ def leftovers() -> list[int]:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--sandbox-agent",
+        metavar="BIN",
+        help="also measure sandbox-agent 0.4.2 (its Linux binary) on the same mock agent",
+    )
     args = parser.parse_args()
     runs = 10 if args.quick else 30
     n_sessions = 20 if args.quick else 100
@@ -291,6 +351,9 @@ def main() -> int:
             lat = asyncio.run(concurrent(gw, sids))
             report[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
             report[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            cli_lat = cli_concurrent(home, cwd, n_sessions)
+            report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
+            report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)
             report["rss_after_load_kib"] = rss_kib(gw.proc.pid)
             report["rss_peak_kib"] = rss_kib(gw.proc.pid, "VmHWM")
             held, rss = idle_streams(gw, sids[:10], n_streams)
@@ -298,6 +361,10 @@ def main() -> int:
             report[f"rss_with_{n_streams}_streams_kib"] = rss
         finally:
             gw.stop()
+        if args.sandbox_agent:
+            report["sandbox_agent"] = peer_figures(
+                args.sandbox_agent, Path(tmp), cwd, runs, n_sessions, n_streams
+            )
         time.sleep(2)
     left = leftovers()
     report["leftover_processes"] = left
