@@ -262,34 +262,54 @@ def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
 def peer_figures(
     binary: str, tmp: Path, cwd: Path, runs: int, n_sessions: int, n_streams: int
 ) -> dict[str, Any]:
-    """The same figures for sandbox-agent (see bench/serve_peer.py for what differs)."""
+    """The same figures for sandbox-agent (see bench/serve_peer.py for what differs).
+
+    Each stage is reported on its own: a stage that fails or hangs (60 s per request)
+    is recorded as its error, and the next one still runs.
+    """
     sys.path.insert(0, str(Path(__file__).parent))
     import serve_peer
 
     out: dict[str, Any] = {}
     peer = serve_peer.Peer(binary, tmp, env_for(tmp / "home"), sys.executable)
+
+    def stage(name: str, fn: Any) -> Any:
+        print(f"sandbox-agent: {name}", file=sys.stderr, flush=True)
+        try:
+            return fn()
+        except Exception as exc:
+            out[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+            return None
+
     try:
         time.sleep(0.5)
         out["rss_idle_kib"] = rss_kib(peer.proc.pid)
         session = peer.session("warm", cwd)
         serve_peer.rtt(peer, "warm", session, 3)
-        out["http_rtt_ms_p50"] = round(
-            statistics.median(serve_peer.rtt(peer, "warm", session, runs)) * 1000, 1
+        lat = stage("rtt", lambda: serve_peer.rtt(peer, "warm", session, runs))
+        if lat:
+            out["http_rtt_ms_p50"] = round(statistics.median(lat) * 1000, 1)
+        pairs = stage(
+            "sessions", lambda: [(f"s{i}", peer.session(f"s{i}", cwd)) for i in range(n_sessions)]
         )
-        rate, seen = serve_peer.relay(peer, "warm", session, 100_000)
-        out["sse_live_updates_per_s"] = round(rate)
-        out["sse_live_updates_received_of_100000"] = seen
-        pairs = [(f"s{i}", peer.session(f"s{i}", cwd)) for i in range(n_sessions)]
-        asyncio.run(serve_peer.concurrent(peer, pairs))
-        lat = asyncio.run(serve_peer.concurrent(peer, pairs))
-        out[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
-        out[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
-        out["rss_after_load_kib"] = rss_kib(peer.proc.pid)
+        if pairs:
+            stage("concurrent_cold", lambda: asyncio.run(serve_peer.concurrent(peer, pairs)))
+            lat = stage("concurrent", lambda: asyncio.run(serve_peer.concurrent(peer, pairs)))
+            if lat:
+                out[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+                out[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            out["rss_after_load_kib"] = rss_kib(peer.proc.pid)
+            held = stage(
+                "idle_streams",
+                lambda: serve_peer.idle_streams(peer, [s for s, _ in pairs[:10]], n_streams),
+            )
+            out[f"idle_streams_{n_streams}_held"] = held
+            out[f"rss_with_{n_streams}_streams_kib"] = rss_kib(peer.proc.pid)
+        relayed = stage("relay", lambda: serve_peer.relay(peer, "warm", session, 100_000))
+        if relayed:
+            out["sse_live_updates_per_s"] = round(relayed[0])
+            out["sse_live_updates_received_of_100000"] = relayed[1]
         out["rss_peak_kib"] = rss_kib(peer.proc.pid, "VmHWM")
-        out[f"idle_streams_{n_streams}_held"] = serve_peer.idle_streams(
-            peer, [s for s, _ in pairs[:10]], n_streams
-        )
-        out[f"rss_with_{n_streams}_streams_kib"] = rss_kib(peer.proc.pid)
     finally:
         peer.stop()
     return out

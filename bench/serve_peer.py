@@ -53,7 +53,7 @@ class Peer:
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        self.http = httpx.Client(base_url=self.url, timeout=300)
+        self.http = httpx.Client(base_url=self.url, timeout=60)  # a hang becomes an error
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             try:
@@ -149,18 +149,22 @@ async def concurrent(peer: Peer, pairs: list[tuple[str, str]]) -> list[float]:
     limits = httpx.Limits(max_connections=len(pairs) + 10)
     async with httpx.AsyncClient(base_url=peer.url, timeout=300, limits=limits) as client:
 
-        async def one(server: str, session: str) -> float:
+        async def one(server: str, session: str, rid: int) -> float:
             t0 = time.perf_counter()
             body = {
                 "jsonrpc": "2.0",
-                "id": 9000,
+                # Unique ids: sandbox-agent keys pending requests by the client's id.
+                "id": rid,
                 "method": "session/prompt",
                 "params": {"sessionId": session, "prompt": [{"type": "text", "text": "echo hi"}]},
             }
             (await client.post(f"/v1/acp/{server}", json=body)).raise_for_status()
             return time.perf_counter() - t0
 
-        return list(await asyncio.gather(*(one(s, sess) for s, sess in pairs)))
+        base = int(time.time() * 1000) % 1_000_000 * 1000
+        return list(
+            await asyncio.gather(*(one(s, sess, base + i) for i, (s, sess) in enumerate(pairs)))
+        )
 
 
 def idle_streams(peer: Peer, servers: list[str], count: int) -> int:
@@ -174,14 +178,25 @@ def idle_streams(peer: Peer, servers: list[str], count: int) -> int:
             "Accept: text/event-stream\r\n\r\n".encode()
         )
         socks.append(sock)
+    import selectors
+
     held = 0
+    waiting = selectors.DefaultSelector()
     for sock in socks:
-        sock.settimeout(10)
-        try:
-            if sock.recv(4096).startswith(b"HTTP/1.1 200"):
-                held += 1
-        except OSError:
-            pass
+        sock.setblocking(False)
+        waiting.register(sock, selectors.EVENT_READ)
+    deadline = time.monotonic() + 60
+    while waiting.get_map() and time.monotonic() < deadline:
+        for key, _ in waiting.select(timeout=1):
+            sock = key.fileobj
+            assert isinstance(sock, socket.socket)
+            try:
+                if sock.recv(4096).startswith(b"HTTP/1.1 200"):
+                    held += 1
+            except OSError:
+                pass
+            waiting.unregister(sock)
+    waiting.close()
     for sock in socks:
         sock.close()
     return held

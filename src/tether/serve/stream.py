@@ -100,7 +100,8 @@ class Hub:
 
     def _on_start(self, follower: Follower) -> None:
         self._follower = follower
-        self.loop.call_soon_threadsafe(self._started, follower.cursor)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: we are shutting down
+            self.loop.call_soon_threadsafe(self._started, follower.cursor)
 
     def _emit(self, seq: int, line: str) -> None:
         with self._cond:
@@ -241,13 +242,16 @@ def _chunk(items: list[tuple[int, str]]) -> bytes:
 
 async def replay(key: str, cursor: int, upto: int) -> AsyncIterator[bytes]:
     """Stored entries ``cursor..upto`` (a closed session's stream), then the end."""
-    while cursor <= upto:
-        rows = await asyncio.to_thread(read_rows, key, cursor, CHUNK_ENTRIES)
-        rows = [r for r in rows if r[0] <= upto]
-        if not rows:
-            break
-        cursor = rows[-1][0] + 1
-        yield _chunk(rows)
+    try:
+        while cursor <= upto:
+            rows = await asyncio.to_thread(read_rows, key, cursor, CHUNK_ENTRIES)
+            rows = [r for r in rows if r[0] <= upto]
+            if not rows:
+                break
+            cursor = rows[-1][0] + 1
+            yield _chunk(rows)
+    except TetherError as exc:  # the headers are out: the error becomes the last event
+        yield sse_control("error", {"detail": exc.message, "lastSeq": cursor - 1}).encode()
 
 
 async def follow(
@@ -279,8 +283,13 @@ async def follow(
                     hubs.lagged_total += 1
                     yield sse_control("lagged", {"lastSeq": cursor - 1}).encode()
                     return
-                rows = await asyncio.to_thread(read_rows, hub.key, cursor, CHUNK_ENTRIES)
-                rows = [r for r in rows if r[0] < hub.first] or rows[:0]
+                try:
+                    rows = await asyncio.to_thread(read_rows, hub.key, cursor, CHUNK_ENTRIES)
+                except TetherError as exc:  # the headers are out: say it as the last event
+                    detail = {"detail": exc.message, "lastSeq": cursor - 1}
+                    yield sse_control("error", detail).encode()
+                    return
+                rows = [r for r in rows if r[0] < hub.first]
                 if rows:
                     cursor = rows[-1][0] + 1
                     yield _chunk(rows)
