@@ -309,6 +309,7 @@ def peer_figures(
         if relayed:
             out["sse_live_updates_per_s"] = round(relayed[0])
             out["sse_live_updates_received_of_100000"] = relayed[1]
+            out["sse_live_prompt_post_returned"] = relayed[2]
         out["rss_peak_kib"] = rss_kib(peer.proc.pid, "VmHWM")
     finally:
         peer.stop()

@@ -89,14 +89,19 @@ class Peer:
         return self.rpc(server, "session/prompt", {"sessionId": session, "prompt": blocks})
 
     def stop(self) -> None:
+        """DELETE every server (until one hangs), then end the process we started."""
         for server in self.ids:
             try:
-                self.http.delete(f"/v1/acp/{server}")
+                self.http.delete(f"/v1/acp/{server}", timeout=5)
             except httpx.TransportError:
-                pass
+                break  # it stopped answering: ending it ends its agents (stdin EOF)
         self.http.close()
         self.proc.terminate()
-        self.proc.wait(timeout=30)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
 
 
 def rtt(peer: Peer, server: str, session: str, runs: int) -> list[float]:
@@ -108,8 +113,9 @@ def rtt(peer: Peer, server: str, session: str, runs: int) -> list[float]:
     return out
 
 
-def relay(peer: Peer, server: str, session: str, chunks: int) -> tuple[float, int]:
-    """(updates/s at an SSE client during a ``chunks``-chunk turn, updates it received)."""
+def relay(peer: Peer, server: str, session: str, chunks: int) -> tuple[float, int, bool]:
+    """(updates/s at an SSE client during a ``chunks``-chunk turn, updates it received,
+    whether the prompt's POST returned)."""
     host, port = peer.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(
@@ -122,7 +128,10 @@ def relay(peer: Peer, server: str, session: str, chunks: int) -> tuple[float, in
     done = threading.Event()
 
     def post() -> None:
-        peer.prompt(server, session, f"stream {chunks} x")
+        try:
+            peer.prompt(server, session, f"stream {chunks} x")
+        except httpx.HTTPError:
+            return  # no answer within the client's 60 s: reported as not returned
         done.set()
 
     thread = threading.Thread(target=post)
@@ -142,7 +151,7 @@ def relay(peer: Peer, server: str, session: str, chunks: int) -> tuple[float, in
     end = time.perf_counter()
     thread.join()
     sock.close()
-    return (seen / (end - first) if first else 0.0), seen
+    return (seen / (end - first) if first else 0.0), seen, done.is_set()
 
 
 async def concurrent(peer: Peer, pairs: list[tuple[str, str]]) -> list[float]:

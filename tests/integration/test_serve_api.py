@@ -390,3 +390,20 @@ def test_a_prompt_over_the_configured_limit_is_413(tether_home: Path, project_di
     finally:
         small.close_all()
         small.stop()
+
+
+def test_terminate_when_the_operations_layer_has_it(gateway: Gateway, project_dir: Path) -> None:
+    """POST terminate ends the session at once and says how; again, it reports the end."""
+    from tether import operations
+
+    if not hasattr(operations, "terminate"):
+        pytest.skip("operations.terminate is not in this tree yet (issue 12): no route")
+    sid = gateway.ensure(project_dir)
+    turn = gateway.prompt(sid, "sleep 60000")
+    assert turn["requestId"]
+    first = gateway.http.post(f"/v1/sessions/{sid}/terminate")
+    assert first.status_code == 200, first.text
+    assert first.json()["terminated"] is True
+    again = gateway.http.post(f"/v1/sessions/{sid}/terminate").json()
+    assert again["alreadyEnded"] is True
+    assert gateway.http.get(f"/v1/sessions/{sid}").json()["state"] == "closed"
