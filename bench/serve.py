@@ -67,6 +67,13 @@ def rss_kib(pid: int, field: str = "VmRSS") -> int:
     return 0
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -369,7 +376,10 @@ def main() -> int:
             report["sse_replay_updates_per_s"] = round(replay(gw, sid, before + 1, 100_000))
             sids = [gw.ensure(cwd, name=f"s{i}") for i in range(n_sessions)]
             asyncio.run(concurrent(gw, sids))  # cold: owners start their agents
+            cpu0 = cpu_s(gw.proc.pid)
             lat = asyncio.run(concurrent(gw, sids))
+            cpu_ms = (cpu_s(gw.proc.pid) - cpu0) * 1000 / n_sessions
+            report["gateway_cpu_ms_per_concurrent_prompt"] = round(cpu_ms, 1)
             report[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
             report[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
             cli_lat = cli_concurrent(home, cwd, n_sessions)
