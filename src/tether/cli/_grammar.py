@@ -19,6 +19,8 @@ COMMANDS = frozenset(
         "config",
         "doctor",
         "serve",
+        "answer",
+        "metrics",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
@@ -33,12 +35,15 @@ _GLOBAL_FLAGS = {
     "--approve-reads": 0,
     "--deny-all": 0,
     "--non-interactive-permissions": 1,
+    "--permission-policy": 1,
     "--format": 1,
     "--timeout": 1,
     "--ttl": 1,
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--mcp-bridge": 0,
+    "--mcp-config": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -51,6 +56,7 @@ _COMMAND_FLAGS = {
     "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
     "--limit": (1, "--limit N", "show the last N turns (default 20)"),
     "--all": (0, "--all", "include closed sessions"),
+    "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
     "--request": (1, "--request ID", "remove this queued request instead"),
     "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
     "--from": (1, "--from SEQ", "start at this journal entry (replay, then live)"),
@@ -64,6 +70,7 @@ _COMMAND_FLAGS = {
     "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
+    "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
 }
 _SAME = {
     "--session": "-s",
@@ -93,7 +100,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "set a session config option (session/set_config_option; `set model X` too)",
         _S,
     ),
-    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
+    "status": (
+        "[-s NAME]",
+        "owner health, pids, queue, current turn, lease state, open questions",
+        _S,
+    ),
+    "answer": (
+        "[-s NAME] ID allow|always|deny|deny-always|OPTION_ID",
+        "answer a question the agent asked (elicitations: accept [JSON]|decline|cancel)",
+        _S,
+    ),
     "sessions": (
         "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
@@ -101,7 +117,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
     "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
-    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
+    "sessions list": (
+        "[--all] [--tree]",
+        "list the sessions you may see",
+        ("--all", "--tree"),
+    ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
         "[-s NAME | NAME] [--limit N]",
@@ -114,9 +134,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_S, "--tail"),
     ),
     "sessions watch": (
-        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow]",
+        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow] [--control]",
         "follow the session's journal live (replay first with --from/--tail)",
-        (*_S, "--from", "--tail", "--no-follow"),
+        (*_S, "--from", "--tail", "--no-follow", "--control"),
     ),
     "sessions export": (
         "[-s NAME | NAME] [-o FILE]",
@@ -144,6 +164,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
         ("--host", "--port", "--unix", "--token"),
     ),
+    "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",
         "check the state directory (database, schema, permissions, stale sockets)",

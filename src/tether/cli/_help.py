@@ -25,15 +25,20 @@ commands:
   cancel [-s NAME] [--request ID]      cancel the session's running turn (keeps the session)
   set-mode [-s NAME] MODE              session/set_mode
   set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
-  status [-s NAME]                     owner health, pids, queue, lease state
+  status [-s NAME]                     owner health, pids, queue, lease state, open questions
+  answer [-s NAME] ID allow|always|deny|OPTION_ID
+                                       answer a question the agent asked (first answer wins)
   sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
   sessions list|show|history [NAME]    inspect sessions
+  sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME]                end the session and prove its process tree gone
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
+  metrics                              counters, latencies and gauges (text, or --format json)
   config                               print the merged configuration
   serve [--host H] [--port P | --unix PATH] [--token T]
                                        HTTP gateway: JSON API, SSE event streams, /ui
+  mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.
 
@@ -45,6 +50,7 @@ global options:
   --cwd DIR                            working directory (default: current)
   --approve-all | --approve-reads | --deny-all
                                        permission mode (default: approve-reads)
+  --permission-policy FILE             permission rules by tool kind and title (TOML)
   --non-interactive-permissions deny|fail
                                        undecided permission requests: reject, or fail (exit 5)
   --format text|json|quiet             output format (default: text)
@@ -52,6 +58,8 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
+  --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
   --version, --help
 

@@ -24,9 +24,12 @@ def run(ctx: Any, key: str, no_session: Any) -> int:
     sub = ctx.inv.subcommand
     if sub == "prune":
         return _prune(ctx)
+    from tether import access
+
     with Registry() as registry:
         if registry.session(key) is None:
             raise no_session
+        access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":
@@ -44,6 +47,8 @@ class _TextView:
     def __init__(self, ctx: Any) -> None:
         self.out = ctx.output
         self.fmt = ctx.fmt
+        # With --control the asker shows the questions; their entries are not repeated.
+        self.skip = ("interaction_opened", "interaction_resolved") if ctx.inv.control else ()
 
     def show(self, entry: dict[str, Any]) -> None:
         kind = entry.get("kind")
@@ -58,7 +63,7 @@ class _TextView:
                 return
             self.out.frame("in", frame)
             return
-        if self.fmt == "text":
+        if self.fmt == "text" and kind not in self.skip:
             line = render.control_text(entry)
             if line is not None:
                 self.out.control({}, text=line)
@@ -83,8 +88,23 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         def emit(_seq: int, line: str) -> None:
             view.show(parse_line(line))
 
+    if inv.control and inv.no_follow:
+        raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
+    asker = None
+    if inv.control:
+        from tether.cli._questions import Asker
+
+        asker = Asker(key, tty=sys.stdin.isatty() and sys.stderr.isatty())
     try:
-        follow_session(key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow)
+        if asker is None:
+            follow_session(
+                key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow
+            )
+        else:
+            with asker:
+                follow_session(
+                    key, emit, from_seq=inv.from_seq, tail=inv.tail, control=asker.on_frame
+                )
     except KeyboardInterrupt:
         pass
     ctx.output.flush()
@@ -121,7 +141,7 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
     for t in shown:
         start = t.started_at or t.queued_at
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "-"
-        took = f"{t.duration_ms / 1000:.2f}s" if t.duration_ms is not None else "-"
+        took = render.duration(t.duration_ms)
         outcome = t.stop_reason or ("failed" if t.error else "running")
         lines.append(
             f"{t.request_id}  {when}  {took:>8}  {outcome:<10}  {render.preview(t.prompt)}"

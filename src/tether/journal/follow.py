@@ -17,6 +17,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from tether import sessions
 from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, WatchLagged
@@ -28,6 +29,8 @@ HELLO_TIMEOUT_S = 2.0
 
 # (seq, public JSON line) -> None
 Emit = Callable[[int, str], None]
+# Frames of the live owner other than entries (a controller's questions) -> None
+OnFrame = Callable[[dict[str, Any]], object]
 
 
 def is_session_end(line: str) -> bool:
@@ -46,8 +49,11 @@ class Follower:
         emit: Emit,
         *,
         stop: threading.Event | None = None,
+        control: OnFrame | None = None,
     ) -> None:
         self.db = db
+        # Set: we attach as a controller, and the owner's question frames go here.
+        self.control = control
         self.key = key
         self.cursor = cursor
         self.emit = emit
@@ -93,7 +99,10 @@ class Follower:
             return False
         self.conn = conn
         try:
-            rid = conn.send("watch", {"fromSeq": self.cursor, "follow": True})
+            payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
+            if self.control is not None:
+                payload["control"] = True
+            rid = conn.send("watch", payload)
             result = conn.wait(rid, on_frame=self._on_frame)
             if result.get("reason") == "session-ended":
                 self.ended = True
@@ -106,6 +115,8 @@ class Follower:
 
     def _on_frame(self, frame: dict[str, object]) -> None:
         if frame.get("type") != "entry":
+            if self.control is not None:
+                self.control(frame)
             return
         entry = frame.get("entry")
         if isinstance(entry, dict):
@@ -137,11 +148,14 @@ def follow_session(
     follow: bool = True,
     stop: threading.Event | None = None,
     on_start: Callable[[Follower], None] | None = None,
+    control: OnFrame | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
     Returns the last ``seq`` delivered. ``on_start`` receives the follower (a library
-    keeps it to :meth:`Follower.interrupt` it from another thread).
+    keeps it to :meth:`Follower.interrupt` it from another thread). ``control``: attach
+    to live owners as a controller; their question frames (``interaction``,
+    ``interaction_resolved``) go to it.
 
     Raises:
         NoSession: no such session.
@@ -154,7 +168,7 @@ def follow_session(
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
-        follower = Follower(registry._db, key, cursor, emit, stop=stop)
+        follower = Follower(registry._db, key, cursor, emit, stop=stop, control=control)
         if on_start is not None:
             on_start(follower)
         return follower.run(follow=follow)

@@ -51,6 +51,17 @@ class Turn:
         }
 
 
+def duration(ms: float | None) -> str:
+    """``812 ms``, ``4.2 s``, ``3 min 5 s`` (``-`` when unknown)."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1000)} s"
+
+
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
@@ -151,6 +162,14 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return f"[mode] {entry.get('modeId')}"
     if kind == "config_set":
         return f"[config] {entry.get('configId')} = {entry.get('value')}"
+    if kind == "interaction_opened":
+        tool = entry.get("toolCall") or {}
+        what = tool.get("title") if tool else entry.get("message")
+        return f"[question {entry.get('id')}] {entry.get('question')}: {what or ''}".rstrip()
+    if kind == "interaction_resolved":
+        by = entry.get("by") or {}
+        who = f" by pid {by.get('pid')}" if by.get("pid") else ""
+        return f"[answered {entry.get('id')}] {entry.get('answer')} ({entry.get('how')}{who})"
     if kind == "cancel_result" and entry.get("cancelled"):
         return f"[cancel] {entry.get('requestId') or ''}".rstrip()
     return None

@@ -44,7 +44,9 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "stopping": owner.stopping,
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
+        "interactions": owner.interactions.pending(),
         "counters": _counters(owner),
+        "rateLimit": owner.runner.rate_limit.snapshot(),
     }
 
 
@@ -60,6 +62,10 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
     report = end.report
     code = report.exit_code
     outcome = ("completed" if code == 0 else "error") if end.by_agent else "terminated"
+    if report.escaped:
+        # Seed 003: a descendant left the run's boundary -- the run failed, whatever
+        # its root's exit code (it was still reaped under the lease).
+        outcome = "error"
     return {
         "reason": outcome,
         "terminatedBy": "agent" if end.by_agent else "daemon",
@@ -71,6 +77,7 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "leaseId": end.lease_id,
         "survivors": list(report.survivors),
         "killMode": report.mode,
+        "escaped": list(report.escaped),
     }
 
 

@@ -66,12 +66,18 @@ class TerminationReason(enum.StrEnum):
 
     MANUAL_CANCEL = "manual-cancel"
     OVERALL_TIMEOUT = "overall-timeout"
+    # The agent never answered a turn we abandoned: its connection was retired (seed 002).
+    UNRESPONSIVE = "unresponsive"
     NO_OUTPUT_TIMEOUT = "no-output-timeout"
     SPAWN_ERROR = "spawn-error"
     SIGNAL = "signal"
     EXIT = "exit"
     OWNER_LOST = "owner-lost"
     CLOSE = "close"
+    # Seed 003: a descendant left the run's boundary (the cgroup, or the group and
+    # session where there is no cgroup). Set by the shell after extinction; it
+    # overrides the ordinary reason because the run failed its ownership contract.
+    OWNERSHIP_ESCAPE = "ownership-escape"
 
 
 _S = RunState

@@ -48,6 +48,13 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     (an unknown optionId is also treated as denied, chunk
     ``permission: unknown option <id>``). Outcome ``cancelled``: the turn ends
     ``cancelled``. A JSON-RPC error answer: chunk ``permission: error <code>``, continue.
+``elicit MODE [TEXT]``
+    ``elicitation/create`` (sent whatever the client advertised). MODE ``form``: message
+    TEXT (default ``mock question``), a schema asking for a string ``name`` (required).
+    MODE ``url``: elicitationId ``elicit-<n>``, url ``https://example.invalid/<TEXT>``;
+    once answered ``accept``, an ``elicitation/complete`` notification follows. The
+    answer becomes a chunk: ``elicitation: accept {content JSON}``, ``elicitation:
+    decline``, ``elicitation: cancel`` or ``elicitation: error <code>``; then continue.
 ``cancel-request``
     Send a ``session/request_permission`` and immediately a ``$/cancel_request`` naming it.
     When it is answered, chunk ``cancel_request: answered <code>`` for an error answer
@@ -102,6 +109,17 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
 ``exit [CODE]``
     Exit with CODE (default 0) right after the prompt is answered (result or error,
     including ``cancelled``); the script goes on until then.
+
+``run CMD...``
+    Run CMD (split like a shell would, never run by one) in the agent's directory with
+    the agent's environment, stdin on ``/dev/null``, and wait for it (at most 120 s);
+    one chunk ``exit=<code>`` followed by a newline and its stdout then stderr. (How
+    delegation tests make an agent run ``tether`` commands from inside its own tree.)
+``mcp-call SERVER TOOL [JSON]``
+    Start the stdio MCP server named SERVER in ``session/new``'s ``mcpServers``, speak
+    ``initialize``, ``notifications/initialized`` and ``tools/call`` TOOL with the JSON
+    object arguments (default ``{}``), close its stdin and wait for it to exit; one chunk
+    with the ``tools/call`` response as JSON, or ``mcp-call failed: <why>``.
 
 Extra words after a verb that takes no arguments are ignored.
 
@@ -167,6 +185,8 @@ import sys
 import time
 from select import select
 
+from tether.testing import mock_delegation
+
 # mypy treats a name called TYPE_CHECKING as true; at run time this avoids importing
 # typing and collections.abc, which would cost a few milliseconds of start-up.
 TYPE_CHECKING = False
@@ -222,6 +242,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "late": ("MS [TEXT]", 1, 0),
     "tool": ("KIND [TITLE]", 0, 0),
     "cancel-request": ("", 0, 0),
+    "elicit": ("form|url [TEXT]", 0, 0),
     "read": ("PATH", 0, 0),
     "write": ("PATH TEXT...", 0, 0),
     "spawn-group": ("", 0, 0),
@@ -240,9 +261,11 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "stop": ("[REASON]", 0, 0),
     "error": ("CODE [MSG]", 1, 0),
     "exit": ("[CODE]", 0, 1),
+    "run": ("CMD...", 0, 0),
+    "mcp-call": ("SERVER TOOL [JSON]", 0, 0),
 }
 # Verbs whose first free-text word is required.
-NEEDS_WORD = frozenset({"tool", "read", "write", "mode"})
+NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit"})
 
 USAGE = """\
 usage: tether-mock-agent [--ignore-sigterm] [--hang-on-initialize] [--hang-on-new-session]
@@ -450,6 +473,7 @@ class MockAgent:
         self.sleepers: dict[_Turn, float] = {}  # sleeping turns and their deadlines
         self.authenticated = False
         self.next_session = 1
+        self.mcp_servers: list[Json] = []  # session/new's mcpServers (the mcp-call verb)
         self.next_request = 1
         self.next_call = 1
         self.eof = False
@@ -740,6 +764,38 @@ class MockAgent:
             self.chunk(session, f"permission: unknown option {option}")
         return None
 
+    def v_elicit(self, turn: _Turn, rest: str) -> Step:
+        session = turn.session
+        mode, _, text = rest.partition(" ")
+        n = self.next_call
+        self.next_call += 1
+        params: Msg = {"sessionId": session.sid, "mode": mode, "message": text or "mock question"}
+        if mode == "url":
+            params["elicitationId"] = f"elicit-{n}"
+            params["url"] = f"https://example.invalid/{text or 'login'}"
+        else:
+            params["requestedSchema"] = {
+                "type": "object",
+                "properties": {"name": {"type": "string", "title": "Name"}},
+                "required": ["name"],
+            }
+        _, key = self.request("elicitation/create", params)
+        response = yield _Await(key)
+        assert isinstance(response, dict)
+        if "error" in response:
+            self.chunk(session, f"elicitation: error {_error_code(response)}")
+            return None
+        result = response.get("result")
+        action = result.get("action") if isinstance(result, dict) else None
+        if action == "accept":
+            content = result.get("content") if isinstance(result, dict) else None
+            self.chunk(session, f"elicitation: accept {json.dumps(content, sort_keys=True)}")
+            if mode == "url":
+                self.notify("elicitation/complete", {"elicitationId": params["elicitationId"]})
+        else:
+            self.chunk(session, f"elicitation: {action}")
+        return None
+
     def v_cancel_request(self, turn: _Turn, rest: str) -> Step:
         session = turn.session
         call_id = f"call-{self.next_call}"
@@ -1023,6 +1079,8 @@ class MockAgent:
             return
         session = self._open(f"mock-{self.next_session}")
         self.next_session += 1
+        servers = params.get("mcpServers")
+        self.mcp_servers = servers if isinstance(servers, list) else []
         self.respond(req_id, {"sessionId": session.sid, **self._session_extras(session)})
         commands = [
             {"name": verb, "description": f"mock verb {verb}", "input": {"hint": hint}}
@@ -1170,6 +1228,7 @@ _STEP_VERBS: dict[str, Callable[[MockAgent, _Turn, str], Step]] = {
     "late": MockAgent.v_late,
     "tool": MockAgent.v_tool,
     "cancel-request": MockAgent.v_cancel_request,
+    "elicit": MockAgent.v_elicit,
     "read": MockAgent.v_read,
     "write": MockAgent.v_write,
 }
@@ -1192,6 +1251,8 @@ _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | N
     "stop": MockAgent.v_stop,
     "error": MockAgent.v_error,
     "exit": MockAgent.v_exit,
+    "run": lambda agent, turn, session, rest: mock_delegation.run(agent, session, rest),
+    "mcp-call": lambda agent, turn, session, rest: mock_delegation.mcp_call(agent, session, rest),
 }
 
 
