@@ -8,12 +8,21 @@ import os
 import stat
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from tests.conftest import python_env
-from tests.integration._serve import Gateway, gateway, mock_with_modes_config, spawn_gateway
+from tests.integration._serve import (
+    Gateway,
+    gateway,
+    mock_with_modes_config,
+    parse_sse,
+    spawn_gateway,
+)
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
 pytestmark = pytest.mark.integration
@@ -35,6 +44,8 @@ ROUTES = [
     ("GET", f"/v1/sessions/{NO_SUCH}/transcript"),
     ("GET", f"/v1/sessions/{NO_SUCH}/export"),
     ("GET", f"/v1/sessions/{NO_SUCH}/processes"),
+    ("GET", f"/v1/sessions/{NO_SUCH}/questions"),
+    ("POST", f"/v1/sessions/{NO_SUCH}/questions/p-1"),
     ("GET", "/v1/agents"),
     ("GET", "/v1/health"),
     ("GET", "/v1/openapi.json"),
@@ -262,7 +273,7 @@ def test_agents_health_metrics_and_openapi(gateway: Gateway, project_dir: Path) 
     assert doc["openapi"].startswith("3.1")
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     for method, path in ROUTES:
-        assert (method, path.replace(NO_SUCH, "{id}")) in documented
+        assert (method, path.replace(NO_SUCH, "{id}").replace("p-1", "{qid}")) in documented
 
 
 BAD_INPUT = [
@@ -407,3 +418,64 @@ def test_terminate_when_the_operations_layer_has_it(gateway: Gateway, project_di
     again = gateway.http.post(f"/v1/sessions/{sid}/terminate").json()
     assert again["alreadyEnded"] is True
     assert gateway.http.get(f"/v1/sessions/{sid}").json()["state"] == "closed"
+
+
+def test_questions_are_listed_and_answered_over_http(gateway: Gateway, project_dir: Path) -> None:
+    """With a controller stream open (``?control=1``) the agent's permission request
+    waits: it is listed, a bad answer is 422 and leaves it open, the first valid answer
+    reaches the agent (the turn goes on), a second is 409, an unknown id 404."""
+    sid = gateway.ensure(project_dir)  # approve-reads: an edit is asked
+    seen: list[dict[str, object]] = []
+
+    def control() -> None:
+        client = httpx.Client(
+            base_url=gateway.url, headers={"Authorization": f"Bearer {gateway.token}"}
+        )
+        with client.stream("GET", f"/v1/sessions/{sid}/events?control=1&tail=0") as r:
+            for event, data in parse_sse(r.iter_lines()):
+                if event == "message":
+                    seen.append(data)
+                    if data["kind"] == "turn_ended":
+                        break
+        client.close()
+
+    watcher = threading.Thread(target=control)
+    watcher.start()
+    wait(lambda: gateway.http.get(f"/v1/sessions/{sid}").json()["status"]["watchers"] >= 1)
+    turn = gateway.prompt(sid, "tool edit README.md")
+    questions = wait(lambda: gateway.http.get(f"/v1/sessions/{sid}/questions").json()["questions"])
+    (question,) = questions
+    assert question["question"] == "permission"
+    assert question["toolCall"]["kind"] == "edit"
+    url = f"/v1/sessions/{sid}/questions/{question['id']}"
+    bad = gateway.http.post(url, json={"answer": "perhaps"})
+    assert bad.status_code == 422, bad.text
+    assert gateway.http.post(url, json={"answer": 1}).json()["detailCode"] == "WRONG_TYPE"
+    ok = gateway.http.post(url, json={"answer": "allow"})
+    assert ok.status_code == 200, ok.text
+    late = gateway.http.post(url, json={"answer": "deny"})
+    assert late.status_code == 409
+    assert late.json()["detailCode"] == "ALREADY_ANSWERED"
+    unknown = gateway.http.post(f"/v1/sessions/{sid}/questions/p-nothing", json={"answer": "allow"})
+    assert unknown.status_code == 404
+    watcher.join(timeout=60)
+    assert not watcher.is_alive()
+    kinds = [e["kind"] for e in seen]
+    assert "interaction_opened" in kinds
+    assert "interaction_resolved" in kinds
+    assert seen[-1]["requestId"] == turn["requestId"]
+    assert seen[-1]["stopReason"] == "end_turn"
+    assert "permission: allowed" in json.dumps(seen)
+    assert gateway.http.get(f"/v1/sessions/{sid}/questions").json()["questions"] == []
+
+
+def wait(check: Any, timeout: float = 30.0) -> Any:
+    """Poll ``check`` until it returns something true (bounded; never a timed assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("the condition never held")
+        time.sleep(0.05)

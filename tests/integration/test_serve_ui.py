@@ -96,3 +96,29 @@ def test_the_dashboard_asks_for_the_token(gateway: Gateway, project_dir: Path, p
     page.click("#token-form button")
     expect(page.locator(f'#sessions tr[data-id="{sid}"]')).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('tether.token')") == gateway.token
+
+
+def test_allow_on_a_pending_question_lets_the_turn_finish(
+    gateway: Gateway, project_dir: Path, page: Any, tmp_path: Path
+) -> None:
+    """With the session open in the dashboard (a controller), the agent's permission
+    request waits; it is shown with its buttons, and a click on Allow lets the turn
+    finish with the tool allowed."""
+    playwright.expect.set_options(timeout=UI_TIMEOUT_MS)
+    sid = gateway.ensure(project_dir)  # approve-reads: an edit is asked
+    page.goto(f"{gateway.url}/ui/#token={gateway.token}")
+    page.locator(f'#sessions tr[data-id="{sid}"]').click()
+    expect(page.locator("#d-stream")).to_contain_text("live")
+    turn = gateway.prompt(sid, "tool edit README.md")
+    question = page.locator("#d-questions .question")
+    expect(question).to_contain_text("edit")
+    status = gateway.http.get(f"/v1/sessions/{sid}").json()["status"]
+    assert status["currentRequest"] == turn["requestId"]  # the turn waits for the answer
+    page.screenshot(path=str(tmp_path / "question.png"))
+    question.locator("button.allow").click()
+    transcript = page.locator("#transcript")
+    expect(transcript).to_contain_text("permission: allowed")
+    expect(transcript).to_contain_text("[done] end_turn")
+    expect(page.locator("#d-questions")).to_be_hidden()
+    turns = gateway.http.get(f"/v1/sessions/{sid}/history").json()["turns"]
+    assert turns[-1]["stopReason"] == "end_turn"

@@ -5,9 +5,8 @@ Structure, for the doors still to come:
 * every route lives in a ``*_routes(gateway)`` function of its own module and is listed
   in :func:`routes` below;
 * the ACP-over-HTTP door (issue 12, ``/v1/acp/{serverId}``) mounts its routes there;
-* questions (issue 11: pending interactions listed and answered) get
-  ``/v1/sessions/{id}/questions`` routes there too, and the dashboard has a panel
-  waiting for them (``ui/app.js``, ``renderQuestions``).
+* questions (issue 11: pending interactions listed and answered) are
+  :mod:`tether.serve.questions_api`, with the dashboard's panel (``renderQuestions``).
 
 Every response that is not a success is ``application/problem+json``
 (:mod:`tether.serve.problems`); a handler raises Tether's own errors and never builds
@@ -150,14 +149,14 @@ def _ui_dir() -> str:
 
 def routes(gateway: Gateway) -> list[BaseRoute]:
     """The route table. New doors add their group here (see the module docstring)."""
-    from tether.serve import events_api, misc_api, sessions_api
+    from tether.serve import events_api, misc_api, questions_api, sessions_api
 
     return [
         *sessions_api.session_routes(),
         *events_api.event_routes(),
         *misc_api.misc_routes(),
+        *questions_api.question_routes(),
         # issue 12: the ACP-over-HTTP door mounts /v1/acp/{serverId} here.
-        # issue 11: /v1/sessions/{id}/questions (list, answer) go here.
         Route("/", lambda _r: RedirectResponse("/ui/"), include_in_schema=False),
         Mount("/ui", app=StaticFiles(directory=_ui_dir(), html=True), name="ui"),
     ]

@@ -80,6 +80,15 @@ CONFIG: Final[Spec] = {
     "configId": Field("string", required=True, doc="the option's id (model, ...)"),
     "value": Field("string", "boolean", required=True, doc="its new value"),
 }
+ANSWER: Final[Spec] = {
+    "answer": Field(
+        "string",
+        required=True,
+        doc="allow | always | deny | deny-always | an offered optionId;"
+        " elicitations: accept | decline | cancel",
+    ),
+    "content": Field("object", doc="an accepted elicitation form's values"),
+}
 PERMISSION_MODES: Final = ("approve-all", "approve-reads", "deny-all")
 
 

@@ -4,8 +4,11 @@
 with ``id:`` its ``seq`` and ``data:`` the entry's JSON (the ``sessions export`` line).
 Where to start: ``Last-Event-ID`` (resume after that seq, as browsers do on reconnect),
 else ``?from=SEQ`` (replay from SEQ), else ``?tail=N`` (the last N entries), else live
-only. Control events: ``lagged`` (``{"lastSeq": N}``: reconnect from there) and
-``error``. How the stream is served: :mod:`tether.serve.stream`.
+only. ``?control=1`` attaches the gateway to the owner as a controller while the stream
+is open: the agent's questions wait for an answer (``POST …/questions/{qid}``) instead of
+being decided at once by the non-interactive policy. Control events: ``lagged``
+(``{"lastSeq": N}``: reconnect from there) and ``error``. How the stream is served:
+:mod:`tether.serve.stream`.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ def _stream_info(key: str) -> tuple[str, int]:
 def _cursor(request: Request, last: int) -> int | None:
     """The first seq the client wants (None: live only)."""
     params = request.query_params
-    bodies.check_query(params, ("from", "tail", "heartbeat"))
+    bodies.check_query(params, ("from", "tail", "heartbeat", "control"))
     header = request.headers.get("last-event-id")
     if header is not None and header.strip():
         if not header.strip().isdigit():
@@ -90,7 +93,8 @@ async def events(request: Request) -> Response:
         body: AsyncIterator[bytes] = stream.replay(key, cursor, last)
     else:
         assert gateway.stopping is not None  # set by the lifespan before any request
-        hub = gateway.hubs.acquire(key)
+        control = bodies.query_choice(request.query_params, "control", ("0", "1")) == "1"
+        hub = gateway.hubs.acquire(key, control=control)
         body = stream.follow(
             gateway.hubs, hub, cursor, heartbeat=heartbeat, stopping=gateway.stopping
         )

@@ -102,6 +102,7 @@ def document(*, terminate: bool) -> dict[str, Any]:
                     _query("from", "integer", "replay from this seq, then live"),
                     _query("tail", "integer", "start this many entries before the end"),
                     _query("heartbeat", "number", "seconds between heartbeats (default 15)"),
+                    _query("control", "string", "1: questions wait for an HTTP answer"),
                     {
                         "name": "Last-Event-ID",
                         "in": "header",
@@ -125,6 +126,19 @@ def document(*, terminate: bool) -> dict[str, Any]:
         },
         "/v1/sessions/{id}/processes": {
             "get": _op("the session's process tree (read from /proc)", params=session),
+        },
+        "/v1/sessions/{id}/questions": {
+            "get": _op("the agent's open questions (pending interactions)", params=session),
+        },
+        "/v1/sessions/{id}/questions/{qid}": {
+            "post": _op(
+                "answer a question: the first valid answer wins (409 after it)",
+                params=[
+                    _ID,
+                    {"name": "qid", "in": "path", "required": True, "schema": {"type": "string"}},
+                ],
+                body=bodies.ANSWER,
+            ),
         },
         "/v1/agents": {"get": _op("agents a session may be created with")},
         "/v1/health": {"get": _op("the gateway is up")},

@@ -33,10 +33,13 @@ _BY_DETAIL: Final = {
     "NOT_FOUND": 404,
     "METHOD_NOT_ALLOWED": 405,
     "QUEUE_REQUEST_TOO_LARGE": 413,
+    "UNKNOWN_INTERACTION": 404,
+    "INVALID_ANSWER": 422,
 }
 # Most specific first: the first class an error is an instance of decides.
 _BY_CLASS: Final[tuple[tuple[type[e.TetherError], int], ...]] = (
     (e.NoSession, 404),
+    (e.AlreadyAnswered, 409),
     (e.QueueOverloaded, 429),
     (e.SessionClosed, 409),
     (e.RequestCancelled, 409),

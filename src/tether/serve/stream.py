@@ -59,11 +59,21 @@ class Hub:
     """One session's live tail: a follower thread feeding a bounded ring."""
 
     def __init__(
-        self, key: str, loop: asyncio.AbstractEventLoop, ring_entries: int = RING_ENTRIES
+        self,
+        key: str,
+        loop: asyncio.AbstractEventLoop,
+        ring_entries: int = RING_ENTRIES,
+        *,
+        control: bool = False,
     ) -> None:
         self.key = key
         self.loop = loop
         self.ring_entries = ring_entries
+        # A controller hub attaches to the owner as one (``control``): while it is
+        # attached, the agent's questions wait for an answer over HTTP instead of being
+        # decided at once by the non-interactive policy. Questions reach the clients as
+        # the journal's ``interaction_opened``/``interaction_resolved`` entries.
+        self.control = control
         self.seqs: list[int] = []
         self.lines: list[str] = []
         self.ring_bytes = 0
@@ -90,7 +100,13 @@ class Hub:
     def _run(self) -> None:
         error: TetherError | None = None
         try:
-            follow_session(self.key, self._emit, stop=self._stop, on_start=self._on_start)
+            follow_session(
+                self.key,
+                self._emit,
+                stop=self._stop,
+                on_start=self._on_start,
+                control=_offered if self.control else None,
+            )
         except TetherError as exc:
             error = exc
         except Exception as exc:  # a bug must reach the clients, not kill the thread silently
@@ -192,20 +208,24 @@ class Hub:
         self._wake()
 
 
+def _offered(_frame: dict[str, Any]) -> None:
+    """A question frame offered to us as a controller: the journal carries it too."""
+
+
 class Hubs:
     """The gateway's hubs, one per followed session, dropped with their last client."""
 
     def __init__(self, ring_entries: int = RING_ENTRIES) -> None:
         self.ring_entries = ring_entries
-        self.by_key: dict[str, Hub] = {}
+        self.by_key: dict[tuple[str, bool], Hub] = {}
         self.lagged_total = 0
         self.clients_total = 0
 
-    def acquire(self, key: str) -> Hub:
-        hub = self.by_key.get(key)
+    def acquire(self, key: str, *, control: bool = False) -> Hub:
+        hub = self.by_key.get((key, control))
         if hub is None or hub.ended or hub.closing:
-            hub = Hub(key, asyncio.get_running_loop(), self.ring_entries)
-            self.by_key[key] = hub
+            hub = Hub(key, asyncio.get_running_loop(), self.ring_entries, control=control)
+            self.by_key[key, control] = hub
             hub.start()
         hub.clients += 1
         self.clients_total += 1
@@ -215,8 +235,8 @@ class Hubs:
         hub.clients -= 1
         if hub.clients <= 0:
             hub.close()
-            if self.by_key.get(hub.key) is hub:
-                del self.by_key[hub.key]
+            if self.by_key.get((hub.key, hub.control)) is hub:
+                del self.by_key[hub.key, hub.control]
 
     def clients(self) -> int:
         return sum(h.clients for h in self.by_key.values())

@@ -170,9 +170,38 @@ async function refreshDetail() {
   renderQuestions(s);
 }
 
-// Questions (issue 11) will list pending interactions here with allow/deny buttons.
-function renderQuestions(_session) {
-  $("d-questions").hidden = true;
+// The agent's open questions (pending interactions). While a session is open here its
+// stream is a controller (?control=1), so questions wait for these buttons instead of
+// being decided at once by the non-interactive policy.
+function renderQuestions(s) {
+  const items = (s.status && s.status.interactions) || [];
+  const box = $("d-questions-list");
+  box.replaceChildren();
+  $("d-questions").hidden = items.length === 0;
+  for (const q of items) {
+    const row = document.createElement("div");
+    row.className = "question";
+    row.dataset.id = q.id;
+    const tool = q.toolCall || {};
+    const text = document.createElement("div");
+    text.className = "q-text";
+    text.textContent = q.question === "permission"
+      ? `${tool.kind || "tool"}: ${tool.title || tool.toolCallId || q.id}`
+      : `${q.mode || "question"}: ${q.message || q.url || q.id}`;
+    row.append(text);
+    const answers = q.question === "permission"
+      ? [["allow", "Allow"], ["always", "Always"], ["deny", "Deny"]]
+      : [["accept", "Accept"], ["decline", "Decline"], ["cancel", "Cancel"]];
+    for (const [word, label] of answers) {
+      const b = document.createElement("button");
+      b.textContent = label;
+      b.className = `answer ${word}`;
+      b.addEventListener("click", () =>
+        act(`answer ${q.id}`, "POST", `/v1/sessions/${state.selected}/questions/${encodeURIComponent(q.id)}`, { answer: word }));
+      row.append(b);
+    }
+    box.append(row);
+  }
 }
 
 function select(id) {
@@ -209,6 +238,7 @@ function summary(res) {
   if (res.action === "session_closed") return `closed · survivors ${(res.survivors || []).length}`;
   if (res.terminated) return `terminated${res.alreadyEnded ? " (had already ended)" : ""}`;
   if (res.requestId) return `queued ${res.requestId}`;
+  if (res.interaction) return `${res.interaction.answer || "answered"}`;
   return "done";
 }
 
@@ -242,16 +272,17 @@ function openStream(id) {
   state.lastSeq = 0;
   state.turnEl = null;
   state.tools = new Map();
-  follow(id, ctrl, `?tail=${TAIL}`);
+  follow(id, ctrl);
 }
 
-async function follow(id, ctrl, query) {
+async function follow(id, ctrl) {
   while (!ctrl.signal.aborted) {
     let res;
     const headers = { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" };
     if (state.lastSeq) headers["Last-Event-ID"] = String(state.lastSeq);
     try {
-      res = await fetch(`/v1/sessions/${id}/events${state.lastSeq ? "" : query}`, { headers, signal: ctrl.signal });
+      const where = state.lastSeq ? "" : `&tail=${TAIL}`;
+      res = await fetch(`/v1/sessions/${id}/events?control=1${where}`, { headers, signal: ctrl.signal });
     } catch (_err) {
       if (ctrl.signal.aborted) return;
       await sleep(1000);
@@ -377,6 +408,14 @@ function showEntry(e) {
     case "owner_stopped": append("sys", `owner stopped${e.reason ? `: ${e.reason}` : ""}`); break;
     case "agent_run_started": append("sys", `agent started${e.pid ? ` (pid ${e.pid})` : ""}`); break;
     case "agent_run_ended": append("sys", `agent run ended: ${e.reason || ""} ${e.message || ""}`); break;
+    case "interaction_opened":
+      append("sys", `question ${e.id}: ${(e.toolCall && e.toolCall.title) || e.message || ""}`);
+      refresh();
+      break;
+    case "interaction_resolved":
+      append("sys", `answered ${e.id}: ${e.answer || ""} (${e.how || ""})`);
+      refresh();
+      break;
     case "mode_set": append("sys", `mode: ${e.modeId || ""}`); break;
     case "config_set": append("sys", `config: ${e.configId || ""} = ${e.value ?? ""}`); break;
     default: break;
