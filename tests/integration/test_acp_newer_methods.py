@@ -144,3 +144,44 @@ def test_status_shows_usage_and_session_info(mock_full: Cli) -> None:
     c.run("prompt", "usage")
     info = c.status()["sessionInfo"]
     assert info["usage"] == {"used": 1234, "size": 200000, "cost": None}
+
+
+def test_library_fork_list_resume_discard_and_logout(tether_home: Path, project_dir: Path) -> None:
+    """The library's doors to the same operations: Session.fork, Client.agent_sessions,
+    ensure_session(resume_session=), Session.close(discard=True), Client.logout; and a
+    turn's usage_update arrives as a typed UsageUpdate."""
+    import asyncio
+
+    import tether
+
+    argv = [*FULL, "--resume-session"]
+
+    async def main() -> None:
+        async with tether.Client(home=tether_home) as client:
+            parent = await client.ensure_session(argv, cwd=project_dir, name="lib")
+            opened: list[tether.Session] = [parent]
+            try:
+                events = [e async for e in parent.prompt("usage")]
+                usage = [e for e in events if isinstance(e, tether.UsageUpdate)]
+                assert [(u.used, u.size) for u in usage] == [(1234, 200000)]
+                child = await parent.fork("lib-fork")
+                opened.append(child)
+                text, _stop = await child.run("echo hi")
+                acp_parent = (await parent.status())["acpSessionId"]
+                assert text.startswith(f"forked from {acp_parent}")
+                page = await client.agent_sessions(argv, cwd=project_dir)
+                assert page["sessions"][0]["sessionId"] == "mock-stored-1"
+                attached = await client.ensure_session(
+                    argv, cwd=project_dir, name="lib-attached", resume_session="mock-stored-1"
+                )
+                opened.append(attached)
+                assert (await attached.status())["acpSessionId"] == "mock-stored-1"
+                await client.logout(argv, cwd=project_dir)
+                report = await child.close(discard=True)
+                assert report["discarded"] is True
+                assert report["survivors"] == []
+            finally:
+                for session in opened:
+                    await session.close()
+
+    asyncio.run(main())
