@@ -185,3 +185,35 @@ def test_library_fork_list_resume_discard_and_logout(tether_home: Path, project_
                     await session.close()
 
     asyncio.run(main())
+
+
+def test_resume_session_of_an_unknown_conversation_fails_and_leaves_no_session(
+    mock_full: Cli,
+) -> None:
+    """`sessions new --resume-session ID` where the agent no longer has ID: exit 1 with
+    the agent's error, the Tether session closed again (no silent new conversation)."""
+    c = mock_full
+    refused = c.run("sessions", "new", "attached", "--resume-session", "gone-1", rc=1)
+    assert "Resource not found" in refused.stderr
+    assert c.json("sessions", "show", "attached")["state"] == "closed"
+
+
+def test_discard_with_no_owner_running_starts_one_to_delete(mock_full: Cli) -> None:
+    """An open session whose owner retired (idle TTL): `close --discard` still has the
+    agent delete the conversation (a short run that only initializes and deletes)."""
+    import time
+
+    c = mock_full
+    c.run("--ttl", "0.3", "sessions", "new")
+    c.run("prompt", "hello")
+    acp_id = c.status()["acpSessionId"]
+    deadline = time.monotonic() + 15
+    while c.status().get("ownerPid") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not c.status().get("ownerPid"), "the owner did not retire"
+    closed = c.json("sessions", "close", "--discard")
+    assert closed["discarded"] is True
+    exported = c.run("sessions", "export", fmt="json").stdout
+    deletes = [line for line in exported.splitlines() if "session/delete" in line]
+    assert deletes
+    assert acp_id in deletes[0]

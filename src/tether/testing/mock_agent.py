@@ -138,8 +138,10 @@ Flags
     ``previous answer``, then answer. Without the flag it is -32601.
 ``--resume-session`` / ``--close-session``
     Advertise ``sessionCapabilities.resume`` / ``.close`` and handle ``session/resume``
-    (no replay) / ``session/close`` (cancels running turns like ``session/cancel``, then
-    answers ``{}``; later prompts get -32603 ``Session not found``). Otherwise -32601.
+    (no replay; like ``session/load``, an id starting with ``gone-`` is a conversation
+    the agent no longer has: -32002) / ``session/close`` (cancels running turns like
+    ``session/cancel``, then answers ``{}``; later prompts get -32603 ``Session not
+    found``). Otherwise -32601.
 ``--fork-session`` / ``--list-sessions`` / ``--delete-session`` / ``--logout``
     Advertise ``sessionCapabilities.fork`` / ``.list`` / ``.delete`` / ``auth.logout``.
     ``session/fork`` of any id answers a new ``fork-<n>`` session (it announces
@@ -223,6 +225,7 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
 
 MODES = (
     {"id": "default", "name": "Default", "description": "Ask before acting"},
@@ -1128,6 +1131,9 @@ class MockAgent:
             self.error(req_id, INVALID_PARAMS, "Invalid params: sessionId")
             return
         if self._needs_auth(req_id):
+            return
+        if sid.startswith("gone-"):
+            self.error(req_id, RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
             return
         session = self._open(sid)
         if replay:
