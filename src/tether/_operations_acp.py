@@ -103,6 +103,12 @@ def fork_session(
         env=env,
     )
     owner_pid = conn.hello.get("ownerPid")
+    # The fork starts from the parent's mode and options: the owner replays them on the
+    # forked session (a no-op where the agent kept them) and after any restart.
+    with Registry() as registry:
+        registry.update_session(
+            key, desired_mode=parent.desired_mode, desired_config=dict(parent.desired_config)
+        )
     started = _start_agent(key, conn)
     return {
         **started,

@@ -217,3 +217,23 @@ def test_discard_with_no_owner_running_starts_one_to_delete(mock_full: Cli) -> N
     deletes = [line for line in exported.splitlines() if "session/delete" in line]
     assert deletes
     assert acp_id in deletes[0]
+
+
+def test_a_fork_starts_from_the_parents_mode_and_options(project_dir: Path) -> None:
+    """The parent's mode and config options are the fork's desired ones: replayed on the
+    forked ACP session (and after any restart of the fork's agent)."""
+    argv = [*MOCK_ARGV, "--fork-session", "--modes", "--config-options"]
+    c = Cli(project_dir, ["--agent", shlex.join(argv)])
+    try:
+        c.run("sessions", "new")
+        c.run("set-mode", "plan")
+        c.run("set", "fast", "true")
+        c.run("prompt", "hello")
+        c.run("sessions", "fork", "fork1")
+        sent = c.run("sessions", "export", "fork1", fmt="json").stdout
+        assert '"session/set_mode"' in sent
+        assert '"modeId":"plan"' in sent.replace(" ", "")
+        assert '"configId":"fast"' in sent.replace(" ", "")
+    finally:
+        c.run("sessions", "close", "fork1", rc=None)
+        c.close()
