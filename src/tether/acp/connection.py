@@ -134,6 +134,8 @@ class ClientOptions:
     elicitation_hook: ElicitationHook | None = None
     # Called with the params of every elicitation/complete notification.
     on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
+    # Send `$/cancel_request` for each request we abandon, beside `session/cancel`.
+    cancel_requests: bool = True
 
 
 class AgentConnection(TurnMethods, SessionMethods):
@@ -354,9 +356,21 @@ class AgentConnection(TurnMethods, SessionMethods):
         return self._result_of(method, response)
 
     def _abandon(self, request_id: int, reason: str) -> None:
+        """Stop waiting for ``request_id``: ``session/cancel`` for a prompt (once), then
+        ``$/cancel_request`` for any request.
+
+        ``$/cancel_request`` is ACP's protocol-level cancellation of one request; a
+        ``$/`` notification may be ignored by an agent that does not implement it, so we
+        send it to every agent (``ClientOptions.cancel_requests``). Both current adapters
+        honour it for ``session/prompt``, answering ``{"stopReason": "cancelled"}`` within
+        ~30 ms (tests/realagents/NOTES.md), which lets the next turn settle sooner.
+        """
         self._waiters.pop(request_id, None)
         if request_id in self.rpc.pending:
-            self.send_bytes(self.rpc.abandon(request_id, reason=reason))
+            data = self.rpc.abandon(request_id, reason=reason)
+            if self.options.cancel_requests and self._usable():
+                data += self.rpc.send_notification("$/cancel_request", {"requestId": request_id})
+            self.send_bytes(data)
 
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:

@@ -21,10 +21,23 @@ COMMANDS = frozenset(
         "serve",
         "answer",
         "metrics",
+        "logout",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
-    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+    {
+        "new",
+        "ensure",
+        "list",
+        "show",
+        "close",
+        "history",
+        "watch",
+        "read",
+        "export",
+        "prune",
+        "fork",
+    }
 )
 
 # global flag -> number of values it takes
@@ -71,6 +84,23 @@ _COMMAND_FLAGS = {
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
+    # ACP's newer methods (issue 14)
+    "--resume-session": (
+        1,
+        "--resume-session ID",
+        "attach to the agent's existing session ID (see sessions list --agent-sessions)",
+    ),
+    "--agent-sessions": (
+        0,
+        "--agent-sessions",
+        "list the agent's own sessions of this --cwd (session/list; --all: every directory)",
+    ),
+    "--cursor": (1, "--cursor C", "with --agent-sessions: the page after nextCursor C"),
+    "--discard": (
+        0,
+        "--discard",
+        "the agent also deletes the conversation (session/delete, where offered)",
+    ),
 }
 _SAME = {
     "--session": "-s",
@@ -111,16 +141,29 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
-    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
-    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions new": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "create a fresh session (closes one of that name)",
+        (*_S, "--resume-session"),
+    ),
+    "sessions ensure": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "reuse the session, or create it; start its owner",
+        (*_S, "--resume-session"),
+    ),
+    "sessions fork": (
+        "[-s NAME] NEW_NAME",
+        "a new warm session continuing NAME's conversation (session/fork)",
+        _S,
+    ),
     "sessions list": (
-        "[--all] [--tree]",
-        "list the sessions you may see",
-        ("--all", "--tree"),
+        "[--all] [--tree] [--agent-sessions [--cursor C]]",
+        "list the sessions you may see (--agent-sessions: the agent's own)",
+        ("--all", "--tree", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -149,10 +192,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed"),
     ),
     "sessions close": (
-        "[-s NAME | NAME]",
+        "[-s NAME | NAME] [--discard]",
         "end the session and prove its process tree gone",
-        _S,
+        (*_S, "--discard"),
     ),
+    "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (
         "[--dry-run]",
         "reconcile leases: reap verified orphans of this instance",
