@@ -57,6 +57,7 @@ from tether.acp import policy
 from tether.acp._agent_requests import AgentRequests
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
 from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
+from tether.acp.terminals import TerminalHost
 from tether.acp.transport import AgentTransport
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
@@ -134,6 +135,9 @@ class ClientOptions:
     elicitation_hook: ElicitationHook | None = None
     # Called with the params of every elicitation/complete notification.
     on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
+    # Runs terminal/* commands (tether.acp.terminals); None: the capability is not
+    # advertised and terminal/* is -32601.
+    terminal_host: TerminalHost | None = None
 
 
 class AgentConnection(TurnMethods, SessionMethods):

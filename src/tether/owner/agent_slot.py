@@ -121,6 +121,7 @@ class AgentSlot:
             ),
             session_key=self.key,
             mcp_servers=servers_for(session.options, self.key),
+            terminals=s.terminals,
         )
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
         self.live = live
