@@ -23,7 +23,6 @@ advertised, so a client without terminals answers ``-32601``.)
 
 from __future__ import annotations
 
-import shlex
 import time
 
 TYPE_CHECKING = False
@@ -45,6 +44,8 @@ class _Failed(Exception):
 
 def parse(rest: str) -> tuple[dict[str, Any], str]:
     """``(terminal/create params without sessionId, mode)``; ValueError if malformed."""
+    import shlex  # here, not at import: the mock agent's start-up stays lean
+
     words = shlex.split(rest)
     params: dict[str, Any] = {}
     env: list[dict[str, str]] = []
