@@ -108,11 +108,13 @@ def test_close_ends_a_kept_terminal(mock: Cli) -> None:
     """sessions close ends the agent's terminals too, and says survivors: []."""
     rep = report(mock.run("prompt", f"terminal --keep {GRANDCHILD}").stdout)
     pid = grandchild(rep)
+    agent_lease = mock.status()["leaseId"]
     closed = mock.json("sessions", "close")
     assert closed["survivors"] == []
     assert not alive(pid)
     assert marker_carriers(rep["id"]) == []
     assert lease(rep["id"]).state == "closed"
+    assert mock.status()["leaseId"] == agent_lease  # offline status: the agent's run
 
 
 def test_kill_ends_the_tree_and_keeps_the_output(cli: Callable[..., Cli]) -> None:
