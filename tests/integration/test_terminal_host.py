@@ -8,27 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
 
 import pytest
 from tests._proctree import marker_carriers
-from tests.acp_schema import schema_errors
+from tests.unit.test_acp_terminals import call
 
 from tether.acp.connection import AgentConnection, ClientOptions
 from tether.acp.memory import FakeAgent
 from tether.terminals import ProcessTerminals, TerminalSettings
 
 pytestmark = pytest.mark.integration
-
-Frame = dict[str, Any]
-
-
-async def call(agent: FakeAgent, method: str, **params: Any) -> Frame:
-    rid = agent.request(method, {"sessionId": agent.session_id, **params})
-    answer = await agent.answer_to(rid)
-    if "result" in answer:
-        assert schema_errors(answer, "client", answered_method=method) == [], answer
-    return answer
 
 
 def test_the_run_ending_ends_every_terminal_and_refuses_new_ones(project_dir: Path) -> None:

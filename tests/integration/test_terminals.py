@@ -126,6 +126,15 @@ def test_kill_ends_the_tree_and_keeps_the_output(cli: Callable[..., Cli]) -> Non
     assert marker_carriers(rep["id"]) == []
 
 
+def test_exec_ends_a_kept_terminal(cli: Callable[..., Cli]) -> None:
+    """tether exec tears its agent run down with the terminals the agent left running."""
+    c = cli()
+    rep = report(c.run("exec", f"terminal --keep {GRANDCHILD}").stdout)
+    assert not alive(grandchild(rep))
+    assert marker_carriers(rep["id"]) == []
+    assert lease(rep["id"]).state == "closed"
+
+
 # --- what a terminal runs and shows ------------------------------------------------------
 
 
