@@ -18,35 +18,25 @@ from pathlib import Path
 import pytest
 
 from tests.realagents.fake_anthropic import FakeAnthropic
-from tests.realagents.test_exec_real import (
-    TOOL_PROMPT,
-    check_frames,
-    chunks_text,
-    ndjson,
-    run_tether,
-    tether_env,
-)
+from tests.realagents.test_exec_real import chunks_text, exec_tool_prompt
 
 pytestmark = pytest.mark.realagents
 
 
-def test_exec_claude_with_terminals_offered_runs_its_bash_tool_itself(
+@pytest.mark.parametrize("offered", [True, False], ids=["terminals", "no-terminal"])
+def test_exec_claude_runs_its_bash_tool_itself_with_or_without_terminals(
+    offered: bool,
     claude_agent_cmd: list[str],
     claude_agent_env: dict[str, str],
     fake_anthropic: FakeAnthropic,
     project_dir: Path,
 ) -> None:
-    """terminal: true is advertised; claude runs Bash itself (no terminal/create)."""
-    rc, out, err, _ = run_tether(
-        ["--agent", claude_agent_cmd[0], "--approve-all", "--format", "json", "exec", TOOL_PROMPT],
-        tether_env(claude_agent_env),
-        project_dir,
-    )
-    assert rc == 0, err
-    frames = ndjson(out)
-    check_frames(frames)
+    """The capability follows --no-terminal; either way claude runs Bash itself (no
+    terminal/create) and the tool's effect is there."""
+    flags = () if offered else ("--no-terminal",)
+    frames = exec_tool_prompt(claude_agent_cmd, claude_agent_env, project_dir, *flags)
     init = next(f for f in frames if f.get("method") == "initialize")
-    assert init["params"]["clientCapabilities"]["terminal"] is True
+    assert init["params"]["clientCapabilities"]["terminal"] is offered
     assert [f["method"] for f in frames if str(f.get("method", "")).startswith("terminal/")] == []
     assert (project_dir / "out.txt").read_text().strip() == "hi"
     assert "fake-claude: tool result ok" in chunks_text(frames)
