@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from tether.acp.transport import ExitStatus
 from tether.errors import AgentRequestError, NotAdvertised, TetherError
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
+from tether.terminals import ProcessTerminals, TerminalSettings
 
 # After closing stdin, how long an agent gets to exit by itself before the keeper's
 # SIGTERM (acpx: 100 ms). Most agents exit on EOF within 30 ms.
@@ -40,6 +42,8 @@ class AgentConfig:
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
     backend_id: str | None = None  # the agent's registry name or command label (run records)
+    # Terminals for the agent (terminal/*), each a supervised run; None: not offered.
+    terminals: TerminalSettings | None = None
 
 
 class ProcessTransport:
@@ -81,10 +85,17 @@ class ProcessTransport:
 class LiveAgent:
     """A running agent with one ACP session. Create with :meth:`start`."""
 
-    def __init__(self, cfg: AgentConfig, proc: AgentProcess, conn: AgentConnection) -> None:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        proc: AgentProcess,
+        conn: AgentConnection,
+        terminals: ProcessTerminals | None = None,
+    ) -> None:
         self.cfg = cfg
         self.proc = proc
         self.conn = conn
+        self.terminals = terminals
         self.session_id: str = ""
         self.session_result: dict[str, Any] = {}
         self.resumed = False
@@ -135,8 +146,18 @@ class LiveAgent:
             ),
             registry,
         )
-        conn = AgentConnection(ProcessTransport(proc), cfg.cwd, cfg.client)
-        live = cls(cfg, proc, conn)
+        terminals = (
+            ProcessTerminals(registry, cfg.session_key, cfg.env, cfg.terminals)
+            if cfg.terminals is not None
+            else None
+        )
+        client = (
+            cfg.client
+            if terminals is None
+            else dataclasses.replace(cfg.client, terminal_host=terminals)
+        )
+        conn = AgentConnection(ProcessTransport(proc), cfg.cwd, client)
+        live = cls(cfg, proc, conn, terminals)
         if out_of_turn is not None:
             conn.set_fallback_listener(out_of_turn)
         try:
@@ -216,9 +237,10 @@ class LiveAgent:
         discard: bool = False,
     ) -> ExtinctionReport:
         """Tear down: ``session/close`` if asked and advertised, ``session/delete`` if
-        ``discard`` and advertised, stdin EOF, then the tree.
+        ``discard`` and advertised, stdin EOF, the agent's terminals (each ended with
+        proof), then the agent's tree.
 
-        Cancellation: the process-tree teardown is shielded and always completes.
+        Cancellation: the process-tree teardowns are shielded and always complete.
         """
         self.proc.note_stop(reason)
         if close_session and self.session_id and not self.conn.is_broken:
@@ -227,6 +249,8 @@ class LiveAgent:
         if discard and self.session_id and not self.conn.is_broken:
             self.discarded = await discard_session(self.conn, self.session_id)
         await self.conn.aclose()
+        if self.terminals is not None:
+            await self.terminals.aclose()
         if self.proc.exited is not None and not self.proc.exited.done():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(STDIN_EOF_GRACE_S):

@@ -326,7 +326,8 @@ def offline_status(key: str) -> dict[str, Any]:
                 "leaseState": None,
                 "sessionKey": key,
             }
-        leases = registry.leases(session_key=key)
+        # The agent's runs: an agent's terminals (tether.terminals) have leases of their own.
+        leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None
         last_end = session.last_end or {}
         dead = session.state != "closed" and last_end.get("reason") == "error"

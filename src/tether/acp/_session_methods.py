@@ -64,7 +64,7 @@ class SessionMethods:
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
                 "fs": {"readTextFile": fs, "writeTextFile": fs},
-                "terminal": False,
+                "terminal": self.options.terminal_host is not None,
                 # Elicitations (form and URL) are relayed to whoever can answer them.
                 **(
                     {"elicitation": {"form": {}, "url": {}}}

@@ -57,6 +57,7 @@ from tether.acp import policy
 from tether.acp._agent_requests import AgentRequests
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
 from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
+from tether.acp.terminals import TerminalHost
 from tether.acp.transport import AgentTransport
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
@@ -136,6 +137,9 @@ class ClientOptions:
     on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
     # Send `$/cancel_request` for each request we abandon, beside `session/cancel`.
     cancel_requests: bool = True
+    # Runs terminal/* commands (tether.acp.terminals); None: the capability is not
+    # advertised and terminal/* is -32601.
+    terminal_host: TerminalHost | None = None
 
 
 class AgentConnection(TurnMethods, SessionMethods):

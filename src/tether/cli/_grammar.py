@@ -55,6 +55,7 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
 }

@@ -61,6 +61,7 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --no-terminal                        do not offer terminals (terminal/*) to the agent
   --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
   --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr

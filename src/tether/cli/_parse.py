@@ -50,6 +50,7 @@ class Invocation:
         self.verbose = False
         self.json_strict = False
         self.no_fs = False
+        self.no_terminal = False  # --no-terminal: no terminal/* for the agent
         self.session: str | None = None
         self.no_wait = False
         self.file: str | None = None
@@ -119,6 +120,8 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
+    elif flag == "--no-terminal":
+        inv.no_terminal = True
     elif flag == "--mcp-bridge":
         inv.mcp_bridge = True
     elif flag == "--mcp-config":

@@ -77,8 +77,19 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "rate_limit_hold": cfg.get("rateLimitHold"),
         "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
+        **terminal_options(ctx),
         "permission_policy": _policy(ctx),
         **_mcp_options(ctx),
+    }
+
+
+def terminal_options(ctx: Any) -> dict[str, Any]:
+    """Agents' terminals: ``--no-terminal`` and the ``terminal*`` config keys."""
+    cfg = ctx.config
+    return {
+        "terminal": not ctx.inv.no_terminal and cfg.get("terminal") is not False,
+        "terminal_output_limit": cfg.get("terminalOutputLimit"),
+        "terminal_pty": cfg.get("terminalPty") is True,
     }
 
 

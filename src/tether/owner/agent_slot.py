@@ -170,6 +170,7 @@ class AgentSlot:
             session_key=self.key,
             backend_id=session.agent_label,
             mcp_servers=servers_for(session.options, self.key),
+            terminals=s.terminals,
         )
 
     async def discard_offline(self) -> None:

@@ -120,6 +120,10 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     ``initialize``, ``notifications/initialized`` and ``tools/call`` TOOL with the JSON
     object arguments (default ``{}``), close its stdin and wait for it to exit; one chunk
     with the ``tools/call`` response as JSON, or ``mcp-call failed: <why>``.
+``terminal [--limit N] [--cwd DIR] [--env NAME=VALUE]... [--kill|--release|--keep] CMD...``
+    Drive the client's ``terminal/*`` methods (create, output, wait_for_exit, kill,
+    release) and report in one chunk ``terminal id=<id> exit=<code> signal=<sig>
+    truncated=<bool>`` plus the output; see :mod:`tether.testing.mock_terminal`.
 
 Extra words after a verb that takes no arguments are ignored.
 
@@ -195,7 +199,7 @@ import sys
 import time
 from select import select
 
-from tether.testing import mock_delegation
+from tether.testing import mock_delegation, mock_terminal
 
 # mypy treats a name called TYPE_CHECKING as true; at run time this avoids importing
 # typing and collections.abc, which would cost a few milliseconds of start-up.
@@ -274,9 +278,10 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "exit": ("[CODE]", 0, 1),
     "run": ("CMD...", 0, 0),
     "mcp-call": ("SERVER TOOL [JSON]", 0, 0),
+    "terminal": ("[--kill|--release|--keep] CMD...", 0, 0),
 }
 # Verbs whose first free-text word is required.
-NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit"})
+NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit", "terminal"})
 
 USAGE = """\
 usage: tether-mock-agent [--ignore-sigterm] [--hang-on-initialize] [--hang-on-new-session]
@@ -852,6 +857,12 @@ class MockAgent:
             self.chunk(session, content if isinstance(content, str) else f"fs bad result {result}")
         return None
 
+    def v_terminal(self, turn: _Turn, rest: str) -> Step:
+        yield from mock_terminal.run(
+            self, turn.session, rest, _Await, lambda s: _Sleep(time.monotonic() + s, True)
+        )
+        return None
+
     def v_write(self, turn: _Turn, rest: str) -> Step:
         session = turn.session
         path, _, content = rest.partition(" ")
@@ -1313,6 +1324,7 @@ _STEP_VERBS: dict[str, Callable[[MockAgent, _Turn, str], Step]] = {
     "elicit": MockAgent.v_elicit,
     "read": MockAgent.v_read,
     "write": MockAgent.v_write,
+    "terminal": MockAgent.v_terminal,
 }
 _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | None]] = {
     "echo": MockAgent.v_echo,
