@@ -246,6 +246,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _session_cmds
 
         return _session_cmds.sessions_cmd(ctx)
+    if command == "acp":
+        from tether.acp_door.stdio import run_stdio
+
+        return run_stdio(ctx)
     if command == "reap":
         from tether.cli._reap import run_reap
 

@@ -18,10 +18,23 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "acp",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
-    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+    {
+        "new",
+        "ensure",
+        "list",
+        "show",
+        "close",
+        "terminate",
+        "history",
+        "watch",
+        "read",
+        "export",
+        "prune",
+    }
 )
 
 # global flag -> number of values it takes
@@ -59,6 +72,11 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--close-on-exit": (
+        0,
+        "--close-on-exit",
+        "close the sessions this client used when it disconnects (default: keep them warm)",
+    ),
 }
 _SAME = {
     "--session": "-s",
@@ -90,7 +108,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
     "sessions": (
-        "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|list|show|history|read|watch|export|prune|close|terminate [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
@@ -127,6 +145,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "[-s NAME | NAME]",
         "end the session and prove its process tree gone",
         _S,
+    ),
+    "sessions terminate": (
+        "[-s NAME | NAME]",
+        "end the session now: no new turn, no waiting on the agent; idempotent",
+        _S,
+    ),
+    "acp": (
+        "[--close-on-exit]",
+        "speak ACP as an agent over stdio: any ACP client gets warm Tether sessions",
+        ("--close-on-exit",),
     ),
     "reap": (
         "[--dry-run]",

@@ -62,6 +62,7 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.close_on_exit = False
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -141,6 +142,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.closed = True
     elif flag == "--repair":
         inv.repair = True
+    elif flag == "--close-on-exit":
+        inv.close_on_exit = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
@@ -254,7 +257,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         elif rest:
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|history|watch|read|export|prune"
+                "new|ensure|list|show|close|terminate|history|watch|read|export|prune"
             )
         else:
             inv.subcommand = "list"
@@ -265,7 +268,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         rest
         and inv.command == "sessions"
         and inv.subcommand
-        in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
+        in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
         and not inv.session
     ):
         inv.session = rest[0]

@@ -48,7 +48,7 @@ DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
 
 KINDS: Final = frozenset(
-    {"prompt", "cancel", "set_mode", "set_config_option", "status", "close", "watch"}
+    {"prompt", "cancel", "set_mode", "set_config_option", "status", "close", "watch", "terminate"}
 )
 # ``lagged`` ends a request whose connection fell behind its bounded output buffer.
 TERMINAL_TYPES: Final = frozenset({"result", "error", "lagged"})
@@ -192,6 +192,11 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
             )
     elif kind == "set_mode":
         _require(payload, "modeId", str, rid)
+    elif kind == "terminate":
+        if payload.get("by") is not None and not isinstance(payload.get("by"), dict):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.by must be an object", rid
+            )
     elif kind == "set_config_option":
         _require(payload, "configId", str, rid)
         if not isinstance(payload.get("value"), str | bool | int | float):

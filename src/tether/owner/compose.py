@@ -34,7 +34,13 @@ from tether.owner.lock import SessionLock
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import end_event, session_end_event, status_snapshot
+from tether.owner.status import (
+    end_event,
+    session_end_event,
+    status_snapshot,
+    terminate_fields,
+    terminate_result,
+)
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
@@ -91,6 +97,9 @@ class Owner:
         self._stop_event = asyncio.Event()  # set once, by request_shutdown
         self._closer: Job | None = None
         self._close_session = False
+        # terminate (seed 004): who asked, and the immediate teardown under way
+        self._terminate_by: dict[str, Any] | None = None
+        self._terminating: asyncio.Task[RunEnd | None] | None = None
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
@@ -273,7 +282,28 @@ class Owner:
             self._close_session = True
             self.request_shutdown("close")
             return
+        if env.kind == "terminate":
+            job.ack()
+            self._terminate(job)
+            return
         self.admission.enqueue(job)
+
+    def _terminate(self, job: Job) -> None:
+        """The operator's immediate end: no new turn, no waiting on the agent.
+
+        Like ``close`` the session ends (recorded once, every caller told), but the tree
+        is ended at once -- the keeper's TERM -> grace -> KILL, not ``session/close`` and
+        a cancel grace -- while the queue is drained and the running turn superseded.
+        """
+        by: dict[str, Any] = dict(job.outbox.peer)
+        asked = job.env.payload.get("by")
+        if isinstance(asked, dict):
+            by.update({str(k): v for k, v in list(asked.items())[:8]})
+        self._closer = job
+        self._close_session = True
+        self._terminate_by = by
+        self.request_shutdown("terminate")
+        self._terminating = asyncio.get_running_loop().create_task(self.slot.terminate())
 
     def status_snapshot(self) -> dict[str, Any]:
         return status_snapshot(self)
@@ -366,7 +396,7 @@ class Owner:
         self._stop_event.set()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
-        held = self.admission.stop(closing=reason == "close")
+        held = self.admission.stop(closing=reason in ("close", "terminate"))
         if held is not None:
             self._held.append(held)
 
@@ -386,7 +416,10 @@ class Owner:
         reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
         if self.stop_reason in ("idle-ttl", "max-lifetime"):
             reason = TerminationReason.CLOSE
-        end = await self.slot.end_current(reason=reason, close_session=closing)
+        if self._terminating is not None:
+            end = await self._terminating  # started at once by the terminate request
+        else:
+            end = await self.slot.end_current(reason=reason, close_session=closing)
         fields: dict[str, Any] = {
             "owner_status": "stopped",
             "owner_pid": None,
@@ -411,13 +444,19 @@ class Owner:
         """The session ended (close): record it once, tell every caller, then answer."""
         report = end.report if end is not None else None
         event = session_end_event(report, generation=self.generation)
-        if self._closer is not None and self._closer.outbox.peer:
+        terminated = self._terminate_by is not None
+        if terminated:
+            event.update(terminate_fields(report, self._terminate_by or {}))
+        elif self._closer is not None and self._closer.outbox.peer:
             event["closedBy"] = self._closer.outbox.peer
         self.record("session_ended", event)
         self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
+        how = "terminated" if terminated else "closed"
         for job in superseded:
-            job.finish_superseded(SessionClosed("the session was closed while this request ran"))
-        if self._closer is not None:
+            job.finish_superseded(SessionClosed(f"the session was {how} while this request ran"))
+        if self._closer is not None and terminated:
+            self._closer.finish(terminate_result(self.key, event, report))
+        elif self._closer is not None:
             self._closer.finish(
                 {
                     "action": "session_closed",

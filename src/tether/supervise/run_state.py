@@ -72,6 +72,7 @@ class TerminationReason(enum.StrEnum):
     EXIT = "exit"
     OWNER_LOST = "owner-lost"
     CLOSE = "close"
+    TERMINATE = "terminate"  # the operator's immediate end (tether acp, sessions terminate)
 
 
 _S = RunState
