@@ -232,6 +232,9 @@ def test_terminate_during_a_tool_tree_leaves_no_process(peer: Callable[..., AcpP
     assert answer["error"]["code"] == -32002  # the session is gone under the turn
     for pid, start in starttimes.items():
         assert _starttime(pid) != start, f"pid {pid} survived the terminate"
+    sent = [e["frame"].get("method") for e in _journal_kinds(sid, "acp") if e["direction"] == "out"]  # type: ignore[union-attr]
+    assert "session/cancel" not in sent  # the operator's end does not ask the agent
+    assert "session/close" not in sent
     other.disconnect()
     p.disconnect()
 

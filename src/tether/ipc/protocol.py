@@ -21,6 +21,10 @@ and the owner answers, for *every* request, in this order::
     {"type":"result","requestId":R,"result":{...}}           \\ exactly one terminal frame,
     {"type":"error","requestId":R,"error":{...}}             /  also on shutdown and deadline
 
+Kinds: ``prompt``, ``set_mode``, ``set_config_option`` (queued), ``cancel``, ``status``,
+``watch``, ``close`` and ``terminate`` (``{"by": {...}}`` optional: who asks, recorded
+with the peer's credentials in the session's ``session_ended``).
+
 An error carries ``{code, detailCode, origin, retryable, message, type, fields, acp?}``
 (:meth:`tether.errors.TetherError.to_wire`), so the caller re-raises the owner's class.
 

@@ -396,7 +396,9 @@ class Owner:
         self._stop_event.set()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
-        held = self.admission.stop(closing=reason in ("close", "terminate"))
+        held = self.admission.stop(
+            closing=reason in ("close", "terminate"), ask_agent=reason != "terminate"
+        )
         if held is not None:
             self._held.append(held)
 
