@@ -7,6 +7,8 @@ owner, keeper or agent outlives it (the suite's leak check proves it).
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -294,3 +296,42 @@ def test_bad_input_gets_a_json_rpc_error_and_the_door_goes_on(
     assert relative["error"]["code"] == -32602
     p.new_session()
     p.disconnect()
+
+
+def test_a_client_leaving_mid_turn_cancels_its_turn_and_keeps_the_session(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """EOF during a turn: the turn ends cancelled in its owner; the session stays warm
+    and answers the next client."""
+    p = peer()
+    p.initialize()
+    sid = p.new_session()
+    p.start(
+        "session/prompt",
+        {"sessionId": sid, "prompt": [{"type": "text", "text": "echo started ; sleep 60000"}]},
+    )
+    p.until_text("^started$")
+    p.disconnect()
+    deadline = time.monotonic() + 30.0
+    while not (ended := _journal_kinds(sid, "turn_ended")):  # the owner notices, then records
+        assert time.monotonic() < deadline, "the turn never ended"
+        time.sleep(0.05)
+    assert [e.get("stopReason") for e in ended] == ["cancelled"]
+    assert operations.status(sid)["status"] == "idle"
+    q = peer()
+    q.initialize()
+    q.request("session/resume", {"sessionId": sid, "cwd": str(q.cwd)})
+    _, notes = q.prompt(sid, "echo still here")
+    assert texts(notes) == ["still here"]
+    q.disconnect()
+
+
+def test_sigterm_ends_the_door_and_keeps_its_sessions(peer: Callable[..., AcpPeer]) -> None:
+    """SIGTERM to `tether acp`: it exits 0 at once; its sessions stay open and warm."""
+    p = peer()
+    p.initialize()
+    sid = p.new_session()
+    p.prompt(sid, "echo warm")
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.proc.wait(timeout=30) == 0
+    assert operations.status(sid)["status"] == "idle"

@@ -29,6 +29,8 @@ commands:
   sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
   sessions list|show|history [NAME]    inspect sessions
   sessions close [NAME]                end the session and prove its process tree gone
+  sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
+  acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   config                               print the merged configuration
