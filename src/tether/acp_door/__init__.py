@@ -6,6 +6,7 @@ module                    job                                                   
 ``translate``             Tether's records as ACP frames; errors as JSON-RPC     no
 ``door``                  :class:`AcpDoor`: the ACP methods on the operations    yes
 ``attach``                one attached session: its journal followed live        yes
+``turns``                 a prompt turn relayed through the owner; controls      yes
 ``stdio``                 ``tether acp``: the door over stdin/stdout             yes
 ========================  =====================================================  =====
 

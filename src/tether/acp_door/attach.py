@@ -26,10 +26,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tether.journal.entry import parse_line
+from tether.errors import NoSession
+from tether.journal.entry import entry_line, parse_line
 from tether.journal.follow import Follower, follow_session, is_session_end
 
-__all__ = ["Attachment"]
+__all__ = ["Attachment", "last_seq_of_open", "read_entries"]
 
 logger = logging.getLogger("tether.acp_door")
 JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuck read
@@ -90,3 +91,29 @@ class Attachment:
         thread, self._thread = self._thread, None
         if thread is not None:
             await asyncio.to_thread(thread.join, JOIN_S)
+
+
+def last_seq_of_open(key: str) -> int:
+    """The journal's last seq of the open session ``key`` (blocking).
+
+    Raises:
+        NoSession: no such session, or it was closed.
+    """
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None or session.state == "closed":
+            raise NoSession("no open session with this id", session_key=key)
+        return store.last_seq(registry._db, key)
+
+
+def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
+    """One chunk of stored entries ``cursor <= seq <= upto``, parsed (blocking)."""
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
+    return [(row[0], parse_line(entry_line(*row))) for row in rows]

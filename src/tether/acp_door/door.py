@@ -46,12 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import operations, sessions
-from tether.acp_door import translate
-from tether.acp_door.attach import Attachment
-from tether.client import _Connection
-from tether.errors import NoSession, OwnerLost, UsageError, error_from_wire
-from tether.ipc import protocol
-from tether.ipc.client import new_request_id
+from tether.acp_door import translate, turns
+from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
+from tether.errors import NoSession, UsageError
 from tether.jsonrpc import (
     EOF,
     METHOD_NOT_FOUND,
@@ -299,13 +296,13 @@ class AcpDoor:
         key = params.get("sessionId")
         if not isinstance(key, str) or not key:
             raise UsageError("sessionId is required")
-        return key, await asyncio.to_thread(_last_seq_of_open, key)
+        return key, await asyncio.to_thread(last_seq_of_open, key)
 
     async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
         key, last = await self._open_session(params)
         cursor = 1
         while cursor <= last:
-            rows = await asyncio.to_thread(_read_entries, key, cursor, last)
+            rows = await asyncio.to_thread(read_entries, key, cursor, last)
             if not rows:
                 break
             for seq, entry in rows:
@@ -360,27 +357,12 @@ class AcpDoor:
             },
         }
 
-    async def _connect(self, key: str) -> _Connection:
-        conn = await asyncio.to_thread(operations.connect_or_start, key)
-        try:
-            return await _Connection.adopt(conn)
-        except BaseException:
-            conn.close()
-            raise
-
-    async def _control(self, key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        conn = await self._connect(key)
-        try:
-            return await conn.request(kind, payload)
-        finally:
-            await asyncio.shield(conn.aclose())
-
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
         att = self._session_of(params)
         mode = params.get("modeId")
         if not isinstance(mode, str):
             raise UsageError("modeId is required")
-        await self._control(att.key, "set_mode", {"modeId": mode})
+        await turns.control(att.key, "set_mode", {"modeId": mode})
         return {}
 
     async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -388,7 +370,7 @@ class AcpDoor:
         config_id, value = params.get("configId"), params.get("value")
         if not isinstance(config_id, str) or not isinstance(value, str | bool):
             raise UsageError("configId and value are required")
-        result = await self._control(
+        result = await turns.control(
             att.key, "set_config_option", {"configId": config_id, "value": value}
         )
         options = result.get("configOptions")
@@ -399,59 +381,4 @@ class AcpDoor:
         blocks = params.get("prompt")
         if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
             raise UsageError("prompt must be a non-empty list of content blocks")
-        conn = await self._connect(att.key)
-        rid = new_request_id()
-        att.own_requests.add(rid)  # before sending: its journal entries must be known ours
-        att.running.append(rid)
-        payload = {"prompt": blocks, "wait": True, "client": "acp"}
-        generation = conn.hello.get("generation")
-        try:
-            conn.writer.write(
-                protocol.request_frame(
-                    rid,
-                    "prompt",
-                    payload,
-                    owner_generation=generation if isinstance(generation, int) else None,
-                )
-            )
-            await conn.writer.drain()
-            async for frame in conn.frames(rid):
-                kind = frame.get("type")
-                if kind == "update" and frame.get("direction") == "in":
-                    acp = frame.get("frame")
-                    relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
-                    if relayed:
-                        self.notify("session/update", relayed)
-                elif kind == "result":
-                    result = frame.get("result") or {}
-                    return {
-                        "stopReason": str(result.get("stopReason") or "end_turn"),
-                        "_meta": {"tether": {"requestId": rid}},
-                    }
-                elif kind == "error":
-                    raise error_from_wire(frame.get("error") or {})
-            raise OwnerLost("the owner ended the turn without an answer")
-        finally:
-            att.running.remove(rid)
-            await asyncio.shield(conn.aclose())
-
-
-def _last_seq_of_open(key: str) -> int:
-    from tether.journal import store
-    from tether.registry import Registry
-
-    with Registry() as registry:
-        session = registry.session(key)
-        if session is None or session.state == "closed":
-            raise NoSession("no open session with this id", session_key=key)
-        return store.last_seq(registry._db, key)
-
-
-def _read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
-    from tether.journal import store
-    from tether.journal.entry import entry_line, parse_line
-    from tether.registry import Registry
-
-    with Registry() as registry:
-        rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
-    return [(row[0], parse_line(entry_line(*row))) for row in rows]
+        return await turns.run_prompt(att, blocks, self.notify)
