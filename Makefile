@@ -23,8 +23,7 @@ $(STAMP): $(VENV)/bin/python pyproject.toml
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed
-	@echo '$$ tether mock exec "stream 5 hello from the mock agent"' >&2
-	$(VENV)/bin/tether mock exec "stream 5 hello from the mock agent"
+	@TETHER=$(VENV)/bin/tether scripts/demo.sh
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench

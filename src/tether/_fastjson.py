@@ -70,6 +70,17 @@ if _json is not None:
             raise ValueError(f"invalid JSON at offset {exc.value}") from None
         except RecursionError:
             raise ValueError("JSON nested too deeply") from None
+        except SystemError:
+            # The C scanner reports most syntax errors by raising json.decoder's
+            # JSONDecodeError, which it looks up in sys.modules without importing it:
+            # before anything imported `json`, it returns NULL with no exception set.
+            # Bad input is rare, so only then do we pay for the import, and scan again.
+            import json.decoder  # noqa: F401 -- imported for the C scanner's sake
+
+            try:
+                value, stop = _scan(text, start)
+            except StopIteration as exc:
+                raise ValueError(f"invalid JSON at offset {exc.value}") from None
         while stop < end and text[stop] in _WS:
             stop += 1
         if stop != end:

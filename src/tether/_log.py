@@ -2,7 +2,13 @@
 
 Every supervision decision (spawn, output heartbeat, cancel, exit, cleanup, reconcile)
 is logged as one event with its fields, through the stdlib ``logging`` module so that
-library users can route it like any other log. ``event()`` is the only call sites use.
+library users can route it like any other log. Call sites use ``event()``, or a
+:class:`Bound` logger that carries its context into every line (structlog's
+``bind``): the seeds name the fields each kind of line must carry --
+
+* supervision lines (seed 003): ``runId`` (the lease id) and ``reason``;
+* owner lines (seed 001): ``sessionId``, ``requestId`` where there is one,
+  ``ownerPid`` and ``ownerGeneration`` -- :func:`owner_context` binds them.
 """
 
 from __future__ import annotations
@@ -14,12 +20,70 @@ import time
 from typing import Any, TextIO
 
 logger = logging.getLogger("tether")
+# A library's logs are its user's to route: without a handler of theirs (or
+# configure()), warnings must not fall through to logging's last-resort stderr
+# printer and land, bare, in a CLI user's terminal.
+logger.addHandler(logging.NullHandler())
+
+
+#: Context every line of this process carries (an owner binds its session, pid and
+#: generation once it knows them: one session per owner process).
+_process_context: dict[str, Any] = {}
+
+
+def bind_process(**fields: Any) -> None:
+    """Add ``fields`` to every later line of this process (``None`` removes a field)."""
+    for key, value in fields.items():
+        if value is None:
+            _process_context.pop(key, None)
+        else:
+            _process_context[key] = value
 
 
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured event; fields are JSON-serialised by the formatter."""
     if logger.isEnabledFor(level):
-        logger.log(level, name, extra={"tether_fields": fields})
+        logger.log(level, name, extra={"tether_fields": {**_process_context, **fields}})
+
+
+class Bound:
+    """A logger with context: every :meth:`event` carries the bound fields too.
+
+    Fields given to :meth:`event` win over bound ones of the same name. Binding is
+    cheap (a dict copy) and immutable: :meth:`bind` returns a new logger.
+    """
+
+    __slots__ = ("fields",)
+
+    def __init__(self, **fields: Any) -> None:
+        self.fields = fields
+
+    def bind(self, **fields: Any) -> Bound:
+        """A new logger with ``fields`` added to this one's context."""
+        return Bound(**{**self.fields, **fields})
+
+    def event(self, name: str, level: int = logging.INFO, **fields: Any) -> None:
+        """Log one structured event with the bound context and ``fields``."""
+        if logger.isEnabledFor(level):
+            merged = {**_process_context, **self.fields, **fields}
+            logger.log(level, name, extra={"tether_fields": merged})
+
+
+def bind(**fields: Any) -> Bound:
+    """A :class:`Bound` logger carrying ``fields`` into every line."""
+    return Bound(**fields)
+
+
+def owner_context(
+    *, session_id: str, owner_pid: int, owner_generation: int, request_id: str | None = None
+) -> Bound:
+    """The seed-001 context of an owner's lines: bind once, ``.bind(requestId=...)`` per request."""
+    return Bound(
+        sessionId=session_id,
+        requestId=request_id,
+        ownerPid=owner_pid,
+        ownerGeneration=owner_generation,
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -33,8 +97,8 @@ class JsonFormatter(logging.Formatter):
             "event": record.getMessage(),
         }
         fields = getattr(record, "tether_fields", None)
-        if isinstance(fields, dict):
-            data.update(fields)
+        # Lines logged without event() (logger.exception) still carry the context.
+        data.update(fields if isinstance(fields, dict) else _process_context)
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str, separators=(",", ":"))

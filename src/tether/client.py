@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -154,8 +155,8 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(agent={self.agent!r}, cwd={self.cwd!r}, name={self.name!r})"
 
-    async def _connect(self) -> _Connection:
-        return await self._client._connect_or_start(self.key)
+    async def _connect(self, deadline: float | None = None) -> _Connection:
+        return await self._client._connect_or_start(self.key, deadline)
 
     async def _op(self, fn: Callable[..., R], *args: Any) -> R:
         return await self._client._op(fn, *args)
@@ -170,8 +171,10 @@ class Session:
 
         Args:
             text: the prompt text, or a list of ACP content blocks.
-            timeout: give up after this many seconds (the turn is cancelled, and
-                :class:`tether.errors.PromptTimeout` is raised); None for no limit.
+            timeout: give up after this many seconds, counting from the call --
+                reaching or starting the owner, the agent's start, queueing and the turn
+                (the turn is cancelled, and :class:`tether.errors.PromptTimeout` or
+                :class:`tether.errors.CallTimeout` is raised); None for no limit.
 
         Raises:
             TetherError subclasses: PromptTimeout, AgentExited, QueueOverloaded,
@@ -182,8 +185,12 @@ class Session:
         nothing killed, the session stays warm -- before the cancellation propagates.
         """
         blocks = [{"type": "text", "text": text}] if isinstance(text, str) else list(text)
-        deadline_ms = int(timeout * 1000) if timeout is not None else None
-        conn = await self._connect()
+        # The timeout bounds the whole call: reaching (or starting) the owner counts too.
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        conn = await self._connect(deadline)
+        deadline_ms = (
+            None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
+        )
         rid = ""
         finished = False
         try:
@@ -416,9 +423,9 @@ class Client:
         """Run one blocking operation (:mod:`tether.operations`) in a thread, in our home."""
         return await asyncio.to_thread(self._with_home, fn, *args, **kwargs)
 
-    async def _connect_or_start(self, key: str) -> _Connection:
+    async def _connect_or_start(self, key: str, deadline: float | None = None) -> _Connection:
         """:func:`tether.operations.connect_or_start`, then the socket into asyncio."""
-        conn = await self._op(operations.connect_or_start, key, env=self.env)
+        conn = await self._op(operations.connect_or_start, key, env=self.env, deadline=deadline)
         try:
             return await _Connection.adopt(conn)
         except BaseException:

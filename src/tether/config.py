@@ -166,6 +166,37 @@ def _agent(value: Any) -> Any:
 
 _PERMISSIONS = ("approve-all", "approve-reads", "deny-all")
 
+
+def _patterns(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(p, str) for p in value):
+        raise ValueError('a list of agent id patterns, e.g. ["claude", "co*"]')
+    return tuple(value)
+
+
+def _mcp_servers(value: Any) -> tuple[dict[str, Any], ...]:
+    """ACP ``McpServer`` objects: ``{name, command, args, env}`` or ``{type, name, url}``."""
+    allowed = "a list of tables, each with a name and a command (stdio) or a url (http, sse)"
+    if not isinstance(value, list):
+        raise ValueError(allowed)
+    for server in value:
+        if not isinstance(server, dict) or not isinstance(server.get("name"), str):
+            raise ValueError(allowed)
+        if not isinstance(server.get("command"), str) and not isinstance(server.get("url"), str):
+            raise ValueError(allowed)
+    return tuple(dict(s) for s in value)
+
+
+_SESSIONS = {
+    "visibility": choice(
+        "tree", ("self", "tree", "agent", "all"), "which sessions a session may see and drive"
+    ),
+    "closeChildren": flag(True, "closing a session first closes the sessions it spawned"),
+}
+_AGENT_TO_AGENT = {
+    "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),
+    "allow": Key((), "agent ids allowed", "a list of agent id patterns", _patterns),
+}
+
 # The schema: one line per key. camelCase names are acpx's; snake_case is accepted too.
 SCHEMA: dict[str, Key] = {
     "defaultAgent": text("codex", "the agent of the agent-less forms"),
@@ -182,6 +213,9 @@ SCHEMA: dict[str, Key] = {
     "livenessInterval": seconds(30.0, "a waiting turn checks the agent this often", positive=True),
     "handshakeTimeout": seconds(30.0, "deadline of each handshake step", positive=True),
     "promptMaxBytes": integer(64 * 1024 * 1024, "the largest prompt (request frame), bytes"),
+    "ownerUnresponsiveAfter": seconds(
+        30.0, "heartbeat silence after which a caller replaces the owner", positive=True
+    ),
     "journalMaxEntries": integer(
         200_000, "journal entries kept per session; 0 = no bound", minimum=0
     ),
@@ -192,6 +226,11 @@ SCHEMA: dict[str, Key] = {
     "journalFrames": flag(True, "journal every ACP frame (false: control records only)"),
     "agents": table("a named agent", values=Key(None, "", "", _agent)),
     "auth": table("a credential by ACP auth method id", values=Key(None, "", "", _string)),
+    # Session ownership and delegation (tether.access, tether.mcp; issue 10).
+    "sessions": table("session ownership and visibility", keys=_SESSIONS),
+    "agentToAgent": table("cross-agent access (agent-to-agent policy)", keys=_AGENT_TO_AGENT),
+    "mcpBridge": flag(False, "hand every agent `tether mcp` (session delegation) in session/new"),
+    "mcpServers": Key((), "MCP servers for every agent", "a list of MCP servers", _mcp_servers),
 }
 
 _EXTRA_ALIASES = {"owner_idle_ttl": "ttl"}

@@ -17,7 +17,8 @@
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
     │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
-    │   └── StopTimeout                 a graceful stop did not finish in time
+    │   ├── StopTimeout                 a graceful stop did not finish in time
+    │   └── CallTimeout                 the caller's --timeout passed (``phase`` says where)
     ├── SupervisionError
     │   ├── SpawnError                  the agent (or its keeper) could not be started
     │   ├── ProcessGone                 the process named by a lease no longer exists
@@ -39,6 +40,7 @@
     │   └── StatePermission             the state directory belongs to someone else
     ├── InternalError                   an unexpected failure (a bug): details in a log file
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
+    │   └── VisibilityDenied            the visibility rules forbid this requester that session
     ├── Interrupted                     exit 130 (Ctrl-C)
     └── UsageError                      exit 2   code USAGE
         └── ConfigError                 a config file is malformed or holds a bad value
@@ -64,6 +66,7 @@ __all__ = [
     "AgentExited",
     "AgentRequestError",
     "BrokenResourceError",
+    "CallTimeout",
     "ClosedResourceError",
     "ConfigError",
     "EscalationFailed",
@@ -100,6 +103,7 @@ __all__ = [
     "TetherError",
     "TetherTimeout",
     "UsageError",
+    "VisibilityDenied",
     "WatchLagged",
     "error_from_wire",
 ]
@@ -282,6 +286,12 @@ class StopTimeout(TetherTimeout):
     default_detail_code = "STOP_TIMEOUT"
 
 
+class CallTimeout(TetherTimeout):
+    """The caller's whole-call deadline passed; ``fields["phase"]`` names the phase."""
+
+    default_detail_code = "CALL_TIMEOUT"
+
+
 # --- supervision ----------------------------------------------------------------
 
 
@@ -436,6 +446,13 @@ class PermissionDenied(TetherError):
     code = "PERMISSION_DENIED"
     default_origin = "permission"
     default_detail_code = "PERMISSION_DENIED"
+
+
+class VisibilityDenied(PermissionDenied):
+    """The visibility rules forbid this requester that session (``fields``: rule, session)."""
+
+    default_origin = "visibility"
+    default_detail_code = "VISIBILITY_DENIED"
 
 
 class Interrupted(TetherError):

@@ -102,7 +102,9 @@ class LiveAgent:
         conn = self.conn
         if resume_session_id and (conn.can_resume or conn.can_load):
             try:
-                self.session_result = await conn.load_session(resume_session_id, self.cfg.cwd)
+                self.session_result = await conn.load_session(
+                    resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers
+                )
                 self.session_id = resume_session_id
                 self.resumed = True
                 return

@@ -21,9 +21,16 @@ from __future__ import annotations
 import os
 import time
 
-from tether import sessions
-from tether.errors import NoSession, OwnerShuttingDown, OwnerUnavailable
-from tether.ipc.client import OwnerConnection, connect_with_retry
+from tether import access, sessions
+from tether.errors import (
+    CallTimeout,
+    NoSession,
+    OwnerShuttingDown,
+    OwnerUnavailable,
+    OwnerUnresponsive,
+    TetherError,
+)
+from tether.ipc.client import CONNECT_TIMEOUT_S, OwnerConnection, connect_with_retry
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -44,19 +51,28 @@ __all__ = [
 ]
 
 START_DEADLINE_S = 15.0  # to get a serving owner when none was running
+STATUS_HELLO_S = 1.0  # `status` must answer at once, from the registry if need be
+OWNER_EXIT_WAIT_S = 10.0  # after its close answer, an owner releases its lock and exits
 
 
-def connect(key: str) -> OwnerConnection | None:
+def connect(key: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection | None:
     """A connection to the session's live owner if it accepts work, else None.
 
     An owner that is shutting down (idle TTL, close, signal) says so in its ``hello``;
     we let it go and report None, so the caller starts a new one.
     """
+    return _try_connect(sessions.socket_path(key), timeout)[0]
+
+
+def _try_connect(path: str, timeout: float) -> tuple[OwnerConnection | None, bool]:
+    """(a serving owner's connection or None, whether an owner is there but silent)."""
     try:
-        conn = OwnerConnection.connect(sessions.socket_path(key))
+        conn = OwnerConnection.connect(path, timeout=max(0.05, timeout))
+    except OwnerUnresponsive:
+        return None, True
     except OwnerUnavailable:
-        return None
-    return _serving(conn)
+        return None, False
+    return _serving(conn), False
 
 
 def _serving(conn: OwnerConnection) -> OwnerConnection | None:
@@ -71,51 +87,108 @@ def connect_or_start(
     *,
     env: dict[str, str] | None = None,
     options: dict[str, Any] | None = None,
-    deadline_s: float = START_DEADLINE_S,
+    deadline: float | None = None,
+    action: str = "send",
 ) -> OwnerConnection:
     """A serving owner of session ``key``: the warm path first, else start one.
+
+    An owner that holds the session but has not answered (stopped, hung) and whose
+    heartbeat has been silent for the session's ``unresponsive_after`` is fenced: its
+    identity verified, SIGKILLed through a pidfd (its keeper then ends the agent tree),
+    and replaced by a new owner (generation + 1). A busy owner keeps beating and is
+    never fenced.
 
     Args:
         key: the session key.
         env: extra environment for a newly started owner (and so its agents).
         options: owner settings that a newly started owner must use (later flags such
             as ``--ttl``); merged into the session's stored options before the start.
-        deadline_s: how long to try to get a serving owner when none was running.
+        deadline: the caller's deadline (``time.monotonic()``); every wait -- the hello,
+            the owner's start, a silent owner -- ends by it. None: ``START_DEADLINE_S``
+            for a start.
 
     Raises:
         NoSession: the session does not exist or was closed (the owner refuses).
-        OwnerUnavailable: no owner could be reached or started in time.
+        CallTimeout: ``deadline`` passed (``phase`` says while doing what).
+        OwnerUnresponsive / OwnerUnavailable: no serving owner within START_DEADLINE_S.
+        VisibilityDenied: the requester may not ``action`` (send, set) this session.
     """
-    conn = connect(key)
+    access.authorize(key, action)
+    limit = deadline if deadline is not None else time.monotonic() + START_DEADLINE_S
+    path = sessions.socket_path(key)
+    conn, silent = _try_connect(path, min(CONNECT_TIMEOUT_S, limit - time.monotonic()))
     if conn is not None:
         return conn
-    from tether.owner_launch import spawn_owner_daemon
+    from tether.owner_launch import READY_DEADLINE_S, spawn_owner_daemon
 
     if options:
         _update_options(key, options)
-    path = sessions.socket_path(key)
-    deadline = time.monotonic() + deadline_s
     while True:
-        message = spawn_owner_daemon(key, env=env)
-        if message.get("ready"):
-            return OwnerConnection.connect(str(message.get("socket") or path))
+        if silent and _fence_if_silent(key):
+            silent = False
+        if not silent:
+            remaining = limit - time.monotonic()
+            if remaining <= 0:
+                raise _expired(key, deadline, "starting the session owner", silent=False)
+            try:
+                message = spawn_owner_daemon(
+                    key, env=env, deadline_s=min(READY_DEADLINE_S, remaining)
+                )
+            except OwnerUnavailable:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise _expired(
+                        key, deadline, "starting the session owner", silent=False
+                    ) from None
+                raise
+            if message.get("ready"):
+                return OwnerConnection.connect(
+                    str(message.get("socket") or path),
+                    timeout=max(0.05, min(CONNECT_TIMEOUT_S, limit - time.monotonic())),
+                )
         # Busy: another owner holds the session's lock. Either it is starting (another
-        # caller's: it binds soon) or it is stopping (idle TTL, close, signal: it lets
-        # the lock go soon, and then nobody would start an owner for us). So connect
-        # for a short while, and when that fails or finds it stopping, start ours again.
+        # caller's: it binds soon), stopping (idle TTL, close, signal: it lets the lock
+        # go soon, and then nobody would start an owner for us), or silent. So connect
+        # for a short while; when that fails or finds it stopping, start ours again.
         try:
-            conn = _serving(
-                connect_with_retry(path, deadline=min(deadline, time.monotonic() + 0.5))
-            )
+            conn = _serving(connect_with_retry(path, deadline=min(limit, time.monotonic() + 0.5)))
+            silent = False
+        except OwnerUnresponsive:
+            conn, silent = None, True
         except OwnerUnavailable:
-            conn = None
+            conn, silent = None, False
         if conn is not None:
             return conn
-        if time.monotonic() >= deadline:
-            raise OwnerUnavailable(
-                f"the session owner did not become available within {deadline_s:g} s"
-            )
+        if time.monotonic() >= limit:
+            phase = "waiting for a silent session owner" if silent else "starting the session owner"
+            raise _expired(key, deadline, phase, silent=silent)
         time.sleep(0.05)  # a bounded retry on a rare race, never the warm path
+
+
+def _fence_if_silent(key: str) -> bool:
+    from tether.owner_fence import fence_if_silent  # the cold path: it reads the registry
+
+    return fence_if_silent(key)
+
+
+def _expired(key: str, deadline: float | None, phase: str, *, silent: bool) -> TetherError:
+    """The error for a caller whose wait for a serving owner ran out."""
+    detail = ""
+    if silent:
+        from tether.owner_fence import owner_silence
+
+        info = owner_silence(key)
+        if info is not None:
+            detail = (
+                f"; owner pid {info['ownerPid']} has not beaten for {info['heartbeatAgeS']:g} s"
+                f" (replaced after {info['unresponsiveAfterS']:g} s)"
+            )
+    if deadline is not None:
+        return CallTimeout(f"the call's --timeout passed while {phase}{detail}", phase=phase)
+    if silent:
+        return OwnerUnresponsive(f"the session owner does not answer{detail}", session_key=key)
+    return OwnerUnavailable(
+        f"the session owner did not become available within {START_DEADLINE_S:g} s"
+    )
 
 
 def _update_options(key: str, options: dict[str, Any]) -> None:
@@ -155,11 +228,16 @@ def ensure_session(
     """
     from tether.registry import Registry
 
+    with Registry() as registry:
+        existing = registry.session(key)
+        if existing is not None and existing.state != "closed":
+            # Reusing (ensure) or replacing (new) a session is driving it.
+            access.authorize(key, "close" if fresh else "send", registry=registry)
+        requester = access.current_requester(registry)
     if fresh:
         conn = connect(key)
         if conn is not None:
-            with conn:
-                conn.request("close", {})
+            _close_live(conn)  # its owner gone, the new one starts without a busy race
     with Registry() as registry:
         if fresh:
             _close_offline(registry, key, how="replaced by `sessions new`")
@@ -170,14 +248,29 @@ def ensure_session(
             agent_label=label,
             cwd=cwd,
             options=options,
+            # Recorded only when the row is created: the requester owns what it spawns.
+            owner=access.spawn_owner(requester, label),
         )
     return connect_or_start(key, env=env, options=override), created
 
 
 def status(key: str) -> dict[str, Any]:
-    """The live owner's status snapshot, or the registry's view when no owner answers."""
+    """The live owner's status snapshot, or the registry's view when no owner answers.
+
+    An owner that holds the session but does not say hello within ``STATUS_HELLO_S``
+    (stopped, hung) is reported at once as ``unresponsive``, with its pid and the age of
+    its last heartbeat -- never as a healthy idle session.
+    """
+    access.authorize(key, "status")
     try:
-        conn = OwnerConnection.connect(sessions.socket_path(key))
+        conn = OwnerConnection.connect(sessions.socket_path(key), timeout=STATUS_HELLO_S)
+    except OwnerUnresponsive:
+        from tether.owner_fence import owner_silence
+
+        snapshot = offline_status(key)
+        silence = owner_silence(key) or {}
+        snapshot.update(silence, status="unresponsive")
+        return snapshot
     except OwnerUnavailable:
         return offline_status(key)
     with conn:
@@ -202,6 +295,9 @@ def offline_status(key: str) -> dict[str, Any]:
                 "ownerPid": None,
                 "ownerGeneration": None,
                 "agentPid": None,
+                "keeperPid": None,
+                "currentRequest": None,
+                "currentKind": None,
                 "queueDepth": 0,
                 "leaseState": None,
                 "sessionKey": key,
@@ -216,6 +312,9 @@ def offline_status(key: str) -> dict[str, Any]:
             "ownerPid": None,
             "ownerGeneration": session.owner_generation,
             "agentPid": None,
+            "keeperPid": None,
+            "currentRequest": None,
+            "currentKind": None,
             "queueDepth": 0,
             "leaseState": lease.state if lease else None,
             "leaseId": lease.lease_id if lease else None,
@@ -230,6 +329,7 @@ def offline_status(key: str) -> dict[str, Any]:
 
 def cancel(key: str, target: str | None = None) -> dict[str, Any]:
     """Cancel the running turn, or remove the queued request ``target``."""
+    access.authorize(key, "cancel")
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
@@ -239,21 +339,32 @@ def cancel(key: str, target: str | None = None) -> dict[str, Any]:
 
 
 def close_session(key: str) -> dict[str, Any]:
-    """End the session: through its owner (which proves the tree gone), or offline.
+    """End the session and, first, every session it spawned (:mod:`tether.cascade`).
 
-    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
-    then reap) and mark it closed.
+    Each one ends through its owner (which proves the tree gone), or offline.
 
     Raises:
         NoSession: no such session (offline only; a live owner is its session's proof).
+        VisibilityDenied: the requester may not close this session.
+    """
+    access.authorize(key, "close")
+    from tether.cascade import close_tree
+
+    return close_tree(key, _close_one)
+
+
+def _close_one(key: str) -> dict[str, Any]:
+    """End one session: through its owner, or offline.
+
+    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
+    then reap) and mark it closed.
     """
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
         conn = None
     if conn is not None:
-        with conn:
-            return conn.request("close", {})
+        return _close_live(conn)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -285,23 +396,34 @@ def terminate(
     Returns:
         ``{terminated: True, reason, terminatedBy, alreadyEnded, sessionKey, ...}``.
 
+    Sessions the session spawned are terminated first (as ``close`` does,
+    :mod:`tether.cascade`).
+
     Raises:
         NoSession: no such session.
+        VisibilityDenied: the requester may not terminate this session.
         OwnerUnavailable: an owner held the session and did not let go in time.
     """
+    access.authorize(key, "terminate")
+    from tether.cascade import close_tree
+
+    return close_tree(key, lambda k: _terminate_one(k, by, deadline_s))
+
+
+def _terminate_one(key: str, by: dict[str, Any] | None, deadline_s: float) -> dict[str, Any]:
     deadline = time.monotonic() + deadline_s
     while True:
         try:
             conn: OwnerConnection | None = OwnerConnection.connect(sessions.socket_path(key))
         except OwnerUnavailable:
             conn = None
-        if conn is not None:
-            with conn:
-                if not conn.hello.get("stopping"):
-                    try:
-                        return conn.request("terminate", {"by": by} if by else {})
-                    except OwnerShuttingDown:
-                        pass  # it began stopping meanwhile (a close, the idle TTL)
+        if conn is not None and not conn.hello.get("stopping"):
+            try:
+                return _terminate_live(conn, by)
+            except OwnerShuttingDown:
+                pass  # it began stopping meanwhile (a close, the idle TTL)
+        elif conn is not None:
+            conn.close()
         lock_fd = _try_session_lock(key)
         if lock_fd is not None:
             try:
@@ -313,6 +435,17 @@ def terminate(
                 f"the session's owner did not let go within {deadline_s:g} s", session_key=key
             )
         time.sleep(0.05)  # an owner is stopping: wait for its lock, then look again
+
+
+def _terminate_live(conn: OwnerConnection, by: dict[str, Any] | None) -> dict[str, Any]:
+    """Terminate through the owner on ``conn``; return once that owner process is gone."""
+    from tether.owner_fence import peer_pidfd, wait_exit
+
+    with conn:
+        pidfd = peer_pidfd(conn.sock)
+        result = conn.request("terminate", {"by": by} if by else {})
+    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+    return result
 
 
 def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
@@ -376,6 +509,19 @@ def _ended_report(registry: Any, key: str) -> dict[str, Any]:
     }
 
 
+def _close_live(conn: OwnerConnection) -> dict[str, Any]:
+    """Close through the owner on ``conn``; return once that owner process is gone."""
+    from tether.owner_fence import peer_pidfd, wait_exit
+
+    with conn:
+        pidfd = peer_pidfd(conn.sock)
+        result = conn.request("close", {})
+    # Return only once the owner is gone (its lock released): scripts that look for
+    # leftover processes, or remove TETHER_HOME, right after `close` see none.
+    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+    return result
+
+
 def _close_offline(registry: Any, key: str, *, how: str) -> None:
     """Mark an open session closed and record its one ``session_ended`` (no owner runs).
 
@@ -423,16 +569,19 @@ def _try_session_lock(key: str) -> int | None:
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
-    """Every session of this home (open ones unless ``include_closed``), described."""
+    """The sessions of this home the requester may see (open ones unless ``include_closed``)."""
     from tether.registry import Registry
 
     with Registry() as registry:
-        return [describe(s) for s in registry.sessions(include_closed=include_closed)]
+        rows = access.visible_sessions(registry, registry.sessions(include_closed=include_closed))
+        return [describe(s, registry.instance_id) for s in rows]
 
 
-def describe(session: Any) -> dict[str, Any]:
+def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
     """A registry session as the documented record (``sessions list``/``show``)."""
-    return {
+    from tether.ownership import ownership_json
+
+    record = {
         "key": session.key,
         "name": session.name,
         "state": session.state,
@@ -447,6 +596,8 @@ def describe(session: Any) -> dict[str, Any]:
         "ownerStatus": session.owner_status,
         "lastEnd": session.last_end,
     }
+    record.update(ownership_json(session, instance_id or ""))
+    return record
 
 
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:

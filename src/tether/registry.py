@@ -29,7 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import paths
+from tether._registry_runs import ANY_OWNER, Lease, RunStore
 from tether._state_errors import translate_error
+
+__all__ = ["ANY_OWNER", "Lease", "Registry", "Session"]
 
 _MIGRATIONS: tuple[str, ...] = (
     # v1: the first schema.
@@ -140,39 +143,54 @@ _MIGRATIONS: tuple[str, ...] = (
     INSERT INTO journal_heads (session_key, last_seq)
         SELECT session_key, max(seq) FROM journal GROUP BY session_key
     """,
+    # v3 (ownership, issue 10, seed 000): who owns, spawned and parents each session.
+    # Old rows get their agent id from agent_label and no owner: they are operator-owned.
+    # The instance id is not a column: it is this database's (meta.instance_id).
+    """
+    ALTER TABLE sessions ADD COLUMN agent_id TEXT;
+    ALTER TABLE sessions ADD COLUMN owner_session_key TEXT;
+    ALTER TABLE sessions ADD COLUMN spawned_by TEXT;
+    ALTER TABLE sessions ADD COLUMN parent_session_key TEXT;
+    ALTER TABLE sessions ADD COLUMN sandboxed INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET agent_id = agent_label WHERE agent_id IS NULL;
+    CREATE INDEX sessions_owner ON sessions (owner_session_key);
+    CREATE INDEX sessions_parent ON sessions (parent_session_key);
+    """,
+    # v4 (supervision, issue 16): run records as seed 003 names them, lease expiry and
+    # owner for the steal, the failure reason, and latency histograms for metrics.
+    """
+    ALTER TABLE leases ADD COLUMN run_state TEXT;          -- starting | running | exiting | exited
+    ALTER TABLE leases ADD COLUMN backend_id TEXT;         -- agent registry name or command label
+    ALTER TABLE leases ADD COLUMN owner_instance_id TEXT;  -- the supervisor holding the lease
+    ALTER TABLE leases ADD COLUMN lease_expires_at REAL;   -- renewed by the holder's heartbeat
+    ALTER TABLE leases ADD COLUMN heartbeat_at REAL;
+    ALTER TABLE leases ADD COLUMN stolen_from TEXT;        -- the holder a steal took it from
+    ALTER TABLE leases ADD COLUMN failure TEXT;            -- e.g. ownership-escape
+    CREATE TABLE histograms (
+        name    TEXT NOT NULL,
+        labels  TEXT NOT NULL DEFAULT '',
+        count   INTEGER NOT NULL,
+        sum     REAL NOT NULL,
+        buckets TEXT NOT NULL,                             -- JSON: per-bucket counts
+        PRIMARY KEY (name, labels)
+    );
+    """,
+    # v5 (issue 9 item 5, unresponsive owner takeover): the proven identity of each
+    # session's current owner, boot id included, so that a caller can verify it before
+    # fencing a silent owner. A table of its own: the sessions row stays as it is.
+    """
+    CREATE TABLE owner_identity (
+        session_key  TEXT PRIMARY KEY,
+        pid          INTEGER NOT NULL,
+        starttime    INTEGER,
+        boot_id      TEXT NOT NULL,
+        generation   INTEGER NOT NULL,
+        recorded_at  REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Lease:
-    """One lease row; see the schema for the meaning of each field."""
-
-    lease_id: str
-    instance_id: str
-    session_key: str | None
-    owner_pid: int | None
-    owner_starttime: int | None
-    keeper_pid: int | None
-    keeper_starttime: int | None
-    root_pid: int | None
-    pgid: int | None
-    boot_id: str
-    pid_namespace: str | None
-    starttime: int | None
-    cgroup_path: str | None
-    command_hash: str
-    cwd: str
-    state: str
-    created_at: float
-    updated_at: float
-    last_output_at: float | None
-    reason: str | None
-    exit_code: int | None
-    exit_signal: int | None
-    kill_mode: str | None
-    note: str | None
 
 
 @dataclass(frozen=True)
@@ -203,6 +221,12 @@ class Session:
     desired_config: dict[str, Any]
     options: dict[str, Any]
     last_end: dict[str, Any] | None
+    # Ownership (issue 10): None = operator-owned.
+    agent_id: str = ""
+    owner_session_key: str | None = None
+    spawned_by: str | None = None
+    parent_session_key: str | None = None
+    sandboxed: bool = False
 
 
 def _session_from_row(row: sqlite3.Row) -> Session:
@@ -211,10 +235,23 @@ def _session_from_row(row: sqlite3.Row) -> Session:
     data["desired_config"] = json.loads(data["desired_config"] or "{}")
     data["options"] = json.loads(data["options"] or "{}")
     data["last_end"] = json.loads(data["last_end"]) if data["last_end"] else None
+    data["agent_id"] = data.get("agent_id") or data["agent_label"]
+    data["sandboxed"] = bool(data.get("sandboxed"))
     return Session(**data)
 
 
-class Registry:
+_OWNERSHIP_KEYS = ("owner_session_key", "spawned_by", "parent_session_key")
+
+
+def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
+    owner = owner or {}
+    fields: dict[str, Any] = {k: owner.get(k) or None for k in _OWNERSHIP_KEYS}
+    fields["agent_id"] = owner.get("agent_id") or agent_label
+    fields["sandboxed"] = 1 if owner.get("sandboxed") else 0
+    return fields
+
+
+class Registry(RunStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -298,84 +335,7 @@ class Registry:
             db.execute("INSERT INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,))
             return instance_id
 
-    # --- leases -------------------------------------------------------------------
-
-    def create_lease(self, **fields: Any) -> None:
-        now = time.time()
-        fields.setdefault("instance_id", self.instance_id)
-        fields.setdefault("state", "open")
-        fields.setdefault("created_at", now)
-        fields.setdefault("updated_at", now)
-        cols = ", ".join(fields)
-        marks = ", ".join("?" for _ in fields)
-        with self.transaction() as db:
-            db.execute(f"INSERT INTO leases ({cols}) VALUES ({marks})", tuple(fields.values()))  # noqa: S608 -- column names are ours
-
-    def update_lease(self, lease_id: str, **fields: Any) -> None:
-        fields["updated_at"] = time.time()
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        with self.transaction() as db:
-            db.execute(f"UPDATE leases SET {sets} WHERE lease_id = ?", (*fields.values(), lease_id))  # noqa: S608 -- column names are ours
-
-    def transition_lease(
-        self,
-        lease_id: str,
-        from_states: tuple[str, ...],
-        *,
-        event: tuple[str, str, Mapping[str, Any]] | None = None,
-        **fields: Any,
-    ) -> bool:
-        """Update the lease only if its state is one of ``from_states`` (compare-and-set).
-
-        ``event`` -- ``(session_key, kind, payload)`` -- is recorded in the same
-        transaction, and only if the update happened. Two reconcilers racing over one
-        lease therefore close it once and report its end once; the loser gets ``False``.
-        """
-        fields["updated_at"] = time.time()
-        sets = ", ".join(f"{k} = ?" for k in fields)
-        marks = ", ".join("?" for _ in from_states)
-        with self.transaction() as db:
-            cur = db.execute(
-                f"UPDATE leases SET {sets} WHERE lease_id = ? AND state IN ({marks})",  # noqa: S608 -- column names are ours
-                (*fields.values(), lease_id, *from_states),
-            )
-            changed = cur.rowcount == 1
-            if changed and event is not None:
-                session_key, kind, payload = event
-                db.execute(
-                    "INSERT INTO events (session_key, kind, payload, at) VALUES (?, ?, ?, ?)",
-                    (session_key, kind, json.dumps(dict(payload)), time.time()),
-                )
-        return changed
-
-    def lease(self, lease_id: str) -> Lease | None:
-        row = self._row("SELECT * FROM leases WHERE lease_id = ?", (lease_id,))
-        return Lease(**dict(row)) if row else None
-
-    def leases(
-        self,
-        *,
-        states: tuple[str, ...] | None = None,
-        session_key: str | None = None,
-        all_instances: bool = False,
-    ) -> list[Lease]:
-        query = "SELECT * FROM leases WHERE 1=1"
-        args: list[Any] = []
-        if not all_instances:
-            query += " AND instance_id = ?"
-            args.append(self.instance_id)
-        if states:
-            query += f" AND state IN ({', '.join('?' for _ in states)})"
-            args.extend(states)
-        if session_key is not None:
-            query += " AND session_key = ?"
-            args.append(session_key)
-        query += " ORDER BY created_at"
-        return [Lease(**dict(r)) for r in self._rows(query, args)]
-
-    def delete_lease(self, lease_id: str) -> None:
-        with self.transaction() as db:
-            db.execute("DELETE FROM leases WHERE lease_id = ?", (lease_id,))
+    # --- leases, counters and histograms: tether._registry_runs.RunStore -------------
 
     # --- sessions -----------------------------------------------------------------
 
@@ -399,9 +359,17 @@ class Registry:
         agent_label: str,
         cwd: str,
         options: Mapping[str, Any] | None = None,
+        owner: Mapping[str, Any] | None = None,
     ) -> tuple[Session, bool]:
-        """Create the session (or reopen a closed one); return (session, created)."""
+        """Create the session (or reopen a closed one); return (session, created).
+
+        ``owner`` -- ``agent_id``, ``owner_session_key``, ``spawned_by``,
+        ``parent_session_key``, ``sandboxed`` -- is recorded when the row is created or
+        reopened (a reopened session is a new one, so its creator owns it); an open
+        session keeps the ownership it was created with.
+        """
         now = time.time()
+        ownership = _ownership_fields(agent_label, owner)
         with self.transaction() as db:
             row = db.execute("SELECT state FROM sessions WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -432,9 +400,27 @@ class Registry:
                 created = True
             else:
                 created = False
+            if created:
+                sets = ", ".join(f"{k} = ?" for k in ownership)
+                db.execute(
+                    f"UPDATE sessions SET {sets} WHERE key = ?",  # noqa: S608 -- column names are ours
+                    (*ownership.values(), key),
+                )
         session = self.session(key)
         assert session is not None
         return session, created
+
+    def children(self, key: str, *, include_closed: bool = False) -> list[Session]:
+        """The sessions whose row names ``key`` as owner, spawner or parent."""
+        query = (
+            "SELECT * FROM sessions WHERE (owner_session_key = ? OR spawned_by = ?"
+            " OR parent_session_key = ?) AND key != ?"
+        )
+        if not include_closed:
+            query += " AND state != 'closed'"
+        query += " ORDER BY created_at"
+        rows = self._db.execute(query, (key, key, key, key)).fetchall()
+        return [_session_from_row(r) for r in rows]
 
     def update_session(self, key: str, **fields: Any) -> None:
         for name in ("desired_config", "options", "last_end"):
@@ -445,7 +431,15 @@ class Registry:
         with self.transaction() as db:
             db.execute(f"UPDATE sessions SET {sets} WHERE key = ?", (*fields.values(), key))  # noqa: S608 -- column names are ours
 
-    def begin_owner(self, key: str, *, pid: int, starttime: int | None, socket: str) -> int:
+    def begin_owner(
+        self,
+        key: str,
+        *,
+        pid: int,
+        starttime: int | None,
+        socket: str,
+        boot_id: str | None = None,
+    ) -> int:
         """Record a new owner for the session and return its generation (previous + 1).
 
         Called by an owner right after it acquired the session's flock, so increments are
@@ -466,7 +460,25 @@ class Registry:
                 " updated_at = ? WHERE key = ?",
                 (pid, starttime, generation, socket, now, now, now, key),
             )
+            if boot_id is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO owner_identity"
+                    " (session_key, pid, starttime, boot_id, generation, recorded_at)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    (key, pid, starttime, boot_id, generation, now),
+                )
         return generation
+
+    def owner_identity(self, key: str) -> dict[str, Any] | None:
+        """The identity recorded by the session's latest owner: pid, starttime, boot_id,
+        generation (None if no owner recorded one)."""
+        row = self._db.execute(
+            "SELECT pid, starttime, boot_id, generation FROM owner_identity WHERE session_key = ?",
+            (key,),
+        ).fetchone()
+        if row is None:
+            return None
+        return {"pid": row[0], "starttime": row[1], "boot_id": row[2], "generation": row[3]}
 
     # --- events -------------------------------------------------------------------
 
@@ -501,21 +513,6 @@ class Registry:
             }
             for r in reversed(rows)
         ]
-
-    # --- counters -----------------------------------------------------------------
-
-    def incr(self, name: str, by: int = 1, **labels: str) -> None:
-        label_text = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-        with self.transaction() as db:
-            db.execute(
-                "INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)"
-                " ON CONFLICT (name, labels) DO UPDATE SET value = value + excluded.value",
-                (name, label_text, by),
-            )
-
-    def counters(self) -> dict[str, int]:
-        rows = self._rows("SELECT name, labels, value FROM counters ORDER BY name, labels")
-        return {(f"{n}{{{lbl}}}" if lbl else n): int(v) for n, lbl, v in rows}
 
     # --- pruning ------------------------------------------------------------------
 

@@ -34,7 +34,7 @@ def test_status_show_and_history_print_no_python_reprs(project_dir: Path) -> Non
         assert "{'" not in r.stdout, (args, r.stdout)
         assert "None" not in r.stdout, (args, r.stdout)
     history = tether("mock", "sessions", "history", cwd=project_dir).stdout
-    assert "end_turn    echo hi" in history
+    assert "end_turn    echo hi" in history, history
     read = tether("mock", "sessions", "read", cwd=project_dir).stdout
     assert "[session ended] closed (by daemon)" in read
 

@@ -784,3 +784,33 @@ def test_session_permission_mode_holds_without_flags(cli: Callable[..., Cli]) ->
     assert "permission: allowed" in c.run("prompt", "tool execute").stdout
     assert "permission: denied" in c.run("prompt", "--deny-all", "tool read").stdout
     assert "permission: allowed" in c.run("prompt", "tool execute").stdout
+
+
+def test_owner_metrics_and_log_fields(mock: Cli, tether_home: Path) -> None:
+    """Seed 001's owner metrics move with their events (owner spawn, enqueue and turn
+    latency, cancel success, active owners), and every owner log line carries
+    sessionId, ownerPid and ownerGeneration (requestId where there is one)."""
+    mock.run("prompt", "echo warm")
+    caller = mock.popen("prompt", "sleep 30000")
+    active = mock.wait_active()
+    assert mock.json("cancel")["cancelled"] is True
+    rc, _, err = finish(caller)
+    assert rc == 0, err
+    m = mock.json("metrics")
+    counters, hists = m["counters"], m["histograms"]
+    assert counters["owner_spawn_total"] == 1
+    assert counters["cancel_total{outcome=success}"] == 1
+    assert hists["prompt_turn_seconds"]["count"] == 2
+    assert hists["request_enqueue_seconds{kind=prompt}"]["count"] == 2
+    assert m["gauges"]["owners_active"] == 1
+    logs = list((tether_home / "logs").glob("owner-*.log"))
+    assert len(logs) == 1
+    lines = [json.loads(ln) for ln in logs[0].read_text().splitlines() if ln.startswith("{")]
+    owner_lines = [ln for ln in lines if ln.get("event") != "owner_log_opened"]
+    started = next(i for i, ln in enumerate(owner_lines) if ln.get("event") == "owner_started")
+    for line in owner_lines[started:]:
+        assert line["ownerPid"] == active["ownerPid"], line
+        assert line["ownerGeneration"] == active["ownerGeneration"], line
+        assert line["sessionId"], line
+    (cancel,) = [ln for ln in owner_lines if ln.get("event") == "cancel"]
+    assert cancel["requestId"] == active["currentRequest"]

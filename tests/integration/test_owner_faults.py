@@ -55,10 +55,18 @@ def test_issue9_item2_no_wait_turns_are_not_affected(mock: Cli) -> None:
 
 def test_issue9_item7_prompter_learns_its_session_was_closed(mock: Cli) -> None:
     """A streaming prompter whose session is closed by another caller gets SESSION_CLOSED."""
+    import threading
+
     caller = mock.popen("prompt", "stream 200000 x", fmt="json")
     mock.wait_active()
+    # Read the prompter's output meanwhile, as a terminal would: the owner gives a caller
+    # that does not read its last frames only a bounded time before it goes.
+    done: list[tuple[int, str, str]] = []
+    reader = threading.Thread(target=lambda: done.append(finish(caller)))
+    reader.start()
     assert mock.json("sessions", "close")["survivors"] == []
-    rc, out, err = finish(caller)
+    reader.join()
+    rc, out, err = done[0]
     assert rc == 1, err
     records = [json.loads(line) for line in out.strip().splitlines()]
     assert "error" in records[-1], (records[-3:], err)
@@ -148,3 +156,127 @@ def test_issue9_item9_over_the_limit_is_a_usage_error_naming_it(
     assert "100000" in proc.stderr
     assert "Traceback" not in proc.stderr
     assert "still" in mock.run("prompt", "echo still").stdout
+
+
+# --- item 6: `sessions close` returns when the owner is gone --------------------------
+
+
+def test_issue9_item6_close_returns_after_the_owner_exited(mock: Cli) -> None:
+    """When `sessions close` returns, the owner process is gone and its lock is free."""
+    import fcntl
+    import os
+
+    from tether import sessions
+
+    mock.run("prompt", "echo hi")
+    status = mock.status()
+    closed = mock.json("sessions", "close")
+    assert closed["survivors"] == []
+    assert not alive(status["ownerPid"])
+    fd = os.open(sessions.lock_path(status["sessionKey"]), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises if an owner still holds it
+    finally:
+        os.close(fd)
+
+
+# --- item 4: --timeout bounds the whole call ------------------------------------------
+
+
+def test_issue9_item4_timeout_bounds_a_call_to_a_stopped_owner(mock: Cli) -> None:
+    """With the owner stopped, `prompt --timeout 2` exits 3 naming the phase it was in."""
+    owner = mock.status()["ownerPid"]
+    signal_descendant(owner, signal.SIGSTOP)
+    try:
+        proc = mock.run("--timeout", "2", "prompt", "echo x", fmt="json", rc=3)
+    finally:
+        signal_descendant(owner, signal.SIGCONT)
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert error["data"]["detailCode"] == "CALL_TIMEOUT"
+    assert "owner" in error["message"]
+
+
+def test_issue9_item4_timeout_bounds_the_agent_handshake_in_exec(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """`exec --timeout 2` with an agent that never answers initialize exits 3 at ~2 s,
+    not after the 60 s handshake timeout configured here."""
+    import sys
+
+    (tether_home / "config.toml").write_text("handshakeTimeout = 60\n")
+    agent = f"{sys.executable} -m tether.testing.mock_agent --hang-on-initialize"
+    c = cli(["--agent", agent])
+    proc = c.run("--timeout", "2", "exec", "echo x", fmt="json", rc=3)
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert error["data"]["detailCode"] == "CALL_TIMEOUT"
+    assert "starting the agent" in error["message"]
+
+
+def test_issue9_item4_agent_start_counts_against_a_prompt_deadline(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """A prompt's --timeout covers the owner's agent start: exit 3, not the handshake."""
+    import sys
+
+    (tether_home / "config.toml").write_text("handshakeTimeout = 60\n")
+    agent = f"{sys.executable} -m tether.testing.mock_agent --hang-on-initialize"
+    c = cli(["--agent", agent])
+    c.run("sessions", "new")
+    proc = c.run("--timeout", "2", "prompt", "echo x", fmt="json", rc=3)
+    error = json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+    assert "agent was starting" in error["message"]
+
+
+# --- item 5: an unresponsive owner is seen and replaced -------------------------------
+
+
+def test_issue9_item5_status_reports_a_stopped_owner_as_unresponsive(mock: Cli) -> None:
+    """`status` answers from the registry when the owner does not: unresponsive, its pid."""
+    owner = mock.status()["ownerPid"]
+    signal_descendant(owner, signal.SIGSTOP)
+    try:
+        status = mock.status()
+    finally:
+        signal_descendant(owner, signal.SIGCONT)
+    assert status["status"] == "unresponsive"
+    assert status["ownerPid"] == owner
+    assert status["heartbeatAgeS"] is not None
+
+
+def test_issue9_item5_a_silent_owner_is_fenced_and_replaced(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """After ownerUnresponsiveAfter of silence, the next caller SIGKILLs the owner (proven
+    by identity), its keeper ends the agent tree, and a new owner serves the prompt."""
+    (tether_home / "config.toml").write_text("ownerUnresponsiveAfter = 1\n")
+    c = cli()
+    c.run("sessions", "new")
+    c.run("prompt", "echo one")
+    before = c.status()
+    signal_descendant(before["ownerPid"], signal.SIGSTOP)
+    out = c.run("prompt", "echo two").stdout
+    assert "two" in out
+    after = c.status()
+    assert after["ownerGeneration"] == before["ownerGeneration"] + 1
+    assert not alive(before["ownerPid"])
+    wait_for(lambda: not alive(before["agentPid"]), "the old agent tree to end")
+    takeovers = c.history("owner_takeover")
+    assert [t["payload"]["ownerPid"] for t in takeovers] == [before["ownerPid"]]
+    assert after["counters"].get("owner_takeover_total") == 1
+
+
+def test_issue9_item5_a_busy_owner_is_never_fenced(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """A turn longer than ownerUnresponsiveAfter does not get its owner replaced."""
+    (tether_home / "config.toml").write_text("ownerUnresponsiveAfter = 1\n")
+    c = cli()
+    c.run("sessions", "new")
+    caller = c.popen("prompt", "sleep 3000 ; echo done")
+    active = c.wait_active()
+    assert "second" in c.run("prompt", "echo second").stdout  # queued behind the turn
+    rc, out, _ = finish(caller)
+    assert rc == 0
+    assert "done" in out
+    assert c.status()["ownerPid"] == active["ownerPid"]
+    assert c.history("owner_takeover") == []

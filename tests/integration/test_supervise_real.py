@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import select
 import signal
@@ -39,7 +40,7 @@ from typing import Any
 import pytest
 from tests._proctree import descendants, marker_carriers
 
-from tether import _os
+from tether import _os, metrics
 from tether._os import UNREADABLE
 from tether.registry import Registry
 from tether.supervise import reconcile as reconcile_mod
@@ -106,11 +107,30 @@ def assert_lease(lease_id: str, *, state: str = "closed", reason: str | None = N
     return lease
 
 
-def assert_clean(proc: AgentProcess, report: ExtinctionReport, reason: str) -> None:
+def assert_clean(
+    proc: AgentProcess, report: ExtinctionReport, reason: str, *, escape: bool = False
+) -> None:
+    """The run ended for ``reason`` -- or, with ``escape``, failed ``ownership-escape``."""
+    if escape:
+        assert report.escaped, report
+        reason = "ownership-escape"
+    else:
+        assert report.escaped == (), report
     assert report.reason == reason, report
     assert report.survivors == ()
     assert_extinct(proc.lease_id, proc.cgroup)
-    assert_lease(proc.lease_id, reason=reason)
+    lease = assert_lease(proc.lease_id, reason=reason)
+    assert lease.run_state == "exited"
+    assert lease.failure == ("ownership-escape" if escape else None)
+
+
+def setsid_escapes(mode: str) -> bool:
+    """Whether a setsid member leaves the run's boundary: only without a cgroup.
+
+    With a cgroup the boundary is the cgroup, which setsid cannot leave; without one
+    it is the process group and session (seed 003, "Child and Grandchild Rules").
+    """
+    return mode == "no-cgroup"
 
 
 # --- cgroup / no-cgroup parametrisation ------------------------------------------------
@@ -250,7 +270,7 @@ def test_exit_leaving_escapes_reaps_them(cgroup_mode: str, project_dir: Path) ->
             report = await asyncio.wait_for(proc.wait_ended(), 10)
             assert report.exit_code == 0
             assert report.escalated  # the TERM-ignoring members needed SIGKILL
-            assert_clean(proc, report, "exit")
+            assert_clean(proc, report, "exit", escape=setsid_escapes(cgroup_mode))
             assert not [p for p, s in tree_pids(tree) if alive(p, s)]
 
     run(main())
@@ -274,7 +294,7 @@ def test_manual_cancel(cgroup_mode: str, project_dir: Path) -> None:
             assert report.exit_signal == signal.SIGKILL
             assert GRACE <= took < GRACE + 2.0
             assert proc.lifecycle.terminated_by == "daemon"
-            assert_clean(proc, report, "manual-cancel")
+            assert_clean(proc, report, "manual-cancel", escape=setsid_escapes(cgroup_mode))
             assert not [p for p, s in tree_pids(tree) if alive(p, s)]
 
     run(main())
@@ -293,7 +313,7 @@ def test_overall_timeout(cgroup_mode: str, project_dir: Path) -> None:
             report = await asyncio.wait_for(proc.wait_ended(), 10)
             took = time.monotonic() - t0
             assert 0.3 <= took < 0.3 + GRACE + 3.0
-            assert_clean(proc, report, "overall-timeout")
+            assert_clean(proc, report, "overall-timeout", escape=setsid_escapes(cgroup_mode))
 
     run(main())
 
@@ -309,7 +329,7 @@ def test_no_output_timeout(cgroup_mode: str, project_dir: Path) -> None:
             report = await asyncio.wait_for(proc.wait_ended(), 10)
             assert lines.ready_at is not None
             assert report.escalated  # TERM-ignoring members
-            assert_clean(proc, report, "no-output-timeout")
+            assert_clean(proc, report, "no-output-timeout", escape=setsid_escapes(cgroup_mode))
             assert not [p for p, s in tree_pids(tree) if alive(p, s)]
 
     run(main())
@@ -405,7 +425,7 @@ def test_setsid_and_double_fork_escapes(cgroup_mode: str, project_dir: Path) -> 
             await asyncio.sleep(0.1)  # let the double fork finish its second fork
             assert len(marker_carriers(proc.lease_id)) >= 3
             report = await proc.aclose(TerminationReason.CLOSE)
-            assert_clean(proc, report, "close")
+            assert_clean(proc, report, "close", escape=setsid_escapes(cgroup_mode))
 
     run(main())
 
@@ -566,8 +586,9 @@ def test_supervisor_death_keeper_ends_tree(cgroup_mode: str) -> None:
         with Registry() as reg:
             decisions = reconcile(reg, grace=GRACE)
         mine = [d for d in decisions if d["lease_id"] == run_["lease_id"]]
-        assert [d["kind"] for d in mine] == ["markclosed"], mine
-        assert_lease(run_["lease_id"], reason="owner-lost")
+        # Seed 000: the tree was gone before cleanup reached it -> lost, not closed.
+        assert [d["kind"] for d in mine] == ["steal", "marklost"], mine
+        assert_lease(run_["lease_id"], state="lost", reason="owner-lost")
         assert len(_session_ended_events("sess-sup-death")) == 1
         # A second reconcile has nothing to do and reports nothing again.
         with Registry() as reg:
@@ -604,9 +625,9 @@ def test_supervisor_and_keeper_killed_reconcile_reaps(cgroup_mode: str) -> None:
         with Registry() as reg:
             decisions = reconcile(reg, grace=GRACE)
         mine = [d for d in decisions if d["lease_id"] == run_["lease_id"]]
-        assert [d["kind"] for d in mine] == ["reap", "markclosed"], mine
-        assert mine[0]["extinct"] is True
-        assert {p for p, _ in survivors} <= set(mine[0]["pids"])
+        assert [d["kind"] for d in mine] == ["steal", "reap", "markclosed"], mine
+        assert mine[1]["extinct"] is True
+        assert {p for p, _ in survivors} <= set(mine[1]["pids"])
         assert not [p for p, s in members if alive(p, s)]
         assert_extinct(run_["lease_id"], lease.cgroup_path)
         assert_lease(run_["lease_id"], reason="owner-lost")
@@ -618,7 +639,11 @@ def test_supervisor_and_keeper_killed_reconcile_reaps(cgroup_mode: str) -> None:
 def test_lease_contention_two_reconcilers(
     cgroup_mode: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """Two reconcilers (threads, separate connections) race over one dead-owner lease."""
+    """Two reconcilers (threads, separate connections) race over one dead-owner lease.
+
+    Seed 003's lease-contention row: exactly one steals the lease, only that one
+    signals anything (one kill, never two), and the lease is ended and reported once.
+    """
     sup = Supervisor(1, "sess-contention", [])
     decoys: list[subprocess.Popen[bytes]] = []
     try:
@@ -652,8 +677,10 @@ def test_lease_contention_two_reconcilers(
             if ok:
                 with lock:
                     delivered.append((ident.pid, marker if marker is not UNREADABLE else ours, sig))
+                    signallers.add(threading.get_ident())
             return ok
 
+        signallers: set[int] = set()
         monkeypatch.setattr(reconcile_mod, "signal_verified", recording)
         barrier = threading.Barrier(2)
         results: list[list[dict[str, Any]]] = []
@@ -692,8 +719,27 @@ def test_lease_contention_two_reconcilers(
         assert not missed, missed
         assert not [p for p, s in tree_pids(tree) if alive(p, s)]
         assert_extinct(lease_id, run_["cgroup"])
+        # One steal, one killer: the loser saw the steal fail and did nothing more.
+        steals = [
+            d for out in results for d in out if d["kind"] == "steal" and d["lease_id"] == lease_id
+        ]
+        # (The threads race for real: the second either lost the steal, or looked only
+        # once the lease was already ended and planned nothing for it. The interleaving
+        # where both plan first is pinned in the simulator.)
+        assert [d for d in steals if not d.get("raced")], steals
+        assert len([d for d in steals if not d.get("raced")]) == 1, steals
+        assert len(signallers) == 1
+        for out in results:
+            mine = [d for d in out if d["lease_id"] == lease_id]
+            if any(d.get("raced") for d in mine):
+                assert all(d.get("raced") for d in mine), mine
+        term_targets = [p for p, _, sig in delivered if sig == signal.SIGTERM]
+        assert len(term_targets) == len(set(term_targets)), "a process was TERMed twice"
         # Closed once, reported once.
-        assert_lease(lease_id, reason="owner-lost")
+        lease = assert_lease(lease_id, reason="owner-lost")
+        assert lease.stolen_from is not None
+        with Registry() as reg:
+            assert len(reg.events("sess-contention", kind="lease_stolen")) == 1
         ended = [d for out in results for d in out if d.get("session_ended")]
         assert len(ended) == 1
         assert len(_session_ended_events("sess-contention")) == 1
@@ -702,3 +748,237 @@ def test_lease_contention_two_reconcilers(
         for d in decoys:
             d.kill()  # our own unreaped children: Popen signals the exact process
             d.wait()
+
+
+def test_healthy_lease_left_alone_then_expired_lease_stolen(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Seed 003: a live, heartbeating supervisor's lease is never touched; once that
+    supervisor stops (SIGSTOP) and its lease expires, reconcile steals it and reaps."""
+    monkeypatch.setenv("TETHER_LEASE_HEARTBEAT_S", "0.1")
+    monkeypatch.setenv("TETHER_LEASE_TTL_S", "1.0")
+    monkeypatch.setenv("TETHER_NO_CGROUP", "1")
+    sup = Supervisor(1, "sess-expiry", ["--members", "same,setsid"])
+    try:
+        (run_,) = sup.runs
+        lease_id = run_["lease_id"]
+        targets = tree_pids(run_["tree"])
+        with Registry() as reg:
+            first = reg.lease(lease_id)
+            assert first is not None
+            assert first.owner_instance_id
+            assert first.lease_expires_at
+            # Let a few beats pass: the holder renews its expiry on its own clock.
+            deadline = time.monotonic() + 10
+            while (lease := reg.lease(lease_id)) is not None and (
+                lease.heartbeat_at is None or lease.heartbeat_at <= (first.heartbeat_at or 0)
+            ):
+                assert time.monotonic() < deadline, "no heartbeat renewed the lease"
+                time.sleep(0.05)
+            decisions = [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == lease_id]
+        assert [d["kind"] for d in decisions] == ["skip"], decisions
+        assert all(alive(p, s) for p, s in targets)
+        assert_lease(lease_id, state="open")
+
+        sup.signal(signal.SIGSTOP)  # alive but silent: its lease will lapse
+        with Registry() as reg:
+            metrics.attach(reg)
+            deadline = time.monotonic() + 10
+            while (lease := reg.lease(lease_id)) is not None and (
+                lease.lease_expires_at is None or lease.lease_expires_at > time.time()
+            ):
+                assert time.monotonic() < deadline, "the lease never expired"
+                time.sleep(0.1)
+            decisions = [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == lease_id]
+            assert [d["kind"] for d in decisions] == ["steal", "reap", "markclosed"], decisions
+            assert "expired" in decisions[0]["why"]
+            metrics.attach(None)
+            assert reg.counters().get("run_lease_steal_total") == 1
+            stolen = reg.lease(lease_id)
+        assert stolen is not None
+        assert stolen.stolen_from == first.owner_instance_id
+        assert stolen.owner_instance_id != first.owner_instance_id
+        assert _wait_dead(targets, 5.0) == []
+    finally:
+        sup.close()
+
+
+def _escape_cgroup_prog(mount: str) -> list[str]:
+    # A member that moves itself into the root cgroup (allowed to root), then idles.
+    child = f"echo $$ > {mount}/cgroup.procs && echo moved $$ && exec sleep 600"
+    return ["sh", "-c", f"sh -c '{child}' & wait"]
+
+
+def test_cgroup_escape_marks_ownership_escape(
+    monkeypatch: pytest.MonkeyPatch, project_dir: Path
+) -> None:
+    """A member that leaves the run's cgroup (as root) fails the run ownership-escape,
+    is still reaped under the lease, and counts in run_ownership_escape_total."""
+    why = _cgroup_capability()
+    if why is not None:
+        pytest.skip(f"cgroup v2 not writable: {why}")
+    monkeypatch.delenv("TETHER_NO_CGROUP", raising=False)
+    _Cgroups.reset()
+    mount = _os.find_cgroup2_mount()
+    assert mount is not None
+
+    async def main() -> None:
+        with Registry() as reg:
+            metrics.attach(reg)
+            try:
+                proc = await spawn_agent(spec(_escape_cgroup_prog(mount), project_dir), reg)
+                assert proc.cgroup is not None
+                lines = Lines(proc)
+                (line,) = await lines.wait_lines(1)
+                pid = int(line.split()[1])
+                ident = (pid, starttime_of(pid))
+                assert pid not in _os.current().cgroup_procs(proc.cgroup)
+                report = await proc.aclose(TerminationReason.CLOSE)
+                assert pid in report.escaped
+                assert_clean(proc, report, "close", escape=True)
+                assert not alive(*ident)
+                assert reg.counters().get("run_ownership_escape_total") == 1
+                assert reg.counters().get("run_exit_total{reason=ownership-escape}") == 1
+            finally:
+                metrics.attach(None)
+                _Cgroups.reset()
+
+    run(main())
+
+
+def test_setsid_escape_without_cgroup_is_marked(
+    monkeypatch: pytest.MonkeyPatch, project_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Subreaper case: without a cgroup, a member that setsid-s out of the run's group
+    and session is found by the keeper's walk, reaped, and marks the run; the warning
+    log line carries the run id and the reason."""
+    monkeypatch.setenv("TETHER_NO_CGROUP", "1")
+    _Cgroups.reset()
+    prog = "setsid sleep 600 & echo up; wait"
+
+    async def main() -> None:
+        with Registry() as reg:
+            metrics.attach(reg)
+            try:
+                proc = await spawn_agent(spec(["bash", "-c", prog], project_dir), reg)
+                await Lines(proc).wait_lines(1)
+                await asyncio.sleep(0.1)  # setsid forks before it execs sleep
+                with caplog.at_level(logging.INFO, logger="tether"):
+                    report = await proc.aclose(TerminationReason.MANUAL_CANCEL)
+                assert_clean(proc, report, "manual-cancel", escape=True)
+                assert reg.counters().get("run_ownership_escape_total") == 1
+                lines = [r for r in caplog.records if r.getMessage() == "ownership_escape"]
+                assert len(lines) == 1
+                fields = lines[0].tether_fields  # type: ignore[attr-defined]
+                assert fields["runId"] == proc.lease_id
+                assert fields["reason"] == "ownership-escape"
+                assert fields["pids"] == list(report.escaped)
+            finally:
+                metrics.attach(None)
+                _Cgroups.reset()
+
+    run(main())
+
+
+def test_counters_and_log_fields_move_with_their_events(
+    monkeypatch: pytest.MonkeyPatch, project_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Seed 003's run counters move when their events happen, with the seed's label
+    values, and every supervision line carries the run id and a reason."""
+    monkeypatch.setenv("TETHER_NO_CGROUP", "1")
+    _Cgroups.reset()
+    stubborn = "trap '' TERM; echo up; while :; do sleep 0.1; done"
+
+    async def main() -> None:
+        with Registry() as reg:
+            metrics.attach(reg)
+            try:
+                with caplog.at_level(logging.INFO, logger="tether"):
+                    overall = await spawn_agent(
+                        spec(["bash", "-c", stubborn], project_dir, overall_timeout=0.3), reg
+                    )
+                    await asyncio.wait_for(overall.wait_ended(), 10)
+                    silent = await spawn_agent(
+                        spec(["sleep", "30"], project_dir, no_output_timeout=0.3), reg
+                    )
+                    await asyncio.wait_for(silent.wait_ended(), 10)
+                counters = reg.counters()
+            finally:
+                metrics.attach(None)
+                _Cgroups.reset()
+        assert counters["run_spawn_total"] == 2
+        assert counters["run_timeout_total{type=overall}"] == 1
+        assert counters["run_timeout_total{type=no_output}"] == 1
+        assert counters["run_exit_total{reason=overall-timeout}"] == 1
+        assert counters["run_exit_total{reason=no-output-timeout}"] == 1
+        # Only the TERM-ignoring run needed SIGKILL.
+        assert counters["run_cleanup_kill_total{mode=pgid}"] == 1
+        lines = [r for r in caplog.records if r.name == "tether"]
+        ours = {overall.lease_id, silent.lease_id}
+        for name in ("spawn", "timeout", "cleanup", "extinct"):
+            found = [r.tether_fields for r in lines if r.getMessage() == name]  # type: ignore[attr-defined]
+            assert {f["runId"] for f in found} == ours, (name, found)
+            assert all(f["reason"] for f in found), (name, found)
+        timeouts = {
+            r.tether_fields["runId"]: r.tether_fields  # type: ignore[attr-defined]
+            for r in lines
+            if r.getMessage() == "timeout"
+        }
+        assert timeouts[overall.lease_id]["type"] == "overall"
+        assert timeouts[silent.lease_id]["reason"] == "no-output-timeout"
+
+    run(main())
+
+
+class _RecordingRegistry:
+    """A Registry that records, in order, each lease write and the run state seen then."""
+
+    def __init__(self, reg: Registry) -> None:
+        self._reg = reg
+        self.writes: list[tuple[str, dict[str, Any]]] = []
+        self.proc: AgentProcess | None = None
+        self.path = reg.path
+        self.instance_id = reg.instance_id
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reg, name)
+
+    def create_lease(self, **fields: Any) -> None:
+        self.writes.append(("create", dict(fields)))
+        self._reg.create_lease(**fields)
+
+    def update_lease(self, lease_id: str, **fields: Any) -> None:
+        self.writes.append(("update", dict(fields)))
+        self._reg.update_lease(lease_id, **fields)
+
+
+def test_run_record_starting_becomes_running_only_after_the_commit(project_dir: Path) -> None:
+    """Seed 003: the run record is ``starting`` until the spawn succeeded and its identity
+    was committed; ``running`` is written together with that identity, and the run
+    reports RUNNING only after that write; the record carries the seed's fields."""
+
+    async def main() -> None:
+        with Registry() as real:
+            reg = _RecordingRegistry(real)
+            proc = await spawn_agent(spec(["sleep", "30"], project_dir, backend_id="mock"), reg)
+            (kind, created), *_ = reg.writes
+            assert kind == "create"
+            assert created["run_state"] == "starting"
+            assert "root_pid" not in created
+            running = [f for k, f in reg.writes if f.get("run_state") == "running"]
+            assert len(running) == 1
+            assert running[0]["root_pid"] == proc.pid  # one commit: identity and state
+            assert proc.is_running
+            row = real.lease(proc.lease_id)
+            assert row is not None
+            assert (row.run_state, row.state, row.backend_id) == ("running", "open", "mock")
+            assert row.owner_instance_id is not None
+            assert row.lease_expires_at is not None
+            assert row.lease_expires_at > row.created_at
+            await proc.aclose(TerminationReason.CLOSE)
+            row = real.lease(proc.lease_id)
+            assert row is not None
+            assert (row.run_state, row.state) == ("exited", "closed")
+            assert row.updated_at >= row.created_at
+
+    run(main())

@@ -60,3 +60,29 @@ def test_dumps_rejects_nan() -> None:
     """NaN is not JSON, so it is never written."""
     with pytest.raises(ValueError):
         _fastjson.dumps({"x": math.nan})
+
+
+def test_malformed_input_is_a_value_error_before_json_is_imported() -> None:
+    """The C scanner raises json.decoder's error only if `json` was imported already;
+    on the thin path it is not, and truncated frames became a SystemError crash."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from tether import _fastjson\n"
+        "assert 'json.decoder' not in sys.modules\n"
+        "for bad in ['{\"a\": \"unterminated', '{\"a\": 1,', '[1, 2', '{\"a\" 1}']:\n"
+        "    try:\n"
+        "        _fastjson.loads(bad)\n"
+        "    except ValueError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise SystemExit(f'accepted {bad!r}')\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"

@@ -18,14 +18,14 @@ def drain(reader: LineReader) -> list[bytes]:
 
 
 def test_walkthrough_lines_across_chunks_and_eof() -> None:
-    """Lines split over chunks come out whole; a final unterminated line comes out at EOF."""
+    """Lines split over chunks come out whole; an unterminated rest at EOF is dropped."""
     r = LineReader(max_bytes=16)
     r.feed(b"ab")
-    assert (drain(r), r.buffered, r.at_eof) == ([], 2, False)
-    r.feed(b"c\nde\n\nf")
-    assert (drain(r), r.buffered, r.at_eof) == ([b"abc", b"de", b""], 1, False)
+    assert (drain(r), r.buffered, r.at_eof, r.truncated) == ([], 2, False, 0)
+    r.feed(b"c\nde\n\nfg")
+    assert (drain(r), r.buffered, r.at_eof, r.truncated) == ([b"abc", b"de", b""], 2, False, 0)
     r.feed(b"")
-    assert (drain(r), r.buffered, r.at_eof) == ([b"f"], 0, True)
+    assert (drain(r), r.buffered, r.at_eof, r.truncated) == ([], 0, True, 2)
     assert r.next_line() is None
 
 
@@ -82,6 +82,7 @@ def test_any_chunking_yields_the_same_lines(lines: list[bytes], cuts: list[int])
             got.extend(drain(r))
         r.feed(b"")
         got.extend(drain(r))
+        assert r.truncated == 0  # every line was terminated
     except FrameTooLarge:
         assert any(len(line) > 10 for line in lines)
         return

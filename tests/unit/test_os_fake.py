@@ -121,3 +121,47 @@ def test_kill_effect_turns_targets_into_zombies() -> None:
     assert table.process(500) is not None
     assert table.process(500).state == "Z"  # type: ignore[union-attr]
     assert table.alive() == [ProcessIdentity("boot-A", 501, 10)]
+
+
+def test_child_handle_reaps_exactly_its_child() -> None:
+    """A child handle signals and reaps the process it was opened on, and is closed by the reap."""
+    table = FakeProcessTable(kill_effect=True)
+    table.add(700, starttime=5)
+    handle = table.child_handle(700)
+    table.signal_child(handle, signal.SIGKILL)
+    assert table.reap_child(handle) == 0
+    assert table.reaped == [700]
+    assert table.process(700) is None
+    assert table.open_fds == []
+    # Signalling a reaped child through a stale handle is a quiet no-op.
+    table.add(701, starttime=6)
+    stale = table.child_handle(701)
+    table.remove(701)
+    table.signal_child(stale, signal.SIGTERM)
+    assert table.reap_child(stale) is None
+
+
+def test_cgroup_create_and_remove_follow_the_kernel() -> None:
+    """A populated cgroup cannot be removed (EBUSY -> False); an empty one can; creation
+    fails without delegation."""
+    table = FakeProcessTable()
+    path = table.cgroup_create("/cg/tether", "L1")
+    table.add(800, starttime=9)
+    table.cgroups[path].append(800)
+    assert table.cgroup_remove(path) is False
+    table.remove(800)
+    assert table.cgroup_remove(path) is True
+    assert table.cgroup_remove(path) is True  # already gone
+    table.cgroups_writable = False
+    with pytest.raises(PermissionError):
+        table.cgroup_create("/cg/tether", "L2")
+
+
+def test_exclusive_lock_is_held_once() -> None:
+    """try_lock_exclusive: the second taker gets None until the holder releases."""
+    table = FakeProcessTable()
+    fd = table.try_lock_exclusive("/run/s.lock")
+    assert fd is not None
+    assert table.try_lock_exclusive("/run/s.lock") is None
+    table.release_lock(fd)
+    assert table.try_lock_exclusive("/run/s.lock") is not None

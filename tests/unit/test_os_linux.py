@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,27 @@ def test_cgroup_reads_of_a_missing_cgroup() -> None:
     table = _os.current()
     assert table.cgroup_procs("/nonexistent/cgroup") == []
     assert table.cgroup_populated("/nonexistent/cgroup") is None
+
+
+def test_child_handle_signal_and_reap() -> None:
+    """child_handle/signal_child/reap_child on a real child: exact, and the status comes back."""
+    table = _os.current()
+    child = subprocess.Popen(["sleep", "30"])
+    handle = table.child_handle(child.pid)
+    table.signal_child(handle, signal.SIGKILL)
+    select.select([handle], [], [], 10)
+    assert table.reap_child(handle) == signal.SIGKILL
+    child.returncode = -signal.SIGKILL  # reaped through the handle; keep Popen quiet
+
+
+def test_try_lock_exclusive_is_exclusive(tmp_path: Path) -> None:
+    """A second exclusive lock on the same file is refused while the first is held."""
+    table = _os.current()
+    path = str(tmp_path / "s.lock")
+    fd = table.try_lock_exclusive(path)
+    assert fd is not None
+    assert table.try_lock_exclusive(path) is None
+    os.close(fd)
+    again = table.try_lock_exclusive(path)
+    assert again is not None
+    os.close(again)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import shlex
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import pytest
 
+from tether import metrics
 from tether._os import ProcessIdentity
 from tether._os._fake import FakeProcessTable
-from tether.supervise.lease_state import LeaseState
+from tether.registry import Registry
+from tether.supervise import reconcile as reconcile_mod
+from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.reconcile_plan import (
     Action,
     Expire,
@@ -27,6 +31,7 @@ from tether.supervise.reconcile_plan import (
     MarkLost,
     Reap,
     Skip,
+    Steal,
     plan_reconcile,
 )
 from tether.supervise.verify import command_hash, marker_for, signal_verified
@@ -119,80 +124,80 @@ def _reboot_then_lookalike(t: FakeProcessTable) -> None:
 ROWS = {
     "pid-reused-by-unrelated-process": Row(
         build=lambda t: t.add(1000, starttime=77, env={b"HOME": b"/x"}, cmdline=ARGV),
-        kinds=(MarkClosed,),
+        kinds=(Steal, MarkLost),
     ),
     "pid-reused-by-another-instances-run": Row(
         build=lambda t: t.add(
             1000, starttime=50, env={b"TETHER_LEASE_ID": b"L-theirs"}, cmdline=ARGV
         ),
-        kinds=(MarkClosed,),
+        kinds=(Steal, MarkLost),
     ),
     "pid-reused-by-another-run-other-starttime": Row(
         build=lambda t: t.add(1000, starttime=60, env={b"TETHER_LEASE_ID": b"L-theirs"}),
-        kinds=(MarkClosed,),
+        kinds=(Steal, MarkLost),
     ),
     "command-stored-shell-quoted": Row(
         build=root,
         lease=lease(command_hash=command_hash([shlex.join([a.decode() for a in ARGV])])),
-        kinds=(MarkLost,),
+        kinds=(Steal, MarkLost),
         unverifiable=True,
     ),
     "command-stored-as-exact-argv-str": Row(
         build=root,
         lease=lease(command_hash=command_hash([a.decode() for a in ARGV])),
         owned=(1000,),
-        kinds=(Reap, MarkClosed),
+        kinds=(Steal, Reap, MarkClosed),
         order=(1000,),
     ),
     "proc-unreadable": Row(
         build=_root_then_proc_unreadable,
         owned=(1000,),
-        kinds=(MarkLost,),
+        kinds=(Steal, MarkLost),
         unverifiable=True,
     ),
     "pid-namespace-unknown": Row(
         build=_root_in_unknown_namespace,
         owned=(1000,),
-        kinds=(MarkLost,),
+        kinds=(Steal, MarkLost),
         unverifiable=True,
     ),
-    "stale-lease-process-gone": Row(build=lambda t: None, kinds=(MarkClosed,)),
+    "stale-lease-process-gone": Row(build=lambda t: None, kinds=(Steal, MarkLost)),
     "boot-id-changed": Row(
         # A new boot, and by coincidence the same pid, starttime and even marker.
         build=_reboot_then_lookalike,
-        kinds=(MarkClosed,),
+        kinds=(Steal, MarkLost),
     ),
     "starttime-mismatch": Row(
         build=lambda t: root(t, starttime=51, env={}),
-        kinds=(MarkClosed,),
+        kinds=(Steal, MarkLost),
     ),
     "marker-missing": Row(
         build=lambda t: root(t, env={b"HOME": b"/x"}),
-        kinds=(MarkLost,),
+        kinds=(Steal, MarkLost),
         unverifiable=True,
     ),
     "marker-unreadable": Row(
         build=lambda t: root(t, env_readable=False),
-        kinds=(MarkLost,),
+        kinds=(Steal, MarkLost),
         unverifiable=True,
     ),
-    "zombie-root": Row(build=lambda t: root(t, state="Z"), kinds=(MarkClosed,)),
+    "zombie-root": Row(build=lambda t: root(t, state="Z"), kinds=(Steal, MarkLost)),
     "startup-orphan-root-child-grandchild": Row(
         build=_orphan_tree,
         owned=(1000, 1001, 1002),
-        kinds=(Reap, MarkClosed),
+        kinds=(Steal, Reap, MarkClosed),
         order=(1002, 1001, 1000),
     ),
     "orphan-tree-with-setsid-escapee-and-adopted-stranger": Row(
         build=_orphan_tree_with_escapee,
         owned=(1000, 1001, 1002, 1003),
-        kinds=(Reap, MarkClosed),
+        kinds=(Steal, Reap, MarkClosed),
         order=(1002, 1001, 1003, 1000),
     ),
     "root-gone-marked-survivor-lives-on": Row(
         build=_gone_root_with_survivor,
         owned=(1003,),
-        kinds=(Reap, MarkClosed),
+        kinds=(Steal, Reap, MarkClosed),
         order=(1003,),
     ),
     "lease-of-another-instance": Row(
@@ -211,10 +216,17 @@ ROWS = {
         kinds=(Skip,),
         unverifiable=True,
     ),
-    "lost-lease-now-provably-gone": Row(
+    "lost-lease-gone-before-cleanup-stays-lost": Row(
         build=lambda t: None,
         lease=lease(state=LeaseState.LOST),
-        kinds=(MarkClosed,),
+        kinds=(),
+    ),
+    "lost-lease-with-marked-survivor-is-stolen-and-reaped": Row(
+        build=_gone_root_with_survivor,
+        lease=lease(state=LeaseState.LOST),
+        owned=(1003,),
+        kinds=(Steal, Reap, MarkClosed),
+        order=(1003,),
     ),
 }
 
@@ -282,8 +294,9 @@ def test_owned_lease_with_cgroup_kills_only_its_cgroup() -> None:
     table.cgroups["/cg/other"] = [300]
     rec = lease(cgroup_path="/cg/tether/L1")
     plan = plan_reconcile([rec], table, our_instance_id=US, now=10.0, retention_s=3600)
-    assert isinstance(plan[0], Reap)
-    assert plan[0].cgroup_path == "/cg/tether/L1"
+    assert isinstance(plan[0], Steal)
+    assert isinstance(plan[1], Reap)
+    assert plan[1].cgroup_path == "/cg/tether/L1"
     execute(plan, table)
     assert [s for s in table.signals if s[0] == "cgroup_kill"] == [
         ("cgroup_kill", "/cg/tether/L1", 9)
@@ -306,12 +319,126 @@ def test_many_leases_mixed_world() -> None:
     ]
     plan = plan_reconcile(leases, table, our_instance_id=US, now=10.0, retention_s=3600)
     assert [(type(a).__name__, a.lease_id) for a in plan] == [
+        ("Steal", "L1"),
         ("Reap", "L1"),
         ("MarkClosed", "L1"),
         ("Skip", "L2"),
         ("Skip", "L3"),
         ("Expire", "L4"),
     ]
-    assert isinstance(plan[4], Expire)
+    assert isinstance(plan[5], Expire)
     execute(plan, table)
     assert {i.pid for i in table.signalled} == {1000, 1001, 1002}
+
+
+# --- lease contention (seed 003's OS matrix, row 8), over the real registry and executor ---
+
+
+def _registry_lease(reg: Registry, lease_id: str, **fields: object) -> None:
+    base: dict[str, object] = {
+        "lease_id": lease_id,
+        "session_key": "sess-contention",
+        "owner_pid": 4242,
+        "owner_starttime": 7,
+        "root_pid": 1000,
+        "pgid": 1000,
+        "boot_id": BOOT,
+        "pid_namespace": NS,
+        "starttime": 50,
+        "command_hash": command_hash(ARGV),
+        "cwd": "/proj",
+        "owner_instance_id": "S-dead",
+        "lease_expires_at": time.time() - 1,
+        "run_state": "running",
+    }
+    base.update(fields)
+    reg.create_lease(**base)
+
+
+def test_two_supervisors_one_expired_lease_one_steal_one_kill() -> None:
+    """Two supervisors plan over one expired lease before either acts: exactly one
+    steals it and signals its tree, each process once; the other touches nothing."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _orphan_tree(table)
+    with Registry() as reg:
+        metrics.attach(reg)
+        try:
+            _registry_lease(reg, "L1")
+            first = reconcile_mod.plan(reg, table=table)
+            second = reconcile_mod.plan(reg, table=table)
+            assert [type(a) for a in first.actions] == [Steal, Reap, MarkClosed]
+            won = reconcile_mod.carry_out(reg, first, grace=0.05)
+            signals_after_winner = list(table.signals)
+            lost = reconcile_mod.carry_out(reg, second, grace=0.05)
+            row = reg.lease("L1")
+            counters = reg.counters()
+            stolen = reg.events("sess-contention", kind="lease_stolen")
+        finally:
+            metrics.attach(None)
+    assert [d["kind"] for d in won] == ["steal", "reap", "markclosed"]
+    assert not any(d.get("raced") for d in won)
+    assert [d["kind"] for d in lost] == ["steal", "reap", "markclosed"]
+    assert all(d.get("raced") for d in lost)
+    assert "extinct" not in lost[1]  # the loser never executed its reap
+    # One kill: nothing was signalled by the loser, and nobody twice.
+    assert table.signals == signals_after_winner
+    targets = [s[1] for s in table.signals]
+    assert sorted(targets) == [1000, 1001, 1002]
+    assert row is not None
+    assert (row.state, row.stolen_from, row.reason) == ("closed", "S-dead", "owner-lost")
+    assert counters["run_lease_steal_total"] == 1
+    assert counters["run_reconcile_orphans_total"] == 3
+    assert [e["payload"]["from"] for e in stolen] == ["S-dead"]
+
+
+def test_healthy_lease_of_another_supervisor_is_left_alone() -> None:
+    """A lease whose holder lives and whose expiry lies ahead is never touched, even
+    with a reconciler's full powers over the same tree; expired, it is stolen."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _orphan_tree(table)
+    table.add(4242, starttime=7, cmdline=[b"tether-owner"])  # the holder, alive
+    with Registry() as reg:
+        _registry_lease(reg, "L1", owner_instance_id="S-live", lease_expires_at=time.time() + 60)
+        decisions = reconcile_mod.reconcile(reg, table=table, grace=0.05)
+        assert [d["kind"] for d in decisions] == ["skip"]
+        assert table.signals == []
+        healthy = reg.lease("L1")
+        assert healthy is not None
+        assert (healthy.state, healthy.owner_instance_id) == ("open", "S-live")
+        # The same holder, still alive but silent past its expiry: now it is stale.
+        reg.update_lease("L1", lease_expires_at=time.time() - 0.5)
+        decisions = reconcile_mod.reconcile(reg, table=table, grace=0.05)
+        assert [d["kind"] for d in decisions] == ["steal", "reap", "markclosed"]
+        assert "expired" in decisions[0]["why"]
+    assert sorted(s[1] for s in table.signals) == [1000, 1001, 1002]
+    assert table.process(4242) is not None
+    assert table.process(4242).state == "S"  # type: ignore[union-attr]
+
+
+def test_reconcile_lease_writes_follow_the_table() -> None:
+    """Issue 9 item 14: reconcile moves a lease only through legal steps (never open ->
+    closed), and a lease whose tree was gone before cleanup ends ``lost`` (seed 000)."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    with Registry() as reg:
+        _registry_lease(reg, "L1")
+        calls: list[tuple[str, object]] = []
+        real_advance = reg.advance_lease
+
+        def spy(lease_id: str, event: LeaseInput, **kw: object) -> object:
+            calls.append((lease_id, event))
+            return real_advance(lease_id, event, **kw)  # type: ignore[arg-type]
+
+        reg.advance_lease = spy  # type: ignore[method-assign]
+        decisions = reconcile_mod.reconcile(reg, table=table, grace=0.05)
+        row = reg.lease("L1")
+        ended = reg.events("sess-contention", kind="agent_run_ended")
+    assert [d["kind"] for d in decisions] == ["steal", "marklost"]
+    assert calls == [("L1", LeaseInput.GONE_BEFORE_CLEANUP)]
+    assert row is not None
+    assert (row.state, row.reason) == ("lost", "owner-lost")
+    assert len(ended) == 1
+    assert "gone before cleanup" in ended[0]["payload"]["message"]
+    assert table.signals == []

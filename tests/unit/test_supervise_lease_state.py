@@ -44,13 +44,36 @@ def test_walkthrough_lost_then_proven_gone() -> None:
     assert now_in(m) is S.CLOSED
 
 
+def test_walkthrough_gone_before_cleanup_is_lost() -> None:
+    """Seed 000: a tree already gone before cleanup reached it is lost, not closed."""
+    m = LeaseMachine()
+    assert m.transition(LeaseInput.GONE_BEFORE_CLEANUP) is S.LOST
+    assert now_in(m) is S.LOST
+    m = LeaseMachine(S.CLOSING)
+    assert m.transition(LeaseInput.GONE_BEFORE_CLEANUP) is S.LOST
+
+
+def test_walkthrough_steal_then_reap() -> None:
+    """A steal lands in closing from open, closing or lost; closed cannot be stolen."""
+    for start in (S.OPEN, S.CLOSING, S.LOST):
+        m = LeaseMachine(start)
+        assert m.transition(LeaseInput.STOLEN) is S.CLOSING
+        assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
+    m = LeaseMachine(S.CLOSED)
+    with pytest.raises(InvalidTransition):
+        m.transition(LeaseInput.STOLEN)
+    assert now_in(m) is S.CLOSED
+
+
 def test_exactly_the_documented_edges() -> None:
-    """The table allows exactly the five documented lease steps."""
+    """The table allows exactly the documented lease steps (steal included)."""
     assert {(a.value, b.value) for a, b in EDGES} == {
         ("open", "closing"),
         ("open", "lost"),
+        ("closing", "closing"),
         ("closing", "closed"),
         ("closing", "lost"),
+        ("lost", "closing"),
         ("lost", "closed"),
     }
     check_edge(S.LOST, S.CLOSED)

@@ -14,6 +14,7 @@ from tether.supervise.reconcile_plan import (
     MarkLost,
     Reap,
     Skip,
+    Steal,
     plan_reconcile,
 )
 from tether.supervise.verify import command_hash
@@ -75,7 +76,7 @@ def test_owned_reap_carries_identities_children_first() -> None:
     """An owned tree is planned as identities with their starttimes, children before the root."""
     t = table_with_root()
     t.add(1001, ppid=1000, starttime=60, env=MARK)
-    out = plan(t, lease())
+    out = plan(t, lease())[1:]  # after the steal
     assert isinstance(out[0], Reap)
     assert out[0].pids_children_first == [
         ProcessIdentity(BOOT, 1001, 60),
@@ -89,7 +90,7 @@ def test_keeper_carrying_the_marker_is_reaped_after_the_agent() -> None:
     t = FakeProcessTable(pid_ns="pid:[1]")
     t.add(999, starttime=49, env=MARK)
     t.add(1000, ppid=999, starttime=50, env=MARK, cmdline=ARGV)
-    out = plan(t, lease())
+    out = plan(t, lease())[1:]  # after the steal
     assert isinstance(out[0], Reap)
     assert [i.pid for i in out[0].pids_children_first] == [1000, 999]
 
@@ -99,6 +100,7 @@ def test_exclude_keeps_ourselves_out_of_the_reap() -> None:
     t = table_with_root()
     t.add(1001, ppid=1000, starttime=60, env=MARK)
     out = plan_reconcile([lease()], t, our_instance_id=US, now=0, retention_s=50, exclude=[1001])
+    out = out[1:]  # after the steal
     assert isinstance(out[0], Reap)
     assert [i.pid for i in out[0].pids_children_first] == [1000]
 
@@ -113,7 +115,7 @@ def test_unreadable_boot_id_fails_closed() -> None:
     t = NoBoot(pid_ns="pid:[1]")
     t.add(1000, starttime=50, env=MARK, cmdline=ARGV)
     out = plan(t, lease(), lease(lease_id="L2", state=LeaseState.LOST, updated_at=190.0))
-    assert [type(a) for a in out] == [MarkLost, Skip]
+    assert [type(a) for a in out] == [Steal, MarkLost, Skip]
     assert t.signals == []
 
 
@@ -127,20 +129,52 @@ def test_listing_unreadable_after_verification_fails_closed() -> None:
     t = NoListing(pid_ns="pid:[1]")
     t.add(1000, starttime=50, env=MARK, cmdline=ARGV)
     out = plan(t, lease())
-    assert [type(a) for a in out] == [MarkLost]
-    assert "unreadable" in out[0].why  # type: ignore[attr-defined]
+    assert [type(a) for a in out] == [Steal, MarkLost]
+    assert "unreadable" in out[1].why  # type: ignore[attr-defined]
 
 
 def test_lost_lease_now_verifiable_is_reaped_and_closed() -> None:
     """A lost lease whose tree now verifies as ours is reaped and closed by a later sweep."""
     t = table_with_root()
     out = plan(t, lease(state=LeaseState.LOST, updated_at=190.0))
-    assert [type(a) for a in out] == [Reap, MarkClosed]
+    assert [type(a) for a in out] == [Steal, Reap, MarkClosed]
 
 
-def test_gone_lease_without_survivors_is_closed_with_reasons() -> None:
-    """A lease whose process is gone and left no marked survivor is closed, saying why."""
+def test_gone_lease_without_survivors_is_lost_with_reasons() -> None:
+    """Seed 000: a lease whose process was gone before cleanup is marked lost, saying why.
+
+    Regression (issue 9 item 14): this used to plan MarkClosed, i.e. ``closed``.
+    """
     t = FakeProcessTable(pid_ns="pid:[1]")
     out = plan(t, lease(state=LeaseState.CLOSING))
-    assert [type(a) for a in out] == [MarkClosed]
-    assert "does not exist" in out[0].why  # type: ignore[attr-defined]
+    assert [type(a) for a in out] == [Steal, MarkLost]
+    assert isinstance(out[1], MarkLost)
+    assert out[1].gone
+    assert "does not exist" in out[1].why
+
+
+def test_healthy_lease_of_a_live_holder_is_never_touched() -> None:
+    """Seed 003: a live holder whose lease has not expired gets Skip, nothing else."""
+    t = table_with_root()
+    out = plan(t, lease(owner_alive=True, lease_expires_at=201.0, owner_instance_id="S1"))
+    assert [type(a) for a in out] == [Skip]
+    assert t.signals == []
+
+
+def test_expired_lease_of_a_live_holder_is_stolen_before_the_reap() -> None:
+    """Seed 003: an expired lease is stolen (CAS on state and holder) before anything is reaped."""
+    t = table_with_root()
+    out = plan(t, lease(owner_alive=True, lease_expires_at=199.0, owner_instance_id="S1"))
+    assert [type(a) for a in out] == [Steal, Reap, MarkClosed]
+    steal = out[0]
+    assert isinstance(steal, Steal)
+    assert (steal.expect, steal.holder, steal.holder_dead) == (LeaseState.OPEN, "S1", False)
+    assert "expired" in steal.why
+
+
+def test_our_own_expired_lease_is_never_stolen_by_ourselves() -> None:
+    """A supervisor never reaps its own live run, even if its heartbeat lapsed."""
+    t = table_with_root()
+    mine = lease(owner_alive=True, lease_expires_at=1.0, owner_instance_id="S1", held_by_us=True)
+    assert [type(a) for a in plan(t, mine)] == [Skip]
+    assert t.signals == []

@@ -183,6 +183,49 @@ class ProcessTable(Protocol):
         """``populated`` from ``<path>/cgroup.events``; ``None`` if it cannot be read."""
         ...
 
+    def cgroup_create(self, parent: str, name: str) -> str:
+        """Create the run's cgroup ``<parent>/<name>`` (and ``parent``); return its path.
+
+        Raises:
+            OSError: it cannot be created (no delegation, no such hierarchy).
+        """
+        ...
+
+    def cgroup_remove(self, path: str) -> bool:
+        """Remove an empty cgroup; ``True`` if it is gone (or was), ``False`` if still busy."""
+        ...
+
+    # -- our own children (the keeper) ---------------------------------------------
+
+    def child_handle(self, pid: int) -> int:
+        """A pollable handle on our own unreaped child ``pid`` (Linux: a pidfd).
+
+        It becomes readable when the child exits, so an event loop can watch it
+        (``add_reader``) without a child-watcher thread; exact because an unreaped
+        child's pid cannot be recycled.
+        """
+        ...
+
+    def reap_child(self, handle: int) -> int | None:
+        """Reap the exited child behind ``handle`` and close it; its status, ``None`` if
+        someone else reaped it first."""
+        ...
+
+    def signal_child(self, handle: int, sig: int) -> None:
+        """Signal our child through its handle (no-op if it is already gone)."""
+        ...
+
+    # -- locks -----------------------------------------------------------------------
+
+    def try_lock_exclusive(self, path: str) -> int | None:
+        """Open ``path`` (0600, created) and take an exclusive lock that dies with us.
+
+        Returns the open descriptor holding the lock (close it to release), or
+        ``None`` if another process holds it. Linux: ``flock(LOCK_EX | LOCK_NB)``,
+        released by the kernel when the holder exits, however it exits.
+        """
+        ...
+
 
 def parse_stat(pid: int, raw: bytes) -> ProcStat:
     """Parse the bytes of ``/proc/<pid>/stat``.

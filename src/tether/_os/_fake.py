@@ -29,6 +29,7 @@ tested honestly:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import signal
 from dataclasses import dataclass, field
@@ -96,6 +97,12 @@ class FakeProcessTable:
         #: Every call made through the interface, with its arguments, failed or not.
         self.calls: list[tuple[object, ...]] = []
         self.cgroups: dict[str, list[int]] = {}
+        #: Flip to False to make cgroup creation fail (no delegation).
+        self.cgroups_writable = True
+        #: Held exclusive locks: descriptor -> path.
+        self.locks: dict[int, str] = {}
+        #: Children reaped through reap_child(), in order.
+        self.reaped: list[int] = []
         self._procs: dict[int, FakeProcess] = {}
         self._fds: dict[int, FakeProcess] = {}
         self._next_fd = 100
@@ -306,6 +313,58 @@ class FakeProcessTable:
         if path not in self.cgroups:
             return None
         return bool(self.cgroup_procs(path))
+
+    def cgroup_create(self, parent: str, name: str) -> str:
+        self.calls.append(("cgroup_create", parent, name))
+        if not self.cgroups_writable:
+            raise PermissionError(errno.EPERM, f"cannot create a cgroup under {parent}")
+        path = f"{parent}/{name}"
+        if path in self.cgroups:
+            raise FileExistsError(errno.EEXIST, path)
+        self.cgroups[path] = []
+        return path
+
+    def cgroup_remove(self, path: str) -> bool:
+        self.calls.append(("cgroup_remove", path))
+        if path not in self.cgroups:
+            return True
+        if self.cgroup_procs(path):
+            return False  # EBUSY: still populated
+        del self.cgroups[path]
+        return True
+
+    def child_handle(self, pid: int) -> int:
+        self.calls.append(("child_handle", pid))
+        return self.pidfd_open(pid)
+
+    def reap_child(self, handle: int) -> int | None:
+        self.calls.append(("reap_child", handle))
+        proc = self._fds.pop(handle, None)
+        if proc is None:
+            raise OSError(errno.EBADF, f"bad handle {handle}")
+        if self._procs.get(proc.pid) is not proc:
+            return None  # reaped by someone else
+        del self._procs[proc.pid]
+        self.reaped.append(proc.pid)
+        return 0 if proc.state in ("Z", "X") else None
+
+    def signal_child(self, handle: int, sig: int) -> None:
+        self.calls.append(("signal_child", handle, sig))
+        with contextlib.suppress(ProcessLookupError):
+            self.pidfd_send_signal(handle, sig)
+
+    def try_lock_exclusive(self, path: str) -> int | None:
+        self.calls.append(("try_lock_exclusive", path))
+        if path in self.locks.values():
+            return None
+        fd = self._next_fd
+        self._next_fd += 1
+        self.locks[fd] = path
+        return fd
+
+    def release_lock(self, fd: int) -> None:
+        """Close a lock descriptor (test helper: the real one is ``os.close``)."""
+        del self.locks[fd]
 
     def _deliver(self, proc: FakeProcess, sig: int) -> None:
         if self.kill_effect and sig in _LETHAL and sig not in proc.ignores:

@@ -15,7 +15,9 @@ before believing it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import os
 import signal
 
@@ -185,3 +187,48 @@ class LinuxProcessTable:
             if name == b"populated":
                 return value.strip() == b"1"
         return None
+
+    def cgroup_create(self, parent: str, name: str) -> str:
+        path = os.path.join(parent, name)
+        os.makedirs(path, mode=0o755)
+        return path
+
+    def cgroup_remove(self, path: str) -> bool:
+        try:
+            os.rmdir(path)
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                return False  # the kernel frees it just after the last member's exit
+            raise
+        return True
+
+    def child_handle(self, pid: int) -> int:
+        return os.pidfd_open(pid)
+
+    def reap_child(self, handle: int) -> int | None:
+        try:
+            info = os.waitid(os.P_PIDFD, handle, os.WEXITED)
+            status = info.si_status if info is not None else None
+        except ChildProcessError:
+            status = None
+        finally:
+            os.close(handle)
+        return status
+
+    def signal_child(self, handle: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(handle, sig)
+
+    def try_lock_exclusive(self, path: str) -> int | None:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd

@@ -532,11 +532,19 @@ class AgentConnection:
         return result
 
     async def load_session(
-        self, session_id: str, cwd: str, listener: UpdateListener | None = None
+        self,
+        session_id: str,
+        cwd: str,
+        listener: UpdateListener | None = None,
+        mcp_servers: Sequence[Any] = (),
     ) -> dict[str, Any]:
         """``session/load`` (replays history as updates to ``listener``) or ``session/resume``."""
         method = "session/resume" if self.can_resume else "session/load"
-        params: dict[str, Any] = {"sessionId": session_id, "cwd": cwd, "mcpServers": []}
+        params: dict[str, Any] = {
+            "sessionId": session_id,
+            "cwd": cwd,
+            "mcpServers": list(mcp_servers),
+        }
         if listener is not None:
             self._listeners[session_id] = listener
         try:

@@ -13,8 +13,9 @@ runs; answers go out when each finishes.
 What each method does, through the one operations layer (:mod:`tether.operations`):
 
 * ``session/new`` creates a Tether session for the door's agent in the client's
-  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner; ``mcpServers`` are stored
-  in the session's options (``mcp_servers``) for the owner to pass on. The ACP
+  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner; ``mcpServers`` join the
+  configured ones in the session's options (``mcp_servers``), which the owner passes
+  to the agent. The ACP
   ``sessionId`` is the session key.
 * ``session/prompt`` is an IPC ``prompt`` to the owner (started on demand): the agent's
   ``session/update`` s are relayed in arrival order with the session id rewritten, and
@@ -274,7 +275,10 @@ class AcpDoor:
         owner_options = dict(opts.owner_options)
         servers = params.get("mcpServers")
         if isinstance(servers, list) and servers:
-            owner_options["mcp_servers"] = servers
+            # The client's servers join the configured ones (the owner passes them all
+            # to the agent's session/new; ``tether.mcp.bridge.servers_for``).
+            configured = owner_options.get("mcp_servers") or []
+            owner_options["mcp_servers"] = [*configured, *servers]
         if self._auth_method is not None:
             method = self._auth_method
             owner_options["auth"] = {method: opts.auth_config.get(method, "")}

@@ -140,6 +140,14 @@ def main(argv: list[str] | None = None) -> int:
     from tether.cli import _parse
     from tether.errors import TetherError
 
+    if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
+        from tether.mcp.cli import main as mcp_main
+
+        try:
+            return mcp_main(args[1:])
+        except TetherError as exc:
+            sys.stderr.write(f"[error] {exc}\n")
+            return exc.exit_code
     ctx: Context | None = None
     try:
         from tether import agents
@@ -254,6 +262,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
+    if command == "metrics":
+        from tether.cli._metrics_cmd import run_metrics
+
+        return run_metrics(ctx)
     if command == "config":
         import json
 

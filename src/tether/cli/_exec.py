@@ -19,7 +19,7 @@ from typing import Any
 
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
-from tether.errors import Interrupted, PermissionDenied, UsageError
+from tether.errors import CallTimeout, Interrupted, PermissionDenied, UsageError
 from tether.live_agent import AgentConfig, LiveAgent
 from tether.supervise.run_state import TerminationReason
 
@@ -71,22 +71,39 @@ async def _run(ctx: Any, text: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
     on_frame = out.frame if ctx.fmt == "json" else _text_frames(out)
+    from tether.mcp import bridge
+
+    # The user's MCP servers only: an exec run has no session for the bridge to act as.
+    mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
     agent_cfg = AgentConfig(
         argv=ctx.agent_argv,
         cwd=str(ctx.cwd),
         client=client_options(ctx, on_frame),
         grace=1.5,
+        mcp_servers=mcp,
     )
     try:
         out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")
+        # --timeout bounds the whole call: spawn and handshake count, not only the turn.
+        deadline = loop.time() + ctx.timeout if ctx.timeout is not None else None
+        scope = asyncio.timeout_at(deadline)
         try:
             start = asyncio.ensure_future(LiveAgent.start(agent_cfg, registry))
             prompt_task = start  # Ctrl-C during start-up cancels the start
-            live = await start
+            async with scope:
+                live = await start
         except asyncio.CancelledError:
             raise Interrupted("interrupted while starting the agent") from None
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise CallTimeout(
+                f"--timeout {ctx.timeout:g} s passed while starting the agent",
+                phase="agent start",
+            ) from None
+        ceiling = None if deadline is None else max(0.001, deadline - loop.time())
         prompt_task = asyncio.ensure_future(
-            live.prompt([{"type": "text", "text": text}], _noop, ceiling=ctx.timeout)
+            live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
         )
         try:
             result = await prompt_task

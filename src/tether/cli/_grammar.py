@@ -19,6 +19,7 @@ COMMANDS = frozenset(
         "config",
         "doctor",
         "acp",
+        "metrics",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
@@ -51,6 +52,8 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--mcp-bridge": 0,
+    "--mcp-config": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -63,6 +66,7 @@ _COMMAND_FLAGS = {
     "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
     "--limit": (1, "--limit N", "show the last N turns (default 20)"),
     "--all": (0, "--all", "include closed sessions"),
+    "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
     "--request": (1, "--request ID", "remove this queued request instead"),
     "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
     "--from": (1, "--from SEQ", "start at this journal entry (replay, then live)"),
@@ -114,7 +118,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     ),
     "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
     "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
-    "sessions list": ("[--all]", "list this instance's sessions", ("--all",)),
+    "sessions list": (
+        "[--all] [--tree]",
+        "list the sessions you may see",
+        ("--all", "--tree"),
+    ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
         "[-s NAME | NAME] [--limit N]",
@@ -162,6 +170,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--dry-run",),
     ),
     "config": ("", "print the merged configuration", ()),
+    "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",
         "check the state directory (database, schema, permissions, stale sockets)",

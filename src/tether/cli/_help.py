@@ -33,7 +33,9 @@ commands:
   acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
+  metrics                              counters, latencies and gauges (text, or --format json)
   config                               print the merged configuration
+  mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.
 
@@ -52,6 +54,8 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
+  --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
   --version, --help
 

@@ -24,9 +24,12 @@ def run(ctx: Any, key: str, no_session: Any) -> int:
     sub = ctx.inv.subcommand
     if sub == "prune":
         return _prune(ctx)
+    from tether import access
+
     with Registry() as registry:
         if registry.session(key) is None:
             raise no_session
+        access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":
@@ -121,7 +124,7 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
     for t in shown:
         start = t.started_at or t.queued_at
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "-"
-        took = f"{t.duration_ms / 1000:.2f}s" if t.duration_ms is not None else "-"
+        took = render.duration(t.duration_ms)
         outcome = t.stop_reason or ("failed" if t.error else "running")
         lines.append(
             f"{t.request_id}  {when}  {took:>8}  {outcome:<10}  {render.preview(t.prompt)}"

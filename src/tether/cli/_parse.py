@@ -63,6 +63,9 @@ class Invocation:
         self.closed = False
         self.repair = False
         self.close_on_exit = False
+        self.tree = False  # sessions list --tree
+        self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
+        self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
         self.words: list[str] = []
 
@@ -105,6 +108,10 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
+    elif flag == "--mcp-bridge":
+        inv.mcp_bridge = True
+    elif flag == "--mcp-config":
+        inv.mcp_config = value
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
@@ -119,6 +126,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.dry_run = True
     elif flag == "--all":
         inv.all = True
+    elif flag == "--tree":
+        inv.tree = True
     elif flag == "--request":
         inv.request = value
     elif flag in ("--from", "--tail"):

@@ -7,6 +7,8 @@ a live owner exists -- talks IPC v2 with the blocking client: no asyncio, no sql
 
 from __future__ import annotations
 
+import time
+
 from tether import operations, sessions
 from tether.errors import (
     Interrupted,
@@ -49,8 +51,20 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "queue_max_depth": cfg.get("queueMaxDepth"),
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
+        "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
+        **_mcp_options(ctx),
     }
+
+
+def _mcp_options(ctx: Any) -> dict[str, Any]:
+    """MCP servers for the session's agents: config, ``--mcp-config``, the bridge."""
+    cfg = ctx.config
+    if not (cfg.get("mcpServers") or ctx.inv.mcp_config):
+        return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": []}
+    from tether.mcp import bridge  # json: only when servers are configured
+
+    return bridge.options_from(cfg, ctx.inv.mcp_config, ctx.inv.mcp_bridge)
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
@@ -58,13 +72,18 @@ def _later_flags(ctx: Any) -> dict[str, Any] | None:
     return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
 
 
-def connect_or_start(ctx: Any, key: str) -> OwnerConnection:
+def connect_or_start(
+    ctx: Any, key: str, deadline: float | None = None, action: str = "send"
+) -> OwnerConnection:
     """A serving owner for the session (:func:`tether.operations.connect_or_start`).
 
     Flags given now (``--ttl``, permissions) become a newly started owner's settings.
+    ``deadline`` (monotonic) is the end of the caller's ``--timeout``.
     """
     try:
-        return operations.connect_or_start(key, options=_later_flags(ctx))
+        return operations.connect_or_start(
+            key, options=_later_flags(ctx), deadline=deadline, action=action
+        )
     except NoSession:
         raise _no_session_hint(ctx) from None
 
@@ -99,8 +118,10 @@ def prompt(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("prompt needs text (arguments, -f FILE, or stdin)")
     key = _key(ctx)
-    conn = connect_or_start(ctx, key)
-    deadline_ms = int(ctx.timeout * 1000) if ctx.timeout is not None else None
+    # --timeout bounds the whole call: connecting, starting an owner, queueing, the turn.
+    deadline = _call_deadline(ctx)
+    conn = connect_or_start(ctx, key, deadline)
+    deadline_ms = _remaining_ms(deadline)
     payload = {
         "prompt": [{"type": "text", "text": text}],
         "wait": not ctx.inv.no_wait,
@@ -173,9 +194,10 @@ def control(ctx: Any) -> int:
     if command == "set-mode":
         if len(ctx.inv.words) != 1:
             raise UsageError("usage: tether set-mode [-s NAME] MODE")
-        with connect_or_start(ctx, key) as conn:
+        deadline = _call_deadline(ctx)
+        with connect_or_start(ctx, key, deadline, "set") as conn:
             result = conn.request(
-                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_deadline(ctx)
+                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_remaining_ms(deadline)
             )
         ctx.output.control(result, text=f"mode set: {ctx.inv.words[0]}", quiet=ctx.inv.words[0])
         return 0
@@ -184,19 +206,26 @@ def control(ctx: Any) -> int:
             raise UsageError("usage: tether set [-s NAME] KEY VALUE")
         config_id, raw = ctx.inv.words
         value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
-        with connect_or_start(ctx, key) as conn:
+        deadline = _call_deadline(ctx)
+        with connect_or_start(ctx, key, deadline, "set") as conn:
             result = conn.request(
                 "set_config_option",
                 {"configId": config_id, "value": value},
-                deadline_ms=_deadline(ctx),
+                deadline_ms=_remaining_ms(deadline),
             )
         ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
         return 0
     raise UsageError(f"unknown command {command}")
 
 
-def _deadline(ctx: Any) -> int | None:
-    return int(ctx.timeout * 1000) if ctx.timeout is not None else None
+def _call_deadline(ctx: Any) -> float | None:
+    """The end of the caller's ``--timeout`` (monotonic), counted from now."""
+    return time.monotonic() + ctx.timeout if ctx.timeout is not None else None
+
+
+def _remaining_ms(deadline: float | None) -> int | None:
+    """What is left of ``deadline`` for the owner to enforce (at least 1 ms)."""
+    return None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
 
 
 def _status(ctx: Any, key: str) -> int:
@@ -223,13 +252,11 @@ def sessions_cmd(ctx: Any) -> int:
         items = operations.list_sessions(include_closed=ctx.inv.all)
         ctx.output.control(
             {"action": "sessions", "sessions": items},
-            text="\n".join(
-                f"{s['name'] or '(default)'}\t{s['state']}\t{s['agent']}\t{s['cwd']}" for s in items
-            )
-            or "no sessions",
+            text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
             quiet="\n".join(s["key"] for s in items),
         )
         return 0
+    from tether import access
     from tether.cli import _render
     from tether.registry import Registry
 
@@ -238,8 +265,9 @@ def sessions_cmd(ctx: Any) -> int:
         session = registry.session(key)
         if session is None:
             raise _no_session_hint(ctx)
+        access.authorize(key, "status", registry=registry)
         if sub == "show":
-            info = operations.describe(session)
+            info = operations.describe(session, registry.instance_id)
             ctx.output.control(
                 {"action": "session", **info},
                 text=_render.fields(info),
@@ -247,6 +275,24 @@ def sessions_cmd(ctx: Any) -> int:
             )
             return 0
     raise UsageError(f"unknown sessions command {sub}")
+
+
+def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
+    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest."""
+    if not tree:
+        return "\n".join(
+            f"{s['name'] or '(default)'}\t{s['state']}\t{s['agentId']}\t{s['cwd']}"
+            f"\t{_owner_text(s)}"
+            for s in items
+        )
+    from tether.ownership import tree_lines
+
+    return "\n".join(tree_lines(items))
+
+
+def _owner_text(item: dict[str, Any]) -> str:
+    parent = item.get("parentSessionKey") or item.get("spawnedBy") or item.get("ownerSessionKey")
+    return f"spawned by {parent[:12]}" if parent else "operator"
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
@@ -298,8 +344,15 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
+    children = result.get("closedChildren") or []
+    failed = [c for c in children if "error" in c]
+    if children:
+        text += f" · {len(children) - len(failed)} session(s) it spawned closed first"
+    for child in failed:
+        key_text = str(child["sessionKey"])[:12]
+        text += f"\nspawned session {key_text} could not be closed: {child['error']}"
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors else 0
+    return 1 if survivors or failed else 0
 
 
 def _terminate(ctx: Any) -> int:

@@ -20,8 +20,10 @@ from collections.abc import Callable
 
 from tether import _fastjson
 from tether.errors import (
+    CallTimeout,
     OwnerLost,
     OwnerUnavailable,
+    OwnerUnresponsive,
     RemoteProtocolError,
     TetherError,
     UsageError,
@@ -36,7 +38,9 @@ if TYPE_CHECKING:
     from typing import Any
 
 CONNECT_TIMEOUT_S = 5.0
-DEADLINE_SLACK_S = 5.0
+# The owner answers TIMEOUT at the deadline; our socket backstop waits this much longer
+# for that answer (an owner that is stopped or hung never sends it).
+DEADLINE_SLACK_S = 2.0
 FrameHandler = Callable[[dict[str, "Any"]], None]
 
 
@@ -75,6 +79,13 @@ class OwnerConnection:
         conn = cls(sock)
         try:
             hello = conn._read_frame()
+        except TimeoutError:
+            # Someone holds the socket and accepted us, but says nothing: an owner that
+            # is stopped (SIGSTOP), hung, or starved. Not the same as "no owner".
+            conn.close()
+            raise OwnerUnresponsive(
+                f"the owner at {path} did not say hello within {timeout:g} s", socket=path
+            ) from None
         except (OSError, TetherError) as exc:
             conn.close()
             raise OwnerUnavailable(
@@ -196,9 +207,10 @@ class OwnerConnection:
             try:
                 frame = self._read_frame()
             except TimeoutError:
-                raise OwnerLost(
+                raise CallTimeout(
                     "the owner did not answer within the deadline; the outcome is unknown",
                     request_id=request_id,
+                    phase="waiting for the owner's answer",
                 ) from None
             except OSError:
                 frame = None  # reset or broken socket: the owner is gone, like EOF
@@ -253,12 +265,14 @@ def connect_with_retry(path: str, *, deadline: float) -> OwnerConnection:
     """Connect, retrying briefly while an owner that is known to be starting binds.
 
     Only used after we learned another caller is starting this owner (the flock race);
-    the warm path connects once.
+    the warm path connects once. Every wait, the hello included, ends by ``deadline``.
     """
     delay = 0.005
     while True:
         try:
-            return OwnerConnection.connect(path)
+            return OwnerConnection.connect(
+                path, timeout=max(0.05, min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
+            )
         except OwnerUnavailable:
             if time.monotonic() >= deadline:
                 raise

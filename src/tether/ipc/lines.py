@@ -44,7 +44,7 @@ class LineReader:
         what: how the lines are named in the error (``"IPC frame"``...).
     """
 
-    __slots__ = ("_broken", "_buf", "_eof", "_head", "_pos", "max_bytes", "what")
+    __slots__ = ("_broken", "_buf", "_eof", "_head", "_pos", "max_bytes", "truncated", "what")
 
     def __init__(self, max_bytes: int = DEFAULT_MAX_LINE_BYTES, what: str = "IPC frame") -> None:
         if max_bytes < 1:
@@ -58,6 +58,7 @@ class LineReader:
         self._head = bytearray()
         self._eof = False
         self._broken = False
+        self.truncated = 0  # bytes of an unterminated line dropped at EOF
 
     @property
     def at_eof(self) -> bool:
@@ -89,8 +90,8 @@ class LineReader:
     def next_line(self) -> bytes | None:
         """The next complete line, or ``None`` when more data is needed (or at EOF).
 
-        At EOF an unterminated final line is returned as it is (a truncated frame, which
-        the caller's parser then refuses), then ``None``.
+        At EOF an unterminated final line is dropped (its length is kept in
+        ``truncated``): it is a frame cut short, which no reader may act on.
 
         Raises:
             FrameTooLarge: the current line is longer than ``max_bytes`` (the reader is
@@ -120,9 +121,10 @@ class LineReader:
             head += buf[pos:]
         self._buf, self._pos = b"", 0
         if self._eof and head:
-            line = bytes(head)
+            # Every IPC frame ends with a newline: an unterminated rest at EOF is a frame
+            # cut short (the peer died or dropped us mid-write), never a frame.
+            self.truncated = len(head)
             head.clear()
-            return line
         return None
 
     def _break(self) -> None:

@@ -17,7 +17,9 @@ and the owner answers, for *every* request, in this order::
     {"type":"ack","requestId":R,"queuePosition":N}          once, when admitted
     {"type":"update","requestId":R,"frame":{...raw ACP...}}  zero or more
     {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
-    {"type":"session_ended","requestId":R,"event":{...}}     when the agent run ended meanwhile
+    {"type":"agent_run_ended","requestId":null,"event":{...}} the agent run ended meanwhile
+    {"type":"session_ended","requestId":null,"event":{...}}   the session was closed: it comes
+                                                               before the SESSION_CLOSED error
     {"type":"result","requestId":R,"result":{...}}           \\ exactly one terminal frame,
     {"type":"error","requestId":R,"error":{...}}             /  also on shutdown and deadline
 

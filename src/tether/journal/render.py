@@ -51,6 +51,17 @@ class Turn:
         }
 
 
+def duration(ms: float | None) -> str:
+    """``812 ms``, ``4.2 s``, ``3 min 5 s`` (``-`` when unknown)."""
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    return f"{int(ms // 60_000)} min {int(ms % 60_000 // 1000)} s"
+
+
 def preview(text: str, width: int = PREVIEW_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"

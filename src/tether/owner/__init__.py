@@ -42,7 +42,9 @@ module                    job                                                   
 ``lifecycle``             starting/idle/running/stopping/stopped; TTL, lifetime  no
 ``agent_slot``            ensure the agent, replay mode/config, watch, end a run yes
 ``requests``              running prompt / set_mode / set_config_option          yes
+``heartbeat``             the registry heartbeat, from a thread nothing starves  yes
 ``status``                the status snapshot, the run-end record                no
+``ending``                a session's end: recorded once, broadcast, answered    yes
 ``settings``              the owner's settings from the session's options        no
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import _log
+from tether import _log, metrics
 from tether.errors import (
     PromptTimeout,
     QueueOverloaded,
@@ -87,6 +87,9 @@ class Admission:
             for expired in popped.expired:
                 expired.finish(error=_timed_out())
             if popped.item is not None:
+                # Seed 001: request enqueue latency (admitted -> its turn starts).
+                waited = time.monotonic() - popped.item.admitted_at
+                metrics.observe("request_enqueue_seconds", waited, kind=popped.item.kind)
                 return popped.item
             self._wakeup.clear()
             await self._wakeup.wait()
@@ -120,10 +123,11 @@ class Admission:
         if active is None or active.kind != "prompt":
             return {"action": "cancel_result", "cancelled": False, "reason": "nothing to cancel"}
         sent = self._slot.cancel()
-        if not sent:
-            # The turn has not reached the agent yet (it is still starting): defer.
-            active.cancel_requested = True
-        _log.event("cancel", session_key=self.key, request_id=active.request_id, sent=sent)
+        # Not sent: the turn has not reached the agent yet (it is still starting), so
+        # it is never sent. Sent: the flag tells the turn's end it was cancelled (for
+        # cancel_total{outcome}).
+        active.cancel_requested = True
+        _log.event("cancel", requestId=active.request_id, sent=sent)
         result = {
             "action": "cancel_result",
             "cancelled": True,

@@ -93,6 +93,8 @@ class AgentSlot:
         session = self.registry.session(self.key)
         if session is None:
             raise TetherError("the session disappeared from the registry", session_key=self.key)
+        from tether.mcp.bridge import servers_for
+
         cfg = AgentConfig(
             argv=session.agent_command,
             cwd=session.cwd,
@@ -107,6 +109,7 @@ class AgentSlot:
                 on_permission=self._on_permission,
             ),
             session_key=self.key,
+            mcp_servers=servers_for(session.options, self.key),
         )
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
         self.live = live

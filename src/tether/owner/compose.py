@@ -16,7 +16,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os
+from tether import _log, _os, metrics
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
@@ -28,19 +28,15 @@ from tether.ipc import protocol
 from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.ending import end_session
+from tether.owner.heartbeat import Heartbeat
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import (
-    end_event,
-    session_end_event,
-    status_snapshot,
-    terminate_fields,
-    terminate_result,
-)
+from tether.owner.status import end_event, status_snapshot
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
@@ -48,7 +44,7 @@ from tether.supervise.run_state import TerminationReason
 
 __all__ = ["Owner"]
 
-HEARTBEAT_S = 5.0  # as acpx; `status` calls an owner stale after 3 missed beats
+LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
 logger = logging.getLogger("tether.owner")
 
@@ -103,6 +99,9 @@ class Owner:
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
+        self.heartbeat = Heartbeat(
+            key, unresponsive_after=self.settings.unresponsive_after, depth=lambda: len(self.queue)
+        )
         self._held: list[Job] = []  # requests superseded by a close, answered at the end
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
@@ -127,13 +126,18 @@ class Owner:
 
     async def start(self) -> None:
         """Record this generation, bind the socket, sweep leftovers, start serving."""
-        st = _os.current().stat(os.getpid())
+        table = _os.current()
+        st = table.stat(os.getpid())
         self.generation = self.registry.begin_owner(
             self.key,
             pid=os.getpid(),
             starttime=st.starttime if st else None,
             socket=self.lock.socket_path,
+            boot_id=table.boot_id(),  # so a caller can verify us before fencing us
         )
+        # Seed 001: every owner line carries sessionId, ownerPid and ownerGeneration.
+        _log.bind_process(sessionId=self.key, ownerPid=os.getpid(), ownerGeneration=self.generation)
+        metrics.incr("owner_spawn_total")
         self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
@@ -146,7 +150,7 @@ class Owner:
             loop.add_signal_handler(
                 sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
             )
-        self._spawn(self._heartbeat())
+        self.heartbeat.start()
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self._set_status("idle")
         self._schedule_retirement()
@@ -193,14 +197,6 @@ class Owner:
                 owner_heartbeat_at=time.time(),
                 current_request=self.active.request_id if self.active else None,
             )
-
-    async def _heartbeat(self) -> None:
-        while not self.stopping:
-            await asyncio.sleep(HEARTBEAT_S)
-            with contextlib.suppress(Exception):
-                self.registry.update_session(
-                    self.key, owner_heartbeat_at=time.time(), queue_depth=len(self.queue)
-                )
 
     # --- retirement (idle TTL, max lifetime) ----------------------------------------
 
@@ -433,39 +429,23 @@ class Owner:
             fields.update(state="closed", closed_at=time.time())
         self.registry.update_session(self.key, **fields)
         if closing:
-            self._end_session(end, superseded=[j for j in self._held if not j.done])
+            end_session(
+                self.record,
+                self.server,
+                self.key,
+                generation=self.generation,
+                end=end,
+                superseded=[j for j in self._held if not j.done],
+                closer=self._closer,
+                terminated_by=self._terminate_by,
+            )
         await self._close_journal()
-        await self.server.drain_all(1.0)
+        # Last frames (a terminal, session_ended) must reach callers that read slowly
+        # behind a stream; bounded, so a caller that never reads cannot hold us.
+        await self.server.close_all(LAST_FRAMES_S)
+        self.heartbeat.stop()
         self.lock.release()
         self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
         _log.event(
-            "owner_stopped", session_key=self.key, reason=self.stop_reason, waiting=len(waiting)
+            "owner_stopped", session_key=self.key, reason=self.stop_reason, answered=len(waiting)
         )
-
-    def _end_session(self, end: RunEnd | None, superseded: list[Job]) -> None:
-        """The session ended (close): record it once, tell every caller, then answer."""
-        report = end.report if end is not None else None
-        event = session_end_event(report, generation=self.generation)
-        terminated = self._terminate_by is not None
-        if terminated:
-            event.update(terminate_fields(report, self._terminate_by or {}))
-        elif self._closer is not None and self._closer.outbox.peer:
-            event["closedBy"] = self._closer.outbox.peer
-        self.record("session_ended", event)
-        self.server.broadcast({"type": "session_ended", "requestId": None, "event": event})
-        how = "terminated" if terminated else "closed"
-        for job in superseded:
-            job.finish_superseded(SessionClosed(f"the session was {how} while this request ran"))
-        if self._closer is not None and terminated:
-            self._closer.finish(terminate_result(self.key, event, report))
-        elif self._closer is not None:
-            self._closer.finish(
-                {
-                    "action": "session_closed",
-                    "sessionKey": self.key,
-                    "survivors": event["survivors"],
-                    "killMode": report.mode if report else None,
-                    "teardownMs": report.elapsed_ms if report else 0.0,
-                    "agentWasRunning": report is not None,
-                }
-            )

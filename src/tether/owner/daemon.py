@@ -54,6 +54,7 @@ async def _amain(key: str, ready: Ready) -> int:
     try:
         await owner.start()
     except BaseException as exc:
+        metrics.incr("owner_spawn_failure_total")
         wire = exc.to_wire() if isinstance(exc, TetherError) else None
         ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
         raise

@@ -204,6 +204,8 @@ class Job:
         The line is a JSON object the core has already decoded, so embedding it as the
         ``frame`` value keeps the IPC frame valid JSON. ``seq`` is its journal entry's.
         """
+        if self.superseded:
+            return  # the session is closing: the rest of this turn is nobody's business
         if not self._prefix:
             rid = protocol.encode({"r": self.request_id})[5:-2]  # the id, JSON-escaped
             self._prefix = b'{"type":"update","requestId":' + rid + b',"seq":'

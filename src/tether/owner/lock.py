@@ -14,11 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import os
 from collections.abc import Awaitable, Callable
 
-from tether import sessions
+from tether import _os, sessions
 
 __all__ = ["SessionLock"]
 
@@ -40,11 +39,8 @@ class SessionLock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting; False if another owner holds it."""
-        fd = os.open(sessions.lock_path(self.key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = _os.current().try_lock_exclusive(str(sessions.lock_path(self.key)))
+        if fd is None:
             return False
         self._fd = fd
         return True

@@ -7,12 +7,16 @@ result never waits on a SQLite commit (or on another owner holding the write loc
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
 
+from tether import metrics
 from tether.acp.policy import PermissionMode
+from tether.errors import PromptTimeout, TetherTimeout
+from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.settings import OwnerSettings
@@ -49,6 +53,23 @@ class RequestRunner:
         else:  # pragma: no cover - admission only queues the three kinds above
             raise AssertionError(f"not a queued kind: {kind}")
 
+    async def _ensure(self, job: Job) -> LiveAgent:
+        """The agent, started if need be -- within the request's deadline: agent start and
+        handshake count against the caller's ``--timeout`` like queueing and the turn."""
+        if job.deadline is None:
+            return await self.slot.ensure()
+        scope = asyncio.timeout(max(0.0, job.deadline - time.monotonic()))
+        try:
+            async with scope:
+                return await self.slot.ensure()
+        except TimeoutError:
+            if not scope.expired():
+                raise  # the agent's own handshake timeout, not our deadline
+            raise PromptTimeout(
+                "the request's deadline passed while the agent was starting",
+                phase="agent start",
+            ) from None
+
     async def _prompt(self, job: Job) -> None:
         started = time.monotonic()
         self.record("turn_started", {}, job.request_id)
@@ -71,9 +92,10 @@ class RequestRunner:
             )
 
     async def _run_prompt(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
+            metrics.incr("cancel_total", outcome="success")
             self._record_turn(job, "cancelled")
             job.finish(
                 {
@@ -94,7 +116,18 @@ class RequestRunner:
         if job.deadline is not None:
             remaining = max(0.001, job.deadline - time.monotonic())
             ceiling = remaining if ceiling is None else min(ceiling, remaining)
-        result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        started = time.monotonic()
+        try:
+            result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+        except TetherTimeout:
+            if _cancel_requested(job):  # cancelled, and the agent never ended the turn
+                metrics.incr("cancel_total", outcome="timeout")
+            raise
+        # Seed 001: prompt turn latency, and whether a cancel was honoured.
+        metrics.observe("prompt_turn_seconds", time.monotonic() - started)
+        if _cancel_requested(job):  # set by a cancel that arrived during the turn
+            honoured = result.stop_reason == "cancelled"
+            metrics.incr("cancel_total", outcome="success" if honoured else "not-honoured")
         job.finish(
             {
                 "stopReason": result.stop_reason,
@@ -106,7 +139,7 @@ class RequestRunner:
         self._record_turn(job, result.stop_reason)
 
     async def _set_mode(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         mode = str(job.env.payload["modeId"])
         await live.conn.set_mode(live.session_id, mode)
         self.registry.update_session(self.key, desired_mode=mode)
@@ -114,7 +147,7 @@ class RequestRunner:
         self.record("mode_set", {"modeId": mode}, job.request_id)
 
     async def _set_config_option(self, job: Job) -> None:
-        live = await self.slot.ensure()
+        live = await self._ensure(job)
         config_id = str(job.env.payload["configId"])
         value = job.env.payload["value"]
         answer = await live.conn.set_config_option(live.session_id, config_id, value)
@@ -141,6 +174,12 @@ class RequestRunner:
 
 def _ms_since(start: float) -> float:
     return round((time.monotonic() - start) * 1000, 1)
+
+
+def _cancel_requested(job: Job) -> bool:
+    # A call, not the attribute: a cancel can set it while the turn is awaited, after
+    # the early check above (which would otherwise narrow it to False for mypy).
+    return job.cancel_requested
 
 
 def _ignore(_frame: dict[str, Any]) -> None:

@@ -68,11 +68,15 @@ class IpcServer:
         self._waiting = waiting
         self.idle_timeout = idle_timeout
         self.connections: set[Outbox] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         """Serve one connection until the caller closes it (or breaks the framing)."""
         outbox = Outbox(writer)
         self.connections.add(outbox)
+        task = asyncio.current_task()
+        if task is not None:
+            self._tasks.add(task)
         lines = LineReader(self.max_frame_bytes, what="request frame")
         try:
             outbox.write(protocol.encode(self._hello()))
@@ -97,6 +101,8 @@ class IpcServer:
                     break
                 await outbox.drain(DRAIN_TIMEOUT_S)
         finally:
+            if task is not None:
+                self._tasks.discard(task)
             self.connections.discard(outbox)
             outbox.flush()
             outbox.detach()
@@ -131,7 +137,15 @@ class IpcServer:
         for outbox in list(self.connections):
             outbox.write(data)
 
-    async def drain_all(self, timeout: float) -> None:
-        """Flush every connection (bounded), so last frames reach their callers."""
+    async def close_all(self, timeout: float) -> None:
+        """Flush every connection (bounded), so last frames reach their callers, then
+        close them and let their coroutines end (none is left for the loop to cancel)."""
+        # Concurrently: one slow reader must not use up the others' time.
+        drains = {asyncio.ensure_future(o.drain(timeout)) for o in self.connections}
+        if drains:
+            await asyncio.wait(drains, timeout=timeout + 0.1)
         for outbox in list(self.connections):
-            await outbox.drain(timeout)
+            if outbox.writer is not None:
+                outbox.writer.close()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=timeout)

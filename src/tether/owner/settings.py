@@ -26,6 +26,7 @@ class OwnerSettings:
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
+    unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
@@ -42,6 +43,7 @@ class OwnerSettings:
             "liveness_interval",
             "handshake_timeout",
             "connection_idle_timeout",
+            "unresponsive_after",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))

@@ -66,6 +66,10 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
     report = end.report
     code = report.exit_code
     outcome = ("completed" if code == 0 else "error") if end.by_agent else "terminated"
+    if report.escaped:
+        # Seed 003: a descendant left the run's boundary -- the run failed, whatever
+        # its root's exit code (it was still reaped under the lease).
+        outcome = "error"
     return {
         "reason": outcome,
         "terminatedBy": "agent" if end.by_agent else "daemon",
@@ -77,6 +81,7 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "leaseId": end.lease_id,
         "survivors": list(report.survivors),
         "killMode": report.mode,
+        "escaped": list(report.escaped),
     }
 
 

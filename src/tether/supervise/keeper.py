@@ -36,12 +36,19 @@ Control protocol (NDJSON over the socketpair). Keeper -> supervisor::
     {"event":"spawned","pid":P,"pgid":P,"starttime":T,"keeper_pid":K,"cgroup":path|null}
     {"event":"spawn-failed","errno":E,"message":"..."}
     {"event":"exited","pid":P,"code":C|null,"signal":S|null}
-    {"event":"extinct","mode":"cgroup|subreaper","signalled":N,"escalated":bool,"elapsed_ms":F}
+    {"event":"extinct","mode":"cgroup|subreaper","signalled":N,"escalated":bool,"elapsed_ms":F,
+     "escaped":[pid,...]}
 
 Supervisor -> keeper::
 
     {"cmd":"terminate","grace_ms":G}
-    {"cmd":"signal","sig":N}            # forwarded to the agent's process group
+
+``escaped`` lists descendants found outside the run's boundary (seed 003, "Child and
+Grandchild Rules") while the keeper walked its tree: with a cgroup, a process that
+moved itself out of the run's cgroup; without one, a process in neither the run's
+process group nor its session (it ``setsid``-ed away). Being our descendant, such a
+process is still signalled and reaped here -- the subreaper catches what the group
+and the cgroup lost -- and the supervisor marks the run ``ownership-escape``.
 
 This module is on the cold path of every agent start, so it imports only the
 standard library modules it needs and Tether's dependency-free ``_fastjson`` (no
@@ -50,7 +57,6 @@ asyncio, no ``json``/``re``).
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import os
 import select
@@ -61,50 +67,21 @@ import time
 from tether._fastjson import dumps as _dumps
 from tether._fastjson import loads as _loads
 
-PR_SET_PDEATHSIG = 1
-PR_SET_CHILD_SUBREAPER = 36
+# The platform layer, chosen once at import. It is not tether._os: that package costs
+# more to import than the whole keeper (see _keeper_linux's docstring).
+if sys.platform.startswith("linux"):
+    from tether.supervise import _keeper_linux as _plat
+else:  # pragma: no cover - a port adds its module here (docs/platforms.md)
+    raise ImportError(f"the keeper has no platform layer for {sys.platform}")
 
 # Signals that ask the keeper to end its tree (forwarded, then escalated).
 _TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
-_libc = ctypes.CDLL(None, use_errno=True)
-
-
-def _prctl(option: int, arg: int) -> None:
-    if _libc.prctl(option, arg, 0, 0, 0) != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"prctl({option}) failed: {os.strerror(err)}")
-
-
-# The keeper deliberately re-implements the two /proc readers it needs instead of importing
-# ``tether._os``: that package pulls in dataclasses and enum machinery, and every agent
-# start pays for the keeper's imports. Same parsing rule: split after the *last* ")".
-
 
 def _read_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, pgid, starttime) of pid, or None if it is gone. comm may hold ')'."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[2]), int(fields[19])
-
-
-def _children(pid: int) -> list[int]:
-    out: list[int] = []
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out.extend(int(x) for x in f.read().split())
-        except OSError:
-            continue
-    return out
+    """(state, pgid, starttime) of pid, or None if it is gone."""
+    full = _plat.read_stat(pid)
+    return (full[0], full[1], full[3]) if full is not None else None
 
 
 def _descendants_deepest_first() -> list[tuple[int, int, str]]:
@@ -113,7 +90,7 @@ def _descendants_deepest_first() -> list[tuple[int, int, str]]:
     seen: set[int] = set()
 
     def visit(pid: int) -> None:
-        for child in _children(pid):
+        for child in _plat.children(pid):
             if child in seen:
                 continue
             seen.add(child)
@@ -150,6 +127,8 @@ class Keeper:
         self.root_reaped = False
         self.signalled = 0
         self.escalated = False
+        self.escaped: set[int] = set()
+        self._cgroup_rel: str | None = None  # the run's cgroup as /proc/<pid>/cgroup names it
         self._control_buf = b""
         self._wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_w = wake_w
@@ -200,10 +179,9 @@ class Keeper:
 
                     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
                 if self.cgroup:
-                    with open(os.path.join(self.cgroup, "cgroup.procs"), "w") as f:
-                        f.write("0")
+                    _plat.enter_cgroup(self.cgroup)
                 # If the keeper dies (it should never die first), the root goes too.
-                _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+                _plat.die_with_parent(signal.SIGKILL)
                 os.close(self.control)
                 os.execvp(self.argv[0], self.argv)  # noqa: S606 -- running the agent is the job
             except OSError as exc:
@@ -226,6 +204,10 @@ class Keeper:
             self.send({"event": "spawn-failed", "errno": int(code or 0), "message": message})
             return False
         self.root_pid = pid
+        if self.cgroup:
+            # The root entered the cgroup before exec (the error pipe closed only at
+            # exec), so its own view names the run's cgroup relative to the mount.
+            self._cgroup_rel = _plat.cgroup_of(pid)
         st = _read_stat(pid)
         # Drop our copies of the agent's stdio so the supervisor sees EOF when the agent
         # side closes; the keeper itself never reads or writes them.
@@ -251,22 +233,16 @@ class Keeper:
         """Observe the root's exit without reaping it (WNOWAIT keeps its pgid pinned)."""
         if self.root_pid is None or self.root_exit is not None:
             return
-        try:
-            info = os.waitid(os.P_PID, self.root_pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            info = None
-        if info is None:
+        status = _plat.exit_status_keep_zombie(self.root_pid)
+        if status is None:
             return
-        if info.si_code == os.CLD_EXITED:
-            self.root_exit = (info.si_status, None)
-        else:
-            self.root_exit = (None, info.si_status)
+        self.root_exit = status
         code, sig = self.root_exit
         self.send({"event": "exited", "pid": self.root_pid, "code": code, "signal": sig})
 
     def _reap_others(self) -> None:
         """Reap exited descendants other than the root (orphans adopted as subreaper)."""
-        for child in _children(os.getpid()):
+        for child in _plat.children(os.getpid()):
             if child == self.root_pid:
                 continue
             st = _read_stat(child)
@@ -282,32 +258,26 @@ class Keeper:
     # --- signalling -----------------------------------------------------------------
 
     def _signal_pid(self, pid: int, starttime: int, sig: int) -> None:
-        """Signal a descendant through a pidfd opened after, and checked against, its identity."""
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:
-            return
-        try:
-            st = _read_stat(pid)
-            if st is None or st[2] != starttime:
-                return  # it exited and the pid moved on between our walk and the open
-            signal.pidfd_send_signal(fd, sig)
+        """Signal a descendant through a handle opened after, and checked against, its identity."""
+        if _plat.signal_exact(pid, starttime, sig):
             self.signalled += 1
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
 
     def _signal_tree(self, sig: int) -> None:
+        # Walk before signalling: a process that already died of the group signal can
+        # no longer be seen outside the boundary it left.
+        descendants = self._live_descendants()
+        for pid, _, _ in descendants:
+            if pid not in self.escaped and self._outside_boundary(pid):
+                self.escaped.add(pid)
         # The group first: while the root is unreaped its pgid cannot be recycled.
-        if self.root_pid is not None and not self.root_reaped:
-            try:
-                os.killpg(self.root_pid, sig)
-                self.signalled += 1
-            except OSError:
-                pass
+        if (
+            self.root_pid is not None
+            and not self.root_reaped
+            and _plat.signal_group(self.root_pid, sig)
+        ):
+            self.signalled += 1
         # Then everything that left the group (setsid, double fork), deepest first.
-        for pid, starttime, _ in self._live_descendants():
+        for pid, starttime, _ in descendants:
             self._signal_pid(pid, starttime, sig)
         if self.cgroup:
             for pid in self._cgroup_procs():
@@ -315,21 +285,24 @@ class Keeper:
                 if st is not None:
                     self._signal_pid(pid, st[2], sig)
 
+    def _outside_boundary(self, pid: int) -> bool:
+        """Whether a descendant has left the run's boundary (see the module docstring)."""
+        if self.root_pid is None or pid == self.root_pid:
+            return False
+        if self.cgroup:
+            rel = _plat.cgroup_of(pid)
+            if rel is None or self._cgroup_rel is None:
+                return False  # cannot tell: never call a process an escapee on a guess
+            return rel != self._cgroup_rel and not rel.startswith(self._cgroup_rel + "/")
+        st = _plat.read_stat(pid)
+        return st is not None and st[1] != self.root_pid and st[2] != self.root_pid
+
     def _cgroup_procs(self) -> list[int]:
         assert self.cgroup is not None
-        try:
-            with open(os.path.join(self.cgroup, "cgroup.procs")) as f:
-                return [int(x) for x in f.read().split()]
-        except OSError:
-            return []
+        return _plat.cgroup_members(self.cgroup)
 
     def _cgroup_kill(self) -> bool:
-        if not self.cgroup:
-            return False
-        try:
-            with open(os.path.join(self.cgroup, "cgroup.kill"), "w") as f:
-                f.write("1")
-        except OSError:
+        if not self.cgroup or not _plat.cgroup_kill(self.cgroup):
             return False
         self.signalled += 1
         return True
@@ -391,12 +364,6 @@ class Keeper:
             grace = cmd.get("grace_ms")
             seconds = grace / 1000 if isinstance(grace, int | float) else self.default_grace
             return self.terminate(max(0.0, seconds))
-        forwardable = cmd.get("cmd") == "signal" and isinstance(cmd.get("sig"), int)
-        if forwardable and self.root_pid is not None and not self.root_reaped:
-            try:
-                os.killpg(self.root_pid, cmd["sig"])
-            except OSError:
-                pass
         return None
 
     def terminate(self, grace: float) -> int:
@@ -446,15 +413,9 @@ class Keeper:
                 break
         if self.cgroup:
             for _ in range(50):
-                try:
-                    os.rmdir(self.cgroup)
+                if _plat.cgroup_remove(self.cgroup) != "busy":
                     break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY:
-                        break
-                    time.sleep(0.002)  # the kernel frees the cgroup just after the last exit
+                time.sleep(0.002)  # the kernel frees the cgroup just after the last exit
         elapsed = (time.monotonic() - started) * 1000 if started is not None else 0.0
         self.send(
             {
@@ -463,6 +424,7 @@ class Keeper:
                 "signalled": self.signalled,
                 "escalated": self.escalated,
                 "elapsed_ms": round(elapsed, 3),
+                "escaped": sorted(self.escaped),
             }
         )
         return 0
@@ -492,19 +454,15 @@ def main(args: list[str] | None = None) -> int:
         cgroup=opts.get("cgroup") or None,
         pty=opts.get("pty") == "1",
     )
-    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    _plat.become_subreaper()
     keeper.install_signals()
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    _plat.die_with_parent(signal.SIGTERM)
     # The pdeathsig race: if the supervisor died before prctl ran, no signal will ever
     # come. getppid() tells us; and it makes the pidfd below refer to the right process.
     if os.getppid() != supervisor_pid:
         keeper.send({"event": "spawn-failed", "errno": 0, "message": "supervisor died"})
         return 1
-    supervisor_pidfd: int | None
-    try:
-        supervisor_pidfd = os.pidfd_open(supervisor_pid)
-    except OSError:
-        supervisor_pidfd = None
+    supervisor_pidfd = _plat.watch_process(supervisor_pid)
     if os.getppid() != supervisor_pid:
         return 1
     if not argv:

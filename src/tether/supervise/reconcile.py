@@ -2,13 +2,20 @@
 
 Runs at every owner start (for its own session), and on demand (``tether reap``). It
 starts from the open leases of *this* instance only -- never from a scan of the process
-table -- and for each lease whose owner is dead:
+table -- and for each *stale* lease (its holder dead, or its ``lease_expires_at``
+passed; a healthy lease held by another supervisor is never touched):
 
+* first the steal: one compare-and-set on the lease's state and holder, committed
+  (with a ``lease_stolen`` event and ``run_lease_steal_total``) before anything is
+  signalled. A reconciler that loses the steal to another does nothing more for that
+  lease -- no signal, no write -- so two racing supervisors kill once;
 * verified tree -> SIGTERM every identity (through a pidfd, re-verified after opening,
   marker checked) and the lease's cgroup members; wait one grace, returning early once
   all are gone; SIGKILL what is left (``cgroup.kill`` first); then the lease is
   ``closed`` if extinction is proven, ``lost`` if it is not;
 * unverifiable -> ``lost``, nothing signalled (fail closed); a later sweep retries;
+* nothing of the tree left to clean up -> ``lost`` (seed 000: the process was gone
+  before cleanup);
 * closed or lost records older than the retention window are deleted.
 
 A lease that was still ``open`` when it was reconciled belonged to a run whose owner
@@ -16,7 +23,9 @@ died without reporting its end: we record that run's ``agent_run_ended`` event h
 (reason ``terminated``, by the daemon, ``owner-lost``) so every run's end is reported
 exactly once.
 
-Every decision is returned as a dict (``tether reap`` prints them) and logged.
+Every lease write goes through the lease state table (``Registry.advance_lease``), as
+a compare-and-set with us as the holder. Every decision is returned as a dict
+(``tether reap`` prints them) and logged with its ``runId`` (the lease id) and reason.
 """
 
 from __future__ import annotations
@@ -25,17 +34,20 @@ import contextlib
 import os
 import signal
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from tether import _log, _os, metrics
-from tether.supervise.lease_state import LeaseState
+from tether.supervise.heartbeat import LEASE_TTL_S, SUPERVISOR_ID
+from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.reconcile_plan import (
+    Action,
     Expire,
     LeaseRecord,
     MarkClosed,
     MarkLost,
     Reap,
-    Skip,
+    Steal,
     plan_reconcile,
 )
 from tether.supervise.verify import marked_survivors, marker_for, signal_verified
@@ -59,10 +71,9 @@ def _owner_alive(
     return st is not None and not st.is_zombie and st.starttime == starttime
 
 
-def _ancestry() -> list[int]:
+def _ancestry(table: _os.ProcessTable) -> list[int]:
     """Our own pid and ancestors: never part of any reap (openclaw#90946)."""
     out: list[int] = []
-    table = _os.current()
     pid: int | None = os.getpid()
     while pid and pid not in out:
         out.append(pid)
@@ -71,9 +82,9 @@ def _ancestry() -> list[int]:
     return out
 
 
-def _records(registry: Any, session_key: str | None, table: _os.ProcessTable) -> list[LeaseRecord]:
+def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
     records: list[LeaseRecord] = []
-    for lease in registry.leases(session_key=session_key, all_instances=True):
+    for lease in leases:
         root = lease.root_pid if lease.root_pid is not None else lease.keeper_pid
         start = lease.starttime if lease.root_pid is not None else lease.keeper_starttime
         records.append(
@@ -95,6 +106,9 @@ def _records(registry: Any, session_key: str | None, table: _os.ProcessTable) ->
                 keeper_pid=lease.keeper_pid,
                 keeper_starttime=lease.keeper_starttime,
                 pid_namespace=lease.pid_namespace,
+                owner_instance_id=lease.owner_instance_id,
+                lease_expires_at=lease.lease_expires_at,
+                held_by_us=lease.owner_instance_id == SUPERVISOR_ID,
             )
         )
     return records
@@ -114,9 +128,12 @@ def _execute_reap(
     for ident in action.pids_children_first:
         if signal_verified(table, ident, signal.SIGTERM, marker=marker):
             signalled += 1
+    planned = {ident.pid for ident in action.pids_children_first}
     if action.cgroup_path:
         with contextlib.suppress(OSError):
             for pid in table.cgroup_procs(action.cgroup_path):
+                if pid in planned:
+                    continue  # already asked once, by identity: one TERM per process
                 st = table.stat(pid)
                 if st is not None and signal_verified(
                     table, _os.ProcessIdentity(table.boot_id(), pid, st.starttime), signal.SIGTERM
@@ -164,62 +181,138 @@ def _execute_reap(
     populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
     if action.cgroup_path and not populated:
         with contextlib.suppress(OSError):
-            os.rmdir(action.cgroup_path)
+            table.cgroup_remove(action.cgroup_path)
     return (not remaining and not populated), signalled
 
 
-# The states a lease may be ended from by reconcile. A compare-and-set on them makes
-# ending a lease idempotent across reconcilers racing over it (two CLI invocations,
-# an owner's periodic sweep and `tether reap`): each lease is ended once.
-_ENDABLE = ("open", "closing")
+def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[str, Any]]:
+    if kind is LeaseInput.EXTINCTION_PROVEN:
+        ended = "its tree was reaped"
+    elif kind is LeaseInput.GONE_BEFORE_CLEANUP:
+        ended = "its tree was gone before cleanup"
+    else:
+        ended = "extinction is not proven"
+    return (
+        lease.session_key,
+        "agent_run_ended",
+        {
+            "reason": "terminated",
+            "terminatedBy": "daemon",
+            "message": f"owner-lost: the owner died; {ended} ({why})",
+            "exitCode": lease.exit_code,
+            "signal": lease.exit_signal,
+            "stderrTail": "",
+            "leaseId": lease.lease_id,
+        },
+    )
 
 
 def _end_lease(
     registry: Any,
     lease: Any,
-    state: str,
+    kind: LeaseInput,
     note: str,
     why: str,
     reason: str | None = None,
 ) -> tuple[bool, bool]:
-    """Move an open/closing lease to ``state`` and report its run's end, exactly once.
+    """Move a lease we hold (we stole it) from ``closing`` through the table, once.
 
-    A lease still ``open``/``closing`` here belonged to a run whose owner died without
-    reporting its end, so the ``agent_run_ended`` event is written in the same
-    transaction as the state change, and only by the reconciler whose update won. A
-    lease already ``lost`` may still be closed (a later sweep proved extinction); its
-    end was reported when it was first marked lost.
+    A lease that was still ``open``/``closing`` before our steal belonged to a run
+    whose owner died without reporting its end, so the ``agent_run_ended`` event is
+    written in the same transaction as the state change (the run ended; the session
+    lives on -- issue 9 item 8). A lease that was ``lost``
+    before (a later sweep reaped what was left) had its end reported when it was
+    first marked lost.
 
-    Returns ``(changed, reported)``: whether this call changed the lease, and whether
-    it wrote the ``agent_run_ended`` event.
+    Returns ``(changed, reported)``.
     """
     if lease is None:
         return False, False
-    fields: dict[str, Any] = {"state": state, "note": note}
+    fields: dict[str, Any] = {"note": note, "lease_expires_at": time.time()}  # released
     if reason is not None:
         fields["reason"] = reason
-    event = None
-    if lease.session_key:
-        ended = "its tree was reaped" if state == "closed" else "extinction is not proven"
-        event = (
-            lease.session_key,
-            "agent_run_ended",  # the run ended; the session lives on (issue 9 item 8)
-            {
-                "reason": "terminated",
-                "terminatedBy": "daemon",
-                "message": f"owner-lost: the owner died; {ended} ({why})",
-                "exitCode": lease.exit_code,
-                "signal": lease.exit_signal,
-                "stderrTail": "",
-                "leaseId": lease.lease_id,
-            },
+    record = None
+    if lease.session_key and lease.state in (LeaseState.OPEN.value, LeaseState.CLOSING.value):
+        record = _run_ended(lease, kind, why)
+    new = registry.advance_lease(
+        lease.lease_id,
+        kind,
+        expect=LeaseState.CLOSING,
+        owner=SUPERVISOR_ID,
+        record=record,
+        **fields,
+    )
+    return new is not None, new is not None and record is not None
+
+
+def _steal(registry: Any, action: Steal, lease: Any, table: _os.ProcessTable) -> bool:
+    """Take the lease over, committed -- with its ``lease_stolen`` event, in the same
+    transaction -- before anything is signalled (seed 003)."""
+    record = (
+        lease.session_key if lease is not None else None,
+        "lease_stolen",
+        {"leaseId": action.lease_id, "from": action.holder, "to": SUPERVISOR_ID, "why": action.why},
+    )
+    won = bool(
+        registry.steal_lease(
+            action.lease_id,
+            expect=action.expect,
+            holder=action.holder,
+            now=time.time(),
+            holder_dead=action.holder_dead,
+            new_owner=SUPERVISOR_ID,
+            ttl=LEASE_TTL_S,
+            record=record,
+            owner_pid=os.getpid(),
+            owner_starttime=_own_starttime(table),
         )
-    if registry.transition_lease(lease.lease_id, _ENDABLE, event=event, **fields):
-        return True, event is not None
-    if state == "closed":
-        # lost -> closed: nothing to report again, but the record should say closed.
-        return bool(registry.transition_lease(lease.lease_id, ("lost",), **fields)), False
-    return False, False
+    )
+    if won:
+        metrics.incr("run_lease_steal_total")
+    return won
+
+
+def _own_starttime(table: _os.ProcessTable) -> int | None:
+    try:
+        st = table.stat(os.getpid())
+    except _os.ProcUnreadable:
+        return None
+    return st.starttime if st is not None else None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A reconcile plan with what its executor needs: the lease rows it was made from."""
+
+    actions: list[Action]
+    before: dict[str, Any]
+    ancestry: list[int]
+    table: _os.ProcessTable
+
+
+def plan(
+    registry: Any,
+    *,
+    session_key: str | None = None,
+    retention_s: float = RETENTION_S,
+    table: _os.ProcessTable | None = None,
+) -> Plan:
+    """Read the leases and plan what to do (nothing is signalled or written yet)."""
+    table = table if table is not None else _os.current()
+    ancestry = _ancestry(table)
+    before = {
+        lease.lease_id: lease
+        for lease in registry.leases(session_key=session_key, all_instances=True)
+    }
+    actions = plan_reconcile(
+        _records(list(before.values()), table),
+        table,
+        our_instance_id=registry.instance_id,
+        now=time.time(),
+        retention_s=retention_s,
+        exclude=ancestry,
+    )
+    return Plan(actions, before, ancestry, table)
 
 
 def reconcile(
@@ -229,24 +322,28 @@ def reconcile(
     dry_run: bool = False,
     retention_s: float = RETENTION_S,
     grace: float = REAP_GRACE_S,
+    table: _os.ProcessTable | None = None,
 ) -> list[dict[str, Any]]:
-    """Reconcile this instance's leases (of one session, or all); return every decision."""
-    table = _os.current()
-    ancestry = _ancestry()
-    before = {
-        lease.lease_id: lease
-        for lease in registry.leases(session_key=session_key, all_instances=True)
-    }
-    actions = plan_reconcile(
-        _records(registry, session_key, table),
-        table,
-        our_instance_id=registry.instance_id,
-        now=time.time(),
-        retention_s=retention_s,
-        exclude=ancestry,
-    )
+    """Reconcile this instance's leases (of one session, or all); return every decision.
+
+    ``table`` defaults to the platform's process table (tests pass a fake one).
+    """
+    made = plan(registry, session_key=session_key, retention_s=retention_s, table=table)
+    return carry_out(registry, made, dry_run=dry_run, grace=grace)
+
+
+def carry_out(
+    registry: Any, made: Plan, *, dry_run: bool = False, grace: float = REAP_GRACE_S
+) -> list[dict[str, Any]]:
+    """Execute a :class:`Plan`; return every decision (see the module docstring).
+
+    Planning and execution are separate so that a test can make two supervisors plan
+    over the same stale lease before either acts -- the race the steal settles.
+    """
+    table, before, ancestry, actions = made.table, made.before, made.ancestry, made.actions
     decisions: list[dict[str, Any]] = []
     failed_reaps: set[str] = set()
+    raced: set[str] = set()
     for action in actions:
         decision: dict[str, Any] = {
             "kind": type(action).__name__.lower(),
@@ -257,7 +354,15 @@ def reconcile(
         lease = before.get(action.lease_id)
         if lease is not None:
             decision["session_key"] = lease.session_key
-        if isinstance(action, Reap):
+        if action.lease_id in raced:
+            # Another supervisor stole this lease first: it reaps and ends it, we must
+            # not signal anything of it or write it (seed 003: one winner, no double kill).
+            decision["raced"] = True
+        elif isinstance(action, Steal):
+            if not dry_run and not _steal(registry, action, lease, table):
+                raced.add(action.lease_id)
+                decision["raced"] = True
+        elif isinstance(action, Reap):
             decision["pids"] = [i.pid for i in action.pids_children_first]
             decision["cgroup"] = action.cgroup_path
             if not dry_run:
@@ -271,34 +376,44 @@ def reconcile(
             if action.lease_id in failed_reaps:
                 decision["kind"] = "marklost"
                 note = "reap did not prove extinction"
-                if _end_lease(registry, lease, "lost", note, action.why)[0]:
+                if _end_lease(registry, lease, LeaseInput.UNVERIFIABLE, note, action.why)[0]:
                     metrics.incr("run_lease_lost_total")
                 else:
                     decision["raced"] = True
             else:
                 reason = lease.reason if lease and lease.reason else "owner-lost"
                 changed, reported = _end_lease(
-                    registry, lease, "closed", action.why[:500], action.why, reason
+                    registry,
+                    lease,
+                    LeaseInput.EXTINCTION_PROVEN,
+                    action.why[:500],
+                    action.why,
+                    reason,
                 )
                 if reported:
                     decision["session_ended"] = True
                 if not changed:
-                    # Another reconciler ended it first (or its owner did): it closed
-                    # the lease and reported the run's end; we must not do either again.
                     decision["raced"] = True
         elif isinstance(action, MarkLost) and not dry_run:
-            if _end_lease(registry, lease, "lost", action.why[:500], action.why)[0]:
+            kind = LeaseInput.GONE_BEFORE_CLEANUP if action.gone else LeaseInput.UNVERIFIABLE
+            reason = "owner-lost" if action.gone else None
+            changed, reported = _end_lease(
+                registry, lease, kind, action.why[:500], action.why, reason
+            )
+            if changed:
                 metrics.incr("run_lease_lost_total")
+                if reported:
+                    decision["session_ended"] = True
             else:
                 decision["raced"] = True
         elif isinstance(action, Expire) and not dry_run:
             registry.delete_lease(action.lease_id)
-        elif isinstance(action, Skip):
-            pass
         _log.event(
             "reconcile",
-            **{k: v for k, v in decision.items() if k != "kind"},
+            runId=action.lease_id,
+            reason=action.why,
             decision=decision["kind"],
+            **{k: v for k, v in decision.items() if k not in ("kind", "lease_id", "why")},
         )
         decisions.append(decision)
     return decisions

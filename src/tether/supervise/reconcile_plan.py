@@ -14,17 +14,29 @@ Per lease, in input order:
 * another instance's lease -> ``Skip`` (never evaluated, never touched);
 * ``closed``/``lost`` older than ``retention_s`` -> ``Expire``;
 * ``closed`` otherwise -> nothing;
-* a live owner's lease (``owner_alive``) -> ``Skip``: it is that owner's business;
-* ``open``/``closing``/``lost`` of a dead owner -> :func:`~tether.supervise.verify.verify`:
+* a *healthy* lease -> ``Skip``: its holder is alive and its ``lease_expires_at`` has
+  not passed (seed 003: "a healthy lease owned by another instance: do not touch").
+  A lease without an expiry (written before leases had one) is healthy while its
+  holder lives;
+* a stale lease -- expired, or its holder proven dead (a dead holder renews nothing;
+  waiting out its expiry would only leave its orphans running) -- is first *stolen*
+  (``Steal``: one compare-and-set on state and holder, committed before anything is
+  signalled; the loser of a race does nothing more for that lease), then judged by
+  :func:`~tether.supervise.verify.verify`:
 
   - ``OWNED`` -> ``Reap`` (the marker-carrying tree, children first, as identities,
     plus the lease's cgroup if it is still populated) then ``MarkClosed``;
-  - ``GONE`` because of a reboot -> ``MarkClosed`` (nothing of that boot exists);
+  - ``GONE`` because of a reboot -> ``MarkLost(gone=True)``: nothing of that boot
+    exists, and it went before any cleanup of ours (seed 000: ``lost``);
   - other ``GONE`` -> ``Reap`` of any marker-carrying survivors found by a scan (the root
     may be gone while a ``setsid`` grandchild lives on; we never walk from a GONE
-    root's pid, which may belong to someone else now), then ``MarkClosed``;
-  - ``LOST`` -> ``MarkLost`` (nothing signalled; a later sweep retries). A lease
-    that is already ``lost`` gets ``Skip`` instead: there is no lost->lost step.
+    root's pid, which may belong to someone else now), then ``MarkClosed``; with no
+    survivors at all, ``MarkLost(gone=True)``;
+  - ``LOST`` -> ``MarkLost`` (nothing signalled; a later sweep retries).
+
+  A lease that is already ``lost`` is stolen only when there is something to reap;
+  otherwise it gets ``Skip`` while still unverifiable, and nothing once its tree is
+  gone (there is no lost->lost step).
 
 Contract with the executor:
 
@@ -35,8 +47,9 @@ Contract with the executor:
   grace, ``cgroup_kill``: the cgroup was created for this lease alone.
 * ``MarkClosed`` right after a ``Reap`` of the same lease is conditional: write it
   only once extinction is proven (no identity left alive, ``populated 0``);
-  otherwise mark the lease ``lost``. ``MarkClosed`` on an ``open`` lease steps
-  ``open -> closing -> closed`` (:func:`~tether.supervise.lease_state.path_to`).
+  otherwise mark the lease ``lost``.
+* Every action after a ``Steal`` is carried out only if the steal won; every state
+  write goes through the lease table as a compare-and-set with us as the holder.
 """
 
 from __future__ import annotations
@@ -64,6 +77,8 @@ __all__ = [
     "MarkLost",
     "Reap",
     "Skip",
+    "Steal",
+    "lease_is_healthy",
     "plan_reconcile",
 ]
 
@@ -92,6 +107,9 @@ class LeaseRecord:
     keeper_pid: int | None = None
     keeper_starttime: int | None = None
     pid_namespace: str | None = None
+    owner_instance_id: str | None = None
+    lease_expires_at: float | None = None
+    held_by_us: bool = False  # owner_instance_id is this very supervisor
 
     def evidence(self) -> LeaseEvidence:
         """The verification evidence this record carries about its root process."""
@@ -105,6 +123,21 @@ class LeaseRecord:
             command_hash=self.command_hash,
             pid_namespace=self.pid_namespace,
         )
+
+
+@dataclass(frozen=True)
+class Steal:
+    """Take the stale lease over from ``holder`` before anything else is done to it.
+
+    ``holder_dead``: the holder was proven gone, so the steal need not wait for the
+    lease's expiry. ``expect`` is the lease state the plan saw.
+    """
+
+    lease_id: str
+    expect: LeaseState
+    holder: str | None
+    holder_dead: bool
+    why: str
 
 
 @dataclass(frozen=True)
@@ -127,10 +160,12 @@ class MarkClosed:
 
 @dataclass(frozen=True)
 class MarkLost:
-    """Mark the lease ``lost``: ownership unverifiable, nothing signalled."""
+    """Mark the lease ``lost``: ownership unverifiable (nothing signalled), or -- with
+    ``gone`` -- its tree was already gone before cleanup reached it."""
 
     lease_id: str
     why: str
+    gone: bool = False
 
 
 @dataclass(frozen=True)
@@ -149,7 +184,14 @@ class Skip:
     why: str
 
 
-Action = Reap | MarkClosed | MarkLost | Expire | Skip
+Action = Steal | Reap | MarkClosed | MarkLost | Expire | Skip
+
+
+def lease_is_healthy(lease: LeaseRecord, now: float) -> bool:
+    """Whether the lease's holder is alive and its lease has not expired at ``now``."""
+    if not lease.owner_alive:
+        return False
+    return lease.lease_expires_at is None or now < lease.lease_expires_at
 
 
 def _identities(table: ProcessTable, boot_id: str, pids: Sequence[int]) -> list[ProcessIdentity]:
@@ -188,20 +230,35 @@ def _plan_one(
         return [Expire(lid, f"{lease.state.value} for {age:.0f}s (retention {retention_s:.0f}s)")]
     if lease.state is LeaseState.CLOSED:
         return []
-    # A live owner is tearing down or running its own tree; two reapers racing on
-    # one tree is how foreign pids get signalled.
+    # A live holder with a current lease is tearing down or running its own tree; two
+    # reapers racing on one tree is how foreign pids get signalled.
+    if lease_is_healthy(lease, now):
+        return [Skip(lid, "held by a live supervisor whose lease has not expired: not ours")]
+    if lease.held_by_us and lease.state in (LeaseState.OPEN, LeaseState.CLOSING):
+        # Our own run (a late heartbeat is no reason to reap ourselves): the runner
+        # that holds it ends it.
+        return [Skip(lid, "held by this supervisor: its runner ends it")]
     if lease.owner_alive:
-        return [Skip(lid, "owner is alive: its leases are its own business")]
+        assert lease.lease_expires_at is not None
+        stale = f"lease expired {now - lease.lease_expires_at:.1f}s ago (holder alive but silent)"
+    else:
+        stale = "its holder is dead"
+    steal = Steal(lid, lease.state, lease.owner_instance_id, not lease.owner_alive, stale)
+    # A lost lease is taken over only to reap something; otherwise it stays as it is.
+    take = [] if lease.state is LeaseState.LOST else [steal]
 
     if not our_boot_id:
         why = "cannot read this boot's id: nothing verified, nothing signalled"
         if lease.state is LeaseState.LOST:
             return [Skip(lid, why)]
-        return [MarkLost(lid, why)]
+        return [*take, MarkLost(lid, why)]
     if lease.boot_id != our_boot_id:
         # Nothing of another boot can be running: no verification, and no marker scan
         # either (a marker match in this boot would be a coincidence, not a survivor).
-        return [MarkClosed(lid, f"from boot {lease.boot_id}, now boot {our_boot_id}: gone")]
+        why = f"from boot {lease.boot_id}, now boot {our_boot_id}: gone before cleanup"
+        if lease.state is LeaseState.LOST:
+            return [Skip(lid, why)]
+        return [*take, MarkLost(lid, why, gone=True)]
 
     verification = verify(
         lease.evidence(),
@@ -218,7 +275,7 @@ def _plan_one(
     if verification.verdict is Verdict.LOST:
         if lease.state is LeaseState.LOST:
             return [Skip(lid, f"still unverifiable, left lost: {because}")]
-        return [MarkLost(lid, f"cannot verify ownership, nothing signalled: {because}")]
+        return [*take, MarkLost(lid, f"cannot verify ownership, nothing signalled: {because}")]
 
     # OWNED or GONE: find what to reap. A listing failure at this point leaves us
     # unable to prove the tree is gone, so the lease is lost (fail closed).
@@ -237,9 +294,9 @@ def _plan_one(
         why = f"verdict {verification.verdict.value} but the process listing is unreadable: {exc}"
         if lease.state is LeaseState.LOST:
             return [Skip(lid, why)]
-        return [MarkLost(lid, why)]
+        return [*take, MarkLost(lid, why)]
 
-    actions: list[Action] = []
+    actions: list[Action] = [steal]
     if idents or cgroup is not None:
         what = ", ".join(str(i.pid) for i in idents) or "none by pid"
         where = f" and cgroup {cgroup}" if cgroup is not None else ""
@@ -249,8 +306,15 @@ def _plan_one(
             why = f"root gone ({because}); reaping marked survivors {what}{where}"
         actions.append(Reap(lid, idents, cgroup, why))
         actions.append(MarkClosed(lid, "reaped after its owner died (once extinction is proven)"))
+    elif lease.state is LeaseState.LOST:
+        # Gone, and already recorded as lost: nothing to do, nothing to say again
+        # (like a closed lease) until retention expires the record.
+        return []
     else:
-        actions.append(MarkClosed(lid, f"owner dead and nothing of the tree is left: {because}"))
+        # Seed 000: the process was gone before cleanup reached it -> lost, not closed.
+        actions.append(
+            MarkLost(lid, f"nothing of the tree was left to clean up: {because}", gone=True)
+        )
     return actions
 
 

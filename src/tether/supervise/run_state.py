@@ -73,6 +73,10 @@ class TerminationReason(enum.StrEnum):
     OWNER_LOST = "owner-lost"
     CLOSE = "close"
     TERMINATE = "terminate"  # the operator's immediate end (tether acp, sessions terminate)
+    # Seed 003: a descendant left the run's boundary (the cgroup, or the group and
+    # session where there is no cgroup). Set by the shell after extinction; it
+    # overrides the ordinary reason because the run failed its ownership contract.
+    OWNERSHIP_ESCAPE = "ownership-escape"
 
 
 _S = RunState

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import signal
 import socket
@@ -44,11 +45,13 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from tether import _log, _os, metrics
 from tether.errors import SpawnError
+from tether.supervise.heartbeat import SUPERVISOR_ID, heartbeat_for
+from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.run_state import RunLifecycle, RunState, TerminationReason
 from tether.supervise.verify import command_hash, marked_survivors, marker_for, signal_verified
 
@@ -72,10 +75,7 @@ class ExtinctionReport:
     elapsed_ms: float
     stderr_tail: str = ""
     keeper_ms: float | None = None  # the keeper's own TERM -> proof time, if it reported
-
-    @property
-    def clean(self) -> bool:
-        return not self.survivors
+    escaped: tuple[int, ...] = ()  # descendants found outside the run's boundary
 
 
 class _Cgroups:
@@ -112,17 +112,15 @@ class _Cgroups:
         cls.reason = "not probed"
 
 
-def _new_cgroup(lease_id: str) -> str | None:
+def _new_cgroup(table: _os.ProcessTable, lease_id: str) -> str | None:
     base = _Cgroups.base()
     if base is None:
         return None
-    path = os.path.join(base, "tether", lease_id)
     try:
-        os.makedirs(path, mode=0o755)
+        return table.cgroup_create(os.path.join(base, "tether"), lease_id)
     except OSError as exc:
-        _log.event("cgroup_unavailable", reason=str(exc), lease_id=lease_id)
+        _log.event("cgroup_unavailable", reason=str(exc), runId=lease_id)
         return None
-    return path
 
 
 class _PipeReader(asyncio.Protocol):
@@ -178,8 +176,7 @@ class SpawnSpec:
     overall_timeout: float | None = None
     no_output_timeout: float | None = None
     pty: bool = False
-    use_cgroup: bool = True
-    extra_lease: dict[str, Any] = field(default_factory=dict)
+    backend_id: str | None = None  # the agent's registry name or command label
 
 
 class AgentProcess:
@@ -225,6 +222,40 @@ class AgentProcess:
         self._next_heartbeat = 0.0
         self.last_output_at: float | None = None
         self._root_reported_exit = False
+        self._heartbeat = heartbeat_for(str(registry.path))
+        self._lease_held = True
+
+    def _log(self, name: str, level: int = logging.INFO, *, reason: str, **fields: Any) -> None:
+        """One supervision log line: always the run (lease) id, the session and the reason."""
+        _log.event(
+            name,
+            level,
+            runId=self.lease_id,
+            sessionKey=self.spec.session_key,
+            reason=reason,
+            **fields,
+        )
+
+    def _lease_write(self, event: LeaseInput, expect: LeaseState, **fields: Any) -> None:
+        """Advance our lease through its table, as a compare-and-set on us as its holder.
+
+        If the write finds the lease no longer ours (another supervisor stole it while
+        we were stopped), we stop writing it: the thief ends it and reports its end.
+        """
+        if not self._lease_held:
+            return
+        try:
+            moved = self.registry.advance_lease(
+                self.lease_id, event, expect=expect, owner=SUPERVISOR_ID, **fields
+            )
+        except Exception as exc:
+            self._log("lease_write_failed", logging.WARNING, reason=str(exc), input=event.name)
+            return
+        if moved is None:
+            self._lease_held = False
+            self._log(
+                "lease_stolen", logging.WARNING, reason="lease-no-longer-ours", input=event.name
+            )
 
     # --- public surface -----------------------------------------------------------
 
@@ -286,10 +317,6 @@ class AgentProcess:
         assert self._ended is not None
         return await asyncio.shield(self._ended)
 
-    def signal_group(self, sig: int) -> None:
-        """Forward a signal to the agent's group, through the keeper (which pins the pgid)."""
-        self._control_send({"cmd": "signal", "sig": int(sig)})
-
     def note_stop(self, reason: TerminationReason) -> None:
         """Record why the run is about to end (first reason wins) before ending it."""
         self.lifecycle.request_stop(reason)
@@ -323,11 +350,15 @@ class AgentProcess:
         self._keeper_exited = loop.create_future()
         self._ended = loop.create_future()
         argv = [str(a) for a in spec.argv]
-        if spec.use_cgroup:
-            self.cgroup = _new_cgroup(self.lease_id)
+        self.cgroup = _new_cgroup(self.table, self.lease_id)
         env = dict(os.environ if spec.env is None else spec.env)
         env["TETHER_LEASE_ID"] = self.lease_id
         env["TETHER_INSTANCE_ID"] = self.instance_id
+        # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
+        if spec.session_key:
+            env["TETHER_SESSION_KEY"] = spec.session_key
+        else:
+            env.pop("TETHER_SESSION_KEY", None)
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         keeper_argv = [
             sys.executable,
@@ -386,12 +417,18 @@ class AgentProcess:
             child_sock.close()
             if spec.pty:
                 os.close(stdio["stdin"])
-        # Our unreaped child: the pid cannot have been recycled, so this pidfd is exact.
-        self.keeper_pidfd = os.pidfd_open(self.keeper.pid)
+        # Our unreaped child: the pid cannot have been recycled, so this handle is exact.
+        self.keeper_pidfd = self.table.child_handle(self.keeper.pid)
         keeper_st = self.table.stat(self.keeper.pid)
         boot_id = self.table.boot_id()
+        now = time.time()
         self.registry.create_lease(
             lease_id=self.lease_id,
+            run_state=RunState.STARTING.value,
+            backend_id=spec.backend_id or os.path.basename(argv[0]),
+            owner_instance_id=SUPERVISOR_ID,
+            lease_expires_at=now + self._heartbeat.ttl,
+            heartbeat_at=now,
             session_key=spec.session_key,
             owner_pid=os.getpid(),
             owner_starttime=_own_starttime(self.table),
@@ -402,8 +439,8 @@ class AgentProcess:
             cgroup_path=self.cgroup,
             command_hash=command_hash(argv),
             cwd=spec.cwd,
-            **spec.extra_lease,
         )
+        self._heartbeat.add(self.lease_id)
         metrics.incr("run_spawn_total")
         loop.add_reader(self.keeper_pidfd, self._on_keeper_exit)
         self._control = parent_sock
@@ -454,8 +491,15 @@ class AgentProcess:
         self.pid = int(spawned["pid"])
         self.pgid = int(spawned["pgid"])
         self.starttime = spawned.get("starttime")
+        # Seed 003: "starting becomes running only after successful spawn and registry
+        # commit" -- the identity and the run state are committed in one write, and only
+        # then does the machine (and anyone asking is_running) see RUNNING.
         self.registry.update_lease(
-            self.lease_id, root_pid=self.pid, pgid=self.pgid, starttime=self.starttime
+            self.lease_id,
+            root_pid=self.pid,
+            pgid=self.pgid,
+            starttime=self.starttime,
+            run_state=RunState.RUNNING.value,
         )
         self.lifecycle.transition_spawned(time.monotonic())
         if self._root_reported_exit:
@@ -467,10 +511,9 @@ class AgentProcess:
             self._closing = loop.create_task(self._teardown())
         else:
             self._arm_watchdog()
-        _log.event(
+        self._log(
             "spawn",
-            lease_id=self.lease_id,
-            session_key=spec.session_key,
+            reason="spawned",
             pid=self.pid,
             keeper_pid=self.keeper.pid,
             cgroup=self.cgroup,
@@ -487,12 +530,7 @@ class AgentProcess:
         """
         self._next_heartbeat = now + OUTPUT_HEARTBEAT_S
         wall = time.time()
-        _log.event(
-            "output_heartbeat",
-            lease_id=self.lease_id,
-            session_key=self.spec.session_key,
-            stderr_bytes=self.stderr_bytes,
-        )
+        self._log("output_heartbeat", reason="output", stderr_bytes=self.stderr_bytes)
         with contextlib.suppress(Exception):
             self.registry.update_lease(self.lease_id, last_output_at=wall)
 
@@ -579,10 +617,9 @@ class AgentProcess:
         elif kind == "exited" and not self.exited.done():
             self._root_reported_exit = True
             self.exited.set_result((msg.get("code"), msg.get("signal")))
-            _log.event(
+            self._log(
                 "exit",
-                lease_id=self.lease_id,
-                session_key=self.spec.session_key,
+                reason="root-exited",
                 code=msg.get("code"),
                 signal=msg.get("signal"),
             )
@@ -614,14 +651,15 @@ class AgentProcess:
         assert self.keeper_pidfd is not None
         assert self.keeper is not None
         loop.remove_reader(self.keeper_pidfd)
-        try:
-            info = os.waitid(os.P_PIDFD, self.keeper_pidfd, os.WEXITED)
-            status = info.si_status if info is not None else -1
-        except ChildProcessError:
-            status = -1
+        # A fast agent: the keeper may have said spawned, exited and extinct and left
+        # before we read a byte, making its handle and the control socket readable in
+        # one loop pass. Read its last words first, or a clean run would look like a
+        # keeper that died before starting the agent.
+        self._drain_control()
+        reaped = self.table.reap_child(self.keeper_pidfd)  # also closes the handle
+        status = reaped if reaped is not None else -1
         # Tell Popen, so its finalizer neither warns nor waits on a reaped pid.
         self.keeper.returncode = status
-        os.close(self.keeper_pidfd)
         self.keeper_pidfd = None
         assert self._keeper_exited
         assert self._spawned
@@ -664,13 +702,10 @@ class AgentProcess:
         if reason is None:
             self._arm_watchdog()  # output re-armed the no-output deadline meanwhile
             return
-        metrics.incr("run_timeout_total", type=reason.value)
-        _log.event(
-            "timeout",
-            lease_id=self.lease_id,
-            session_key=self.spec.session_key,
-            reason=reason.value,
-        )
+        # Seed 003's label values: type=no_output|overall.
+        kind = "overall" if reason is TerminationReason.OVERALL_TIMEOUT else "no_output"
+        metrics.incr("run_timeout_total", type=kind)
+        self._log("timeout", reason=reason.value, type=kind)
         if self._closing is None:
             self.lifecycle.request_stop(reason)
             self._closing = asyncio.get_running_loop().create_task(self._teardown())
@@ -700,14 +735,13 @@ class AgentProcess:
         reason = self.lifecycle.stop_reason or TerminationReason.EXIT
         if self.lifecycle.state is RunState.RUNNING:
             self.lifecycle.transition_stop()
-        with contextlib.suppress(Exception):
-            self.registry.update_lease(self.lease_id, state="closing", reason=reason.value)
-        _log.event(
-            "cleanup",
-            lease_id=self.lease_id,
-            session_key=self.spec.session_key,
+        self._lease_write(
+            LeaseInput.CLOSE_STARTED,
+            LeaseState.OPEN,
             reason=reason.value,
+            run_state=RunState.EXITING.value,
         )
+        self._log("cleanup", reason=reason.value)
         keeper_report: dict[str, Any] | None = None
         assert self._extinct is not None
         assert self._keeper_exited is not None
@@ -732,6 +766,8 @@ class AgentProcess:
             await self._kill_keeper()
         mode = str(keeper_report.get("mode")) if keeper_report else "supervisor-sweep"
         escalated = bool(keeper_report.get("escalated")) if keeper_report else True
+        raw_escaped = keeper_report.get("escaped") if keeper_report else None
+        escaped = [int(p) for p in raw_escaped] if isinstance(raw_escaped, list) else []
         # The third witness: a /proc scan for the lease marker. One scan when the keeper
         # proved extinction and the scan agrees (the common case: a full scan reads
         # every process's environ, which is most of the teardown's cost after the
@@ -741,6 +777,10 @@ class AgentProcess:
             await self._sweep_marker()
             found = self._marker_survivors()
         survivors = tuple(found)
+        if keeper_report is not None and found:
+            # The keeper proved ECHILD, yet marked processes live: they left its subtree
+            # as well as the group (only an escape can do that). Reaped by the sweep.
+            escaped += [p for p in found if p not in escaped]
         for t in self._transports:
             t.close()
         if self._control is not None:
@@ -750,7 +790,7 @@ class AgentProcess:
             self._control = None
         if self.cgroup:
             with contextlib.suppress(OSError):
-                os.rmdir(self.cgroup)
+                self.table.cgroup_remove(self.cgroup)
         assert self.exited is not None
         code, sig = self.exited.result() if self.exited.done() else (None, None)
         if reason is TerminationReason.EXIT and sig is not None:
@@ -759,11 +799,15 @@ class AgentProcess:
             self.lifecycle.transition_extinct()
         self.lifecycle.finalize(reason=reason, exit_code=code, exit_signal=sig)
         reason = self.lifecycle.reason or reason
+        if escaped:
+            # Seed 003: a descendant that left the run's boundary marks the run failed
+            # with reason ownership-escape (it was still reaped under this lease).
+            reason = TerminationReason.OWNERSHIP_ESCAPE
+            metrics.incr("run_ownership_escape_total")
+            self._log("ownership_escape", logging.WARNING, reason=reason.value, pids=escaped)
         if escalated:
             metrics.incr("run_cleanup_kill_total", mode="cgroup" if self.cgroup else "pgid")
         metrics.incr("run_exit_total", reason=reason.value)
-        if survivors:
-            metrics.incr("run_ownership_escape_total", by=len(survivors))
         report = ExtinctionReport(
             reason=reason.value,
             exit_code=code,
@@ -776,26 +820,28 @@ class AgentProcess:
             keeper_ms=float(keeper_report["elapsed_ms"])
             if keeper_report and isinstance(keeper_report.get("elapsed_ms"), int | float)
             else None,
+            escaped=tuple(escaped),
         )
-        with contextlib.suppress(Exception):
-            self.registry.update_lease(
-                self.lease_id,
-                state="lost" if survivors else "closed",
-                reason=reason.value,
-                exit_code=code,
-                exit_signal=sig,
-                kill_mode=mode,
-                last_output_at=(
-                    time.time() - (time.monotonic() - self.last_output_at)
-                    if self.last_output_at is not None
-                    else None
-                ),
-                note=f"survivors={list(survivors)}" if survivors else None,
-            )
-        _log.event(
+        self._lease_write(
+            LeaseInput.UNVERIFIABLE if survivors else LeaseInput.EXTINCTION_PROVEN,
+            LeaseState.CLOSING,
+            reason=reason.value,
+            failure=reason.value if escaped else None,
+            run_state=RunState.EXITED.value,
+            exit_code=code,
+            exit_signal=sig,
+            kill_mode=mode,
+            lease_expires_at=time.time(),  # released: the run is over
+            last_output_at=(
+                time.time() - (time.monotonic() - self.last_output_at)
+                if self.last_output_at is not None
+                else None
+            ),
+            note=f"survivors={list(survivors)}" if survivors else None,
+        )
+        self._heartbeat.remove(self.lease_id)
+        self._log(
             "extinct",
-            lease_id=self.lease_id,
-            session_key=self.spec.session_key,
             reason=reason.value,
             mode=mode,
             escalated=escalated,
@@ -809,7 +855,7 @@ class AgentProcess:
         assert self._keeper_exited is not None
         if self.keeper_pidfd is not None:
             with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.keeper_pidfd, signal.SIGKILL)
+                self.table.signal_child(self.keeper_pidfd, signal.SIGKILL)
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(2.0):
                 await asyncio.shield(self._keeper_exited)
@@ -868,10 +914,10 @@ async def spawn_agent(spec: SpawnSpec, registry: Any) -> AgentProcess:
         await proc._start()
     except SpawnError as exc:
         metrics.incr("run_exit_total", reason=TerminationReason.SPAWN_ERROR.value)
+        # The lease (if the keeper got far enough to have one) was already ended
+        # through its state machine by the teardown; only say why.
         with contextlib.suppress(Exception):
-            registry.update_lease(
-                proc.lease_id, state="closed", reason="spawn-error", note=str(exc)
-            )
+            registry.update_lease(proc.lease_id, reason="spawn-error", note=str(exc))
         raise
     except BaseException:
         if proc.keeper is not None:

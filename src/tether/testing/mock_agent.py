@@ -103,6 +103,17 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     Exit with CODE (default 0) right after the prompt is answered (result or error,
     including ``cancelled``); the script goes on until then.
 
+``run CMD...``
+    Run CMD (split like a shell would, never run by one) in the agent's directory with
+    the agent's environment, stdin on ``/dev/null``, and wait for it (at most 120 s);
+    one chunk ``exit=<code>`` followed by a newline and its stdout then stderr. (How
+    delegation tests make an agent run ``tether`` commands from inside its own tree.)
+``mcp-call SERVER TOOL [JSON]``
+    Start the stdio MCP server named SERVER in ``session/new``'s ``mcpServers``, speak
+    ``initialize``, ``notifications/initialized`` and ``tools/call`` TOOL with the JSON
+    object arguments (default ``{}``), close its stdin and wait for it to exit; one chunk
+    with the ``tools/call`` response as JSON, or ``mcp-call failed: <why>``.
+
 Extra words after a verb that takes no arguments are ignored.
 
 Flags
@@ -166,6 +177,8 @@ import signal
 import sys
 import time
 from select import select
+
+from tether.testing import mock_delegation
 
 # mypy treats a name called TYPE_CHECKING as true; at run time this avoids importing
 # typing and collections.abc, which would cost a few milliseconds of start-up.
@@ -240,9 +253,11 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "stop": ("[REASON]", 0, 0),
     "error": ("CODE [MSG]", 1, 0),
     "exit": ("[CODE]", 0, 1),
+    "run": ("CMD...", 0, 0),
+    "mcp-call": ("SERVER TOOL [JSON]", 0, 0),
 }
 # Verbs whose first free-text word is required.
-NEEDS_WORD = frozenset({"tool", "read", "write", "mode"})
+NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call"})
 
 USAGE = """\
 usage: tether-mock-agent [--ignore-sigterm] [--hang-on-initialize] [--hang-on-new-session]
@@ -450,6 +465,7 @@ class MockAgent:
         self.sleepers: dict[_Turn, float] = {}  # sleeping turns and their deadlines
         self.authenticated = False
         self.next_session = 1
+        self.mcp_servers: list[Json] = []  # session/new's mcpServers (the mcp-call verb)
         self.next_request = 1
         self.next_call = 1
         self.eof = False
@@ -1023,6 +1039,8 @@ class MockAgent:
             return
         session = self._open(f"mock-{self.next_session}")
         self.next_session += 1
+        servers = params.get("mcpServers")
+        self.mcp_servers = servers if isinstance(servers, list) else []
         self.respond(req_id, {"sessionId": session.sid, **self._session_extras(session)})
         commands = [
             {"name": verb, "description": f"mock verb {verb}", "input": {"hint": hint}}
@@ -1192,6 +1210,8 @@ _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | N
     "stop": MockAgent.v_stop,
     "error": MockAgent.v_error,
     "exit": MockAgent.v_exit,
+    "run": lambda agent, turn, session, rest: mock_delegation.run(agent, session, rest),
+    "mcp-call": lambda agent, turn, session, rest: mock_delegation.mcp_call(agent, session, rest),
 }
 
 

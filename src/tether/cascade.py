@@ -1,0 +1,80 @@
+"""Ownership carries to the end: closing a session first closes what it spawned.
+
+The process-tree promise (nothing an agent started outlives its run) lifted to
+sessions: nothing a closed session started outlives it. :func:`close_tree` closes every
+open descendant of the session -- transitively, deepest first, so a child is closed
+before its parent and a grandchild before its child -- and then the session itself.
+
+Why children first: a child spawned from inside the parent's agent tree (the parent ran
+``tether ... sessions new`` or called ``sessions_spawn``) has its owner process below
+the parent's keeper. Ending the parent first would end that owner by signal, and the
+child's row would be left open with no proof of how its run ended. Closed first, each
+child ends through its own owner, which proves its own tree gone.
+
+Authority: whoever may close the parent may close everything it started; children are
+not checked again (a grandchild is outside the requester's non-transitive ``tree`` view,
+but it is inside the parent's lifetime). ``[sessions] closeChildren = false`` turns the
+cascade off: children are then left open and listed as orphans (their parent closed).
+
+A session spawned while the cascade runs is caught by a second pass; the passes are
+bounded, and a child that cannot be closed is reported, not hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from tether import access, ownership
+from tether.errors import NoSession, TetherError
+
+__all__ = ["close_tree"]
+
+MAX_PASSES = 3
+
+
+def _descendants(key: str) -> list[str]:
+    from tether.registry import Registry
+
+    with Registry() as reg:
+        return ownership.close_order(key, reg.sessions(include_closed=False))
+
+
+def close_tree(
+    key: str,
+    close_one: Callable[[str], dict[str, Any]],
+    *,
+    cfg: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Close ``key``'s open descendants children-first, then ``key``; return its result.
+
+    The result gains ``closedChildren`` (each child's key, survivors, or error) and its
+    ``survivors`` include any child's survivors, so "survivors: []" still means the
+    whole family is proven gone.
+    """
+    children: list[dict[str, Any]] = []
+    if access.close_children_enabled(cfg):
+        done: set[str] = set()
+        for _ in range(MAX_PASSES):
+            pending = [k for k in _descendants(key) if k not in done]
+            if not pending:
+                break
+            for child in pending:
+                done.add(child)
+                try:
+                    res = close_one(child)
+                except NoSession:
+                    continue
+                except TetherError as exc:
+                    children.append({"sessionKey": child, "error": str(exc)})
+                    continue
+                children.append(
+                    {"sessionKey": child, "survivors": list(res.get("survivors") or [])}
+                )
+    result = dict(close_one(key))
+    survivors = list(result.get("survivors") or [])
+    for entry in children:
+        survivors.extend(entry.get("survivors") or [])
+    result["survivors"] = survivors
+    result["closedChildren"] = children
+    return result

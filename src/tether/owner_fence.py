@@ -1,0 +1,145 @@
+"""Seeing a silent owner, and replacing it: heartbeat age, identity proof, fencing.
+
+An owner beats (``owner_heartbeat_at``) from a thread no blocking work can starve
+(:mod:`tether.owner.heartbeat`). A caller that finds the session's socket held but no
+``hello`` coming asks :func:`owner_silence` how long the owner has been silent; once
+that exceeds the session's ``unresponsive_after`` (config ``ownerUnresponsiveAfter``,
+default 30 s -- far above any legitimate stall), :func:`fence_if_silent` replaces it:
+
+1. verify the owner's identity against what it recorded when it started (pid, start
+   time, boot id): a pid reused by another process is never signalled;
+2. open a pidfd, verify again (the pidfd pins the process), SIGKILL through it, and wait
+   for the process to be gone -- the kernel then releases its session lock, and its
+   keeper ends the agent tree as on any owner death;
+3. record the takeover: the ``owner_takeover_total`` counter, a log line, and an
+   ``owner_takeover`` event in the session's history.
+
+The caller then starts a new owner (generation + 1), which reconciles the dead owner's
+leases as on every start. Imported only on the cold path (it reads the registry).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+from typing import Any
+
+from tether import _log, _os
+from tether.registry import Registry
+
+__all__ = [
+    "DEFAULT_UNRESPONSIVE_AFTER_S",
+    "fence_if_silent",
+    "owner_silence",
+    "peer_pidfd",
+    "wait_exit",
+]
+
+DEFAULT_UNRESPONSIVE_AFTER_S = 30.0
+KILL_WAIT_S = 5.0  # SIGKILL is not refusable; this bounds a wait on a D-state exit
+
+
+def owner_silence(key: str) -> dict[str, Any] | None:
+    """The session's owner as the registry knows it, with its heartbeat age; None if
+    no owner is recorded as running."""
+    with Registry() as registry:
+        return _silence(registry, key)
+
+
+def _silence(registry: Registry, key: str) -> dict[str, Any] | None:
+    session = registry.session(key)
+    if session is None or session.owner_pid is None:
+        return None
+    beat = session.owner_heartbeat_at
+    after = session.options.get("unresponsive_after")
+    return {
+        "ownerPid": session.owner_pid,
+        "ownerGeneration": session.owner_generation,
+        "heartbeatAgeS": round(max(0.0, time.time() - beat), 3) if beat is not None else None,
+        "unresponsiveAfterS": float(after) if after else DEFAULT_UNRESPONSIVE_AFTER_S,
+    }
+
+
+def fence_if_silent(key: str) -> bool:
+    """Fence the session's owner if it has been silent too long; True if we did.
+
+    Never signals a process whose identity does not match the owner's record.
+    """
+    with Registry() as registry:
+        info = _silence(registry, key)
+        if info is None or info["heartbeatAgeS"] is None:
+            return False
+        if info["heartbeatAgeS"] < info["unresponsiveAfterS"]:
+            return False
+        ident = registry.owner_identity(key)
+        if ident is None or ident["pid"] != info["ownerPid"]:
+            return False  # an owner from before boot ids were recorded: cannot prove it
+        if ident["generation"] != info["ownerGeneration"]:
+            return False
+        if not _kill_verified(ident["pid"], ident["starttime"], ident["boot_id"]):
+            return False
+        registry.incr("owner_takeover_total")
+        payload = {
+            "ownerPid": ident["pid"],
+            "ownerGeneration": ident["generation"],
+            "heartbeatAgeS": info["heartbeatAgeS"],
+            "unresponsiveAfterS": info["unresponsiveAfterS"],
+            "by": os.getpid(),
+        }
+        registry.add_event(key, "owner_takeover", payload)
+    _log.event("owner_takeover", session_key=key, **payload)
+    return True
+
+
+def _kill_verified(pid: int, starttime: int | None, boot_id: str) -> bool:
+    """SIGKILL ``pid`` through a pidfd if it is provably the recorded owner; wait for it."""
+    table = _os.current()
+    if starttime is None or table.boot_id() != boot_id:
+        return False
+
+    def same() -> bool:
+        st = table.stat(pid)
+        return st is not None and st.starttime == starttime and not st.is_zombie
+
+    if not same():
+        return False
+    try:
+        fd = table.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        if not same():  # the pidfd pins it now: is it still the one we verified?
+            return False
+        table.pidfd_send_signal(fd, signal.SIGKILL)
+        # A pidfd is readable once the process has exited (zombie or reaped alike).
+        select.select([fd], [], [], KILL_WAIT_S)
+    finally:
+        table.close_fd(fd)
+    return True
+
+
+def peer_pidfd(sock: Any) -> int | None:
+    """A pidfd of the process at the other end of a Unix socket (the kernel's word for
+    who it is: ``SO_PEERCRED``), or None where we cannot get one."""
+    import _socket
+    import struct
+
+    try:
+        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+        pid = struct.unpack("3i", creds)[0]
+        return os.pidfd_open(pid) if pid > 0 else None
+    except (OSError, AttributeError):  # no pidfd (old kernel): we cannot wait for it
+        return None
+
+
+def wait_exit(pidfd: int | None, timeout: float) -> bool | None:
+    """Wait until the process behind ``pidfd`` exited (then closes it); None if unknown."""
+    if pidfd is None:
+        return None
+    try:
+        readable, _, _ = select.select([pidfd], [], [], timeout)
+        return bool(readable)
+    finally:
+        os.close(pidfd)

@@ -1,0 +1,120 @@
+"""Session ownership as data: the JSON fields, the ownership forest, the close order.
+
+No I/O: everything here works on :class:`tether.registry.Session` rows (or anything
+with the same attributes) that the caller has already read.
+
+A row's *parent* is its ``parentSessionKey``, else its ``spawnedBy``, else its
+``ownerSessionKey``; a row with none of them is operator-owned (every row created
+before ownership existed is). The forest is drawn from parents; closing follows it
+transitively, children first, so nothing a closed session started outlives it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether.visibility import Row
+
+if TYPE_CHECKING:
+    from tether.registry import Session as _SessionLike
+
+__all__ = ["close_order", "ownership_json", "parent_of", "row_of", "tree_lines"]
+
+
+def row_of(session: _SessionLike) -> Row:
+    """The visibility check's view of a session row."""
+    return Row(
+        key=session.key,
+        agent_id=session.agent_id or session.agent_label,
+        owner_session_key=session.owner_session_key,
+        spawned_by=session.spawned_by,
+        parent_session_key=session.parent_session_key,
+    )
+
+
+def ownership_json(session: _SessionLike, instance_id: str) -> dict[str, Any]:
+    """The ownership fields of a ``--format json`` session row, under the seed's names."""
+    return {
+        "agentId": session.agent_id or session.agent_label,
+        "ownerSessionKey": session.owner_session_key,
+        "spawnedBy": session.spawned_by,
+        "parentSessionKey": session.parent_session_key,
+        "instanceId": instance_id,
+        "createdAt": session.created_at,
+        "sandboxed": bool(session.sandboxed),
+    }
+
+
+def parent_of(session: _SessionLike) -> str | None:
+    """The key this row hangs under in the ownership forest (None: operator-owned)."""
+    return session.parent_session_key or session.spawned_by or session.owner_session_key
+
+
+def _children_map(
+    pairs: Iterable[tuple[str, str | None]],
+) -> tuple[list[str], dict[str, list[str]]]:
+    """Roots and children from ``(key, parent)`` pairs, in the given order."""
+    items = list(pairs)
+    keys = {k for k, _ in items}
+    roots: list[str] = []
+    children: dict[str, list[str]] = {}
+    for key, parent in items:
+        if parent is None or parent not in keys or parent == key:
+            roots.append(key)  # operator-owned, or its parent is not in the listing
+        else:
+            children.setdefault(parent, []).append(key)
+    return roots, children
+
+
+def tree_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The ownership forest of described rows (``sessions list`` records), roots first."""
+    by_key = {r["key"]: r for r in records}
+    roots, children = _children_map(
+        (r["key"], r.get("parentSessionKey") or r.get("spawnedBy") or r.get("ownerSessionKey"))
+        for r in records
+    )
+    lines: list[str] = []
+    seen: set[str] = set()
+
+    def walk(key: str, prefix: str, last: bool, top: bool) -> None:
+        if key in seen:  # a cycle in hand-edited rows: draw each row once
+            return
+        seen.add(key)
+        r = by_key[key]
+        branch = "" if top else ("└── " if last else "├── ")
+        label = f"{r['name'] or '(default)'} [{r.get('agentId')}] {r['state']} {key[:12]}"
+        lines.append(f"{prefix}{branch}{label}")
+        kids = children.get(key, [])
+        for i, kid in enumerate(kids):
+            extension = "" if top else ("    " if last else "│   ")
+            walk(kid, prefix + extension, i == len(kids) - 1, False)
+
+    for root in roots:
+        walk(root, "", True, True)
+    for r in records:  # rows only reachable through a cycle
+        walk(r["key"], "", True, True)
+    return lines
+
+
+def close_order(root: str, sessions: Iterable[_SessionLike]) -> list[str]:
+    """Every open descendant of ``root`` (transitively), children before their parents.
+
+    ``root`` itself is not included: the caller closes it last. Cycles in hand-edited
+    rows are cut (each key appears once).
+    """
+    _roots, children = _children_map(
+        (s.key, parent_of(s)) for s in sessions if s.state != "closed" or s.key == root
+    )
+    order: list[str] = []
+    seen = {root}
+
+    def walk(key: str) -> None:
+        for kid in children.get(key, []):
+            if kid not in seen:
+                seen.add(kid)
+                walk(kid)
+                order.append(kid)
+
+    walk(root)
+    return order

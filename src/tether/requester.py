@@ -1,0 +1,217 @@
+"""Who is asking: the operator, or a session proven by the kernel.
+
+Theory of operation
+-------------------
+Every agent Tether starts runs under a keeper (a child subreaper: every descendant,
+however it daemonises, stays below it) and gets ``TETHER_SESSION_KEY``,
+``TETHER_LEASE_ID`` and ``TETHER_INSTANCE_ID`` in its environment. The lease of that
+run records the keeper's pid and start time and, where cgroups are used, the run's
+cgroup. So when ``tether ...`` (or a library call) runs, the kernel can say which run
+it belongs to, whatever the environment claims:
+
+1. walk the parent chain of the calling process (or of an IPC peer, whose pid comes
+   from ``SO_PEERCRED``) through ``/proc``, nearest first;
+2. the first ancestor that is the keeper of one of *this* instance's open leases --
+   same pid, same start time, same boot -- names the run, and so the session;
+3. where the lease has a cgroup, the process must sit in it (or below it).
+
+Then the environment claim is compared with the kernel's answer:
+
+=====================  =====================  =============================================
+claim                  kernel                 requester
+=====================  =====================  =============================================
+none                   no agent tree          the operator: sees and drives everything
+``K`` or none          run of session ``K``   ``K``, at the configured visibility
+``X``                  run of session ``K``   ``K`` clamped to ``self`` (forged claim)
+``X``                  no agent tree          ``X`` clamped to ``self`` (unproven claim)
+=====================  =====================  =============================================
+
+**A forged claim gains nothing.** Inside an agent tree the kernel's session wins and
+the claim only *narrows* it: claiming another session's key gets the caller its own
+session and nothing else -- less than it gets by not lying. Outside every agent tree
+the caller is the operator anyway (it could drop the variable and see everything);
+with an unproven claim it gets exactly the claimed session and nothing else: its
+status, history, prompts, close -- the narrowest level, and never any other row.
+A ``/proc`` that cannot be read proves nothing: a claim then counts as unproven. A
+claim whose ``TETHER_INSTANCE_ID`` names another install (another ``TETHER_HOME``) is
+not a claim here at all: an agent of that install driving this one is this install's
+operator unless the kernel places it in one of this install's trees.
+
+**This is not a sandbox.** It governs cooperative agents running as the same Unix user
+as Tether: such an agent can read ``TETHER_HOME`` directly, or ask a service outside
+its tree to run commands for it. It keeps honest agents to their lane and makes
+delegation explicit; it does not contain a hostile one. An agent that must be contained
+runs sandboxed, without access to ``TETHER_HOME``, and reaches sessions only through
+the channel Tether hands it (``tether mcp``), whose requester is fixed by construction.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from tether._os import ProcessTable, ProcUnreadable
+from tether.visibility import Requester, Visibility
+
+if TYPE_CHECKING:
+    from tether.registry import Lease, Registry
+
+__all__ = ["CLAIM_ENV", "Resolved", "ancestors", "peer_pid", "resolve", "resolve_peer"]
+
+CLAIM_ENV: Final = "TETHER_SESSION_KEY"
+_MAX_DEPTH: Final = 4096  # a parent chain longer than this is a corrupted table, not a tree
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """The requester (``None``: the operator) and a sentence saying how it was decided."""
+
+    requester: Requester | None
+    proof: str
+    lease_id: str | None = None
+
+    @property
+    def is_operator(self) -> bool:
+        return self.requester is None
+
+    @property
+    def spawner_key(self) -> str | None:
+        """What a session this requester creates records as ``spawnedBy``/parent."""
+        return self.requester.session_key if self.requester is not None else None
+
+
+def ancestors(table: ProcessTable, pid: int) -> list[tuple[int, int]]:
+    """``(pid, starttime)`` of ``pid`` and each of its ancestors, nearest first.
+
+    Raises:
+        ProcUnreadable: the chain cannot be read.
+    """
+    chain: list[tuple[int, int]] = []
+    while pid > 0 and len(chain) < _MAX_DEPTH:
+        st = table.stat(pid)
+        if st is None:
+            break
+        chain.append((pid, st.starttime))
+        if st.ppid == pid:
+            break
+        pid = st.ppid
+    return chain
+
+
+def _in_cgroup(table: ProcessTable, pid: int, path: str) -> bool:
+    """Whether ``pid`` sits in the cgroup at ``path`` or one below it."""
+    if pid in table.cgroup_procs(path):
+        return True
+    try:
+        subdirs = [e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return False
+    return any(_in_cgroup(table, pid, sub) for sub in subdirs)
+
+
+def _kernel_lease(
+    registry: Registry, table: ProcessTable, pid: int
+) -> tuple[Lease | None, str | None]:
+    """The open lease whose keeper is the nearest keeper above ``pid``, or None.
+
+    The second item, when set, says why the membership is doubtful (the process left
+    the run's cgroup): it is still that run's, but clamped to ``self``.
+    """
+    leases = registry.leases(states=("open", "closing"))
+    if not leases:
+        return None, None
+    boot = table.boot_id()
+    by_keeper = {lease.keeper_pid: lease for lease in leases if lease.boot_id == boot}
+    for ancestor, starttime in ancestors(table, pid)[1:]:
+        lease = by_keeper.get(ancestor)
+        if lease is None or lease.keeper_starttime != starttime:
+            continue
+        # A cgroup that no longer exists (or never did) proves nothing either way.
+        cgroup = lease.cgroup_path
+        in_use = cgroup is not None and table.cgroup_populated(cgroup) is not None
+        if in_use and cgroup is not None and not _in_cgroup(table, pid, cgroup):
+            return lease, "it left the run's cgroup"
+        return lease, None
+    return None, None
+
+
+def _requester(registry: Registry, key: str, clamp: Visibility | None) -> Requester:
+    session = registry.session(key)
+    agent_id = session.agent_id if session is not None else ""
+    sandboxed = bool(session.sandboxed) if session is not None else False
+    return Requester(session_key=key, agent_id=agent_id, sandboxed=sandboxed, clamp=clamp)
+
+
+def resolve(
+    registry: Registry,
+    *,
+    pid: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    table: ProcessTable | None = None,
+) -> Resolved:
+    """Decide who is asking: the process ``pid`` (default: us) with claim ``environ``.
+
+    See the module docstring for the table of outcomes.
+    """
+    if table is None:
+        from tether._os import current
+
+        table = current()
+    pid = os.getpid() if pid is None else pid
+    env = os.environ if environ is None else environ
+    claim = (env.get(CLAIM_ENV) or "").strip() or None
+    other_instance = env.get("TETHER_INSTANCE_ID")
+    if claim is not None and other_instance and other_instance != registry.instance_id:
+        # A claim made for another Tether install (another TETHER_HOME): an agent of that
+        # install operating this one. It names no session here; the kernel still decides.
+        claim = None
+    why_not: str | None = None
+    try:
+        lease, doubt = _kernel_lease(registry, table, pid)
+    except ProcUnreadable as exc:
+        lease, doubt, why_not = None, None, f"/proc unreadable ({exc})"
+    if lease is not None:
+        kernel_key = lease.session_key or f"exec:{lease.lease_id}"
+        where = f"pid {pid} descends from keeper {lease.keeper_pid} of lease {lease.lease_id}"
+        if doubt is not None:
+            return Resolved(
+                _requester(registry, kernel_key, Visibility.SELF),
+                f"{where}, but {doubt}: clamped to self",
+                lease.lease_id,
+            )
+        if claim is None or claim == kernel_key:
+            return Resolved(_requester(registry, kernel_key, None), f"{where}", lease.lease_id)
+        return Resolved(
+            _requester(registry, kernel_key, Visibility.SELF),
+            f"{where}, but claims {claim}: clamped to self",
+            lease.lease_id,
+        )
+    if claim is None:
+        note = f" ({why_not})" if why_not else ""
+        return Resolved(None, f"pid {pid} is outside every agent tree: the operator{note}")
+    return Resolved(
+        _requester(registry, claim, Visibility.SELF),
+        f"claim {claim} unproven ({why_not or f'pid {pid} is in no agent tree'}): clamped to self",
+    )
+
+
+def peer_pid(sock: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket (``SO_PEERCRED``)."""
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, _uid, _gid = struct.unpack("3i", creds)
+    return int(pid)
+
+
+def resolve_peer(
+    registry: Registry,
+    sock: socket.socket,
+    claim: str | None,
+    *,
+    table: ProcessTable | None = None,
+) -> Resolved:
+    """:func:`resolve` for the process at the other end of ``sock``, claiming ``claim``."""
+    return resolve(registry, pid=peer_pid(sock), environ={CLAIM_ENV: claim or ""}, table=table)

@@ -1,0 +1,366 @@
+"""Which sessions a requester may see and touch: one pure check, no I/O.
+
+Theory of operation
+-------------------
+A request comes from the **operator** (a human or an orchestrator outside every agent
+tree; ``requester is None``) or from a **requester session**: a supervised agent that ran
+``tether ...`` from its own tree, or called a tool Tether handed it (``tether mcp``).
+Who is asking is decided elsewhere (:mod:`tether.requester`, against the kernel); this
+module only answers "may this requester act on this row?", from the row's ownership
+metadata alone. There is no secondary lookup at check time (OpenClaw's
+``sessions.list({spawnedBy})`` at visibility time was the source of its one-off bugs):
+a spawned child is the requester's because *the row says so*.
+
+The same :func:`can_see` decides every action -- list, history, send (prompting a
+session that is not the requester's own), status, watch, cancel, set-mode/set, close
+and terminate. The action only changes the wording of a denial, never the outcome, so
+a session that is listed is exactly a session that can be read and driven.
+
+Levels (config ``[sessions] visibility``, default ``tree``)::
+
+    self   the requester's own session only
+    tree   + rows the requester owns: ownerSessionKey, spawnedBy or parentSessionKey
+           equals the requester's key
+    agent  + every row of the requester's agent id (same agent)
+    all    + cross-agent rows the agent-to-agent policy allows
+
+Decisions taken here, and why:
+
+* **``tree`` is not transitive.** A grandchild (spawned by the requester's child) is
+  not in the requester's tree; its parent sees it. Transitivity would need a walk of
+  the registry at check time -- the very secondary lookup the seed removes -- or a
+  stored lineage that goes stale when rows are reopened. Delegation stays explicit:
+  the requester reaches a grandchild's work through the child it asked. The operator
+  sees everything, and ``sessions list --tree`` draws the whole forest for it.
+  (Closing is different: closing a session closes its children, children first, and
+  so transitively -- that is lifetime, not visibility.)
+* **``agent`` keeps owned cross-agent children.** The seed says "same agent only,
+  unless an explicit owner relationship says the row belongs to the requester";
+  OpenClaw's code instead denies owned cross-agent children under ``agent``. We follow
+  the seed: then the levels are a chain, ``self ⊆ tree ⊆ agent ⊆ all``, and raising
+  visibility never hides anything. With OpenClaw's rule, moving from ``tree`` to
+  ``agent`` would hide the Codex reviewer a Claude session spawned -- the very
+  ``tree``-versus-``all`` bug class the seed was written to end.
+* **``all`` is never less capable than ``tree``**: owned rows are allowed before the
+  agent-to-agent policy is consulted, so a requester-owned cross-agent child is
+  visible under ``all`` even with agent-to-agent disabled.
+* **A sandboxed requester is clamped to at most ``tree``** (``agent``/``all`` become
+  ``tree``; ``self`` stays ``self``). OpenClaw's clamp also *raises* ``self`` to
+  ``tree``; a clamp that widens is not a clamp, so we do not.
+* A requester whose identity was not proven is clamped to ``self`` by
+  :mod:`tether.requester` (``Requester.clamp``); the check itself only applies the
+  narrowest of the configured level, the clamp and the sandbox.
+
+Agent-to-agent policy (``[agentToAgent] enabled``, ``allow``): the same agent is always
+allowed; otherwise it must be enabled and *both* agent ids must match the allow
+patterns (an empty list matches every id). A pattern without ``*`` matches exactly and
+case-sensitively; a pattern with ``*`` matches case-insensitively, ``*`` standing for
+any run of characters, by a linear-time matcher (prefix, suffix, then ordered interior
+segments, each found with Knuth-Morris-Pratt) -- never a regular expression, so a
+hostile pattern such as ``*a*a*a*a*b`` cannot make matching backtrack. A blank pattern
+matches nothing (it denies rather than silently allowing everything).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+__all__ = [
+    "A2APolicy",
+    "Action",
+    "Decision",
+    "Requester",
+    "Row",
+    "Visibility",
+    "can_see",
+    "effective_visibility",
+    "glob_match",
+    "visible",
+]
+
+
+class Visibility(enum.Enum):
+    """How far a requester sees; members are ordered ``SELF < TREE < AGENT < ALL``."""
+
+    SELF = "self"
+    TREE = "tree"
+    AGENT = "agent"
+    ALL = "all"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self]
+
+    @classmethod
+    def parse(cls, value: str) -> Visibility:
+        """The level named by ``value`` (case-insensitive); ``ValueError`` otherwise."""
+        try:
+            return cls(value.strip().lower())
+        except ValueError:
+            names = ", ".join(v.value for v in cls)
+            raise ValueError(f"visibility must be one of {names}, not {value!r}") from None
+
+
+_RANK: Final = {Visibility.SELF: 0, Visibility.TREE: 1, Visibility.AGENT: 2, Visibility.ALL: 3}
+
+
+class Action(enum.Enum):
+    """What the requester wants to do with the row (wording only; same rule for all)."""
+
+    LIST = "list"
+    HISTORY = "history"
+    SEND = "send"
+    STATUS = "status"
+    WATCH = "watch"
+    CANCEL = "cancel"
+    SET = "set"
+    CLOSE = "close"
+    TERMINATE = "terminate"
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """The ownership metadata of one session row (all the check needs)."""
+
+    key: str
+    agent_id: str
+    owner_session_key: str | None = None
+    spawned_by: str | None = None
+    parent_session_key: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Requester:
+    """A session acting through Tether.
+
+    ``clamp`` caps the level whatever the configuration says (``SELF`` for a claim the
+    kernel did not confirm); ``sandboxed`` caps it at ``TREE``.
+    """
+
+    session_key: str
+    agent_id: str
+    sandboxed: bool = False
+    clamp: Visibility | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The answer: allowed or not, a stable ``rule`` code and a sentence saying why."""
+
+    allowed: bool
+    rule: str
+    why: str
+
+
+# --- agent-to-agent policy --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    kind: str  # "any" | "deny" | "exact" | "glob"
+    exact: str = ""
+    parts: tuple[str, ...] = ()  # lower-cased segments between the *s (first, ..., last)
+
+
+def _compile(pattern: str) -> _Compiled:
+    raw = pattern.strip()
+    if not raw:
+        return _Compiled("deny")
+    if raw == "*":
+        return _Compiled("any")
+    if "*" not in raw:
+        return _Compiled("exact", exact=raw)
+    return _Compiled("glob", parts=tuple(raw.lower().split("*")))
+
+
+@dataclass(frozen=True)
+class A2APolicy:
+    """The agent-to-agent policy: ``enabled`` and ``allow`` patterns (see the module doc)."""
+
+    enabled: bool = False
+    allow: Sequence[str] = ()
+    _compiled: tuple[_Compiled, ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_compiled", tuple(_compile(p) for p in self.allow))
+
+    def matches(self, agent_id: str) -> bool:
+        """Whether ``agent_id`` matches the allow list (an empty list matches every id)."""
+        if not self._compiled:
+            return True
+        for pat in self._compiled:
+            if pat.kind == "any":
+                return True
+            if pat.kind == "exact" and pat.exact == agent_id:
+                return True
+            if pat.kind == "glob" and _glob(pat.parts, agent_id.lower(), None):
+                return True
+        return False
+
+    def allows(self, requester_agent: str, target_agent: str) -> bool:
+        """Whether a session of ``requester_agent`` may reach one of ``target_agent``."""
+        if requester_agent == target_agent:
+            return True
+        return self.enabled and self.matches(requester_agent) and self.matches(target_agent)
+
+
+def glob_match(pattern: str, text: str, steps: list[int] | None = None) -> bool:
+    """Case-insensitive ``*`` glob match in time linear in ``len(pattern) + len(text)``.
+
+    ``steps``, when given, gets the number of character comparisons made appended to
+    it (the backtracking guard's tests measure work, not time).
+    """
+    return _glob(tuple(pattern.lower().split("*")), text.lower(), steps)
+
+
+def _glob(parts: tuple[str, ...], text: str, steps: list[int] | None) -> bool:
+    counter = [0]
+    try:
+        if len(parts) == 1:
+            counter[0] += len(text)
+            return parts[0] == text
+        first, *interior, last = parts
+        if not text.startswith(first):
+            return False
+        counter[0] += len(first)
+        end = len(text) - len(last)
+        if end < len(first) or not text.endswith(last):
+            return False
+        counter[0] += len(last)
+        pos = len(first)
+        # Greedy leftmost placement of each interior segment is optimal for a pattern
+        # whose only metacharacter is "*": any later placement leaves less room for the
+        # rest. Each search resumes where the last one ended, so the text is scanned once.
+        for part in interior:
+            if not part:
+                continue
+            found = _kmp_find(text, part, pos, end, counter)
+            if found < 0:
+                return False
+            pos = found + len(part)
+        return True
+    finally:
+        if steps is not None:
+            steps.append(counter[0])
+
+
+def _kmp_find(text: str, needle: str, start: int, end: int, counter: list[int]) -> int:
+    """Index of ``needle`` in ``text[start:end]`` (or -1), by Knuth-Morris-Pratt."""
+    fail = [0] * len(needle)
+    k = 0
+    for i in range(1, len(needle)):
+        while k and needle[i] != needle[k]:
+            k = fail[k - 1]
+            counter[0] += 1
+        counter[0] += 1
+        if needle[i] == needle[k]:
+            k += 1
+        fail[i] = k
+    k = 0
+    for i in range(start, end):
+        while k and text[i] != needle[k]:
+            k = fail[k - 1]
+            counter[0] += 1
+        counter[0] += 1
+        if text[i] == needle[k]:
+            k += 1
+            if k == len(needle):
+                return i - k + 1
+    return -1
+
+
+# --- the check --------------------------------------------------------------------------
+
+
+def effective_visibility(visibility: Visibility, requester: Requester) -> Visibility:
+    """The narrowest of the configured level, the requester's clamp and the sandbox."""
+    levels = [visibility]
+    if requester.clamp is not None:
+        levels.append(requester.clamp)
+    if requester.sandboxed:
+        levels.append(Visibility.TREE)
+    return min(levels, key=lambda v: v.rank)
+
+
+def _owned(row: Row, key: str) -> bool:
+    return key in (row.owner_session_key, row.spawned_by, row.parent_session_key)
+
+
+def _deny(action: Action, row: Row, rule: str, reason: str) -> Decision:
+    return Decision(False, rule, f"{action.value} of session {row.key} denied: {reason}")
+
+
+def can_see(
+    row: Row,
+    requester: Requester | None,
+    visibility: Visibility,
+    a2a: A2APolicy,
+    action: Action = Action.LIST,
+) -> Decision:
+    """Whether ``requester`` may perform ``action`` on ``row``, and why (see the module doc)."""
+    if requester is None:
+        return Decision(True, "operator", "the operator (outside every agent tree) sees all")
+    me = requester.session_key
+    if row.key == me:
+        return Decision(True, "self", "the requester's own session")
+    level = effective_visibility(visibility, requester)
+    clamp_note = ""
+    if level is not visibility:
+        clamp_note = (
+            " (the requester is sandboxed, clamped to tree)"
+            if requester.sandboxed and level is Visibility.TREE
+            else " (the requester's identity is unproven, clamped to self)"
+        )
+    if level is Visibility.SELF:
+        return _deny(
+            action, row, "visibility=self", f"visibility is self: own session only{clamp_note}"
+        )
+    if _owned(row, me):
+        return Decision(True, "owned", "the row names the requester as owner, spawner or parent")
+    if level is Visibility.TREE:
+        return _deny(
+            action,
+            row,
+            "visibility=tree",
+            "visibility is tree: the requester's own session and the sessions it spawned"
+            f" or owns{clamp_note}",
+        )
+    target = row.agent_id
+    if target and target == requester.agent_id:
+        return Decision(True, "same-agent", f"same agent ({target})")
+    if level is Visibility.AGENT:
+        return _deny(
+            action,
+            row,
+            "visibility=agent",
+            f"visibility is agent: only {requester.agent_id!r} sessions, and this is"
+            f" {target or 'of unknown agent'!r}",
+        )
+    if not target:
+        return _deny(action, row, "agent-unknown", "the row's agent is unknown")
+    if not a2a.enabled:
+        return _deny(
+            action,
+            row,
+            "agentToAgent.enabled",
+            f"cross-agent access ({requester.agent_id!r} -> {target!r}) needs"
+            " [agentToAgent] enabled = true",
+        )
+    if not a2a.allows(requester.agent_id, target):
+        return _deny(
+            action,
+            row,
+            "agentToAgent.allow",
+            f"[agentToAgent] allow does not match both {requester.agent_id!r} and {target!r}",
+        )
+    return Decision(True, "agentToAgent", f"agent-to-agent allowed ({target})")
+
+
+def visible(
+    rows: Iterable[Row], requester: Requester | None, visibility: Visibility, a2a: A2APolicy
+) -> list[Row]:
+    """The rows ``requester`` may list, in order."""
+    return [r for r in rows if can_see(r, requester, visibility, a2a).allowed]

@@ -1,0 +1,70 @@
+"""The glue around the check: the thin-path hint and the configured policy."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tether import access
+from tether.errors import UsageError
+from tether.visibility import Visibility
+
+
+def test_outside_every_tree_is_not_an_agent(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("TETHER_SESSION_KEY", "TETHER_LEASE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    assert access.could_be_agent() is False
+
+
+def test_a_claim_in_the_environment_needs_proof(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_SESSION_KEY", "k")
+    assert access.could_be_agent() is True
+
+
+def test_an_ancestor_marker_survives_a_cleared_environment() -> None:
+    """A child that clears its environment still sits below a marked ancestor."""
+    code = "import sys; from tether import access; print(access.could_be_agent())"
+    env = {**os.environ, "TETHER_LEASE_ID": "lease-x"}
+    # The marked middle process (sh) runs a child with an empty environment.
+    r = subprocess.run(
+        ["/bin/sh", "-c", f'env -i PYTHONPATH="$PYTHONPATH" {sys.executable} -c "{code}"; :'],
+        env={**env, "PYTHONPATH": os.pathsep.join(sys.path)},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert r.stdout.strip() == "True", r.stderr
+
+
+def test_policy_defaults_and_parsing() -> None:
+    level, a2a = access.policy({})
+    assert (level, a2a.enabled, tuple(a2a.allow)) == (Visibility.TREE, False, ())
+    level, a2a = access.policy(
+        {"sessions": {"visibility": "ALL"}, "agentToAgent": {"enabled": True, "allow": ["c*"]}}
+    )
+    assert (level, a2a.enabled) == (Visibility.ALL, True)
+    assert a2a.allows("claude", "codex")
+    assert access.close_children_enabled({}) is True
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        {"sessions": {"visibility": "everyone"}},
+        {"sessions": "tree"},
+        {"agentToAgent": {"allow": "claude"}},
+        {"agentToAgent": {"enabled": "yes"}},
+        {"sessions": {"closeChildren": "no"}},
+    ],
+)
+def test_bad_config_is_a_usage_error(cfg: dict[str, object]) -> None:
+    def both() -> None:
+        access.policy(cfg)
+        access.close_children_enabled(cfg)
+
+    with pytest.raises(UsageError):
+        both()

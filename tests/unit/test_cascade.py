@@ -1,0 +1,63 @@
+"""Closing a session closes what it spawned, children first (with a recording closer)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether.cascade import close_tree
+from tether.errors import NoSession, OwnerUnavailable
+from tether.registry import Registry
+
+
+def _family() -> None:
+    with Registry() as reg:
+        for key, parent in (("root", None), ("a", "root"), ("a1", "a"), ("b", "root")):
+            reg.upsert_session(
+                key=key,
+                name=key,
+                agent_command=["x"],
+                agent_label="mock",
+                cwd="/p",
+                owner={"spawned_by": parent, "parent_session_key": parent},
+            )
+        reg.upsert_session(key="other", name="o", agent_command=["x"], agent_label="mock", cwd="/p")
+
+
+def _closer(log: list[str], fail: dict[str, Exception] | None = None) -> Any:
+    def close_one(key: str) -> dict[str, Any]:
+        log.append(key)
+        if fail and key in fail:
+            raise fail[key]
+        with Registry() as reg:
+            reg.update_session(key, state="closed")
+        return {"action": "session_closed", "sessionKey": key, "survivors": []}
+
+    return close_one
+
+
+def test_children_first_then_the_session() -> None:
+    _family()
+    log: list[str] = []
+    result = close_tree("root", _closer(log), cfg={})
+    assert log == ["a1", "a", "b", "root"]
+    assert [c["sessionKey"] for c in result["closedChildren"]] == ["a1", "a", "b"]
+    assert result["survivors"] == []
+
+
+def test_cascade_can_be_turned_off() -> None:
+    _family()
+    log: list[str] = []
+    close_tree("root", _closer(log), cfg={"sessions": {"closeChildren": False}})
+    assert log == ["root"]
+
+
+def test_a_child_that_fails_is_reported_and_the_rest_go_on() -> None:
+    _family()
+    log: list[str] = []
+    fail = {"a1": OwnerUnavailable("stuck"), "b": NoSession("gone")}
+    result = close_tree("root", _closer(log, fail), cfg={})
+    assert log == ["a1", "a", "b", "root"]
+    assert result["closedChildren"] == [
+        {"sessionKey": "a1", "error": "stuck"},
+        {"sessionKey": "a", "survivors": []},
+    ]
