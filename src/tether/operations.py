@@ -534,7 +534,7 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
     if session is None or session.state == "closed":
         return
     registry.update_session(key, state="closed", closed_at=time.time())
-    lock_fd = _try_session_lock(key)
+    lock_fd = sessions.try_lock(key)
     if lock_fd is None:
         return
     try:
@@ -553,19 +553,6 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
         )
     finally:
         os.close(lock_fd)
-
-
-def _try_session_lock(key: str) -> int | None:
-    """The session's lock if no owner holds it (then we may write its journal), else None."""
-    import fcntl
-
-    fd = os.open(sessions.lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:

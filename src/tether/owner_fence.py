@@ -26,7 +26,8 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os
+from tether import _log, _os, sessions
+from tether.journal import store as journal_store
 from tether.registry import Registry
 
 __all__ = [
@@ -89,6 +90,14 @@ def fence_if_silent(key: str) -> bool:
             "by": os.getpid(),
         }
         registry.add_event(key, "owner_takeover", payload)
+        # The fenced owner's lock went with it: while no new owner holds it, we are the
+        # journal's writer, and the session's history says what happened.
+        lock_fd = sessions.try_lock(key)
+        if lock_fd is not None:
+            try:
+                journal_store.append_now(registry._db, key, "owner_takeover", payload)
+            finally:
+                os.close(lock_fd)
     _log.event("owner_takeover", session_key=key, **payload)
     return True
 

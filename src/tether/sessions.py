@@ -46,3 +46,17 @@ def lock_path(key: str) -> str:
 
 def log_path(key: str) -> str:
     return os.path.join(paths.logs_dir(), f"owner-{key[:24]}.log")
+
+
+def try_lock(key: str) -> int | None:
+    """The session's lock, if no owner holds it (then we may write its journal), as an
+    open descriptor to close when done; None if an owner holds it."""
+    import fcntl
+
+    fd = os.open(lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
