@@ -424,7 +424,7 @@ def _terminate_one(key: str, by: dict[str, Any] | None, deadline_s: float) -> di
                 pass  # it began stopping meanwhile (a close, the idle TTL)
         elif conn is not None:
             conn.close()
-        lock_fd = _try_session_lock(key)
+        lock_fd = sessions.try_lock(key)
         if lock_fd is not None:
             try:
                 return _terminate_offline(key, by or {})
