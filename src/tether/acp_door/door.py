@@ -181,10 +181,10 @@ class AcpDoor:
 
     def _on_notification(self, note: Notification) -> None:
         params = note.params if isinstance(note.params, dict) else {}
-        if note.method == "session/cancel" and self._tg is not None:
-            att = self._attached.get(str(params.get("sessionId")))
-            for rid in list(att.running) if att is not None else []:
-                self._spawn(self._cancel(att.key if att else "", rid))
+        att = self._attached.get(str(params.get("sessionId")))
+        if note.method == "session/cancel" and att is not None and self._tg is not None:
+            for rid in list(att.running):
+                self._spawn(self._cancel(att.key, rid))
         # Other notifications (``_``-prefixed extensions included) are ignored, as ACP says.
 
     async def _cancel(self, key: str, rid: str) -> None:
