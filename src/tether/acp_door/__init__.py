@@ -8,10 +8,12 @@ module                    job                                                   
 ``attach``                one attached session: its journal followed live        yes
 ``turns``                 a prompt turn relayed through the owner; controls      yes
 ``stdio``                 ``tether acp``: the door over stdin/stdout             yes
+``channel``               the door for HTTP: POST answers, an event stream       yes
 ========================  =====================================================  =====
 
 The door is transport-independent (bytes in through ``read``, bytes out through
-``write``); stdio is one transport, an HTTP route can be another.
+``write``); stdio is one transport; :class:`~tether.acp_door.channel.AcpChannel` is the
+core of the other, ``/v1/acp/{serverId}`` over HTTP (POST in, answers and SSE out).
 """
 
 from __future__ import annotations
