@@ -84,7 +84,8 @@ class AcpChannel:
         self._input.put_nowait(encode({**message, "id": internal}))
         try:
             assert self._task is not None
-            await asyncio.wait({answer, self._task}, return_when=asyncio.FIRST_COMPLETED)
+            both: set[asyncio.Future[Any]] = {answer, self._task}
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
             if not answer.done():  # the door ended (closed meanwhile): no answer will come
                 raise ClosedResourceError("this ACP server was closed")
             frame = answer.result()
