@@ -13,6 +13,7 @@
     │   ├── ClosedResourceError         we already closed it
     │   └── BrokenResourceError         it died under us
     │       ├── AgentExited             the agent process ended (exit code, signal, stderr tail)
+    │       ├── AgentUnresponsive       an abandoned turn never answered: the connection is retired
     │       └── OwnerLost               the session owner vanished mid-request: outcome unknown
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
@@ -42,6 +43,7 @@
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
     │   └── VisibilityDenied            the visibility rules forbid this requester that session
     ├── Interrupted                     exit 130 (Ctrl-C)
+    │   └── OutputClosed                exit 141 the reader of our stdout went away (`| head`)
     └── UsageError                      exit 2   code USAGE
         └── ConfigError                 a config file is malformed or holds a bad value
 
@@ -65,6 +67,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentExited",
     "AgentRequestError",
+    "AgentUnresponsive",
     "BrokenResourceError",
     "CallTimeout",
     "ClosedResourceError",
@@ -79,6 +82,7 @@ __all__ = [
     "InvalidTransition",
     "LocalProtocolError",
     "NoSession",
+    "OutputClosed",
     "OwnerLost",
     "OwnerShuttingDown",
     "OwnerUnavailable",
@@ -248,6 +252,16 @@ class AgentExited(BrokenResourceError):
     """The agent process ended; ``fields`` carry exit_code, signal and stderr_tail."""
 
     default_detail_code = "AGENT_EXITED"
+
+
+class AgentUnresponsive(BrokenResourceError):
+    """The agent did not answer an abandoned turn within the grace: we retired its connection.
+
+    Its updates could still arrive at any time and would look like the next turn's, so
+    the connection is not used again; the owner restarts the agent and resumes the session.
+    """
+
+    default_detail_code = "AGENT_UNRESPONSIVE"
 
 
 class OwnerLost(BrokenResourceError):
@@ -462,6 +476,17 @@ class Interrupted(TetherError):
     code = "INTERRUPTED"
     default_origin = "cli"
     default_detail_code = "INTERRUPTED"
+
+
+class OutputClosed(Interrupted):
+    """Our stdout was closed by its reader (``| head -1``): handled like Ctrl-C.
+
+    Exit status 141 (128 + SIGPIPE), what a shell reports for a tool killed by SIGPIPE, so
+    ``set -o pipefail`` scripts treat Tether as they treat ``yes | head -1``.
+    """
+
+    exit_code = 141
+    default_detail_code = "OUTPUT_CLOSED"
 
 
 class UsageError(TetherError):

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _log
 from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
+from tether.acp.transport import ExitStatus
 from tether.errors import AgentRequestError, TetherError
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
@@ -38,6 +39,42 @@ class AgentConfig:
     session_key: str | None = None
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
+
+
+class ProcessTransport:
+    """A supervised agent process as the ACP driver's transport (its stdin and stdout)."""
+
+    def __init__(self, proc: AgentProcess) -> None:
+        self.proc = proc
+
+    @property
+    def label(self) -> str:
+        return self.proc.lease_id
+
+    def set_receiver(self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]) -> None:
+        self.proc.set_stdout_handler(on_data, on_eof)
+
+    def write(self, data: bytes) -> None:
+        self.proc.write(data)
+
+    def close_write(self) -> None:
+        self.proc.close_stdin()
+
+    def exit_status(self) -> ExitStatus | None:
+        exited = self.proc.exited
+        return exited.result() if exited is not None and exited.done() else None
+
+    async def wait_exited(self) -> ExitStatus:
+        return await self.proc.wait_exited()
+
+    def is_alive(self) -> bool:
+        if self.exit_status() is not None or self.proc.pid is None:
+            return False
+        st = self.proc.table.stat(self.proc.pid)
+        return st is not None and st.state != "Z"
+
+    def stderr_tail(self) -> str:
+        return self.proc.stderr_tail()
 
 
 class LiveAgent:
@@ -81,7 +118,7 @@ class LiveAgent:
             ),
             registry,
         )
-        conn = AgentConnection(proc, cfg.cwd, cfg.client)
+        conn = AgentConnection(ProcessTransport(proc), cfg.cwd, cfg.client)
         live = cls(cfg, proc, conn)
         if out_of_turn is not None:
             conn.set_fallback_listener(out_of_turn)
@@ -124,6 +161,15 @@ class LiveAgent:
         ceiling: float | None = None,
     ) -> TurnResult:
         return await self.conn.prompt(self.session_id, blocks, listener, ceiling=ceiling)
+
+    async def settle(self) -> bool:
+        """Wait (bounded) until nothing of an abandoned turn can still arrive.
+
+        False when the agent did not answer its abandoned turn within the connection's
+        ``abandoned_turn_grace``: the connection is then retired (``alive`` is False),
+        and the caller restarts the agent and resumes the session.
+        """
+        return await self.conn.settle(self.session_id)
 
     def cancel(self) -> bool:
         return self.conn.cancel(self.session_id)

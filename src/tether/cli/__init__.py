@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(help_text)
         return 0
     from tether.cli import _parse
-    from tether.errors import TetherError
+    from tether.errors import OutputClosed, TetherError
 
     if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
         from tether.mcp.cli import main as mcp_main
@@ -161,19 +161,22 @@ def main(argv: list[str] | None = None) -> int:
             return _doctor(inv)  # needs no agent, and must run when the config is broken
         ctx = _context(inv)
         return _dispatch(ctx)
+    except OutputClosed as exc:
+        return exc.exit_code  # the reader of our stdout left: quietly, like `yes | head -1`
     except TetherError as exc:
         _report(exc, ctx, args)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
-        # stdout closed under us (`| head`): exit quietly, as shell tools do.
+        # stdout closed under us (`| head`) on a path that writes it directly: exit
+        # quietly, as shell tools do, with the status Output uses (see OutputClosed).
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
         except OSError:
             pass
-        return 1
+        return OutputClosed.exit_code
     except Exception as exc:  # the last line of defence: never a traceback
         from tether.cli._crash import unexpected
 

@@ -7,6 +7,12 @@ for one turn, on the same code path as the owner (:class:`tether.live_agent.Live
 Ctrl-C: the first sends ``session/cancel`` (pending permission requests are answered
 ``cancelled``) and waits briefly for the turn to end; a second, or the wait running
 out, abandons the turn. Either way the tree is torn down and the exit code is 130.
+
+A closed stdout (``| head -1``) is the user leaving too: nobody reads the rest, so the
+turn is abandoned at once (``session/cancel`` sent, permissions answered
+``cancelled``), the tree is torn down, and we exit quietly with 141. The renderer's
+``OutputClosed`` never reaches the agent-stdout reader: the driver turns it into the
+end of the turn (see :mod:`tether.acp.connection`).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from typing import Any
 
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
-from tether.errors import CallTimeout, Interrupted, PermissionDenied, UsageError
+from tether.errors import CallTimeout, Interrupted, OutputClosed, PermissionDenied, UsageError
 from tether.live_agent import AgentConfig, LiveAgent
 from tether.supervise.run_state import TerminationReason
 
@@ -70,7 +76,7 @@ async def _run(ctx: Any, text: str) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
-    on_frame = out.frame if ctx.fmt == "json" else _text_frames(out)
+    frames = _Frames(out, json_mode=ctx.fmt == "json")
     from tether.mcp import bridge
 
     # The user's MCP servers only: an exec run has no session for the bridge to act as.
@@ -78,7 +84,7 @@ async def _run(ctx: Any, text: str) -> int:
     agent_cfg = AgentConfig(
         argv=ctx.agent_argv,
         cwd=str(ctx.cwd),
-        client=client_options(ctx, on_frame),
+        client=client_options(ctx, frames),
         grace=1.5,
         mcp_servers=mcp,
     )
@@ -101,6 +107,10 @@ async def _run(ctx: Any, text: str) -> int:
                 f"--timeout {ctx.timeout:g} s passed while starting the agent",
                 phase="agent start",
             ) from None
+        if out.closed:  # the reader left during the handshake (json prints its frames)
+            interrupted.set()
+            raise OutputClosed("stdout was closed by its reader")
+        frames.in_turn = True
         ceiling = None if deadline is None else max(0.001, deadline - loop.time())
         prompt_task = asyncio.ensure_future(
             live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
@@ -109,6 +119,9 @@ async def _run(ctx: Any, text: str) -> int:
             result = await prompt_task
         except asyncio.CancelledError:
             raise Interrupted("interrupted; the turn was cancelled") from None
+        except OutputClosed:
+            interrupted.set()  # the tree goes down as on Ctrl-C
+            raise
         out.done(result.stop_reason)
         if interrupted.is_set():
             return 130
@@ -137,9 +150,24 @@ def _noop(_frame: dict[str, Any]) -> None:
     """Updates are rendered by the frame observer, in arrival order."""
 
 
-def _text_frames(out: Any) -> Any:
-    def observe(direction: str, frame: dict[str, Any]) -> None:
-        if direction == "in":
-            out.frame(direction, frame)
+class _Frames:
+    """The frame observer: renders frames (json: both directions; text: the agent's).
 
-    return observe
+    Once stdout is closed it raises ``OutputClosed`` once during the turn -- the driver
+    then abandons the turn -- and otherwise stays silent: before the turn the caller
+    checks ``out.closed`` itself, and after it nothing is left to say.
+    """
+
+    def __init__(self, out: Any, *, json_mode: bool) -> None:
+        self.out = out
+        self.json_mode = json_mode
+        self.in_turn = False
+        self._raised = False
+
+    def __call__(self, direction: str, frame: dict[str, Any]) -> None:
+        if self.json_mode or direction == "in":
+            with contextlib.suppress(OutputClosed):
+                self.out.frame(direction, frame)
+        if self.out.closed and self.in_turn and not self._raised:
+            self._raised = True
+            raise OutputClosed("stdout was closed by its reader")

@@ -103,6 +103,10 @@ def _render(ctx: Any) -> Any:
             picked = (frame.get("outcome") or {}).get("outcome") or {}
             chosen = picked.get("optionId") or picked.get("outcome")
             out.banner(f"permission {tool.get('title') or tool.get('toolCallId')}: {chosen}")
+        elif kind == "notice":
+            out.control(frame.get("notice") or {}, text=None)
+            if ctx.fmt == "text":
+                out.banner(str(frame.get("message")))
         elif kind in ("session_ended", "agent_run_ended"):
             # The session ended (closed by someone), or the agent run ended inside it.
             event = frame.get("event") or {}

@@ -8,15 +8,24 @@
            key) and JSON-RPC shaped error envelopes carrying ``acpxCode``.
 ``quiet``  assistant text only.
 
+A closed stdout (``tether ... | head -1``) is the reader leaving, not an error: the
+first write that finds the pipe closed points stdout at ``/dev/null`` (so nothing later,
+not even the interpreter's last flush, fails again) and raises
+:class:`~tether.errors.OutputClosed` once; every later write is dropped. ``exec`` sees
+it from inside the ACP reader, where the driver turns it into the end of the turn;
+``prompt`` sees it from the IPC client's flush before a blocking read. Both then leave
+like Ctrl-C, quietly, with exit status 141.
+
 Standard library only (``json``): on the thin path of ``prompt``.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 
 from tether import _fastjson
-from tether.errors import TetherError
+from tether.errors import OutputClosed, TetherError
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -49,6 +58,7 @@ class Output:
         # blocking read, so streamed output is written once per batch of frames.
         self.batch = batch
         self._pending: list[str] = []
+        self.closed = False  # stdout was closed by its reader
         self._mid_line = False
         self._tool_titles: dict[str, str] = {}
 
@@ -139,10 +149,26 @@ class Output:
     def banner(self, text: str) -> None:
         if self.fmt == "text" or (self.verbose and not self.json_strict):
             self.flush()
-            self.err.write(f"[tether] {text}\n")
-            self.err.flush()
+            self._err_write(f"[tether] {text}\n")
 
     def error(self, exc: TetherError) -> None:
+        """Report ``exc``: a JSON-RPC shaped envelope on stdout in json, a line on stderr.
+
+        Never raises: with stdout closed, the envelope is dropped and the line still goes
+        to stderr.
+        """
+        try:
+            self._error_stdout(exc)
+        except OutputClosed:
+            pass  # the reader has gone; there is nobody to tell on stdout
+        if self.fmt != "json" or not self.json_strict:
+            text = f"[error] {exc}\n"
+            tail = exc.fields.get("stderr_tail")
+            if tail and self.fmt != "quiet":
+                text += "[error] agent stderr (tail):\n" + str(tail)[-2000:].rstrip() + "\n"
+            self._err_write(text)
+
+    def _error_stdout(self, exc: TetherError) -> None:
         if self.fmt == "json":
             envelope = {
                 "jsonrpc": "2.0",
@@ -160,28 +186,63 @@ class Output:
                 },
             }
             self._write(_dumps(envelope) + "\n")
-            self.flush()
-        if self.fmt != "json" or not self.json_strict:
-            if self._mid_line:
-                self._write("\n")
-                self._mid_line = False
-                self.flush()
-            self.flush()
-            self.err.write(f"[error] {exc}\n")
-            tail = exc.fields.get("stderr_tail")
-            if tail and self.fmt != "quiet":
-                self.err.write("[error] agent stderr (tail):\n" + str(tail)[-2000:].rstrip() + "\n")
-            self.err.flush()
+        elif self._mid_line:
+            self._write("\n")
+            self._mid_line = False
+        self.flush()
 
     def _write(self, text: str) -> None:
+        if self.closed:
+            return
         if self.batch:
             self._pending.append(text)
-        else:
+            return
+        try:
             self.out.write(text)
+        except BrokenPipeError:
+            self._reader_left()
 
     def flush(self) -> None:
-        """Write what is pending and flush stdout (called per batch of frames)."""
-        if self._pending:
-            data, self._pending = "".join(self._pending), []
-            self.out.write(data)
-        self.out.flush()
+        """Write what is pending and flush stdout (called per batch of frames).
+
+        Raises:
+            OutputClosed: stdout's reader has gone (raised once; later calls do nothing).
+        """
+        if self.closed:
+            self._pending.clear()
+            return
+        try:
+            if self._pending:
+                data, self._pending = "".join(self._pending), []
+                self.out.write(data)
+            self.out.flush()
+        except BrokenPipeError:
+            self._reader_left()
+
+    def _reader_left(self) -> None:
+        self.closed = True
+        self._pending.clear()
+        _to_devnull(self.out)
+        raise OutputClosed("stdout was closed by its reader")
+
+    def _err_write(self, text: str) -> None:
+        """stderr is best effort: its reader may have gone too (``2>&1 | head``)."""
+        try:
+            self.err.write(text)
+            self.err.flush()
+        except BrokenPipeError:
+            _to_devnull(self.err)
+
+
+def _to_devnull(stream: TextIO) -> None:
+    """Point a closed pipe's descriptor at /dev/null: its buffered rest goes nowhere, and
+    the interpreter's final flush does not print "Exception ignored ... BrokenPipeError"."""
+    try:
+        fd = stream.fileno()
+        devnull = os.open(os.devnull, os.O_WRONLY)
+    except (OSError, ValueError):  # not a real file (a test's StringIO), or closed
+        return
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)

@@ -85,10 +85,17 @@ class AgentSlot:
 
     async def ensure(self) -> LiveAgent:
         """The live agent, started if there is none (see the module docstring)."""
+        retired = False
         if self.live is not None and self.live.alive:
-            return self.live
+            # A turn abandoned earlier may still stream: its updates would pass for the
+            # next turn's. Wait (bounded) for its answer; if it never comes, retire this
+            # run and resume the session on a fresh one (seed 002).
+            if await self.live.settle():
+                return self.live
+            retired = True
         if self.live is not None:
-            await self.end_run(self.live, reason=TerminationReason.EXIT)
+            reason = TerminationReason.UNRESPONSIVE if retired else TerminationReason.EXIT
+            await self.end_run(self.live, reason=reason)
         s = self.settings
         session = self.registry.session(self.key)
         if session is None:
@@ -103,6 +110,7 @@ class AgentSlot:
                 fs=s.fs,
                 liveness_interval=s.liveness_interval,
                 handshake_timeout=s.handshake_timeout,
+                abandoned_turn_grace=s.abandoned_turn_grace,
                 prompt_ceiling=None,
                 auth=s.auth,
                 on_line=self._on_line,
@@ -114,10 +122,30 @@ class AgentSlot:
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
         self.live = live
         self.registry.update_session(self.key, acp_session_id=live.session_id)
-        if not live.resumed:
+        if not live.resumed or retired:
             await self._replay_desired(live, session.desired_mode, session.desired_config)
+        if retired and not live.resumed:
+            self._tell_restarted(live)
         self._spawn(self._watch_run(live))
         return live
+
+    def _tell_restarted(self, live: LiveAgent) -> None:
+        """The retired run's conversation could not be resumed: say so in the turn's output."""
+        job = self._current_prompt()
+        if job is not None:
+            message = (
+                "the agent did not answer an abandoned turn and was restarted; it could not "
+                "resume the conversation, so this turn starts a new one"
+            )
+            notice = {"action": "conversation_restarted", "sessionId": live.session_id}
+            job.send(
+                {
+                    "type": "notice",
+                    "requestId": job.request_id,
+                    "notice": notice,
+                    "message": message,
+                }
+            )
 
     async def _replay_desired(
         self, live: LiveAgent, mode: str | None, config: dict[str, Any]
@@ -133,7 +161,7 @@ class AgentSlot:
         job = self._current_prompt()
         live = self.live
         # Relay only frames of the running turn: trailing updates of an abandoned turn
-        # (which arrive while the connection quiesces) must not reach the next caller.
+        # (which arrive while the connection settles) must not reach the next caller.
         relay = job is not None and live is not None and live.conn.active_turn(live.session_id)
         seq = 0
         if self.journal_frame is not None:

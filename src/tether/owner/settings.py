@@ -25,6 +25,7 @@ class OwnerSettings:
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
+    abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
     unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
@@ -43,6 +44,7 @@ class OwnerSettings:
             "liveness_interval",
             "handshake_timeout",
             "connection_idle_timeout",
+            "abandoned_turn_grace",
             "unresponsive_after",
         ):
             if options.get(name) is not None:
@@ -69,6 +71,9 @@ class OwnerSettings:
             if not self.auth:
                 auth = cfg.get("auth") or {}
                 self.auth = {str(k): str(v) for k, v in auth.items()}
+            grace = cfg.get("abandonedTurnGrace")
+            if options.get("abandoned_turn_grace") is None and isinstance(grace, int | float):
+                self.abandoned_turn_grace = float(grace)
             if options.get("max_frame_bytes") is None:
                 self.max_frame_bytes = protocol.prompt_max_bytes(cfg)
             self.retention = Retention.from_config(cfg)

@@ -66,6 +66,8 @@ class TerminationReason(enum.StrEnum):
 
     MANUAL_CANCEL = "manual-cancel"
     OVERALL_TIMEOUT = "overall-timeout"
+    # The agent never answered a turn we abandoned: its connection was retired (seed 002).
+    UNRESPONSIVE = "unresponsive"
     NO_OUTPUT_TIMEOUT = "no-output-timeout"
     SPAWN_ERROR = "spawn-error"
     SIGNAL = "signal"

@@ -1,0 +1,161 @@
+"""Requests the agent sends us, and how each is answered.
+
+* ``session/request_permission`` -- by the permission mode (:mod:`tether.acp.policy`);
+  undecided ones go to the permission hook when there is one (a human, an
+  orchestrator), else they are rejected. A request of a turn that is being cancelled
+  is answered ``cancelled`` (the ACP rule), and so is one still waiting for the hook
+  when the turn is cancelled or abandoned.
+* ``fs/read_text_file`` / ``fs/write_text_file`` -- confined to the session's cwd.
+* ``$/cancel_request`` (a notification naming one of the agent's requests) -- answered
+  ``-32800`` for that request if it is still unanswered, and its hook call cancelled.
+* anything else -- ``-32601`` method not found.
+
+Every request is answered exactly once: :meth:`AgentRequests.answer` checks the
+core's table of unanswered requests first, so the hook, a cancel and a
+``$/cancel_request`` racing for the same id cannot answer twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any
+
+from tether import _log
+from tether.acp import policy
+from tether.jsonrpc import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    REQUEST_CANCELLED,
+    Request,
+)
+
+if TYPE_CHECKING:
+    from tether.acp._turns import _Turn
+    from tether.acp.connection import AgentConnection
+
+
+class AgentRequests:
+    """Answers the agent's requests on behalf of one connection."""
+
+    def __init__(self, conn: AgentConnection) -> None:
+        self._conn = conn
+
+    def answer(self, req_id: Any, result: Any) -> None:
+        """Send ``result`` for ``req_id`` unless it was answered already."""
+        rpc = self._conn.rpc
+        if req_id in rpc.incoming_pending():
+            self._conn.send_bytes(rpc.send_result(req_id, result))
+
+    def _error(self, req_id: Any, code: int, message: str) -> None:
+        rpc = self._conn.rpc
+        if req_id in rpc.incoming_pending():
+            self._conn.send_bytes(rpc.send_error(req_id, code, message))
+
+    def on_request(self, req: Request) -> None:
+        params = req.params if isinstance(req.params, dict) else {}
+        method = req.method
+        fs = self._conn.options.fs
+        if method == "session/request_permission":
+            self._conn.spawn_handler(self._permission(req, params))
+        elif method == "fs/read_text_file" and fs:
+            self._fs(req, params, write=False)
+        elif method == "fs/write_text_file" and fs:
+            self._fs(req, params, write=True)
+        else:
+            self._error(req.id, METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def on_cancel_request(self, params: dict[str, Any]) -> None:
+        """``$/cancel_request``: answer the named request ``-32800`` if still unanswered."""
+        target = params.get("requestId")
+        if target not in self._conn.rpc.incoming_pending():
+            return  # already answered: nothing to cancel
+        for turn in self._conn.running_turns():
+            task = turn.pending_permissions.pop(target, None)
+            if task is not None:
+                task.cancel()
+        self._error(target, REQUEST_CANCELLED, "request cancelled")
+
+    def cancel_permissions(self, turn: _Turn) -> None:
+        """Answer every pending permission request of ``turn`` ``cancelled`` (the ACP rule)."""
+        for req_id, task in list(turn.pending_permissions.items()):
+            task.cancel()
+            self.answer(req_id, dict(policy.CANCELLED_OUTCOME))
+        turn.pending_permissions.clear()
+
+    async def _permission(self, req: Request, params: dict[str, Any]) -> None:
+        conn = self._conn
+        session_id = params.get("sessionId")
+        turn = conn.turn_of(session_id)
+        raw_tool = params.get("toolCall")
+        tool_call: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
+        raw_options = params.get("options")
+        options: list[dict[str, Any]] = (
+            [o for o in raw_options if isinstance(o, dict)] if isinstance(raw_options, list) else []
+        )
+        if turn is not None and turn.cancel_requested:
+            self.answer(req.id, dict(policy.CANCELLED_OUTCOME))
+            return
+        decision = policy.decide(conn.options.permission_mode, tool_call)
+        outcome: dict[str, Any] | None = None
+        hook = conn.options.permission_hook
+        if decision is policy.Decision.ASK and hook is not None:
+            task = asyncio.current_task()
+            if turn is not None and task is not None:
+                turn.pending_permissions[req.id] = task
+            try:
+                outcome = await hook(params)
+            except asyncio.CancelledError:
+                # The turn was cancelled (or the request cancelled by the agent); whoever
+                # cancelled us has answered the request already.
+                return
+            finally:
+                if turn is not None:
+                    turn.pending_permissions.pop(req.id, None)
+        if outcome is None:
+            final = policy.Decision.REJECT if decision is policy.Decision.ASK else decision
+            outcome = policy.outcome_for(final, options)
+        selected = outcome.get("outcome", {})
+        if (
+            turn is not None
+            and isinstance(selected, dict)
+            and selected.get("outcome") == "selected"
+        ):
+            chosen = next((o for o in options if o.get("optionId") == selected.get("optionId")), {})
+            if str(chosen.get("kind", "")).startswith("reject"):
+                turn.permission_denied += 1
+        _log.event(
+            "permission",
+            logging.DEBUG,
+            session_id=session_id,
+            tool=tool_call.get("title"),
+            kind=tool_call.get("kind"),
+            outcome=selected,
+        )
+        if conn.options.on_permission is not None:
+            conn.guard(conn.options.on_permission, params, outcome)
+        self.answer(req.id, outcome)
+
+    def _fs(self, req: Request, params: dict[str, Any], *, write: bool) -> None:
+        try:
+            path = policy.confine(self._conn.cwd, params.get("path"))
+            if write:
+                content = params.get("content")
+                if not isinstance(content, str):
+                    raise policy.PathRefused("content must be a string")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(content, encoding="utf-8")
+                result: dict[str, Any] = {}
+            else:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                result = {
+                    "content": policy.slice_lines(text, params.get("line"), params.get("limit"))
+                }
+        except policy.PathRefused as exc:
+            self._error(req.id, INVALID_PARAMS, str(exc))
+            return
+        except OSError as exc:
+            self._error(req.id, INTERNAL_ERROR, f"{exc.strerror or exc}: {params.get('path')}")
+            return
+        self.answer(req.id, result)

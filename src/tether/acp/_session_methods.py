@@ -1,0 +1,168 @@
+"""The client's ACP calls other than ``session/prompt``: handshake and session setup.
+
+``initialize`` (protocol 1, our fs capabilities), ``authenticate`` (when a credential is
+configured for an advertised method), ``session/new``, ``session/load`` or
+``session/resume``, ``session/set_mode``, ``session/set_config_option`` and
+``session/close``. Each is one request under the handshake deadline; what the agent
+advertised in ``initialize`` decides which exist. A mixin of
+:class:`tether.acp.connection.AgentConnection`, which supplies ``request``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+from tether._version import __version__
+from tether.errors import (
+    AgentRequestError,
+    BrokenResourceError,
+    HandshakeTimeout,
+    RemoteProtocolError,
+)
+
+if TYPE_CHECKING:
+    from tether.acp.connection import ClientOptions
+
+PROTOCOL_VERSION = 1
+
+
+class SessionMethods:
+    """Handshake and session calls; see the module docstring."""
+
+    options: ClientOptions
+    agent_info: dict[str, Any]
+    agent_capabilities: dict[str, Any]
+    auth_methods: list[dict[str, Any]]
+    _listeners: dict[str, Callable[[dict[str, Any]], None]]
+
+    async def request(self, method: str, params: Any, *, timeout: float | None) -> Any:
+        raise NotImplementedError  # supplied by AgentConnection
+
+    def _usable(self) -> bool:
+        raise NotImplementedError  # supplied by AgentConnection
+
+    async def _handshake(self, method: str, params: Any) -> Any:
+        return await self.request(method, params, timeout=self.options.handshake_timeout)
+
+    async def initialize(self) -> dict[str, Any]:
+        """Send ``initialize`` (protocol 1, fs capabilities) under the handshake deadline.
+
+        Raises:
+            RemoteProtocolError: no result object, or another protocol version.
+            HandshakeTimeout / AgentRequestError / AgentExited: as :meth:`request`.
+        """
+        fs = self.options.fs
+        params = {
+            "protocolVersion": PROTOCOL_VERSION,
+            "clientCapabilities": {
+                "fs": {"readTextFile": fs, "writeTextFile": fs},
+                "terminal": False,
+            },
+            "clientInfo": {"name": "tether", "title": "Tether", "version": __version__},
+        }
+        result = await self._handshake("initialize", params)
+        if not isinstance(result, dict):
+            raise RemoteProtocolError("initialize returned no result object")
+        version = result.get("protocolVersion")
+        if version != PROTOCOL_VERSION:
+            raise RemoteProtocolError(
+                f"the agent speaks ACP protocol version {version!r}; "
+                f"Tether speaks {PROTOCOL_VERSION}"
+            )
+        self.agent_capabilities = result.get("agentCapabilities") or {}
+        self.agent_info = result.get("agentInfo") or {}
+        methods = result.get("authMethods")
+        self.auth_methods = (
+            [m for m in methods if isinstance(m, dict)] if isinstance(methods, list) else []
+        )
+        return result
+
+    async def authenticate_if_needed(self) -> str | None:
+        """Authenticate with the first advertised method that has credentials configured.
+
+        Methods of type ``agent`` (the default) are called directly; ``env_var`` methods
+        (legacy codex-acp) work when their variable is in the agent's environment.
+        Returns the method id used, or None when nothing was configured.
+        """
+        for method in self.auth_methods:
+            method_id = method.get("id")
+            if not isinstance(method_id, str) or method.get("type") == "terminal":
+                continue
+            credential = self.options.auth.get(method_id)
+            if credential is None:
+                continue
+            params: dict[str, Any] = {"methodId": method_id}
+            if credential:
+                params["_meta"] = {method_id: {"apiKey": credential}}
+            await self._handshake("authenticate", params)
+            return method_id
+        return None
+
+    def _session_caps(self) -> dict[str, Any]:
+        caps = self.agent_capabilities.get("sessionCapabilities")
+        return caps if isinstance(caps, dict) else {}
+
+    @property
+    def can_load(self) -> bool:
+        return bool(self.agent_capabilities.get("loadSession"))
+
+    @property
+    def can_resume(self) -> bool:
+        return self._session_caps().get("resume") is not None
+
+    @property
+    def can_close(self) -> bool:
+        return self._session_caps().get("close") is not None
+
+    async def new_session(self, cwd: str, mcp_servers: Sequence[Any] = ()) -> dict[str, Any]:
+        result = await self._handshake("session/new", {"cwd": cwd, "mcpServers": list(mcp_servers)})
+        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+            raise RemoteProtocolError("session/new returned no sessionId")
+        return result
+
+    async def load_session(
+        self,
+        session_id: str,
+        cwd: str,
+        listener: Callable[[dict[str, Any]], None] | None = None,
+        mcp_servers: Sequence[Any] = (),
+    ) -> dict[str, Any]:
+        """``session/resume`` when advertised, else ``session/load`` (which replays the
+        history as updates, to ``listener`` when given); the session's MCP servers are
+        handed over again, as on ``session/new``."""
+        method = "session/resume" if self.can_resume else "session/load"
+        params: dict[str, Any] = {
+            "sessionId": session_id,
+            "cwd": cwd,
+            "mcpServers": list(mcp_servers),
+        }
+        if listener is not None:
+            self._listeners[session_id] = listener
+        try:
+            result = await self._handshake(method, params)
+        finally:
+            if listener is not None:
+                self._listeners.pop(session_id, None)
+        return result if isinstance(result, dict) else {}
+
+    async def set_mode(self, session_id: str, mode_id: str) -> Any:
+        return await self._handshake(
+            "session/set_mode", {"sessionId": session_id, "modeId": mode_id}
+        )
+
+    async def set_config_option(self, session_id: str, config_id: str, value: Any) -> Any:
+        params: dict[str, Any] = {"sessionId": session_id, "configId": config_id, "value": value}
+        if isinstance(value, bool):
+            params["type"] = "boolean"
+        return await self._handshake("session/set_config_option", params)
+
+    async def close_session(self, session_id: str, timeout: float = 2.0) -> bool:
+        """Send ``session/close`` when advertised; True if the agent acknowledged it."""
+        if not self.can_close or not self._usable():
+            return False
+        try:
+            await self.request("session/close", {"sessionId": session_id}, timeout=timeout)
+        except (AgentRequestError, HandshakeTimeout, BrokenResourceError):
+            return False
+        return True

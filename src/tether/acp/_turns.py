@@ -1,0 +1,296 @@
+"""Turns: ``session/prompt``, cancel, abandon, and what an abandoned turn leaves behind.
+
+A turn is one ``session/prompt`` request and the ``session/update`` notifications of
+its session until the answer. It ends in one of four ways:
+
+* answered -- the agent's result (``end_turn``, ``cancelled`` after our
+  ``session/cancel``, ...) or its JSON-RPC error;
+* abandoned -- the ceiling passed, the caller was cancelled, or a listener/observer
+  raised: its permission requests are answered ``cancelled``, ``session/cancel`` is
+  sent once, and the request is removed from the pending table, so its late answer is
+  dropped as stale;
+* broken -- the agent exited (EOF, or a failed liveness check);
+* refused before sending -- the connection is closed, broken or retired.
+
+Abandoned turns (seed 002). A late *answer* is dropped by id, but the abandoned turn's
+trailing ``session/update``\\ s carry only the session id: delivered during the next
+turn they would be indistinguishable from its own. So the next turn of that session
+first waits (:meth:`TurnMethods.settle`) until the agent has answered the abandoned
+prompt; updates arriving meanwhile belong to no turn and go to the out-of-turn
+listener. If the agent has not answered within ``abandoned_turn_grace``, the
+connection is retired (``AgentUnresponsive``): it is never used for another turn, and
+the owner restarts the agent and resumes the session. A mixin of
+:class:`tether.acp.connection.AgentConnection`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether import _log
+from tether.acp.turn_state import SessionTurns, TurnInput, TurnState
+from tether.errors import AgentUnresponsive, BrokenResourceError, PromptTimeout
+
+if TYPE_CHECKING:
+    from tether.acp._agent_requests import AgentRequests
+    from tether.acp.connection import ClientOptions
+    from tether.acp.transport import AgentTransport
+    from tether.jsonrpc import JsonRpcConnection, Response
+
+UpdateListener = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class TurnResult:
+    """How a prompt turn ended."""
+
+    stop_reason: str
+    result: dict[str, Any]
+    permission_denied: int = 0
+
+
+@dataclass
+class _Turn:
+    session_id: str
+    request_id: int
+    listener: UpdateListener
+    failed: asyncio.Future[BaseException]
+    cancel_requested: bool = False
+    permission_denied: int = 0
+    # agent->client permission requests of this turn still waiting for a decision
+    pending_permissions: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
+
+
+class TurnMethods:
+    """Turn logic; see the module docstring."""
+
+    options: ClientOptions
+    rpc: JsonRpcConnection
+    transport: AgentTransport
+    _requests: AgentRequests
+    _loop: asyncio.AbstractEventLoop
+    _turns: dict[str, _Turn]
+    _waiters: dict[int, asyncio.Future[Response]]
+    _listeners: dict[str, UpdateListener]
+    _turn_states: dict[str, SessionTurns]
+    _late_answer: asyncio.Event
+    _dead: BaseException | None
+    _closed: bool
+
+    # supplied by AgentConnection
+    def _usable(self) -> bool:
+        raise NotImplementedError
+
+    def _check_usable(self) -> None:
+        raise NotImplementedError
+
+    def _send_request(self, method: str, params: Any) -> tuple[int, asyncio.Future[Response]]:
+        raise NotImplementedError
+
+    def _abandon(self, request_id: int, reason: str) -> None:
+        raise NotImplementedError
+
+    def _result_of(self, method: str, response: Response) -> Any:
+        raise NotImplementedError
+
+    def _fail_everything(self, exc: BaseException) -> None:
+        raise NotImplementedError
+
+    def _exit_error(self, why: str) -> BrokenResourceError:
+        raise NotImplementedError
+
+    def send_bytes(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def _machine(self, session_id: str) -> SessionTurns:
+        machine = self._turn_states.get(session_id)
+        if machine is None:
+            machine = self._turn_states[session_id] = SessionTurns(session_id)
+        return machine
+
+    async def prompt(
+        self,
+        session_id: str,
+        blocks: Sequence[dict[str, Any]],
+        listener: UpdateListener,
+        *,
+        ceiling: float | None = None,
+    ) -> TurnResult:
+        """Run one turn: send ``session/prompt`` and stream its updates to ``listener``.
+
+        Args:
+            session_id: the ACP session.
+            blocks: the prompt content blocks.
+            listener: called synchronously, in arrival order, with every raw notification
+                frame for this session during the turn.
+            ceiling: the hard ceiling in seconds (default: the connection's
+                ``prompt_ceiling``); None for none.
+
+        Returns:
+            The turn's stop reason and raw result.
+
+        Raises:
+            PromptTimeout: the ceiling passed; the request was abandoned
+                (``session/cancel`` sent once, a late answer will be dropped).
+            AgentUnresponsive: an earlier abandoned turn of this session was never
+                answered within the grace; the connection is retired (nothing was sent).
+            AgentExited: the agent died during the turn (noticed at once on EOF, or
+                within one liveness interval).
+            AgentRequestError: the agent answered with an error.
+            Exception: what a listener or observer raised; the turn was abandoned.
+
+        Cancellation: the request is abandoned (``session/cancel`` sent once, pending
+        permission requests answered ``cancelled``) before the cancellation propagates;
+        the connection stays usable for the next turn.
+        """
+        if session_id in self._turns:
+            raise RuntimeError(f"a turn is already running in session {session_id}")
+        ceiling = self.options.prompt_ceiling if ceiling is None else ceiling
+        started = time.monotonic()
+        if not await self.settle(session_id):
+            self._check_usable()
+        machine = self._machine(session_id)
+        # Register the turn before sending, so observers see its request frame as part of it.
+        turn = _Turn(session_id, -1, listener, self._loop.create_future())
+        self._turns[session_id] = turn
+        self._listeners[session_id] = listener
+        try:
+            turn.request_id, fut = self._send_request(
+                "session/prompt", {"sessionId": session_id, "prompt": list(blocks)}
+            )
+            machine.transition(TurnInput.PROMPT_SENT, turn.request_id)
+            response = await self._wait_turn(turn, fut, started, ceiling)
+            machine.transition(TurnInput.ANSWERED)
+        except BaseException:
+            if machine.in_flight:
+                self._give_up(turn, "cancelled")
+            raise
+        finally:
+            self._turns.pop(session_id, None)
+            self._listeners.pop(session_id, None)
+            self._requests.cancel_permissions(turn)
+        result = self._result_of("session/prompt", response)
+        result = result if isinstance(result, dict) else {}
+        stop_reason = result.get("stopReason")
+        return TurnResult(
+            stop_reason=str(stop_reason) if stop_reason is not None else "end_turn",
+            result=result,
+            permission_denied=turn.permission_denied,
+        )
+
+    async def _wait_turn(
+        self, turn: _Turn, fut: asyncio.Future[Response], started: float, ceiling: float | None
+    ) -> Response:
+        while True:
+            wait = self.options.liveness_interval
+            if ceiling is not None:
+                remaining = started + ceiling - time.monotonic()
+                if remaining <= 0:
+                    self._give_up(turn, "ceiling")
+                    raise PromptTimeout(
+                        f"the turn did not finish within {ceiling:g} s; it was cancelled",
+                        session_id=turn.session_id,
+                    )
+                wait = min(wait, remaining)
+            waiting: set[asyncio.Future[Any]] = {fut, turn.failed}
+            done, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+            if fut in done:
+                return fut.result()
+            if turn.failed in done:
+                self._give_up(turn, "observer failed")
+                raise turn.failed.result()
+            if not self.transport.is_alive():
+                self._fail_everything(self._exit_error("liveness check failed"))
+
+    def _give_up(self, turn: _Turn, reason: str) -> None:
+        """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,
+        and the next turn of its session must first :meth:`settle`."""
+        self._requests.cancel_permissions(turn)
+        machine = self._machine(turn.session_id)
+        if machine.in_flight:  # else the agent is gone (RETIRED): nothing to tell it
+            machine.transition(TurnInput.GIVEN_UP)
+            self._abandon(turn.request_id, reason)
+        self._waiters.pop(turn.request_id, None)
+
+    async def settle(self, session_id: str, grace: float | None = None) -> bool:
+        """Wait until nothing of an abandoned turn of ``session_id`` can still arrive.
+
+        That is when the agent has answered the abandoned prompt (we sent it
+        ``session/cancel``); updates arriving meanwhile belong to no turn and go to the
+        out-of-turn listener. Returns True at once when no turn was abandoned.
+
+        Args:
+            grace: how long to wait (default: ``abandoned_turn_grace``).
+
+        Returns:
+            True if the session is ready for a turn; False if the connection is not
+            usable -- closed, broken, or retired now because the agent did not answer
+            within ``grace`` (it then raises ``AgentUnresponsive`` on every use).
+
+        Cancellation: the wait stops; the abandoned turn stays pending.
+        """
+        machine = self._turn_states.get(session_id)
+        grace = self.options.abandoned_turn_grace if grace is None else grace
+        deadline = time.monotonic() + grace
+        while machine is not None and machine.state is TurnState.ABANDONED:
+            stale = machine.request_id
+            if stale is not None and self.rpc.was_answered_late(stale):
+                machine.transition(TurnInput.LATE_ANSWER)
+                break
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                _log.event("abandoned_turn_unanswered", session_id=session_id, request_id=stale)
+                machine.transition(TurnInput.GRACE_EXPIRED)
+                self._fail_everything(
+                    AgentUnresponsive(
+                        f"the agent did not answer an abandoned turn within {grace:g} s",
+                        session_id=session_id,
+                    )
+                )
+                break
+            self._late_answer.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._late_answer.wait()
+        return self._usable()
+
+    def turn_state(self, session_id: str) -> TurnState:
+        """Where the turn of ``session_id`` is (``IDLE`` for a session never prompted)."""
+        machine = self._turn_states.get(session_id)
+        return machine.state if machine is not None else TurnState.IDLE
+
+    def has_abandoned_turn(self, session_id: str) -> bool:
+        """Whether an abandoned turn of ``session_id`` is still unanswered."""
+        machine = self._turn_states.get(session_id)
+        return (
+            machine is not None
+            and machine.state is TurnState.ABANDONED
+            and not (
+                machine.request_id is not None and self.rpc.was_answered_late(machine.request_id)
+            )
+        )
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel the turn of ``session_id``: ``session/cancel`` once, permissions cancelled.
+
+        Returns False if no turn is running. Never kills anything; the turn still ends
+        with the agent's answer (normally stopReason ``cancelled``).
+        """
+        turn = self._turns.get(session_id)
+        if turn is None:
+            return False
+        turn.cancel_requested = True
+        self._requests.cancel_permissions(turn)
+        machine = self._machine(session_id)
+        if machine.in_flight:
+            machine.transition(TurnInput.CANCEL_SENT)
+            self.send_bytes(self.rpc.cancel_turn(turn.request_id))
+        return True
+
+    def active_turn(self, session_id: str) -> bool:
+        return session_id in self._turns

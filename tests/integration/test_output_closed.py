@@ -1,0 +1,69 @@
+"""Issue 9 item 1: a closed stdout is the user leaving, not a hang.
+
+The real CLI writes to a real pipe that we close after reading one line, as
+``tether ... | head -1`` does. It must exit by itself (the backstop timeout is never
+reached when things work), with status 141, with nothing on stderr but its banner, and
+leave no process (the suite's leak check).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import tempfile
+
+import pytest
+from tests.integration.test_owner import RUN_TIMEOUT, Cli, cli, mock, wait_for
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["cli", "mock"]  # fixtures, imported for pytest
+
+
+def head_1(c: Cli, *args: str, fmt: str) -> tuple[int, str]:
+    """Run ``tether ARGS | head -1``: read one line, close the pipe; (status, stderr)."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            c.argv(*args, fmt=fmt),
+            env=c.env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        try:
+            assert proc.stdout.readline()
+            proc.stdout.close()
+            rc = proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("tether did not exit after its stdout was closed")
+        err.seek(0)
+        return rc, err.read()
+
+
+def quiet(stderr: str) -> bool:
+    lines = [line for line in stderr.splitlines() if not line.startswith("[tether] starting")]
+    return lines == []
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_issue9_item1_exec_with_closed_stdout_exits_141(cli: object, fmt: str) -> None:
+    """`exec "stream 200000 x" | head -1` exits 141 quietly and tears the tree down."""
+    assert callable(cli)
+    c = cli()
+    rc, err = head_1(c, "exec", "stream 200000 x", fmt=fmt)
+    assert rc == 141, err
+    assert quiet(err), err
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_issue9_item1_prompt_with_closed_stdout_exits_141(mock: Cli, fmt: str) -> None:
+    """`prompt "stream 200000 x" | head -1` exits 141 quietly; the turn is cancelled and
+    the session serves the next prompt."""
+    rc, err = head_1(mock, "prompt", "stream 200000 x", fmt=fmt)
+    assert rc == 141, err
+    assert err == "", err
+    wait_for(lambda: mock.status()["currentRequest"] is None, "the turn to end")
+    assert mock.history("turn")[-1]["payload"]["stopReason"] == "cancelled"
+    assert "after" in mock.run("prompt", "echo after").stdout
