@@ -156,3 +156,28 @@ def test_library_terminate_ends_a_warm_session(project_dir: Path) -> None:
             assert (await session.status())["status"] == "closed"
 
     _run(main())
+
+
+def test_two_terminates_at_once_end_the_session_once(project_dir: Path) -> None:
+    """Two operators terminate together: one ends it, the other reports that end; the
+    journal holds one session_ended."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    async def make() -> str:
+        async with tether.Client() as client:
+            session = await client.ensure_session("mock", cwd=project_dir)
+            await session.run("echo warm")
+            return session.key
+
+    key = _run(make())
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda _: operations.terminate(key), range(2)))
+    assert sorted(r["alreadyEnded"] for r in results) == [False, True]
+    assert {r["reason"] for r in results} == {"terminated"}
+
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        lines = [line for _, line in store.iter_lines(registry._db, key)]
+    assert sum('"kind":"session_ended"' in line for line in lines) == 1
