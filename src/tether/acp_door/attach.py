@@ -93,16 +93,20 @@ class Attachment:
             await asyncio.to_thread(thread.join, JOIN_S)
 
 
-def last_seq_of_open(key: str) -> int:
-    """The journal's last seq of the open session ``key`` (blocking).
+def last_seq_of_open(key: str, action: str) -> int:
+    """The journal's last seq of the open session ``key`` (blocking), once the requester
+    may ``action`` it (``history`` for a load, ``watch`` for a resume).
 
     Raises:
         NoSession: no such session, or it was closed.
+        VisibilityDenied: the requester (an agent of a supervised tree) may not.
     """
+    from tether import access
     from tether.journal import store
     from tether.registry import Registry
 
     with Registry() as registry:
+        access.authorize(key, action, registry=registry)
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise NoSession("no open session with this id", session_key=key)

@@ -295,15 +295,15 @@ class AcpDoor:
         await self._attach(key, 1)
         return {"sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
 
-    async def _open_session(self, params: dict[str, Any]) -> tuple[str, int]:
+    async def _open_session(self, params: dict[str, Any], action: str) -> tuple[str, int]:
         """The open session ``params`` names, and its journal's last seq."""
         key = params.get("sessionId")
         if not isinstance(key, str) or not key:
             raise UsageError("sessionId is required")
-        return key, await asyncio.to_thread(last_seq_of_open, key)
+        return key, await asyncio.to_thread(last_seq_of_open, key, action)
 
     async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
-        key, last = await self._open_session(params)
+        key, last = await self._open_session(params, "history")
         cursor = 1
         while cursor <= last:
             rows = await asyncio.to_thread(read_entries, key, cursor, last)
@@ -317,7 +317,7 @@ class AcpDoor:
         return {}
 
     async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
-        key, last = await self._open_session(params)
+        key, last = await self._open_session(params, "watch")
         await self._attach(key, last + 1)
         return {}
 
