@@ -33,6 +33,7 @@ from tether.journal.follow import Follower, follow_session, is_session_end
 __all__ = ["Attachment", "last_seq_of_open", "read_entries"]
 
 logger = logging.getLogger("tether.acp_door")
+RETRY_S = 1.0  # after an unexpected failure of the follower, before following on
 JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuck read
 
 # (attachment, parsed entry) -> None, called on the loop
@@ -59,7 +60,11 @@ class Attachment:
         """Follow the journal from ``from_seq`` on; entries reach ``on_entry`` on the loop."""
         loop = asyncio.get_running_loop()
 
-        def emit(_seq: int, line: str) -> None:
+        cursor = from_seq
+
+        def emit(seq: int, line: str) -> None:
+            nonlocal cursor
+            cursor = seq + 1
             # Only what the client can use crosses to the loop: the session's end, and
             # ACP frames (of which the handler keeps the other parties' updates).
             if is_session_end(line) or '"kind":"acp"' in line[:120]:
@@ -68,17 +73,25 @@ class Attachment:
                     loop.call_soon_threadsafe(on_entry, self, entry)
 
         def work() -> None:
-            try:
-                follow_session(
-                    self.key,
-                    emit,
-                    from_seq=from_seq,
-                    follow=True,
-                    stop=self._stop,
-                    on_start=self._followers.append,
-                )
-            except Exception:  # a thread has nobody to raise to: log, and stop following
-                logger.exception("following session %s failed", self.key)
+            # Until the session ends or we stop: an unexpected failure (a database
+            # hiccup) must not cost the client its ended notification, so we log it and
+            # follow on from the next entry we have not delivered.
+            while not self._stop.is_set():
+                try:
+                    follow_session(
+                        self.key,
+                        emit,
+                        from_seq=cursor,
+                        follow=True,
+                        stop=self._stop,
+                        on_start=self._followers.append,
+                    )
+                    return  # the session ended, or we were stopped
+                except NoSession:
+                    return  # removed (`sessions prune --closed`): nothing more to follow
+                except Exception:  # a thread has nobody to raise to: log, then go on
+                    logger.exception("following session %s failed; following on", self.key)
+                    self._stop.wait(RETRY_S)
 
         self._thread = threading.Thread(target=work, name=f"acp-follow-{self.key}", daemon=True)
         self._thread.start()
