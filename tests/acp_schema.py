@@ -1,8 +1,9 @@
 """The official ACP schema as a test oracle: validate frames Tether sends or receives.
 
 The schema is a copy of ``shared/acp/schema.json`` (the stable v1 schema shipped in
-``@agentclientprotocol/sdk@2.4.0``), kept in ``tests/golden/`` so that the suite does
-not depend on anything outside the repository.
+``@agentclientprotocol/sdk@2.4.0``, the SDK both current adapters bundle: the realagents
+tier checks the copy against theirs), kept in ``tests/golden/`` so that the suite does
+not depend on anything outside the repository. The PyPI SDK ships no schema file.
 """
 
 from __future__ import annotations

@@ -22,22 +22,36 @@ import contextlib
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from tether import _fastjson, agents, operations, paths, sessions
 from tether.errors import (
+    AlreadyAnswered,
     OwnerLost,
     OwnerUnavailable,
     RemoteProtocolError,
     error_from_wire,
 )
-from tether.events import AgentMessageChunk, Event, SessionEnded, TurnEnded, event_from_frame
+from tether.events import (
+    AgentMessageChunk,
+    Event,
+    Question,
+    SessionEnded,
+    TurnEnded,
+    event_from_frame,
+    question_from_frame,
+)
 from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection, new_request_id
 from tether.ipc.lines import LineReader
 
-__all__ = ["Client", "Session"]
+__all__ = ["Client", "QuestionHandler", "Session"]
+
+# Answers a question the agent asked: an answer word (``allow``, ``always``, ``deny``...,
+# ``accept``/``decline``/``cancel``), a dict (an elicitation form accepted with this
+# content), or None (leave it to other controllers, the deadline or the policy).
+QuestionHandler = Callable[[Question], Awaitable["str | dict[str, Any] | None"]]
 
 CANCEL_SETTLE_S = 3.0
 READ_CHUNK = 65536
@@ -166,6 +180,8 @@ class Session:
         text: str | Sequence[dict[str, Any]],
         *,
         timeout: float | None = None,
+        on_question: QuestionHandler | None = None,
+        control: bool | None = None,
     ) -> AsyncIterator[Event]:
         """Run one turn; yield its events in arrival order, ending with :class:`TurnEnded`.
 
@@ -175,6 +191,15 @@ class Session:
                 reaching or starting the owner, the agent's start, queueing and the turn
                 (the turn is cancelled, and :class:`tether.errors.PromptTimeout` or
                 :class:`tether.errors.CallTimeout` is raised); None for no limit.
+            on_question: answers the questions the agent asks during this turn
+                (default: the client's ``on_question``); see :data:`QuestionHandler`.
+                It runs as its own task; the first answer from any controller wins.
+            control: be a controller of this turn: its questions are yielded as
+                :class:`~tether.events.PermissionRequested` /
+                :class:`~tether.events.ElicitationRequested` events (answer them with
+                ``await event.answer("allow")``) and their ends as
+                :class:`~tether.events.QuestionResolved`. Default: whether a handler is
+                set. Without a controller, the session's policy decides at once.
 
         Raises:
             TetherError subclasses: PromptTimeout, AgentExited, QueueOverloaded,
@@ -191,8 +216,11 @@ class Session:
         deadline_ms = (
             None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         )
+        handler = on_question or self._client.on_question
+        controlling = control if control is not None else handler is not None
         rid = ""
         finished = False
+        handlers: set[asyncio.Task[None]] = set()
         try:
             rid = await conn.send(
                 "prompt",
@@ -200,6 +228,7 @@ class Session:
                     "prompt": blocks,
                     "wait": True,
                     "client": "library",
+                    **({"control": True} if controlling else {}),
                     **(
                         {"permissionMode": self._client.permissions}
                         if self._client.permissions
@@ -215,6 +244,15 @@ class Session:
                     event = event_from_frame(acp) if isinstance(acp, dict) else None
                     if event is not None:
                         yield event
+                elif kind in ("interaction", "interaction_resolved"):
+                    question = question_from_frame(frame, self._answerer)
+                    if question is None:
+                        continue
+                    if handler is not None and isinstance(question, Question):
+                        task = asyncio.ensure_future(self._ask(handler, question))
+                        handlers.add(task)
+                        task.add_done_callback(handlers.discard)
+                    yield question
                 elif kind == "session_ended":
                     ev = frame.get("event") or {}
                     yield SessionEnded(
@@ -236,12 +274,44 @@ class Session:
                         permission_denied=int(result.get("permissionDenied") or 0),
                     )
         finally:
+            for task in list(handlers):
+                task.cancel()
             if rid and not finished:
                 # The consumer left early (cancelled, or broke out of the loop): cancel
                 # this turn, never leave it running for nobody.
                 with contextlib.suppress(Exception):
                     await asyncio.shield(self._cancel_request(rid))
             await asyncio.shield(conn.aclose())
+
+    async def _answerer(
+        self, interaction_id: str, answer: str, content: dict[str, Any] | None
+    ) -> dict[str, Any]:
+        return await self.answer(interaction_id, answer, content=content)
+
+    async def _ask(self, handler: QuestionHandler, question: Question) -> None:
+        """Run the question handler; its answer loses quietly to an earlier one."""
+        reply = await handler(question)
+        if reply is None:
+            return
+        with contextlib.suppress(AlreadyAnswered):
+            if isinstance(reply, dict):
+                await question.answer("accept", reply)
+            else:
+                await question.answer(reply)
+
+    async def answer(
+        self, interaction_id: str, answer: str, *, content: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Answer a question the agent asked (:func:`tether.operations.answer`).
+
+        Raises:
+            AlreadyAnswered: someone answered first; this answer was not sent.
+            UnknownInteraction: no such question is open in this session.
+            UsageError: the answer names nothing the agent offered.
+        """
+        return await self._client._op(
+            operations.answer, self.key, interaction_id, answer, content=content
+        )
 
     async def _cancel_request(self, rid: str) -> None:
         with contextlib.suppress(TimeoutError):
@@ -388,7 +458,10 @@ class Client:
         env: extra environment for the owners this client starts, and so for their
             agents (API keys, base URLs); merged over this process's environment.
         ttl: owner idle TTL in seconds for sessions this client creates (0 = forever).
-        options: further owner settings (``turn_timeout``, ``queue_max_depth``, ...).
+        options: further owner settings (``turn_timeout``, ``queue_max_depth``,
+            ``permission_policy`` (a policy file), ``permission_timeout``...).
+        on_question: answers the questions agents ask during this client's prompts
+            (see :meth:`Session.prompt`); None: nobody here answers.
     """
 
     def __init__(
@@ -399,7 +472,9 @@ class Client:
         env: dict[str, str] | None = None,
         ttl: float = 3600.0,
         options: dict[str, Any] | None = None,
+        on_question: QuestionHandler | None = None,
     ) -> None:
+        self.on_question = on_question
         self.home = os.path.abspath(os.fspath(home)) if home is not None else None
         self.permissions = permissions
         self.env = dict(env or {})

@@ -204,6 +204,8 @@ SCHEMA: dict[str, Key] = {
     "nonInteractivePermissions": choice(
         "deny", ("deny", "fail"), "undecided permission requests: reject, or fail (exit 5)"
     ),
+    "permissionPolicy": text(None, "a permission policy file (TOML rules) or a mode's name"),
+    "permissionTimeout": seconds(300.0, "how long a question waits for a human; 0 = forever"),
     "format": choice("text", ("text", "json", "quiet"), "the output format"),
     "timeout": seconds(None, "give up on a prompt after this long, exit 3", positive=True),
     "ttl": seconds(3600.0, "the owner's idle TTL; 0 = forever"),
@@ -215,6 +217,9 @@ SCHEMA: dict[str, Key] = {
     "promptMaxBytes": integer(64 * 1024 * 1024, "the largest prompt (request frame), bytes"),
     "abandonedTurnGrace": seconds(
         10.0, "wait this long for an abandoned turn's answer, then restart the agent"
+    ),
+    "rateLimitHold": seconds(
+        18000.0, "hold turns up to this long for a known rate-limit reset; 0 = never"
     ),
     "ownerUnresponsiveAfter": seconds(
         30.0, "heartbeat silence after which a caller replaces the owner", positive=True

@@ -9,6 +9,8 @@
     │   └── RemoteProtocolError         the agent or the owner broke it (malformed, oversized frame)
     │       └── FrameTooLarge           a line over the reader's limit (the limit in ``fields``)
     ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
+    │   └── RateLimited                 exit 6   code RATE_LIMITED: retryable, the provider's
+    │                                   usage/rate limit (reset time when the agent gave one)
     ├── ResourceError
     │   ├── ClosedResourceError         we already closed it
     │   └── BrokenResourceError         it died under us
@@ -34,7 +36,8 @@
     │   ├── SessionClosed               the session was closed while this request waited or ran
     │   ├── OwnerUnresponsive           an owner holds the session but does not answer
     │   ├── GenerationMismatch          the request named another owner generation
-    │   └── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
+    │   ├── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
+    │   └── AlreadyAnswered             an interaction was resolved before this answer arrived
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
     │   ├── StateFull                   the disk is full (or failed) under the state directory
@@ -45,7 +48,8 @@
     ├── Interrupted                     exit 130 (Ctrl-C)
     │   └── OutputClosed                exit 141 the reader of our stdout went away (`| head`)
     └── UsageError                      exit 2   code USAGE
-        └── ConfigError                 a config file is malformed or holds a bad value
+        ├── ConfigError                 a config file is malformed or holds a bad value
+        └── UnknownInteraction          no open or recent interaction has that id
 
 Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
 (``exit_code``), and the IPC hop between an owner and its callers carries errors as
@@ -68,6 +72,7 @@ __all__ = [
     "AgentExited",
     "AgentRequestError",
     "AgentUnresponsive",
+    "AlreadyAnswered",
     "BrokenResourceError",
     "CallTimeout",
     "ClosedResourceError",
@@ -92,6 +97,7 @@ __all__ = [
     "PromptTimeout",
     "ProtocolError",
     "QueueOverloaded",
+    "RateLimited",
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
@@ -106,9 +112,11 @@ __all__ = [
     "SupervisionError",
     "TetherError",
     "TetherTimeout",
+    "UnknownInteraction",
     "UsageError",
     "VisibilityDenied",
     "WatchLagged",
+    "agent_request_error",
     "error_from_wire",
 ]
 
@@ -227,6 +235,58 @@ class AgentRequestError(TetherError):
 
     default_origin = "runtime"
     default_detail_code = "ACP_ERROR"
+
+
+class RateLimited(AgentRequestError):
+    """The agent's model provider refused the turn: a usage or rate limit was hit.
+
+    Retryable once the limit resets. ``fields``: ``limit_kind`` (the agent's marker,
+    ``rate_limit`` or ``usageLimitExceeded``...), ``resets`` (the agent's own words for when,
+    e.g. ``"3:30am"``, when it said); the owner adds ``resets_at`` (Unix seconds) and
+    ``limit_type`` (``five_hour``...) when the agent reported them as usage data
+    (claude-agent-acp's ``_claude/rateLimit``).
+    """
+
+    exit_code = 6  # not one of acpx's codes (0-5, 130)
+    code = "RATE_LIMITED"
+    default_detail_code = "RATE_LIMITED"
+    retryable = True
+
+
+# How today's adapters mark a provider limit in a JSON-RPC error (both send -32603):
+# claude-agent-acp 0.101.0 data {"errorKind": "rate_limit"}, message "Internal error: You've
+# hit your 5-hour limit · resets 3:16pm (UTC)"; codex-acp 2.6.0 data {"codexErrorInfo":
+# "usageLimitExceeded", "message": "You've hit your usage limit. ... try again at 3:23 PM."}.
+_RATE_LIMIT_KINDS = frozenset({"rate_limit", "usageLimitExceeded", "rateLimitExceeded"})
+_RESET_MARKERS = ("resets ", "try again at ")
+
+
+def _reset_phrase(text: str) -> str | None:
+    """``"3:16pm (UTC)"`` out of ``"... · resets 3:16pm (UTC)"`` (None when not said)."""
+    for marker in _RESET_MARKERS:
+        at = text.rfind(marker)
+        if at >= 0:
+            phrase = text[at + len(marker) :].strip().rstrip(".").strip()
+            return phrase[:80] or None
+    return None
+
+
+def agent_request_error(method: str, error: dict[str, Any]) -> AgentRequestError:
+    """The exception for the JSON-RPC ``error`` object an agent answered ``method`` with."""
+    message = error.get("message", "error")
+    text = f"{method} failed: {message} (code {error.get('code')})"
+    data = error.get("data")
+    kind = None
+    if isinstance(data, dict):
+        kind = data.get("errorKind") or data.get("codexErrorInfo")
+    if isinstance(kind, str) and kind in _RATE_LIMIT_KINDS:
+        said = " ".join(
+            str(m) for m in (message, data.get("message") if isinstance(data, dict) else None) if m
+        )
+        return RateLimited(
+            text, acp=error, method=method, resets=_reset_phrase(said), limit_kind=kind
+        )
+    return AgentRequestError(text, acp=error, method=method)
 
 
 # --- resources ------------------------------------------------------------------
@@ -502,6 +562,20 @@ class ConfigError(UsageError):
     """A configuration file is malformed or holds a value that is not allowed."""
 
     default_detail_code = "CONFIG_INVALID"
+
+
+class AlreadyAnswered(SessionError):
+    """An interaction (a question for a human) was already resolved: the first valid
+    answer won, and this one never reached the agent. ``fields`` say how it was
+    resolved (``answer``, ``how``, ``by``)."""
+
+    default_detail_code = "ALREADY_ANSWERED"
+
+
+class UnknownInteraction(UsageError):
+    """No open (or recently resolved) interaction of this session has that id."""
+
+    default_detail_code = "UNKNOWN_INTERACTION"
 
 
 def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:

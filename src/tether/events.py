@@ -7,6 +7,7 @@ is lost: kinds Tether does not know become :class:`SessionUpdate` (or
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,9 +15,13 @@ __all__ = [
     "AgentMessageChunk",
     "AgentNotification",
     "AgentThoughtChunk",
+    "ElicitationRequested",
     "Event",
     "JournalRecord",
+    "PermissionRequested",
     "Plan",
+    "Question",
+    "QuestionResolved",
     "SessionEnded",
     "SessionUpdate",
     "ToolCall",
@@ -24,6 +29,7 @@ __all__ = [
     "TurnEnded",
     "event_from_entry",
     "event_from_frame",
+    "question_from_frame",
 ]
 
 
@@ -109,6 +115,113 @@ class SessionEnded(Event):
     terminated_by: str = ""  # agent | daemon
     message: str = ""
     exit_code: int | None = None
+
+
+# (interaction id, answer, content) -> the resolution; bound by the session that saw it.
+Answerer = Callable[[str, str, "dict[str, Any] | None"], Awaitable[dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class Question(Event):
+    """A question the agent asked, offered to this caller as a controller.
+
+    The first valid answer from any controller wins (this one, another process,
+    ``tether answer``); :meth:`answer` raises :class:`tether.errors.AlreadyAnswered`
+    when someone else was first. ``id`` is the interaction's id.
+    """
+
+    id: str = ""
+    deadline: float | None = None  # wall-clock time after which the policy decides
+    _answerer: Answerer | None = field(default=None, repr=False, compare=False)
+
+    async def answer(self, answer: str, content: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Answer it: ``allow``, ``always``, ``deny``, ``deny-always`` or an option id
+        (permissions); ``accept`` (with ``content``), ``decline``, ``cancel`` (elicitations).
+
+        Returns:
+            The resolution (``{"action": "interaction_resolved", "interaction": {...}}``).
+
+        Raises:
+            AlreadyAnswered: someone answered first; this answer was not sent.
+            UsageError: the answer names nothing the agent offered.
+        """
+        if self._answerer is None:
+            raise RuntimeError("this question was not offered to a controller")
+        return await self._answerer(self.id, answer, content)
+
+
+@dataclass(frozen=True)
+class PermissionRequested(Question):
+    """The agent asks permission for a tool call (``session/request_permission``)."""
+
+    title: str = ""
+    tool_kind: str | None = None
+    raw_input: Any = None
+    options: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class ElicitationRequested(Question):
+    """The agent asks for input (``elicitation/create``): a form or a URL to visit."""
+
+    message: str = ""
+    mode: str = ""  # form | url
+    requested_schema: dict[str, Any] | None = field(default=None, repr=False)
+    url: str | None = None
+
+
+@dataclass(frozen=True)
+class QuestionResolved(Event):
+    """A question was resolved: its ``answer``, ``how`` (controller, policy, deadline,
+    cancelled, remembered) and who answered (``by``: pid and uid, when a controller)."""
+
+    id: str = ""
+    answer: str = ""
+    how: str = ""
+    by: dict[str, int] | None = None
+
+
+def question_from_frame(frame: dict[str, Any], answerer: Answerer | None) -> Event | None:
+    """An owner's ``interaction`` / ``interaction_resolved`` frame as a typed event."""
+    q = frame.get("interaction")
+    if not isinstance(q, dict):
+        return None
+    qid = str(q.get("id", ""))
+    if frame.get("type") == "interaction_resolved":
+        by = q.get("by")
+        return QuestionResolved(
+            raw=frame,
+            id=qid,
+            answer=str(q.get("answer", "")),
+            how=str(q.get("how", "")),
+            by=by if isinstance(by, dict) else None,
+        )
+    deadline = q.get("deadline")
+    common: dict[str, Any] = {
+        "raw": frame,
+        "id": qid,
+        "deadline": float(deadline) if isinstance(deadline, int | float) else None,
+        "_answerer": answerer,
+    }
+    if q.get("question") == "elicitation":
+        schema = q.get("requestedSchema")
+        return ElicitationRequested(
+            **common,
+            message=str(q.get("message", "")),
+            mode=str(q.get("mode", "")),
+            requested_schema=schema if isinstance(schema, dict) else None,
+            url=q.get("url") if isinstance(q.get("url"), str) else None,
+        )
+    raw_tool, raw_options = q.get("toolCall"), q.get("options")
+    tool: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
+    options: list[Any] = raw_options if isinstance(raw_options, list) else []
+    return PermissionRequested(
+        **common,
+        title=str(tool.get("title", "")),
+        tool_kind=tool.get("kind"),
+        raw_input=tool.get("rawInput"),
+        options=tuple(o for o in options if isinstance(o, dict)),
+    )
 
 
 def _text(content: Any) -> str:

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "START_DEADLINE_S",
+    "answer",
     "cancel",
     "close_session",
     "connect",
@@ -73,6 +74,15 @@ def _try_connect(path: str, timeout: float) -> tuple[OwnerConnection | None, boo
     except OwnerUnavailable:
         return None, False
     return _serving(conn), False
+
+
+def serving_generation(key: str) -> int | None:
+    """The generation of the owner serving session ``key`` now, or None if none serves."""
+    conn = connect(key)
+    if conn is None:
+        return None
+    with conn:
+        return conn.generation
 
 
 def _serving(conn: OwnerConnection) -> OwnerConnection | None:
@@ -621,3 +631,44 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
             raise NoSession("no such session", session_key=key)
         start = store.turns_start(registry._db, key, tail)
         return render.transcript(store.iter_lines(registry._db, key, start))
+
+
+def answer(
+    key: str, interaction_id: str, answer: str, *, content: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Answer a question the session's agent asked (an interaction): the first valid
+    answer wins and reaches the agent; every controller sees who answered.
+
+    Args:
+        key: the session key.
+        interaction_id: the question's id (``interaction`` frames, ``status``, the journal).
+        answer: ``allow``, ``always``, ``deny``, ``deny-always`` or an offered option id
+            (permissions); ``accept``, ``decline`` or ``cancel`` (elicitations).
+        content: an accepted form's values (elicitations).
+
+    Returns:
+        ``{"action": "interaction_resolved", "interaction": {..., "answer", "how", "by"}}``.
+
+    Raises:
+        AlreadyAnswered: someone answered first (or a deadline, a cancel); not sent.
+        UnknownInteraction: no such question is open (no owner runs: none can be).
+        UsageError: the answer names nothing the agent offered; the question stays open.
+        VisibilityDenied: the requester may not answer this session's questions (the
+            visibility rules), or it is inside the session's own agent tree (the owner
+            checks the answering process).
+    """
+    from tether.errors import UnknownInteraction
+
+    access.authorize(key, "answer")
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        raise UnknownInteraction(
+            f"no question {interaction_id!r} is waiting: the session's owner is not running",
+            interaction_id=interaction_id,
+        ) from None
+    payload: dict[str, Any] = {"interactionId": interaction_id, "answer": answer}
+    if content is not None:
+        payload["content"] = content
+    with conn:
+        return conn.request("answer", payload)

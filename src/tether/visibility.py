@@ -119,6 +119,7 @@ class Action(enum.Enum):
     SET = "set"
     CLOSE = "close"
     TERMINATE = "terminate"
+    ANSWER = "answer"  # a question the session's agent asked (interactions)
 
 
 @dataclass(frozen=True, slots=True)

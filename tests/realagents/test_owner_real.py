@@ -7,7 +7,7 @@ separate processes, and ``sessions close`` tears the agent tree down and proves 
 
 What these pin down:
 
-- claude-agent-acp 0.49.0 (loopback fake Messages API): one agent process serves several
+- claude-agent-acp 0.101.0 (loopback fake Messages API): one agent process serves several
   prompts, each with its own canned answer; ``--approve-all`` really runs a tool;
   ``tether cancel`` from another process ends a mid-stream turn ``cancelled`` and the
   session stays warm; every frame Tether sends on the owner path validates against the
@@ -147,6 +147,22 @@ def wait_until(pred: Callable[[], bool], timeout: float, what: str) -> None:
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.02)
+
+
+def cancel_waiting_prompt(
+    cli: Cli, waiting: subprocess.Popen[str], timing: Timing, label: str
+) -> None:
+    """``tether cancel`` from another process; the waiting ``prompt`` ends ``cancelled``, 0."""
+    running = cli.status()
+    assert running["status"] == "running", running
+    assert running["currentKind"] == "prompt"
+    t0 = time.monotonic()
+    cancelled = cli.ok("--format", "json", "cancel").json_last()
+    assert cancelled["cancelled"] is True, cancelled
+    out, err = waiting.communicate(timeout=30)
+    timing(f"owner: {label} `tether cancel` -> waiting prompt exits", time.monotonic() - t0)
+    assert waiting.returncode == 0, err
+    assert out.rstrip().endswith("[done] cancelled"), (out, err)
 
 
 # --- process-tree proofs ---------------------------------------------------------------
@@ -437,18 +453,7 @@ def test_owner_claude_cancel_mid_stream_from_another_process(
                 30,
                 "the agent's stalled model request",
             )
-            running = cli.status()
-            assert running["status"] == "running", running
-            assert running["currentKind"] == "prompt"
-            t0 = time.monotonic()
-            cancelled = cli.ok("--format", "json", "cancel").json_last()
-            assert cancelled["cancelled"] is True, cancelled
-            out, err = waiting.communicate(timeout=30)
-            record_timing(
-                "owner: claude `tether cancel` -> waiting prompt exits", time.monotonic() - t0
-            )
-        assert waiting.returncode == 0, err
-        assert out.rstrip().endswith("[done] cancelled"), out
+            cancel_waiting_prompt(cli, waiting, record_timing, "claude")
         # The session stays warm: same agent, and the next prompt gets its own answer.
         assert cli.status()["agentPid"] == pid
         after = cli.ok("prompt", "after the cancel")
@@ -473,9 +478,10 @@ def test_owner_claude_close_during_a_turn_leaves_nothing(
             )
             close_and_prove(cli, record_timing, "claude (turn running)", min_below_agent=1)
             out, err = waiting.communicate(timeout=30)
-        # The running turn is cancelled by the close and its caller told so.
-        assert waiting.returncode == 0, (out, err)
-        assert out.rstrip().endswith("[done] cancelled"), (out, err)
+        # The running turn's caller is told the session was closed under it (issue 9
+        # item 7: SESSION_CLOSED, exit 1), after the session_ended banner.
+        assert waiting.returncode == 1, (out, err)
+        assert "[error] the session was closed while this request ran" in err, (out, err)
 
 
 def test_library_claude_cancel_and_abandoned_iterator(
@@ -665,35 +671,25 @@ def test_connection_claude_pending_permission_answered_cancelled(
 
 
 @pytest.fixture
-def codex_owner_env(codex_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
+def codex_owner_env(codex_legacy_agent_env: dict[str, str], tether_home: Path) -> dict[str, str]:
     # legacy codex-acp authenticates by an env_var method; the owner reads this itself.
     (tether_home / "config.toml").write_text('[auth]\n"openai-api-key" = ""\n')
-    return tether_env(codex_agent_env)
+    return tether_env(codex_legacy_agent_env)
 
 
 def test_owner_codex_cancel_from_another_process_then_close(
-    codex_agent_cmd: list[str],
+    codex_legacy_agent_cmd: list[str],
     codex_owner_env: dict[str, str],
     blackhole: BlackHole,
     project_dir: Path,
     record_timing: Timing,
 ) -> None:
-    cli = Cli(codex_agent_cmd[0], codex_owner_env, project_dir)
+    cli = Cli(codex_legacy_agent_cmd[0], codex_owner_env, project_dir)
     with owner_session(cli, timing=record_timing):
         with cli.popen("prompt", "hello codex") as waiting:
             assert blackhole.wait_for_connection(30), "codex never reached its provider"
-            running = cli.status()
-            assert running["status"] == "running", running
-            t0 = time.monotonic()
-            cancelled = cli.ok("--format", "json", "cancel").json_last()
-            assert cancelled["cancelled"] is True, cancelled
-            out, err = waiting.communicate(timeout=30)
-            record_timing(
-                "owner: codex `tether cancel` -> waiting prompt exits", time.monotonic() - t0
-            )
-        assert waiting.returncode == 0, err
-        assert out.rstrip().endswith("[done] cancelled"), (out, err)
-        proof = close_and_prove(cli, record_timing, "codex", min_below_agent=1)
+            cancel_waiting_prompt(cli, waiting, record_timing, "codex 0.16")
+        proof = close_and_prove(cli, record_timing, "codex 0.16", min_below_agent=1)
     # The Node wrapper's native child was part of the recorded (and now dead) tree.
     assert any("codex-acp-linux" in cmd for cmd in proof.below_agent.values()), proof.below_agent
 

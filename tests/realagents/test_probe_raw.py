@@ -6,9 +6,12 @@ What these pin down (and what Tether's client must cope with):
   ``agent_message_chunk`` + ``end_turn``; a scripted Bash tool use asks
   ``session/request_permission``; allow really runs the command, reject/cancelled do not;
   ``session/cancel`` while that permission request is still open ends the turn
-  ``cancelled`` and the agent never withdraws its request (the client must answer it).
-- codex-acp 0.16.0: env-var auth, a prompt that hangs against a black-hole provider, and
-  ``session/cancel`` -> ``cancelled``.
+  ``cancelled``, and 0.101.0 withdraws its request with ``$/cancel_request``.
+- claude-agent-acp and codex-acp 2.6.0 advertise fork, list, resume, close and delete.
+- codex-acp 2.6.0 against the loopback fake Responses API: a streamed turn, and a stalled
+  one cancelled, after which the session goes on.
+- codex-acp 0.16.0 (legacy): env-var auth, a prompt that hangs against a black-hole
+  provider, and ``session/cancel`` -> ``cancelled``.
 - the official Python SDK's example echo agent echoes.
 
 Every frame the driver sends is schema-validated (an invalid one raises); frames from the
@@ -29,6 +32,7 @@ from tests.acp_schema import schema_errors
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
+from tests.realagents.fake_openai import FakeOpenAI
 from tests.realagents.rawdriver import Frame, RawAgent
 
 pytestmark = pytest.mark.realagents
@@ -239,18 +243,18 @@ def test_claude_cancel_while_permission_pending(
     resp = agent.wait_for(done, 30)
     record_timing("claude cancel->cancelled (permission pending)", time.monotonic() - t0)
     assert ok(resp)["stopReason"] == "cancelled"
-    # Quirk: the agent never withdraws its permission request ($/cancel_request) -- the
-    # client has to close it out itself. (If a future version does send one, fine.)
+    # 0.101.0 withdraws its open permission request with `$/cancel_request` (0.49.0 never
+    # did, so a client had to close it out itself).
     withdrawn = [
         f
         for f in seen_after_cancel
         if f.get("method") == "$/cancel_request" and f["params"].get("requestId") == perm["id"]
     ]
-    # The client's duty (protocol §9): answer the still-pending request with cancelled.
+    assert len(withdrawn) == 1, seen_after_cancel
+    # The client still answers the request (cancelled): a late answer is harmless.
     agent.respond(perm["id"], {"outcome": {"outcome": "cancelled"}})
     agent.drain(0.3)
     assert not (project_dir / "out.txt").exists()
-    record_timing("claude $/cancel_request sent for open permission", float(len(withdrawn)))
 
     # The session survives a cancelled turn.
     resp = agent.call("session/prompt", prompt_params(sid, "still there?"), 60)
@@ -289,20 +293,88 @@ def test_claude_cancel_mid_stream(
     assert ok(resp)["stopReason"] == "cancelled"
 
 
-# --- codex-acp 0.16.0 ----------------------------------------------------------------------
+def test_claude_and_codex_advertise_the_newer_session_methods(
+    raw_agent: StartAgent,
+    claude_agent_cmd: list[str],
+    claude_agent_env: dict[str, str],
+    codex_agent_cmd: list[str],
+    codex_agent_env: dict[str, str],
+) -> None:
+    """Both current adapters advertise fork, list, resume, close and delete (issue 14)."""
+    for cmd, env in ((claude_agent_cmd, claude_agent_env), (codex_agent_cmd, codex_agent_env)):
+        agent = raw_agent(cmd, env=env)
+        caps = ok(agent.call("initialize", INIT_PARAMS, 30))["agentCapabilities"]
+        assert {"fork", "list", "resume", "close", "delete"} <= set(caps["sessionCapabilities"])
+        assert caps["auth"] == {"logout": {}}
+        assert caps["loadSession"] is True
+
+
+# --- codex-acp 2.6.0 -----------------------------------------------------------------------
+
+
+def test_codex_turn_against_fake_responses_api(
+    raw_agent: StartAgent,
+    codex_agent_cmd: list[str],
+    codex_agent_env: dict[str, str],
+    fake_openai: FakeOpenAI,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    """A custom provider needs no ``authenticate``; a turn streams the fake's text."""
+    agent = raw_agent(codex_agent_cmd, env=codex_agent_env, eof_grace_s=5.0)
+    sid = handshake(agent, project_dir, record_timing, "codex 2.6")
+    resp, dt = timed_call(agent, "session/prompt", prompt_params(sid, "hello codex"), 60)
+    record_timing("codex 2.6 prompt (canned text)", dt)
+    assert ok(resp)["stopReason"] == "end_turn"
+    assert agent.agent_text() == "fake-codex: hello codex"
+    assert [r.reply_kind for r in fake_openai.response_requests()] == ["text"]
+    assert fake_openai.unknown_paths == []
+    # The thread's status comes as session_info_update with codex's own _meta.
+    assert any(u.get("_meta", {}).get("codex") for u in agent.updates("session_info_update"))
+    assert any(u.get("used") for u in agent.updates("usage_update"))
+
+
+def test_codex_hanging_turn_cancels_and_session_goes_on(
+    raw_agent: StartAgent,
+    codex_agent_cmd: list[str],
+    codex_agent_env: dict[str, str],
+    fake_openai: FakeOpenAI,
+    project_dir: Path,
+    record_timing: Timing,
+) -> None:
+    agent = raw_agent(codex_agent_cmd, env=codex_agent_env, eof_grace_s=5.0)
+    sid = handshake(agent, project_dir, record_timing, "codex 2.6")
+    rid = agent.request("session/prompt", prompt_params(sid, "please HANG"))
+    deadline = time.monotonic() + 30
+    while not any(r.reply_kind == "hang" for r in fake_openai.response_requests()):
+        assert time.monotonic() < deadline, "codex never reached the fake Responses API"
+        time.sleep(0.02)
+    with pytest.raises(TimeoutError):
+        agent.wait_response(rid, 0.5)
+    t0 = time.monotonic()
+    agent.notify("session/cancel", {"sessionId": sid})
+    resp = agent.wait_response(rid, 30)
+    record_timing("codex 2.6 cancel->cancelled (mid-stream)", time.monotonic() - t0)
+    assert ok(resp)["stopReason"] == "cancelled"
+    resp = agent.call("session/prompt", prompt_params(sid, "after"), 60)
+    assert ok(resp)["stopReason"] == "end_turn"
+    assert agent.agent_text().endswith("fake-codex: after")
+
+
+# --- codex-acp 0.16.0 (legacy) -------------------------------------------------------------
 
 
 def test_codex_auth_then_hanging_prompt_cancels(
     raw_agent: StartAgent,
-    codex_agent_cmd: list[str],
-    codex_agent_env: dict[str, str],
+    codex_legacy_agent_cmd: list[str],
+    codex_legacy_agent_env: dict[str, str],
     blackhole: BlackHole,
     project_dir: Path,
     record_timing: Timing,
 ) -> None:
     # codex-acp 0.16.0 does not exit on stdin EOF at all: don't wait long for it.
-    agent = raw_agent(codex_agent_cmd, env=codex_agent_env, eof_grace_s=0.5)
-    sid = handshake(agent, project_dir, record_timing, "codex", auth="openai-api-key")
+    agent = raw_agent(codex_legacy_agent_cmd, env=codex_legacy_agent_env, eof_grace_s=0.5)
+    sid = handshake(agent, project_dir, record_timing, "codex 0.16", auth="openai-api-key")
 
     rid = agent.request("session/prompt", prompt_params(sid, "hello codex"))
     assert blackhole.wait_for_connection(20), "codex never contacted its (black-hole) provider"
@@ -313,7 +385,7 @@ def test_codex_auth_then_hanging_prompt_cancels(
     t0 = time.monotonic()
     agent.notify("session/cancel", {"sessionId": sid})
     resp = agent.wait_response(rid, 30)
-    record_timing("codex cancel->cancelled", time.monotonic() - t0)
+    record_timing("codex 0.16 cancel->cancelled", time.monotonic() - t0)
     assert ok(resp)["stopReason"] == "cancelled"
 
 
@@ -321,19 +393,19 @@ def test_codex_auth_then_hanging_prompt_cancels(
 def test_codex_session_new_before_authenticate(
     provider: str,
     raw_agent: StartAgent,
-    codex_agent_cmd: list[str],
-    codex_agent_env: dict[str, str],
+    codex_legacy_agent_cmd: list[str],
+    codex_legacy_agent_env: dict[str, str],
     agent_home: Path,
     project_dir: Path,
 ) -> None:
     """With the built-in OpenAI provider, OPENAI_API_KEY in the env is not enough: codex-acp
     0.16.0 answers session/new with -32000 until `authenticate` names a method. With a
     custom model provider (our black hole) it needs no authenticate at all."""
-    env = dict(codex_agent_env)
+    env = dict(codex_legacy_agent_env)
     if provider == "openai":
         env["CODEX_HOME"] = str(agent_home / ".codex-plain")
         Path(env["CODEX_HOME"]).mkdir()
-    agent = raw_agent(codex_agent_cmd, env=env, eof_grace_s=0.2)
+    agent = raw_agent(codex_legacy_agent_cmd, env=env, eof_grace_s=0.2)
     ok(agent.call("initialize", INIT_PARAMS, 30))
     resp = agent.call("session/new", {"cwd": str(project_dir), "mcpServers": []}, 30)
     if provider == "openai":
@@ -429,7 +501,12 @@ def test_fake_anthropic_answers_and_records() -> None:
 
         status, data = post(
             "/v1/messages?beta=true",
-            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False},
+            {
+                "model": "m",
+                "tools": [{"name": "Bash"}],
+                "messages": [{"role": "user", "content": "hi"}],
+                "stream": False,
+            },
         )
         assert status == 200
         assert json.loads(data)["content"][0]["text"] == "fake-claude: hi"
@@ -441,6 +518,7 @@ def test_fake_anthropic_answers_and_records() -> None:
             {
                 "model": "m",
                 "stream": True,
+                "tools": [{"name": "Bash"}],
                 "messages": [{"role": "user", "content": [{"type": "text", "text": TOOL_PROMPT}]}],
             },
         )

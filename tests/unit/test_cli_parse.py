@@ -103,3 +103,17 @@ def test_every_command_has_help_text() -> None:
         text = _help.help_for(["sessions", sub, "--help"])
         assert text is not None
         assert f"tether sessions {sub}" in text
+
+
+def test_questions_grammar() -> None:
+    """`answer ID WORD`, `sessions watch --control`, and `--permission-policy` (which a
+    mode flag cannot accompany)."""
+    inv = _parse_mock(["mock", "answer", "-s", "x", "p-1", "allow"])
+    assert (inv.command, inv.session, inv.words) == ("answer", "x", ["p-1", "allow"])
+    assert _parse_mock(["mock", "sessions", "watch", "--control"]).control is True
+    with pytest.raises(errors.UsageError, match="--control"):
+        _parse_mock(["mock", "sessions", "read", "--control"])
+    inv = _parse_mock(["--permission-policy", "p.toml", "mock", "prompt", "hi"])
+    assert inv.permission_policy == "p.toml"
+    with pytest.raises(errors.UsageError, match="mutually exclusive"):
+        _parse_mock(["--approve-all", "--permission-policy", "p.toml", "mock", "prompt", "x"])

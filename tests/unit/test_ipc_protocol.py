@@ -129,6 +129,10 @@ def test_default_limit_is_64_mebibytes() -> None:
         ("status", {}),
         ("status", {"anything": "ignored"}),
         ("close", {}),
+        ("prompt", {"prompt": TEXT, "control": True}),
+        ("watch", {"fromSeq": 3, "control": True}),
+        ("answer", {"interactionId": "p-1", "answer": "allow"}),
+        ("answer", {"interactionId": "e-1", "answer": "accept", "content": {"name": "Ada"}}),
     ],
 )
 def test_valid_payloads(kind: str, payload: dict[str, Any]) -> None:
@@ -168,6 +172,12 @@ def test_trailing_newline_is_accepted() -> None:
         ("set_config_option", {"configId": "model", "value": None}),
         ("set_config_option", {"configId": "model", "value": ["a"]}),
         ("set_config_option", {"configId": "model", "value": {"a": 1}}),
+        ("prompt", {"prompt": TEXT, "control": "yes"}),
+        ("watch", {"control": 1}),
+        ("answer", {"answer": "allow"}),
+        ("answer", {"interactionId": "p-1"}),
+        ("answer", {"interactionId": 7, "answer": "allow"}),
+        ("answer", {"interactionId": "e-1", "answer": "accept", "content": ["Ada"]}),
     ],
 )
 def test_invalid_payloads(kind: str, payload: dict[str, Any]) -> None:

@@ -5,6 +5,8 @@
   orchestrator), else they are rejected. A request of a turn that is being cancelled
   is answered ``cancelled`` (the ACP rule), and so is one still waiting for the hook
   when the turn is cancelled or abandoned.
+* ``elicitation/create`` -- to the elicitation hook when there is one (else ``-32601``,
+  and the capability is not advertised); a cancelled turn answers it ``cancel``.
 * ``fs/read_text_file`` / ``fs/write_text_file`` -- confined to the session's cwd.
 * ``$/cancel_request`` (a notification naming one of the agent's requests) -- answered
   ``-32800`` for that request if it is still unanswered, and its hook call cancelled.
@@ -59,6 +61,8 @@ class AgentRequests:
         fs = self._conn.options.fs
         if method == "session/request_permission":
             self._conn.spawn_handler(self._permission(req, params))
+        elif method == "elicitation/create" and self._conn.options.elicitation_hook is not None:
+            self._conn.spawn_handler(self._elicitation(req, params))
         elif method == "fs/read_text_file" and fs:
             self._fs(req, params, write=False)
         elif method == "fs/write_text_file" and fs:
@@ -81,8 +85,32 @@ class AgentRequests:
         """Answer every pending permission request of ``turn`` ``cancelled`` (the ACP rule)."""
         for req_id, task in list(turn.pending_permissions.items()):
             task.cancel()
-            self.answer(req_id, dict(policy.CANCELLED_OUTCOME))
+            self.answer(req_id, turn.cancel_answers.get(req_id, dict(policy.CANCELLED_OUTCOME)))
         turn.pending_permissions.clear()
+        turn.cancel_answers.clear()
+
+    async def _elicitation(self, req: Request, params: dict[str, Any]) -> None:
+        """Relay ``elicitation/create`` to the hook; a cancelled turn answers ``cancel``."""
+        conn = self._conn
+        hook = conn.options.elicitation_hook
+        turn = conn.turn_of(params.get("sessionId"))
+        cancel = {"action": "cancel"}
+        if hook is None or (turn is not None and turn.cancel_requested):
+            self.answer(req.id, cancel)
+            return
+        task = asyncio.current_task()
+        if turn is not None and task is not None:
+            turn.pending_permissions[req.id] = task
+            turn.cancel_answers[req.id] = cancel
+        try:
+            result = await hook(params)
+        except asyncio.CancelledError:
+            return  # whoever cancelled us has answered the request already
+        finally:
+            if turn is not None:
+                turn.pending_permissions.pop(req.id, None)
+                turn.cancel_answers.pop(req.id, None)
+        self.answer(req.id, result)
 
     async def _permission(self, req: Request, params: dict[str, Any]) -> None:
         conn = self._conn

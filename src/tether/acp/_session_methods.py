@@ -58,6 +58,12 @@ class SessionMethods:
             "clientCapabilities": {
                 "fs": {"readTextFile": fs, "writeTextFile": fs},
                 "terminal": False,
+                # Elicitations (form and URL) are relayed to whoever can answer them.
+                **(
+                    {"elicitation": {"form": {}, "url": {}}}
+                    if self.options.elicitation_hook is not None
+                    else {}
+                ),
             },
             "clientInfo": {"name": "tether", "title": "Tether", "version": __version__},
         }

@@ -64,6 +64,8 @@ class _Turn:
     permission_denied: int = 0
     # agent->client permission requests of this turn still waiting for a decision
     pending_permissions: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
+    # what a cancelled pending request is answered, when not the permission `cancelled`
+    cancel_answers: dict[Any, dict[str, Any]] = field(default_factory=dict)
 
 
 class TurnMethods:

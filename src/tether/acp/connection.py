@@ -61,10 +61,10 @@ from tether.acp.transport import AgentTransport
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
     AgentExited,
-    AgentRequestError,
     BrokenResourceError,
     ClosedResourceError,
     HandshakeTimeout,
+    agent_request_error,
 )
 from tether.jsonrpc import (
     EOF,
@@ -97,6 +97,8 @@ EXIT_STATUS_WAIT_S = 0.5
 
 FrameObserver = Callable[[str, dict[str, Any]], None]
 PermissionHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
+# elicitation/create params -> the result ({"action": "accept"|"decline"|"cancel", ...})
+ElicitationHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
 
 logger = logging.getLogger("tether.acp")
 
@@ -109,7 +111,9 @@ def _raw_of(event: Response | Notification | Request) -> dict[str, Any]:
 class ClientOptions:
     """How the client presents itself and decides for the agent."""
 
-    permission_mode: policy.PermissionMode = policy.PermissionMode.APPROVE_READS
+    permission_mode: policy.PermissionMode | policy.PermissionPolicy = (
+        policy.PermissionMode.APPROVE_READS
+    )
     fs: bool = True
     handshake_timeout: float = DEFAULT_HANDSHAKE_TIMEOUT
     liveness_interval: float = DEFAULT_LIVENESS_INTERVAL
@@ -126,6 +130,10 @@ class ClientOptions:
     on_line: Callable[[str, bytes], None] | None = None
     # Called with (request params, outcome) for every permission decision we send.
     on_permission: Callable[[dict[str, Any], dict[str, Any]], None] | None = None
+    # elicitation/create goes here (advertised in initialize only when set); None: -32601.
+    elicitation_hook: ElicitationHook | None = None
+    # Called with the params of every elicitation/complete notification.
+    on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
 
 
 class AgentConnection(TurnMethods, SessionMethods):
@@ -243,6 +251,8 @@ class AgentConnection(TurnMethods, SessionMethods):
         if note.method == "$/cancel_request":
             self._requests.on_cancel_request(params)
             return
+        if note.method == "elicitation/complete" and self.options.on_elicitation_complete:
+            self.guard(self.options.on_elicitation_complete, params)
         session_id = params.get("sessionId")
         frame = note.raw or {"jsonrpc": "2.0", "method": note.method, "params": note.params}
         listener = self._listeners.get(session_id) if isinstance(session_id, str) else None
@@ -351,12 +361,7 @@ class AgentConnection(TurnMethods, SessionMethods):
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:
         if response.error is not None:
-            err = response.error
-            raise AgentRequestError(
-                f"{method} failed: {err.get('message', 'error')} (code {err.get('code')})",
-                acp=err,
-                method=method,
-            )
+            raise agent_request_error(method, response.error)
         return response.result
 
     # --- turns ----------------------------------------------------------------------

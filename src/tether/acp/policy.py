@@ -11,6 +11,23 @@ Permission modes (acpx's, same names and default):
 ``deny-all``
     select a ``reject_once`` option (else ``reject_always``) for every request.
 
+The three modes are presets of a *permission policy* (:class:`PermissionPolicy`): an
+ordered list of rules, each matching a tool call by ``kind`` and by a ``title`` glob,
+deciding ``allow``, ``deny`` or ``ask`` (relay the question to whoever controls the
+session; with nobody to ask it is rejected); the first rule that matches decides, else
+the policy's ``default``. A policy file (``--permission-policy FILE``, config
+``permissionPolicy``) is TOML::
+
+    default = "ask"                 # allow | deny | ask (default: ask)
+
+    [[rule]]
+    kind = ["read", "search"]       # one ACP tool kind or a list; omitted: any kind
+    decision = "allow"
+
+    [[rule]]
+    title = "git push*"             # a glob (fnmatch, case-sensitive); omitted: any title
+    decision = "deny"
+
 Options are picked by ``kind``, never by ``optionId`` or name: those are agent-specific.
 If an agent offers no option of the wanted kind, the request is answered
 ``cancelled`` rather than guessing.
@@ -50,8 +67,143 @@ class Decision(enum.StrEnum):
     ASK = "ask"  # the mode does not decide; a hook may ask someone
 
 
-def decide(mode: PermissionMode, tool_call: Mapping[str, Any] | None) -> Decision:
-    """What the permission mode says about this tool call."""
+class Rule:
+    """One rule of a policy: tool kinds (None = any), a title glob (None = any), a decision."""
+
+    __slots__ = ("decision", "kinds", "title")
+
+    def __init__(
+        self, decision: Decision, *, kinds: frozenset[str] | None = None, title: str | None = None
+    ) -> None:
+        self.decision = decision
+        self.kinds = kinds
+        self.title = title
+
+    def matches(self, tool_call: Mapping[str, Any]) -> bool:
+        if self.kinds is not None and tool_call.get("kind") not in self.kinds:
+            return False
+        if self.title is None:
+            return True
+        import fnmatch  # only when a rule has a title pattern
+
+        return fnmatch.fnmatchcase(str(tool_call.get("title") or ""), self.title)
+
+
+class PermissionPolicy:
+    """Rules by tool kind and title pattern -> allow / deny / ask; the first match decides."""
+
+    __slots__ = ("default", "name", "rules")
+
+    def __init__(self, rules: Sequence[Rule], default: Decision, *, name: str = "") -> None:
+        self.rules = tuple(rules)
+        self.default = default
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"PermissionPolicy({self.name or 'custom'}: {len(self.rules)} rules)"
+
+    def decide(self, tool_call: Mapping[str, Any] | None) -> Decision:
+        call = tool_call or {}
+        for rule in self.rules:
+            if rule.matches(call):
+                return rule.decision
+        return self.default
+
+    @classmethod
+    def preset(cls, mode: PermissionMode | str) -> PermissionPolicy:
+        """The policy a mode stands for (``approve-reads``: reads allowed, the rest asked)."""
+        mode = PermissionMode(mode)
+        if mode is PermissionMode.APPROVE_ALL:
+            return cls((), Decision.ALLOW, name=mode.value)
+        if mode is PermissionMode.DENY_ALL:
+            return cls((), Decision.REJECT, name=mode.value)
+        return cls((Rule(Decision.ALLOW, kinds=READ_KINDS),), Decision.ASK, name=mode.value)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, name: str = "") -> PermissionPolicy:
+        """Build a policy from a decoded policy file.
+
+        Raises:
+            PolicyInvalid: a key or value the format does not allow (named in the text).
+        """
+        unknown = set(data) - {"default", "rule"}
+        if unknown:
+            raise PolicyInvalid(f"unknown key {sorted(unknown)[0]!r} (allowed: default, rule)")
+        default = _decision(data.get("default", "ask"), "default")
+        raw_rules = data.get("rule", [])
+        if not isinstance(raw_rules, list):
+            raise PolicyInvalid("rule must be an array of tables ([[rule]])")
+        rules = []
+        for n, raw in enumerate(raw_rules, 1):
+            if not isinstance(raw, dict):
+                raise PolicyInvalid(f"rule {n} must be a table")
+            extra = set(raw) - {"kind", "title", "decision"}
+            if extra:
+                raise PolicyInvalid(
+                    f"rule {n}: unknown key {sorted(extra)[0]!r} (allowed: kind, title, decision)"
+                )
+            if "decision" not in raw:
+                raise PolicyInvalid(f"rule {n} needs a decision (allow, deny or ask)")
+            kinds = raw.get("kind")
+            if isinstance(kinds, str):
+                kinds = [kinds]
+            if kinds is not None and (
+                not isinstance(kinds, list) or not all(isinstance(k, str) for k in kinds)
+            ):
+                raise PolicyInvalid(f"rule {n}: kind must be a string or a list of strings")
+            title = raw.get("title")
+            if title is not None and not isinstance(title, str):
+                raise PolicyInvalid(f"rule {n}: title must be a string (a glob)")
+            rules.append(
+                Rule(
+                    _decision(raw["decision"], f"rule {n} decision"),
+                    kinds=frozenset(kinds) if kinds is not None else None,
+                    title=title,
+                )
+            )
+        return cls(rules, default, name=name)
+
+
+class PolicyInvalid(ValueError):
+    """A permission policy file does not follow the format (the text says where)."""
+
+
+def _decision(value: Any, where: str) -> Decision:
+    words = {"allow": Decision.ALLOW, "deny": Decision.REJECT, "ask": Decision.ASK}
+    if value not in words:
+        raise PolicyInvalid(f"{where} must be allow, deny or ask, not {value!r}")
+    return words[value]
+
+
+def load_policy(spec: str) -> PermissionPolicy:
+    """A policy by preset name (``approve-all``, ``approve-reads``, ``deny-all``) or file.
+
+    Raises:
+        PolicyInvalid: the file cannot be read or is not a valid policy.
+    """
+    if spec in {m.value for m in PermissionMode}:
+        return PermissionPolicy.preset(spec)
+    import tomllib
+
+    try:
+        with open(spec, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as exc:
+        raise PolicyInvalid(f"cannot read the permission policy {spec}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise PolicyInvalid(f"the permission policy {spec} is not valid TOML: {exc}") from None
+    try:
+        return PermissionPolicy.from_mapping(data, name=spec)
+    except PolicyInvalid as exc:
+        raise PolicyInvalid(f"the permission policy {spec}: {exc}") from None
+
+
+def decide(
+    mode: PermissionMode | PermissionPolicy, tool_call: Mapping[str, Any] | None
+) -> Decision:
+    """What the permission mode (or policy) says about this tool call."""
+    if isinstance(mode, PermissionPolicy):
+        return mode.decide(tool_call)
     if mode is PermissionMode.APPROVE_ALL:
         return Decision.ALLOW
     if mode is PermissionMode.DENY_ALL:

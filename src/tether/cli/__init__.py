@@ -253,6 +253,10 @@ def _dispatch(ctx: Context) -> int:
         if command == "prompt":
             return _session_cmds.prompt(ctx, _read_prompt(ctx.inv))
         return _session_cmds.control(ctx)
+    if command == "answer":
+        from tether.cli import _questions, _session_cmds
+
+        return _questions.answer_cmd(ctx, _session_cmds.session_key_of(ctx))
     if command == "sessions":
         from tether.cli import _session_cmds
 

@@ -19,6 +19,7 @@ COMMANDS = frozenset(
         "config",
         "doctor",
         "acp",
+        "answer",
         "metrics",
     }
 )
@@ -46,6 +47,7 @@ _GLOBAL_FLAGS = {
     "--approve-reads": 0,
     "--deny-all": 0,
     "--non-interactive-permissions": 1,
+    "--permission-policy": 1,
     "--format": 1,
     "--timeout": 1,
     "--ttl": 1,
@@ -81,6 +83,7 @@ _COMMAND_FLAGS = {
         "--close-on-exit",
         "close the sessions this client used when it disconnects (default: keep them warm)",
     ),
+    "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
 }
 _SAME = {
     "--session": "-s",
@@ -110,7 +113,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "set a session config option (session/set_config_option; `set model X` too)",
         _S,
     ),
-    "status": ("[-s NAME]", "owner health, pids, queue, current turn, lease state", _S),
+    "status": (
+        "[-s NAME]",
+        "owner health, pids, queue, current turn, lease state, open questions",
+        _S,
+    ),
+    "answer": (
+        "[-s NAME] ID allow|always|deny|deny-always|OPTION_ID",
+        "answer a question the agent asked (elicitations: accept [JSON]|decline|cancel)",
+        _S,
+    ),
     "sessions": (
         "new|ensure|list|show|history|read|watch|export|prune|close|terminate [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
@@ -135,9 +147,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_S, "--tail"),
     ),
     "sessions watch": (
-        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow]",
+        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow] [--control]",
         "follow the session's journal live (replay first with --from/--tail)",
-        (*_S, "--from", "--tail", "--no-follow"),
+        (*_S, "--from", "--tail", "--no-follow", "--control"),
     ),
     "sessions export": (
         "[-s NAME | NAME] [-o FILE]",

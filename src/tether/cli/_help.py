@@ -25,9 +25,12 @@ commands:
   cancel [-s NAME] [--request ID]      cancel the session's running turn (keeps the session)
   set-mode [-s NAME] MODE              session/set_mode
   set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
-  status [-s NAME]                     owner health, pids, queue, lease state
+  status [-s NAME]                     owner health, pids, queue, lease state, open questions
+  answer [-s NAME] ID allow|always|deny|OPTION_ID
+                                       answer a question the agent asked (first answer wins)
   sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
   sessions list|show|history [NAME]    inspect sessions
+  sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME]                end the session and prove its process tree gone
   sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
   acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
@@ -47,6 +50,7 @@ global options:
   --cwd DIR                            working directory (default: current)
   --approve-all | --approve-reads | --deny-all
                                        permission mode (default: approve-reads)
+  --permission-policy FILE             permission rules by tool kind and title (TOML)
   --non-interactive-permissions deny|fail
                                        undecided permission requests: reject, or fail (exit 5)
   --format text|json|quiet             output format (default: text)

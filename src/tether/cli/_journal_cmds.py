@@ -47,6 +47,8 @@ class _TextView:
     def __init__(self, ctx: Any) -> None:
         self.out = ctx.output
         self.fmt = ctx.fmt
+        # With --control the asker shows the questions; their entries are not repeated.
+        self.skip = ("interaction_opened", "interaction_resolved") if ctx.inv.control else ()
 
     def show(self, entry: dict[str, Any]) -> None:
         kind = entry.get("kind")
@@ -61,7 +63,7 @@ class _TextView:
                 return
             self.out.frame("in", frame)
             return
-        if self.fmt == "text":
+        if self.fmt == "text" and kind not in self.skip:
             line = render.control_text(entry)
             if line is not None:
                 self.out.control({}, text=line)
@@ -73,12 +75,14 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     inv = ctx.inv
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
+    flush = ctx.output.flush
     if ctx.fmt == "json":
         out = sys.stdout
+        write = out.write
+        flush = out.flush  # once per batch: before the follower waits for more
 
         def emit(_seq: int, line: str) -> None:
-            out.write(line + "\n")
-            out.flush()
+            write(line + "\n")
 
     else:
         view = _TextView(ctx)
@@ -86,8 +90,33 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         def emit(_seq: int, line: str) -> None:
             view.show(parse_line(line))
 
+    if inv.control and inv.no_follow:
+        raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
+    asker = None
+    if inv.control:
+        from tether.cli._questions import Asker
+
+        asker = Asker(key, tty=sys.stdin.isatty() and sys.stderr.isatty())
     try:
-        follow_session(key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow)
+        if asker is None:
+            follow_session(
+                key,
+                emit,
+                from_seq=inv.from_seq,
+                tail=inv.tail,
+                follow=not inv.no_follow,
+                flush=flush,
+            )
+        else:
+            with asker:
+                follow_session(
+                    key,
+                    emit,
+                    from_seq=inv.from_seq,
+                    tail=inv.tail,
+                    control=asker.on_frame,
+                    flush=flush,
+                )
     except KeyboardInterrupt:
         pass
     ctx.output.flush()

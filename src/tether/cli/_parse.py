@@ -42,6 +42,8 @@ class Invocation:
         self.cwd: str | None = None
         self.permissions: str | None = None
         self.non_interactive: str | None = None
+        self.permission_policy: str | None = None
+        self.control = False
         self.format: str | None = None
         self.timeout: float | None = None
         self.ttl: float | None = None
@@ -86,6 +88,8 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         if inv.permissions and inv.permissions != mode:
             raise UsageError("--approve-all, --approve-reads and --deny-all are mutually exclusive")
         inv.permissions = mode
+    elif flag == "--permission-policy":
+        inv.permission_policy = value
     elif flag == "--agent":
         inv.agent_cmd = value
     elif flag == "--cwd":
@@ -149,6 +153,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.older_than = value
     elif flag == "--closed":
         inv.closed = True
+    elif flag == "--control":
+        inv.control = True
     elif flag == "--repair":
         inv.repair = True
     elif flag == "--close-on-exit":
@@ -259,6 +265,11 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
     rest = _command(inv, positional, is_agent_name, unknown)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
+    if inv.permissions and inv.permission_policy:
+        raise UsageError(
+            f"--{inv.permissions} and --permission-policy are mutually exclusive"
+            " (a mode is a preset policy)"
+        )
     if inv.command == "sessions":
         if rest and rest[0] in SESSION_SUBCOMMANDS:
             inv.subcommand = rest[0]

@@ -83,6 +83,8 @@ def value(key: str, item: Any, now: float) -> str:
         return "yes" if item else "no"
     if key in ("lastEnd", "ended", "end") and isinstance(item, dict):
         return agent_end(item)
+    if key == "interactions" and isinstance(item, list):  # open questions (`status`)
+        return ", ".join(_question(q) for q in item if isinstance(q, dict)) or "none"
     is_number = isinstance(item, (int, float))
     if is_number and (key.endswith(("At", "Time"))) and item > _EPOCH_2001:
         return when(float(item), now)
@@ -100,6 +102,12 @@ def value(key: str, item: Any, now: float) -> str:
             else (", ".join(value(key, v, now) for v in item) or "none")
         )
     return str(item)
+
+
+def _question(q: Mapping[str, Any]) -> str:
+    tool = q.get("toolCall") or {}
+    what = tool.get("title") if tool else q.get("message")
+    return f"{q.get('id')} ({q.get('question')}: {what or '?'})"
 
 
 def fields(record: Mapping[str, Any], *, now: float | None = None) -> str:

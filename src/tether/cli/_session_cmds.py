@@ -13,8 +13,10 @@ from tether import operations, sessions
 from tether.errors import (
     Interrupted,
     NoSession,
+    OwnerLost,
     PermissionDenied,
     UsageError,
+    WatchLagged,
 )
 from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
@@ -30,6 +32,27 @@ def _key(ctx: Any) -> str:
     return sessions.session_key(
         ctx.agent_scope, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
     )
+
+
+session_key_of = _key
+
+
+def _policy(ctx: Any) -> str | None:
+    """``--permission-policy``: a mode's name, or a file's absolute path once it loads."""
+    spec = ctx.inv.permission_policy
+    if not spec:
+        return None
+    import os
+
+    from tether.acp import policy
+
+    if spec not in {m.value for m in policy.PermissionMode}:
+        spec = os.path.abspath(os.path.expanduser(spec))
+    try:
+        policy.load_policy(spec)
+    except policy.PolicyInvalid as exc:
+        raise UsageError(str(exc)) from None
+    return str(spec)
 
 
 def _no_session_hint(ctx: Any) -> NoSession:
@@ -51,8 +74,10 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "queue_max_depth": cfg.get("queueMaxDepth"),
         "liveness_interval": cfg.get("livenessInterval"),
         "handshake_timeout": cfg.get("handshakeTimeout"),
+        "rate_limit_hold": cfg.get("rateLimitHold"),
         "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
+        "permission_policy": _policy(ctx),
         **_mcp_options(ctx),
     }
 
@@ -69,7 +94,9 @@ def _mcp_options(ctx: Any) -> dict[str, Any]:
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
     """Flags given on this call that an owner started now must use (``--ttl``, permissions)."""
-    return _owner_options(ctx) if ctx.inv.ttl is not None or ctx.inv.permissions else None
+    inv = ctx.inv
+    explicit = inv.ttl is not None or inv.permissions or inv.permission_policy
+    return _owner_options(ctx) if explicit else None
 
 
 def connect_or_start(
@@ -88,11 +115,36 @@ def connect_or_start(
         raise _no_session_hint(ctx) from None
 
 
-def _render(ctx: Any) -> Any:
+def _asker(ctx: Any, key: str) -> Any:
+    """The terminal asker of a prompt whose stdin and stderr are a terminal, else None."""
+    import sys
+
+    if ctx.inv.no_wait or not (sys.stdin.isatty() and sys.stderr.isatty()):
+        return None
+    from tether.cli._questions import Asker
+
+    out = ctx.output
+
+    def hold(on: bool) -> None:
+        # While a question waits, the turn's output stays in the batch (not garbled
+        # into the question); it is written once the question is resolved.
+        if on:
+            out.flush()
+            out.hold = True
+        else:
+            out.hold = False
+            out.flush()
+
+    return Asker(key, tty=True, hold=hold)
+
+
+def _render(ctx: Any, asker: Any = None) -> Any:
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
         kind = frame.get("type")
+        if asker is not None and asker.on_frame(frame):
+            return
         if kind == "update":
             acp = frame.get("frame")
             if isinstance(acp, dict):
@@ -132,7 +184,11 @@ def prompt(ctx: Any, text: str) -> int:
         "client": "cli",
         # Only an explicit flag overrides the mode the session was created with.
         **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
+        **({"permissionPolicy": _policy(ctx)} if ctx.inv.permission_policy else {}),
     }
+    asker = _asker(ctx, key)
+    if asker is not None:
+        payload["control"] = True  # we answer this turn's questions on the terminal
     with conn:
         rid = conn.send(
             "prompt",
@@ -148,19 +204,87 @@ def prompt(ctx: Any, text: str) -> int:
                 quiet=rid,
             )
             return 0
-        render = _render(ctx)
+        shown = _render(ctx, asker)
+        seen = [0]  # the journal seq of the last frame relayed to us
+
+        def render(frame: dict[str, Any]) -> None:
+            seq = frame.get("seq")
+            if isinstance(seq, int):
+                seen[0] = seq
+            shown(frame)
+
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
+        generation = conn.generation
         try:
-            result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+            if asker is None:
+                result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+            else:
+                with asker:
+                    result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
+        except WatchLagged:
+            # We read too slowly and the owner let go of us; the turn went on. Its
+            # frames are all in the journal: the rest of it comes from there.
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=True)
+        except OwnerLost:
+            # Cut off: a slow reader whose lagged frame was lost with its buffer, or the
+            # owner died. The journal knows which: the turn's end, if it was recorded.
+            owner_alive = operations.serving_generation(key) == generation
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=owner_alive)
     ctx.output.done(str(result.get("stopReason")))
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
         raise PermissionDenied(
             f"{result.get('permissionDenied')} permission request(s) were denied"
         )
     return 0
+
+
+def _finish_from_journal(
+    ctx: Any, key: str, rid: str, last_seq: int, render: Any, *, follow: bool
+) -> dict[str, Any]:
+    """The rest of turn ``rid`` after ``last_seq``, read from the session's journal (the
+    owner let go of us mid-turn): its frames rendered as if relayed, and its result (or
+    its error, raised). ``follow``: its owner still runs it, so wait for its end."""
+    from tether import _fastjson
+    from tether.errors import error_from_wire
+    from tether.journal.follow import Follower, follow_session
+
+    outcome: dict[str, Any] = {}
+    followers: list[Follower] = []
+
+    def emit(_seq: int, line: str) -> None:
+        entry = _fastjson.loads(line)
+        if entry.get("requestId") == rid:
+            if entry.get("kind") == "acp":
+                render(
+                    {
+                        "type": "update",
+                        "direction": entry.get("direction"),
+                        "frame": entry.get("frame"),
+                    }
+                )
+                return
+            if entry.get("kind") == "turn_ended":
+                outcome.update(entry)
+        elif entry.get("kind") == "session_ended":
+            outcome["sessionEnded"] = entry
+        if outcome:
+            for follower in followers:
+                follower.interrupt()
+
+    follow_session(key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append)
+    ctx.output.flush()
+    if "stopReason" in outcome:
+        return {"stopReason": outcome["stopReason"]}
+    if "error" in outcome:
+        raise error_from_wire({"message": str(outcome["error"])})
+    raise OwnerLost(
+        "the owner went away before the request finished; the outcome is unknown, do not"
+        " resubmit automatically",
+        request_id=rid,
+    )
 
 
 def _interrupt(ctx: Any, conn: OwnerConnection, key: str, rid: str, render: Any) -> int:

@@ -57,6 +57,9 @@ class Output:
         # batch=True: writes are kept until flush(); the IPC client flushes before each
         # blocking read, so streamed output is written once per batch of frames.
         self.batch = batch
+        # hold=True: flush() keeps the output too (a question is being asked on the
+        # terminal; the turn's output follows once it is answered).
+        self.hold = False
         self._pending: list[str] = []
         self.closed = False  # stdout was closed by its reader
         self._mid_line = False
@@ -210,6 +213,8 @@ class Output:
         """
         if self.closed:
             self._pending.clear()
+            return
+        if self.hold:
             return
         try:
             if self._pending:

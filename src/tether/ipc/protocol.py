@@ -17,6 +17,8 @@ and the owner answers, for *every* request, in this order::
     {"type":"ack","requestId":R,"queuePosition":N}          once, when admitted
     {"type":"update","requestId":R,"frame":{...raw ACP...}}  zero or more
     {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
+    {"type":"interaction","requestId":R,"interaction":{...}}  to controllers: a question
+    {"type":"interaction_resolved","requestId":R,...}        to controllers: its answer
     {"type":"agent_run_ended","requestId":null,"event":{...}} the agent run ended meanwhile
     {"type":"session_ended","requestId":null,"event":{...}}   the session was closed: it comes
                                                                before the SESSION_CLOSED error
@@ -54,7 +56,17 @@ DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
 
 KINDS: Final = frozenset(
-    {"prompt", "cancel", "set_mode", "set_config_option", "status", "close", "watch", "terminate"}
+    {
+        "prompt",
+        "cancel",
+        "set_mode",
+        "set_config_option",
+        "status",
+        "close",
+        "watch",
+        "answer",
+        "terminate",
+    }
 )
 # ``lagged`` ends a request whose connection fell behind its bounded output buffer.
 TERMINAL_TYPES: Final = frozenset({"result", "error", "lagged"})
@@ -161,6 +173,13 @@ def _require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], 
     return value
 
 
+def _optional_bool(payload: dict[str, Any], name: str, rid: str) -> None:
+    if name in payload and not isinstance(payload[name], bool):
+        raise IpcRejected(
+            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", f"payload.{name} must be a boolean", rid
+        )
+
+
 def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
     if kind == "prompt":
         prompt = payload.get("prompt")
@@ -178,6 +197,7 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid
             )
+        _optional_bool(payload, "control", rid)
     elif kind == "cancel":
         target = payload.get("targetRequestId")
         if target is not None and not isinstance(target, str):
@@ -195,6 +215,15 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
         if "follow" in payload and not isinstance(payload["follow"], bool):
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.follow must be a boolean", rid
+            )
+        _optional_bool(payload, "control", rid)
+    elif kind == "answer":
+        # A controller's answer to an interaction (a question the agent asked).
+        _require(payload, "interactionId", str, rid)
+        _require(payload, "answer", str, rid)
+        if payload.get("content") is not None and not isinstance(payload["content"], dict):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.content must be an object", rid
             )
     elif kind == "set_mode":
         _require(payload, "modeId", str, rid)

@@ -152,6 +152,9 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return (
             f"[agent run ended] {entry.get('reason') or ''} {entry.get('message') or ''}".rstrip()
         )
+    if kind == "agent_run_started":
+        how = "resumed" if entry.get("resumed") else "new ACP session"
+        return f"[agent] started (pid {entry.get('agentPid')}, {how})"
     if kind == "owner_started":
         return f"[owner] started (generation {entry.get('generation')}, pid {entry.get('pid')})"
     if kind == "owner_stopped":
@@ -162,6 +165,14 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return f"[mode] {entry.get('modeId')}"
     if kind == "config_set":
         return f"[config] {entry.get('configId')} = {entry.get('value')}"
+    if kind == "interaction_opened":
+        tool = entry.get("toolCall") or {}
+        what = tool.get("title") if tool else entry.get("message")
+        return f"[question {entry.get('id')}] {entry.get('question')}: {what or ''}".rstrip()
+    if kind == "interaction_resolved":
+        by = entry.get("by") or {}
+        who = f" by pid {by.get('pid')}" if by.get("pid") else ""
+        return f"[answered {entry.get('id')}] {entry.get('answer')} ({entry.get('how')}{who})"
     if kind == "cancel_result" and entry.get("cancelled"):
         return f"[cancel] {entry.get('requestId') or ''}".rstrip()
     return None

@@ -40,10 +40,15 @@ from tether.journal.entry import Retention, acp_body, body_of, entry_line
 logger = logging.getLogger("tether.journal")
 
 RING_MIN = 4096  # entries kept in memory after they are stored, for attaching watchers
+# The most unstored bytes the writer may fall behind by. Past it the event loop waits
+# for the writer (bounded): it stops reading the agent meanwhile, which is the only
+# back-pressure there is, and the owner's memory stays bounded under a flood.
+MAX_BACKLOG_BYTES = 16 * 1024 * 1024
+STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0
 
-Listener = Callable[[int, str], None]
+Listener = Callable[[int, bytes], None]  # (seq, the entry's public line, UTF-8)
 
 
 def open_db(path: str) -> sqlite3.Connection:
@@ -65,13 +70,17 @@ class JournalWriter:
         self._db = open_db(db_path)
         self.next_seq = store.claim(self._db, key)
         self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
-        # (seq, line); trimmed only down to entries already stored.
-        self.ring: collections.deque[tuple[int, str]] = collections.deque()
+        # (seq, line as UTF-8); trimmed only down to entries already stored.
+        self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
         self.listeners: list[Listener] = []
         self.bytes_written = 0
         self._pending: list[store.Row] = []
+        self._pending_bytes = 0
         self._lock = threading.Lock()
+        self._drained = threading.Condition(self._lock)
         self._wake = threading.Event()
+        self.stalls = 0  # times the loop waited for the writer (a slow disk)
+        self.dropped = 0  # entries given up after a stall (a failing disk): a seq gap
         self._closing = False
         self._kick_scheduled = False
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
@@ -91,7 +100,8 @@ class JournalWriter:
         seq = self.next_seq
         self.next_seq = seq + 1
         at = time.time()
-        line = entry_line(seq, at, kind, request_id, body)
+        # Encoded once here, for every watcher and the ring alike.
+        line = entry_line(seq, at, kind, request_id, body).encode()
         ring = self.ring
         ring.append((seq, line))
         stored = self.stored_seq
@@ -99,6 +109,9 @@ class JournalWriter:
             ring.popleft()
         with self._lock:
             self._pending.append((seq, at, kind, request_id, body))
+            self._pending_bytes += len(body)
+            if self._pending_bytes > MAX_BACKLOG_BYTES:
+                self._stall()
         if not self._kick_scheduled:
             # One wake-up per event-loop pass: everything appended in this pass is one batch.
             self._kick_scheduled = True
@@ -109,6 +122,21 @@ class JournalWriter:
         for listener in self.listeners:
             listener(seq, line)
         return seq
+
+    def _stall(self) -> None:
+        """The writer is far behind: wait for it (the lock is held), boundedly; if the disk
+        does not take the rows even then, give the oldest up rather than grow."""
+        self.stalls += 1
+        self._wake.set()
+        self._drained.wait_for(
+            lambda: self._pending_bytes <= MAX_BACKLOG_BYTES // 2, timeout=STALL_MAX_S
+        )
+        while self._pending_bytes > MAX_BACKLOG_BYTES and len(self._pending) > 1:
+            row = self._pending.pop(0)
+            self._pending_bytes -= len(row[4])
+            self.dropped += 1
+        if self.dropped:
+            logger.warning("journal: %d entries could not be stored in time", self.dropped)
 
     def _kick(self) -> None:
         self._kick_scheduled = False
@@ -146,6 +174,7 @@ class JournalWriter:
             self._wake.clear()
             with self._lock:
                 batch, self._pending = self._pending, []
+                batch_bytes, self._pending_bytes = self._pending_bytes, 0
             if batch:
                 try:
                     store.write_batch(self._db, self.key, batch)
@@ -153,6 +182,7 @@ class JournalWriter:
                     logger.warning("journal write failed (%s); retrying", exc)
                     with self._lock:
                         self._pending[:0] = batch  # keep order: the failed batch goes first
+                        self._pending_bytes += batch_bytes
                     if self._closing and delay >= RETRY_MAX_S:
                         return  # give up at shutdown: the rows stay unstored, as on a crash
                     time.sleep(delay)
@@ -161,7 +191,9 @@ class JournalWriter:
                     continue
                 delay = 0.05
                 self.stored_seq = batch[-1][0]
-                self.bytes_written += sum(len(row[4]) for row in batch)
+                self.bytes_written += batch_bytes
+                with self._lock:
+                    self._drained.notify_all()
             now = time.monotonic()
             with self._lock:
                 finished = self._closing and not self._pending

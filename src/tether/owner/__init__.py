@@ -46,6 +46,8 @@ module                    job                                                   
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes
 ``settings``              the owner's settings from the session's options        no
+``interactions``          questions for a human: offered to controllers, answers yes
+``interaction_table``     an interaction's table: open -> resolved, first answer no
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====
 """

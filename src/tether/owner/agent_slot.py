@@ -22,9 +22,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.acp.connection import ClientOptions
-from tether.acp.policy import PermissionMode
 from tether.errors import TetherError
 from tether.live_agent import AgentConfig, LiveAgent
+from tether.owner.interactions import Interactions
 from tether.owner.job import Job
 from tether.owner.settings import OwnerSettings
 from tether.registry import Registry
@@ -78,6 +78,10 @@ class AgentSlot:
         self.stopping = False  # set by the owner: a run ending now is not a crash to handle
         # The owner's journal: every ACP frame goes in (returns its seq); None: none kept.
         self.journal_frame: Callable[[str, bytes, str | None], int] | None = None
+        # Journal a control record (kind, payload); the owner wires its journal in.
+        self.record: Callable[[str, dict[str, Any]], object] = lambda *_: None
+        # Questions for a human (permission asks, elicitations); None: the policy alone.
+        self.questions: Interactions | None = None
 
     @property
     def alive(self) -> bool:
@@ -106,7 +110,7 @@ class AgentSlot:
             argv=session.agent_command,
             cwd=session.cwd,
             client=ClientOptions(
-                permission_mode=PermissionMode(s.permission_mode),
+                permission_mode=s.policy(),
                 fs=s.fs,
                 liveness_interval=s.liveness_interval,
                 handshake_timeout=s.handshake_timeout,
@@ -115,6 +119,7 @@ class AgentSlot:
                 auth=s.auth,
                 on_line=self._on_line,
                 on_permission=self._on_permission,
+                **self._question_hooks(),
             ),
             session_key=self.key,
             mcp_servers=servers_for(session.options, self.key),
@@ -122,6 +127,16 @@ class AgentSlot:
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
         self.live = live
         self.registry.update_session(self.key, acp_session_id=live.session_id)
+        self.record(
+            "agent_run_started",
+            {
+                "leaseId": live.proc.lease_id,
+                "agentPid": live.proc.pid,
+                "keeperPid": live.proc.keeper_pid,
+                "acpSessionId": live.session_id,
+                "resumed": live.resumed,
+            },
+        )
         if not live.resumed or retired:
             await self._replay_desired(live, session.desired_mode, session.desired_config)
         if retired and not live.resumed:
@@ -156,6 +171,16 @@ class AgentSlot:
                 await live.conn.set_mode(live.session_id, mode)
             for key, value in config.items():
                 await live.conn.set_config_option(live.session_id, key, value)
+
+    def _question_hooks(self) -> dict[str, Any]:
+        q = self.questions
+        if q is None:
+            return {}
+        return {
+            "permission_hook": q.ask_permission,
+            "elicitation_hook": q.ask_elicitation,
+            "on_elicitation_complete": q.elicitation_complete,
+        }
 
     def _on_line(self, direction: str, line: bytes) -> None:
         job = self._current_prompt()

@@ -30,6 +30,7 @@ from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.ending import end_session
 from tether.owner.heartbeat import Heartbeat
+from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
@@ -86,6 +87,11 @@ class Owner:
             spawn=self._spawn,
         )
         self.runner = RequestRunner(key, registry, self.settings, self.slot)
+        self.interactions = self.slot.questions = Interactions(
+            timeout=self.settings.permission_timeout,
+            current_request=lambda: self.active.request_id if self.active else None,
+            agent_tree=self._agent_roots,
+        )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
         self.admission.on_change = lambda: self._set_status(
             "running" if self.active is not None else "idle"
@@ -163,7 +169,8 @@ class Owner:
         journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
         self.journal = journal
         self.fanout = Fanout(journal)
-        self.admission.record = self.runner.record = self.record
+        self.admission.record = self.runner.record = self.interactions.record = self.record
+        self.slot.record = self.record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
@@ -181,7 +188,16 @@ class Owner:
         start = job.env.payload.get("fromSeq")
         cursor = start if isinstance(start, int) and start > 0 else self.journal.next_seq
         follow = job.env.payload.get("follow", True) is not False
+        if job.env.payload.get("control") is True and follow:
+            self.interactions.attach(job)  # offered every open question, then new ones
         await self.fanout.attach(Watch(job), cursor, follow=follow)
+
+    def _agent_roots(self) -> tuple[int, ...]:
+        """The live agent run's keeper and agent pids (none when no agent runs)."""
+        live = self.slot.live
+        if live is None:
+            return ()
+        return tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -265,6 +281,9 @@ class Owner:
             job.ack()
             job.finish(self.admission.cancel(env.payload.get("targetRequestId")))
             return
+        if env.kind == "answer":
+            self.interactions.admit_answer(job)
+            return
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
@@ -314,6 +333,8 @@ class Owner:
             if job is None:
                 break
             self.admission.active = job
+            if job.kind == "prompt" and job.env.payload.get("control") is True:
+                self.interactions.attach(job)  # the prompter answers its own questions
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self._set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))
@@ -397,6 +418,7 @@ class Owner:
         )
         if held is not None:
             self._held.append(held)
+        self.interactions.cancel_all()  # questions still open are answered `cancelled`
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""

@@ -14,15 +14,17 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import metrics
-from tether.acp.policy import PermissionMode
-from tether.errors import PromptTimeout, TetherTimeout
+from tether.errors import PromptTimeout, RateLimited, TetherTimeout
 from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
+from tether.owner.rate_limit import RateLimitWatch
 from tether.owner.settings import OwnerSettings
 from tether.registry import Registry
 
 __all__ = ["RequestRunner"]
+
+HOLD_POLL_S = 0.2  # how often a turn held for a rate-limit reset looks for a cancel
 
 
 class RequestRunner:
@@ -40,6 +42,7 @@ class RequestRunner:
         # Journal a record: (kind, payload, request id). The owner wires its journal in.
         self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
         self.last_stop_reason = ""
+        self.rate_limit = RateLimitWatch()
 
     async def run(self, job: Job) -> None:
         """Run ``job`` to its terminal frame (errors propagate to the owner's loop)."""
@@ -93,6 +96,7 @@ class RequestRunner:
 
     async def _run_prompt(self, job: Job) -> None:
         live = await self._ensure(job)
+        await self._hold_while_limited(job)
         if job.cancel_requested:
             # Cancelled while the agent was starting: never send it.
             metrics.incr("cancel_total", outcome="success")
@@ -108,9 +112,11 @@ class RequestRunner:
             return
         # A flag on this prompt applies to this turn only; otherwise the session's mode.
         mode = job.env.payload.get("permissionMode")
-        if not (isinstance(mode, str) and mode in {m.value for m in PermissionMode}):
-            mode = self.settings.permission_mode
-        live.conn.options.permission_mode = PermissionMode(mode)
+        file = job.env.payload.get("permissionPolicy")
+        live.conn.options.permission_mode = self.settings.policy(
+            mode if isinstance(mode, str) else None,
+            file if isinstance(file, str) else None,
+        )
         self.last_prompt_at = time.time()
         ceiling = self.settings.turn_timeout
         if job.deadline is not None:
@@ -118,11 +124,17 @@ class RequestRunner:
             ceiling = remaining if ceiling is None else min(ceiling, remaining)
         started = time.monotonic()
         try:
-            result = await live.prompt(job.env.payload["prompt"], _ignore, ceiling=ceiling)
+            result = await live.prompt(
+                job.env.payload["prompt"], self.rate_limit.note_frame, ceiling=ceiling
+            )
+        except RateLimited as exc:
+            self.rate_limit.note_refused(exc, time.time())
+            raise
         except TetherTimeout:
             if _cancel_requested(job):  # cancelled, and the agent never ended the turn
                 metrics.incr("cancel_total", outcome="timeout")
             raise
+        self.rate_limit.note_turn_ok()
         # Seed 001: prompt turn latency, and whether a cancel was honoured.
         metrics.observe("prompt_turn_seconds", time.monotonic() - started)
         if _cancel_requested(job):  # set by a cancel that arrived during the turn
@@ -137,6 +149,28 @@ class RequestRunner:
             }
         )
         self._record_turn(job, result.stop_reason)
+
+    async def _hold_while_limited(self, job: Job) -> None:
+        """Hold the turn until a known rate-limit reset, rather than have it refused too.
+
+        Only when the agent reported when the limit resets, the wait fits the owner's
+        ``rate_limit_hold`` (config ``rateLimitHold``, 0 = never hold) and the caller's own
+        deadline; otherwise the turn goes to the agent at once, as any other. A cancel
+        (or the caller leaving, or shutdown) ends the hold; the turn is then never sent.
+        """
+        wait = self.rate_limit.hold_for(time.time())
+        if not 0 < wait <= self.settings.rate_limit_hold:
+            return
+        end = time.monotonic() + wait
+        if job.deadline is not None and end > job.deadline:
+            return
+        self.rate_limit.holding = job.request_id
+        try:
+            # cancel_requested is a plain flag the admission sets (no event to wait on).
+            while not job.cancel_requested and (left := end - time.monotonic()) > 0:  # noqa: ASYNC110
+                await asyncio.sleep(min(HOLD_POLL_S, left))
+        finally:
+            self.rate_limit.holding = None
 
     async def _set_mode(self, job: Job) -> None:
         live = await self._ensure(job)
@@ -180,7 +214,3 @@ def _cancel_requested(job: Job) -> bool:
     # A call, not the attribute: a cancel can set it while the turn is awaited, after
     # the early check above (which would otherwise narrow it to False for mypy).
     return job.cancel_requested
-
-
-def _ignore(_frame: dict[str, Any]) -> None:
-    """Turn updates reach callers through the frame observer, in arrival order."""

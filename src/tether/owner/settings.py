@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import config
+from tether.acp.policy import PermissionMode, PermissionPolicy, PolicyInvalid, load_policy
 from tether.errors import TetherError
 from tether.ipc import protocol
 from tether.journal.entry import Retention
 
 __all__ = ["OwnerSettings"]
+
+logger = logging.getLogger("tether.owner")
 
 
 @dataclass
@@ -26,9 +31,13 @@ class OwnerSettings:
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
+    rate_limit_hold: float = 18000.0  # longest wait for a known rate-limit reset; 0 = never
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
     unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
     permission_mode: str = "approve-reads"
+    # A policy file (or preset name) that replaces the mode's preset; None: the mode's.
+    permission_policy: str | None = None
+    permission_timeout: float = 300.0  # how long a question waits for a human (0 = forever)
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
     retention: Retention = field(default_factory=Retention)
@@ -46,6 +55,7 @@ class OwnerSettings:
             "connection_idle_timeout",
             "abandoned_turn_grace",
             "unresponsive_after",
+            "rate_limit_hold",
         ):
             if options.get(name) is not None:
                 setattr(s, name, float(options[name]))
@@ -54,6 +64,10 @@ class OwnerSettings:
                 setattr(s, name, int(options[name]))
         if options.get("permission_mode"):
             s.permission_mode = str(options["permission_mode"])
+        if options.get("permission_policy"):
+            s.permission_policy = str(options["permission_policy"])
+        if options.get("permission_timeout") is not None:
+            s.permission_timeout = float(options["permission_timeout"])
         if "fs" in options:
             s.fs = bool(options["fs"])
         if isinstance(options.get("auth"), dict):
@@ -79,3 +93,26 @@ class OwnerSettings:
             self.retention = Retention.from_config(cfg)
             if cfg.get("journalFrames") is False:
                 self.journal_frames = False
+            if options.get("permission_timeout") is None and cfg.get("permissionTimeout"):
+                self.permission_timeout = float(cfg["permissionTimeout"])
+            if not options.get("permission_policy") and cfg.get("permissionPolicy"):
+                # A relative path in a config file is relative to the session's cwd.
+                value = str(cfg["permissionPolicy"])
+                presets = {m.value for m in PermissionMode}
+                self.permission_policy = value if value in presets else os.path.join(cwd, value)
+
+    def policy(
+        self, mode: str | None = None, file: str | None = None
+    ) -> PermissionMode | PermissionPolicy:
+        """The permission policy of a turn: an explicit ``mode`` or policy ``file`` (a flag
+        on this prompt) first; else the session's policy file, else its mode's preset. A
+        policy file that no longer loads falls back to the mode's preset (logged)."""
+        if mode in {m.value for m in PermissionMode}:
+            return PermissionPolicy.preset(str(mode))
+        spec = file or self.permission_policy
+        if spec:
+            try:
+                return load_policy(spec)
+            except PolicyInvalid as exc:
+                logger.warning("%s; using %s", exc, self.permission_mode)
+        return PermissionPolicy.preset(self.permission_mode)

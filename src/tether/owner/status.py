@@ -50,7 +50,9 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "stopping": owner.stopping,
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
+        "interactions": owner.interactions.pending(),
         "counters": _counters(owner),
+        "rateLimit": owner.runner.rate_limit.snapshot(),
     }
 
 

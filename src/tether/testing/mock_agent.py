@@ -48,6 +48,13 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     (an unknown optionId is also treated as denied, chunk
     ``permission: unknown option <id>``). Outcome ``cancelled``: the turn ends
     ``cancelled``. A JSON-RPC error answer: chunk ``permission: error <code>``, continue.
+``elicit MODE [TEXT]``
+    ``elicitation/create`` (sent whatever the client advertised). MODE ``form``: message
+    TEXT (default ``mock question``), a schema asking for a string ``name`` (required).
+    MODE ``url``: elicitationId ``elicit-<n>``, url ``https://example.invalid/<TEXT>``;
+    once answered ``accept``, an ``elicitation/complete`` notification follows. The
+    answer becomes a chunk: ``elicitation: accept {content JSON}``, ``elicitation:
+    decline``, ``elicitation: cancel`` or ``elicitation: error <code>``; then continue.
 ``cancel-request``
     Send a ``session/request_permission`` and immediately a ``$/cancel_request`` naming it.
     When it is answered, chunk ``cancel_request: answered <code>`` for an error answer
@@ -235,6 +242,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "late": ("MS [TEXT]", 1, 0),
     "tool": ("KIND [TITLE]", 0, 0),
     "cancel-request": ("", 0, 0),
+    "elicit": ("form|url [TEXT]", 0, 0),
     "read": ("PATH", 0, 0),
     "write": ("PATH TEXT...", 0, 0),
     "spawn-group": ("", 0, 0),
@@ -257,7 +265,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "mcp-call": ("SERVER TOOL [JSON]", 0, 0),
 }
 # Verbs whose first free-text word is required.
-NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call"})
+NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit"})
 
 USAGE = """\
 usage: tether-mock-agent [--ignore-sigterm] [--hang-on-initialize] [--hang-on-new-session]
@@ -756,6 +764,38 @@ class MockAgent:
             self.chunk(session, f"permission: unknown option {option}")
         return None
 
+    def v_elicit(self, turn: _Turn, rest: str) -> Step:
+        session = turn.session
+        mode, _, text = rest.partition(" ")
+        n = self.next_call
+        self.next_call += 1
+        params: Msg = {"sessionId": session.sid, "mode": mode, "message": text or "mock question"}
+        if mode == "url":
+            params["elicitationId"] = f"elicit-{n}"
+            params["url"] = f"https://example.invalid/{text or 'login'}"
+        else:
+            params["requestedSchema"] = {
+                "type": "object",
+                "properties": {"name": {"type": "string", "title": "Name"}},
+                "required": ["name"],
+            }
+        _, key = self.request("elicitation/create", params)
+        response = yield _Await(key)
+        assert isinstance(response, dict)
+        if "error" in response:
+            self.chunk(session, f"elicitation: error {_error_code(response)}")
+            return None
+        result = response.get("result")
+        action = result.get("action") if isinstance(result, dict) else None
+        if action == "accept":
+            content = result.get("content") if isinstance(result, dict) else None
+            self.chunk(session, f"elicitation: accept {json.dumps(content, sort_keys=True)}")
+            if mode == "url":
+                self.notify("elicitation/complete", {"elicitationId": params["elicitationId"]})
+        else:
+            self.chunk(session, f"elicitation: {action}")
+        return None
+
     def v_cancel_request(self, turn: _Turn, rest: str) -> Step:
         session = turn.session
         call_id = f"call-{self.next_call}"
@@ -1188,6 +1228,7 @@ _STEP_VERBS: dict[str, Callable[[MockAgent, _Turn, str], Step]] = {
     "late": MockAgent.v_late,
     "tool": MockAgent.v_tool,
     "cancel-request": MockAgent.v_cancel_request,
+    "elicit": MockAgent.v_elicit,
     "read": MockAgent.v_read,
     "write": MockAgent.v_write,
 }
