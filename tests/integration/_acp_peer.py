@@ -101,6 +101,14 @@ class AcpPeer:
                 params: dict[str, Any] = frame["params"]
                 return params
 
+    def until_request(self, method: str) -> dict[str, Any]:
+        """Read until the door sends the client a request ``method``; returns the frame."""
+        while True:
+            frame = self.next()
+            assert frame is not None, f"the door exited: {self.stderr_tail()}"
+            if frame.get("method") == method and "id" in frame:
+                return frame
+
     def until_text(self, pattern: str) -> re.Match[str]:
         """Read updates until an agent message chunk matches ``pattern``."""
         while True:
@@ -124,6 +132,11 @@ class AcpPeer:
     def new_session(self) -> str:
         result, _ = self.request("session/new", {"cwd": str(self.cwd), "mcpServers": []})
         return str(result["sessionId"])
+
+    def start_prompt(self, sid: str, text: str) -> int:
+        """Send a text prompt without waiting; returns its request id."""
+        blocks = [{"type": "text", "text": text}]
+        return self.start("session/prompt", {"sessionId": sid, "prompt": blocks})
 
     def prompt(self, sid: str, text: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         result, notes = self.request(

@@ -88,10 +88,7 @@ def test_session_cancel_ends_the_turn_cancelled(peer: Callable[..., AcpPeer]) ->
     p = peer()
     p.initialize()
     sid = p.new_session()
-    rid = p.start(
-        "session/prompt",
-        {"sessionId": sid, "prompt": [{"type": "text", "text": "echo started ; sleep 60000"}]},
-    )
+    rid = p.start_prompt(sid, "echo started ; sleep 60000")
     p.until_text("^started$")
     p.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
     answer, _ = p.wait(rid)
@@ -306,10 +303,7 @@ def test_a_client_leaving_mid_turn_cancels_its_turn_and_keeps_the_session(
     p = peer()
     p.initialize()
     sid = p.new_session()
-    p.start(
-        "session/prompt",
-        {"sessionId": sid, "prompt": [{"type": "text", "text": "echo started ; sleep 60000"}]},
-    )
+    p.start_prompt(sid, "echo started ; sleep 60000")
     p.until_text("^started$")
     p.disconnect()
     deadline = time.monotonic() + 30.0
@@ -335,3 +329,39 @@ def test_sigterm_ends_the_door_and_keeps_its_sessions(peer: Callable[..., AcpPee
     p.proc.send_signal(signal.SIGTERM)
     assert p.proc.wait(timeout=30) == 0
     assert operations.status(sid)["status"] == "idle"
+
+
+@pytest.mark.parametrize(
+    ("option", "said"),
+    [
+        pytest.param("allow", "permission: allowed", id="allowed"),
+        pytest.param("reject", "permission: denied", id="rejected"),
+    ],
+)
+def test_a_permission_the_policy_leaves_open_is_put_to_the_client(
+    peer: Callable[..., AcpPeer], option: str, said: str
+) -> None:
+    """approve-reads leaves an execute tool call open: the client gets it as its own
+    session/request_permission (the agent's tool call and options, the door's session
+    id), and the option it selects is what the agent gets."""
+    p = peer()
+    p.initialize()
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "tool execute rm -rf build")
+    ask = p.until_request("session/request_permission")
+    assert ask["params"]["sessionId"] == sid
+    assert ask["params"]["toolCall"]["title"] == "rm -rf build"
+    assert {o["optionId"] for o in ask["params"]["options"]} == {"allow", "allow-always", "reject"}
+    p.send(
+        {
+            "jsonrpc": "2.0",
+            "id": ask["id"],
+            "result": {"outcome": {"outcome": "selected", "optionId": option}},
+        }
+    )
+    answer, notes = p.wait(rid)
+    assert answer["result"]["stopReason"] == "end_turn"
+    assert said in texts(notes)
+    resolved = _journal_kinds(sid, "interaction_resolved")
+    assert [(r["answer"], r["how"]) for r in resolved] == [(option, "controller")]
+    p.disconnect()

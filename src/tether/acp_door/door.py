@@ -32,9 +32,10 @@ When the client goes away (EOF) its running turns are cancelled -- the owner's r
 a caller that leaves -- and its sessions stay warm for the next client, unless
 ``close_on_exit``.
 
-The agent's requests to its client (permission, ``fs/*``) are decided by the owner's
-policy today; :meth:`AcpDoor.controller_hook` is the one call an interactions relay
-(issue 11) will make to put them to this client.
+The client is a *controller* of the turns it prompts: a permission request the
+session's policy leaves open is put to it as ``session/request_permission``
+(:mod:`.questions`, :meth:`AcpDoor.controller_hook`); the first answer from any
+controller wins. ``fs/*`` and ``terminal/*`` are still served by the owner.
 """
 
 from __future__ import annotations
@@ -42,14 +43,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether import operations, sessions
-from tether.acp_door import translate, turns
+from tether.acp_door import questions, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
-from tether.errors import NoSession, UsageError
+from tether.errors import NoSession, RemoteProtocolError, UsageError
 from tether.jsonrpc import (
     EOF,
     METHOD_NOT_FOUND,
@@ -59,6 +61,7 @@ from tether.jsonrpc import (
     Notification,
     ProtocolViolation,
     Request,
+    Response,
     encode,
 )
 
@@ -89,6 +92,7 @@ class AcpDoor:
         self._rpc = JsonRpcConnection()
         self._attached: dict[str, Attachment] = {}
         self._inflight: set[asyncio.Task[None]] = set()
+        self._asked: dict[int, asyncio.Future[Response]] = {}  # our requests to the client
         self._tg: asyncio.TaskGroup | None = None
         self._auth_method: str | None = None
         self.client_info: dict[str, Any] = {}
@@ -150,7 +154,10 @@ class AcpDoor:
                 message = f"parse error: {event.detail}"
                 error = {"code": PARSE_ERROR, "message": message}
                 self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))
-            # A Response: we send the client no requests yet; nothing waits for one.
+            elif isinstance(event, Response):
+                waiter = self._asked.pop(event.id, None) if isinstance(event.id, int) else None
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(event)
 
     def _start(self, req: Request) -> None:
         handler = self._handlers.get(req.method)
@@ -238,11 +245,25 @@ class AcpDoor:
                     with contextlib.suppress(Exception):
                         await asyncio.to_thread(operations.close_session, att.key)
 
-    def controller_hook(self, request: dict[str, Any]) -> None:
-        """Where an agent's request to its client (permission, ``fs/*``) is to be put to
-        this client once the owner relays it (issue 11's interactions); the owner's
-        policy decides until then, so this is deliberately not wired yet."""
-        raise NotImplementedError("the owner does not relay agent requests to callers yet")
+    def controller_hook(self, key: str, item: dict[str, Any]) -> None:
+        """An agent's question the owner offered this client (a controller): put it to
+        the client as ``session/request_permission`` (:mod:`.questions`)."""
+        if self._tg is not None:
+            self._spawn(questions.put_question(self._ask_client, key, item))
+
+    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Send the client a request; its result (a JSON-RPC error raises)."""
+        rid, data = self._rpc.send_request(method, params, now=time.monotonic())
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._asked[rid] = answer
+        self._send(data)
+        try:
+            response = await answer
+        finally:
+            self._asked.pop(rid, None)
+        if response.error is not None:
+            raise RemoteProtocolError(f"the client refused {method}: {response.error}")
+        return response.result
 
     # --- methods -----------------------------------------------------------------------
 
@@ -385,4 +406,4 @@ class AcpDoor:
         blocks = params.get("prompt")
         if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
             raise UsageError("prompt must be a non-empty list of content blocks")
-        return await turns.run_prompt(att, blocks, self.notify)
+        return await turns.run_prompt(att, blocks, self.notify, self.controller_hook)

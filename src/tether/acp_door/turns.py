@@ -26,6 +26,7 @@ from tether.ipc.client import new_request_id
 __all__ = ["connect", "control", "run_prompt"]
 
 Notify = Callable[[str, dict[str, Any]], None]
+OnQuestion = Callable[[str, dict[str, Any]], None]
 
 
 async def connect(key: str) -> _Connection:
@@ -48,9 +49,12 @@ async def control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any
 
 
 async def run_prompt(
-    att: Attachment, blocks: list[dict[str, Any]], notify: Notify
+    att: Attachment, blocks: list[dict[str, Any]], notify: Notify, on_question: OnQuestion
 ) -> dict[str, Any]:
     """Run one turn through the owner, relaying its updates; returns the ACP answer.
+
+    The door is a controller of the turn: the agent's questions the policy leaves open
+    (``interaction`` frames) go to ``on_question(session key, interaction)``.
 
     Raises:
         TetherError subclasses: the owner's error for the turn (re-raised as its class),
@@ -68,7 +72,7 @@ async def run_prompt(
             protocol.request_frame(
                 rid,
                 "prompt",
-                {"prompt": blocks, "wait": True, "client": "acp"},
+                {"prompt": blocks, "wait": True, "client": "acp", "control": True},
                 owner_generation=generation if isinstance(generation, int) else None,
             )
         )
@@ -80,6 +84,8 @@ async def run_prompt(
                 relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
                 if relayed:
                     notify("session/update", relayed)
+            elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
+                on_question(att.key, frame["interaction"])
             elif kind == "result":
                 result = frame.get("result") or {}
                 return {
