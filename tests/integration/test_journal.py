@@ -209,8 +209,11 @@ def test_prune_and_retention(cli: Callable[..., Cli], tether_home: Any) -> None:
     entries = entries_of(c.run("sessions", "export").stdout)
     assert len(entries) <= 60
     assert entries[-1]["kind"] == "session_ended"
+    locks = list((tether_home / "run").glob("*.lock"))
+    assert locks  # one per session key ever used ...
     pruned = c.json("sessions", "prune", "--closed")
     assert pruned["sessionsRemoved"]
+    assert not any(p.exists() for p in locks)  # ... removed with its session's records
     assert c.run("sessions", "export", rc=4).returncode == 4
     assert c.run("sessions", "prune", rc=2).returncode == 2
     assert c.run("sessions", "prune", "--older-than", "soon", rc=2).returncode == 2

@@ -19,6 +19,7 @@ COMMANDS = frozenset(
         "config",
         "doctor",
         "acp",
+        "serve",
         "answer",
         "metrics",
     }
@@ -83,6 +84,10 @@ _COMMAND_FLAGS = {
         "--close-on-exit",
         "close the sessions this client used when it disconnects (default: keep them warm)",
     ),
+    "--host": (1, "--host HOST", "address to listen on (default 127.0.0.1)"),
+    "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
+    "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
+    "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
 }
 _SAME = {
@@ -182,6 +187,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--dry-run",),
     ),
     "config": ("", "print the merged configuration", ()),
+    "serve": (
+        "[--host H] [--port P | --unix PATH] [--token T]",
+        "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
+        ("--host", "--port", "--unix", "--token"),
+    ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",

@@ -38,6 +38,8 @@ commands:
   doctor [--repair]                    check the state directory; repair a corrupt database
   metrics                              counters, latencies and gauges (text, or --format json)
   config                               print the merged configuration
+  serve [--host H] [--port P | --unix PATH] [--token T]
+                                       HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.

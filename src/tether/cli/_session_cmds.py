@@ -479,8 +479,13 @@ def _close(ctx: Any) -> int:
     for child in failed:
         key_text = str(child["sessionKey"])[:12]
         text += f"\nspawned session {key_text} could not be closed: {child['error']}"
+    if result.get("stateError"):
+        text += (
+            "\nthe session's end could not be recorded: "
+            f"{result['stateError']} (free space, then `tether doctor`)"
+        )
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors or failed else 0
+    return 1 if survivors or failed or result.get("stateError") else 0
 
 
 def _terminate(ctx: Any) -> int:

@@ -122,6 +122,7 @@ class AgentSlot:
                 **self._question_hooks(),
             ),
             session_key=self.key,
+            backend_id=session.agent_label,
             mcp_servers=servers_for(session.options, self.key),
         )
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)

@@ -21,6 +21,7 @@ from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
     SessionClosed,
+    StateError,
     TetherError,
     UsageError,
 )
@@ -381,7 +382,10 @@ class Owner:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
         self.record("agent_run_ended", event)
-        self.registry.update_session(self.key, last_end=event)
+        try:
+            self.registry.update_session(self.key, last_end=event)
+        except StateError as exc:  # a full disk: the run still ended; say so, go on
+            logger.error("could not record the agent run's end: %s", exc)
         if not self.stopping:  # while stopping, callers hear how the owner or session ended
             self.server.broadcast({"type": "agent_run_ended", "requestId": None, "event": event})
 
@@ -449,7 +453,14 @@ class Owner:
         }
         if closing:
             fields.update(state="closed", closed_at=time.time())
-        self.registry.update_session(self.key, **fields)
+        try:
+            self.registry.update_session(self.key, **fields)
+        except StateError as exc:
+            # A full or failing disk must not cost the callers their answers or leave
+            # this process behind: the tree is already proven gone; say what was lost.
+            logger.error("could not record the session's end: %s", exc)
+            if self._closer is not None:
+                self._closer.state_error = str(exc)
         if closing:
             end_session(
                 self.record,
