@@ -116,10 +116,13 @@ class AcpChannel:
         for more in self._streams:
             more.set()
 
-    async def events(self, after: int | None = None) -> AsyncIterator[tuple[int, dict[str, Any]]]:
+    async def events(
+        self, after: int | None = None, *, idle: float | None = None
+    ) -> AsyncIterator[tuple[int, dict[str, Any]] | None]:
         """(event id, frame) from after ``after`` (``Last-Event-ID``), else live; ends
         when the channel closes. Events the ring no longer holds are skipped: the first
-        id given then shows the gap."""
+        id given then shows the gap. With ``idle``, None is yielded after that many
+        seconds without an event (the caller's heartbeat)."""
         cursor = self._next_event if after is None else after + 1
         more = asyncio.Event()
         self._streams.add(more)
@@ -133,7 +136,11 @@ class AcpChannel:
                 if self.closed:
                     return
                 if cursor >= self._next_event:
-                    await more.wait()
+                    try:
+                        async with asyncio.timeout(idle):
+                            await more.wait()
+                    except TimeoutError:
+                        yield None
         finally:
             self._streams.discard(more)
 
