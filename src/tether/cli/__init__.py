@@ -265,6 +265,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.acp_door.stdio import run_stdio
 
         return run_stdio(ctx)
+    if command == "logout":
+        from tether.cli import _acp_cmds
+
+        return _acp_cmds.logout(ctx)
     if command == "reap":
         from tether.cli._reap import run_reap
 

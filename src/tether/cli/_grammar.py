@@ -22,6 +22,7 @@ COMMANDS = frozenset(
         "serve",
         "answer",
         "metrics",
+        "logout",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
@@ -37,6 +38,7 @@ SESSION_SUBCOMMANDS = frozenset(
         "read",
         "export",
         "prune",
+        "fork",
     }
 )
 
@@ -55,6 +57,7 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
 }
@@ -89,6 +92,23 @@ _COMMAND_FLAGS = {
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
+    # ACP's newer methods (issue 14)
+    "--resume-session": (
+        1,
+        "--resume-session ID",
+        "attach to the agent's existing session ID (see sessions list --agent-sessions)",
+    ),
+    "--agent-sessions": (
+        0,
+        "--agent-sessions",
+        "list the agent's own sessions of this --cwd (session/list; --all: every directory)",
+    ),
+    "--cursor": (1, "--cursor C", "with --agent-sessions: the page after nextCursor C"),
+    "--discard": (
+        0,
+        "--discard",
+        "the agent also deletes the conversation (session/delete, where offered)",
+    ),
 }
 _SAME = {
     "--session": "-s",
@@ -129,16 +149,29 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|list|show|history|read|watch|export|prune|close|terminate [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close|terminate [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
-    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
-    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions new": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "create a fresh session (closes one of that name)",
+        (*_S, "--resume-session"),
+    ),
+    "sessions ensure": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "reuse the session, or create it; start its owner",
+        (*_S, "--resume-session"),
+    ),
+    "sessions fork": (
+        "[-s NAME] NEW_NAME",
+        "a new warm session continuing NAME's conversation (session/fork)",
+        _S,
+    ),
     "sessions list": (
-        "[--all] [--tree]",
-        "list the sessions you may see",
-        ("--all", "--tree"),
+        "[--all] [--tree] [--agent-sessions [--cursor C]]",
+        "list the sessions you may see (--agent-sessions: the agent's own)",
+        ("--all", "--tree", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -167,9 +200,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed"),
     ),
     "sessions close": (
-        "[-s NAME | NAME]",
+        "[-s NAME | NAME] [--discard]",
         "end the session and prove its process tree gone",
-        _S,
+        (*_S, "--discard"),
     ),
     "sessions terminate": (
         "[-s NAME | NAME]",
@@ -181,6 +214,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "speak ACP as an agent over stdio: any ACP client gets warm Tether sessions",
         ("--close-on-exit",),
     ),
+    "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (
         "[--dry-run]",
         "reconcile leases: reap verified orphans of this instance",

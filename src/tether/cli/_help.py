@@ -28,11 +28,14 @@ commands:
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
   answer [-s NAME] ID allow|always|deny|OPTION_ID
                                        answer a question the agent asked (first answer wins)
-  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
-  sessions list|show|history [NAME]    inspect sessions
+  sessions new|ensure [-s NAME] [--resume-session ID]
+                                       create (new: fresh) or reuse a session; starts its owner
+  sessions fork [-s NAME] NEW_NAME     a new warm session continuing NAME's conversation
+  sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
-  sessions close [NAME]                end the session and prove its process tree gone
+  sessions close [NAME] [--discard]    end the session and prove its process tree gone
   sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
+  logout                               sign the agent out (ACP logout)
   acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
@@ -60,6 +63,7 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --no-terminal                        do not offer terminals (terminal/*) to the agent
   --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
   --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
@@ -81,7 +85,7 @@ def _command_help(spec: str) -> str:
     ]
     if spec == "sessions":
         lines += ["", "subcommands:"]
-        for sub in ("new", "ensure", "list", "show", "history", "close"):
+        for sub in ("new", "ensure", "fork", "list", "show", "history", "close"):
             sub_args, sub_what, _ = _COMMAND_SPECS[f"sessions {sub}"]
             lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
     shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]

@@ -103,6 +103,7 @@ class Owner:
         # terminate (seed 004): who asked, and the immediate teardown under way
         self._terminate_by: dict[str, Any] | None = None
         self._terminating: asyncio.Task[RunEnd | None] | None = None
+        self._discard = False  # close --discard: session/delete the agent's session too
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
@@ -296,6 +297,7 @@ class Owner:
             job.ack()
             self._closer = job
             self._close_session = True
+            self._discard = env.payload.get("discard") is True
             self.request_shutdown("close")
             return
         if env.kind == "terminate":
@@ -440,10 +442,13 @@ class Owner:
         reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
         if self.stop_reason in ("idle-ttl", "max-lifetime"):
             reason = TerminationReason.CLOSE
+        discard = closing and self._discard
         if self._terminating is not None:
             end = await self._terminating  # started at once by the terminate request
         else:
-            end = await self.slot.end_current(reason=reason, close_session=closing)
+            end = await self.slot.end_current(reason=reason, close_session=closing, discard=discard)
+        if discard and end is None:
+            await self.slot.discard_offline()
         fields: dict[str, Any] = {
             "owner_status": "stopped",
             "owner_pid": None,
@@ -471,6 +476,7 @@ class Owner:
                 superseded=[j for j in self._held if not j.done],
                 closer=self._closer,
                 terminated_by=self._terminate_by,
+                discarded=self.slot.discarded if discard else None,
             )
         await self._close_journal()
         # Last frames (a terminal, session_ended) must reach callers that read slowly
