@@ -303,8 +303,9 @@ class AgentSlot:
 
     async def terminate(self) -> RunEnd | None:
         """End the live run now, for the operator: no ``session/close``, no stdin-EOF
-        grace, no waiting for the agent -- the keeper's TERM -> grace -> KILL at once,
-        then proven extinction. Returns how it ended (None: no run, or already ended)."""
+        grace, no waiting for the agent -- its terminals and its tree get the keeper's
+        TERM -> grace -> KILL at once, then proven extinction. Returns how it ended
+        (None: no run, or already ended)."""
         live = self.live
         if live is None:
             return None
@@ -314,6 +315,8 @@ class AgentSlot:
         self._ended_runs.add(lease_id)
         live.proc.note_stop(TerminationReason.TERMINATE)
         await live.conn.aclose()  # fails the pending turn at once; the agent gets EOF
+        if live.terminals is not None:
+            await live.terminals.aclose()  # the agent's terminals: each ended with proof
         report = await live.proc.aclose(TerminationReason.TERMINATE)
         if self.live is live:
             self.live = None
