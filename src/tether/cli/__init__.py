@@ -261,6 +261,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _session_cmds
 
         return _session_cmds.sessions_cmd(ctx)
+    if command == "acp":
+        from tether.acp_door.stdio import run_stdio
+
+        return run_stdio(ctx)
     if command == "logout":
         from tether.cli import _acp_cmds
 

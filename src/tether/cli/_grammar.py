@@ -18,6 +18,7 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "acp",
         "serve",
         "answer",
         "metrics",
@@ -31,6 +32,7 @@ SESSION_SUBCOMMANDS = frozenset(
         "list",
         "show",
         "close",
+        "terminate",
         "history",
         "watch",
         "read",
@@ -80,6 +82,11 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--close-on-exit": (
+        0,
+        "--close-on-exit",
+        "close the sessions this client used when it disconnects (default: keep them warm)",
+    ),
     "--host": (1, "--host HOST", "address to listen on (default 127.0.0.1)"),
     "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
@@ -142,7 +149,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|fork|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close|terminate [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
@@ -196,6 +203,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "[-s NAME | NAME] [--discard]",
         "end the session and prove its process tree gone",
         (*_S, "--discard"),
+    ),
+    "sessions terminate": (
+        "[-s NAME | NAME]",
+        "end the session now: no new turn, no waiting on the agent; idempotent",
+        _S,
+    ),
+    "acp": (
+        "[--close-on-exit]",
+        "speak ACP as an agent over stdio: any ACP client gets warm Tether sessions",
+        ("--close-on-exit",),
     ),
     "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (

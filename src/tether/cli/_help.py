@@ -34,7 +34,9 @@ commands:
   sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME] [--discard]    end the session and prove its process tree gone
+  sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
   logout                               sign the agent out (ACP logout)
+  acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   metrics                              counters, latencies and gauges (text, or --format json)

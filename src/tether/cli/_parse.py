@@ -65,6 +65,7 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.close_on_exit = False
         self.host: str | None = None
         self.port: int | None = None
         self.unix: str | None = None
@@ -167,6 +168,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.control = True
     elif flag == "--repair":
         inv.repair = True
+    elif flag == "--close-on-exit":
+        inv.close_on_exit = True
     elif flag in ("--host", "--unix", "--token"):
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
@@ -305,7 +308,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         elif rest:
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|history|watch|read|export|prune|fork"
+                "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork"
             )
         else:
             inv.subcommand = "list"
@@ -316,7 +319,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         rest
         and inv.command == "sessions"
         and inv.subcommand
-        in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
+        in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
         and not inv.session
     ):
         inv.session = rest[0]

@@ -382,6 +382,8 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    if sub == "terminate":
+        return _terminate(ctx)
     if sub == "fork" or (sub == "list" and ctx.inv.agent_sessions):
         from tether.cli import _acp_cmds
 
@@ -510,3 +512,23 @@ def _close(ctx: Any) -> int:
         )
     ctx.output.control(result, text=text, quiet="closed")
     return 1 if survivors or failed or result.get("stateError") else 0
+
+
+def _terminate(ctx: Any) -> int:
+    key = _key(ctx)
+    try:
+        result = operations.terminate(key, by={"door": "cli"})
+    except NoSession:
+        raise _no_session_hint(ctx) from None
+    survivors = result.get("survivors") or []
+    if result.get("alreadyEnded"):
+        text = f"session had already ended ({result.get('reason')}): nothing done"
+    elif "reconciled" in result:
+        text = "session terminated (no owner was running)"
+    else:
+        text = (
+            f"session terminated · teardown {result.get('teardownMs')} ms"
+            f" · survivors {len(survivors)}"
+        )
+    ctx.output.control(result, text=text, quiet=str(result.get("reason")))
+    return 1 if survivors else 0

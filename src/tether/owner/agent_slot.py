@@ -301,6 +301,29 @@ class AgentSlot:
             self.live, reason=reason, close_session=close_session, discard=discard
         )
 
+    async def terminate(self) -> RunEnd | None:
+        """End the live run now, for the operator: no ``session/close``, no stdin-EOF
+        grace, no waiting for the agent -- its terminals and its tree get the keeper's
+        TERM -> grace -> KILL at once, then proven extinction. Returns how it ended
+        (None: no run, or already ended)."""
+        live = self.live
+        if live is None:
+            return None
+        lease_id = live.proc.lease_id
+        if lease_id in self._ended_runs:
+            return None
+        self._ended_runs.add(lease_id)
+        live.proc.note_stop(TerminationReason.TERMINATE)
+        await live.conn.aclose()  # fails the pending turn at once; the agent gets EOF
+        if live.terminals is not None:
+            await live.terminals.aclose()  # the agent's terminals: each ended with proof
+        report = await live.proc.aclose(TerminationReason.TERMINATE)
+        if self.live is live:
+            self.live = None
+        end = RunEnd(lease_id, report, by_agent=False)
+        self._on_run_end(end)
+        return end
+
     async def end_if_dead(self) -> None:
         """After a job: a run whose agent died is ended (and reported) now."""
         if self.live is not None and not self.live.alive:
