@@ -18,6 +18,7 @@ from typing import Any
 
 from tether import _log
 from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
+from tether.acp.session_options import model_method, session_new_extras
 from tether.acp.transport import ExitStatus
 from tether.errors import AgentRequestError, TetherError
 from tether.supervise.run_state import TerminationReason
@@ -39,6 +40,15 @@ class AgentConfig:
     session_key: str | None = None
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
+    # acpx's session options (model, allowedTools, maxTurns, systemPrompt,
+    # appendSystemPrompt): applied as the agent offers (tether.acp.session_options).
+    session_options: dict[str, Any] = field(default_factory=dict)
+    # Called with a short line at each bring-up step (spawned, initialize, session/new).
+    on_progress: Callable[[str], None] | None = None
+
+
+def _quiet(_line: str) -> None:
+    """No progress lines wanted."""
 
 
 class ProcessTransport:
@@ -108,6 +118,7 @@ class LiveAgent:
 
         Cancellation: the tree is torn down (shielded) before the cancellation propagates.
         """
+        progress = cfg.on_progress or _quiet
         proc = await spawn_agent(
             SpawnSpec(
                 argv=list(cfg.argv),
@@ -118,14 +129,19 @@ class LiveAgent:
             ),
             registry,
         )
+        progress(f"agent started (pid {proc.pid}); initialize")
         conn = AgentConnection(ProcessTransport(proc), cfg.cwd, cfg.client)
         live = cls(cfg, proc, conn)
         if out_of_turn is not None:
             conn.set_fallback_listener(out_of_turn)
         try:
             await conn.initialize()
-            await conn.authenticate_if_needed()
-            await live._open_session(resume_session_id)
+            name = conn.agent_info.get("name") or "agent"
+            version = conn.agent_info.get("version")
+            progress(f"{name}{' ' + str(version) if version else ''} initialized")
+            if await conn.authenticate_if_needed():
+                progress("authenticated")
+            await live._open_session(resume_session_id, progress)
         except BaseException as exc:
             reason = TerminationReason.SPAWN_ERROR
             with contextlib.suppress(Exception):
@@ -135,9 +151,16 @@ class LiveAgent:
             raise
         return live
 
-    async def _open_session(self, resume_session_id: str | None) -> None:
+    async def _open_session(
+        self, resume_session_id: str | None, progress: Callable[[str], None]
+    ) -> None:
         conn = self.conn
+        options = self.cfg.session_options
+        # Checked before any session exists: an option the agent cannot apply is refused
+        # up front, not discovered after the first turn.
+        extras = session_new_extras(options, conn.agent_info, conn.agent_capabilities)
         if resume_session_id and (conn.can_resume or conn.can_load):
+            progress("session/resume" if conn.can_resume else "session/load")
             try:
                 self.session_result = await conn.load_session(
                     resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers
@@ -149,9 +172,19 @@ class LiveAgent:
                 # -32002 (resource not found) and friends: fall back to a new session,
                 # as acpx does; the caller replays the desired mode and config.
                 _log.event("resume_failed", session_id=resume_session_id, error=str(exc))
-        result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers)
+        progress("session/new")
+        result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers, extras)
         self.session_id = result["sessionId"]
         self.session_result = result
+        model = options.get("model")
+        if model:
+            method, params = model_method(str(model), result, conn.agent_info)
+            await conn.request(
+                method,
+                {"sessionId": self.session_id, **params},
+                timeout=conn.options.handshake_timeout,
+            )
+            progress(f"model {model}")
 
     async def prompt(
         self,

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from tether._version import __version__
 from tether.errors import (
     AgentRequestError,
+    AuthRequired,
     BrokenResourceError,
     HandshakeTimeout,
     RemoteProtocolError,
@@ -103,6 +104,13 @@ class SessionMethods:
                 params["_meta"] = {method_id: {"apiKey": credential}}
             await self._handshake("authenticate", params)
             return method_id
+        if self.auth_methods and self.options.auth_policy == "fail":
+            ids = ", ".join(str(m.get("id")) for m in self.auth_methods)
+            raise AuthRequired(
+                f"the agent advertises auth methods [{ids}] and none has a credential"
+                " (--auth-policy fail); set one in the config's [auth] table or"
+                " TETHER_AUTH_<METHOD>, or use --auth-policy skip"
+            )
         return None
 
     def _session_caps(self) -> dict[str, Any]:
@@ -121,8 +129,12 @@ class SessionMethods:
     def can_close(self) -> bool:
         return self._session_caps().get("close") is not None
 
-    async def new_session(self, cwd: str, mcp_servers: Sequence[Any] = ()) -> dict[str, Any]:
-        result = await self._handshake("session/new", {"cwd": cwd, "mcpServers": list(mcp_servers)})
+    async def new_session(
+        self, cwd: str, mcp_servers: Sequence[Any] = (), extras: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``session/new``; ``extras`` are further params (``systemPrompt``, ``_meta``)."""
+        params = {"cwd": cwd, "mcpServers": list(mcp_servers), **(extras or {})}
+        result = await self._handshake("session/new", params)
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
             raise RemoteProtocolError("session/new returned no sessionId")
         return result

@@ -44,6 +44,12 @@ def _policy(ctx: Any) -> str | None:
 
     from tether.acp import policy
 
+    if spec.lstrip().startswith("{"):
+        raise UsageError(
+            "--permission-policy takes a policy file (TOML rules) or a mode's name"
+            " (approve-all, approve-reads, deny-all), not inline JSON: write the rules"
+            " to a file (README: permission policies)"
+        )
     if spec not in {m.value for m in policy.PermissionMode}:
         spec = os.path.abspath(os.path.expanduser(spec))
     try:
@@ -76,6 +82,9 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
         "permission_policy": _policy(ctx),
+        "auth_policy": ctx.auth_policy,
+        # acpx's session options (--model, --system-prompt...): applied at session/new
+        "agent_options": ctx.inv.session_options(),
         **_mcp_options(ctx),
     }
 
@@ -93,7 +102,13 @@ def _mcp_options(ctx: Any) -> dict[str, Any]:
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
     """Flags given on this call that an owner started now must use (``--ttl``, permissions)."""
     inv = ctx.inv
-    explicit = inv.ttl is not None or inv.permissions or inv.permission_policy
+    explicit = (
+        inv.ttl is not None
+        or inv.permissions
+        or inv.permission_policy
+        or inv.auth_policy
+        or inv.session_options()
+    )
     return _owner_options(ctx) if explicit else None
 
 
@@ -128,6 +143,8 @@ def _asker(ctx: Any, key: str) -> Any:
         # into the question); it is written once the question is resolved.
         if on:
             out.flush()
+            if out.spinner is not None:
+                out.spinner.clear()
             out.hold = True
         else:
             out.hold = False
@@ -136,15 +153,23 @@ def _asker(ctx: Any, key: str) -> Any:
     return Asker(key, tty=True, hold=hold)
 
 
-def _render(ctx: Any, asker: Any = None) -> Any:
+def _render(ctx: Any, asker: Any = None, seen: list[int] | None = None) -> Any:
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
         kind = frame.get("type")
         if asker is not None and asker.on_frame(frame):
             return
+        if kind == "progress":  # the owner bringing the agent up: text banners only
+            if ctx.fmt == "text":
+                out.banner(str(frame.get("message")))
+            return
         if kind == "update":
             acp = frame.get("frame")
+            if seen is not None and isinstance(acp, dict):
+                from tether.cli._retry import shows_work
+
+                seen[0] += shows_work(acp)
             if isinstance(acp, dict):
                 out.frame(str(frame.get("direction", "in")), acp)
         elif kind == "permission" and ctx.fmt == "text":
@@ -168,9 +193,55 @@ def _render(ctx: Any, asker: Any = None) -> Any:
     return on_frame
 
 
+def _creation_only(ctx: Any) -> None:
+    """Options that shape a new ACP session cannot change a running one: say where they go."""
+    options = ctx.inv.session_options()
+    options.pop("model", None)  # --model on a prompt selects the model first (`set model`)
+    if options:
+        flags = {
+            "allowedTools": "--allowed-tools",
+            "maxTurns": "--max-turns",
+            "systemPrompt": "--system-prompt",
+            "appendSystemPrompt": "--append-system-prompt",
+        }
+        given = [flags[name] for name in options]
+        raise UsageError(
+            f"{', '.join(given)}: set when a session is created; use"
+            f" `tether sessions new {given[0]} ...` (or `tether exec`), then prompt"
+        )
+
+
 def prompt(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("prompt needs text (arguments, -f FILE, or stdin)")
+    _creation_only(ctx)
+    attempt = 0
+    while True:
+        seen = [0]
+        try:
+            return _prompt_once(ctx, text, seen)
+        except (PermissionDenied, Interrupted):
+            raise
+        except Exception as exc:
+            from tether.cli import _retry
+            from tether.errors import TetherError
+
+            if not (
+                isinstance(exc, TetherError)
+                and attempt < ctx.prompt_retries
+                and _retry.retryable(exc, updates_seen=seen[0])
+            ):
+                raise
+            wait = _retry.delay(attempt)
+            attempt += 1
+            ctx.output.banner(
+                f"prompt failed ({exc}); retry {attempt}/{ctx.prompt_retries} in {wait:g} s"
+            )
+            time.sleep(wait)
+
+
+def _prompt_once(ctx: Any, text: str, seen: list[int]) -> int:
+    started = time.monotonic()
     key = _key(ctx)
     # --timeout bounds the whole call: connecting, starting an owner, queueing, the turn.
     deadline = _call_deadline(ctx)
@@ -188,6 +259,12 @@ def prompt(ctx: Any, text: str) -> int:
     if asker is not None:
         payload["control"] = True  # we answer this turn's questions on the terminal
     with conn:
+        if ctx.inv.model:  # acpx: --model selects the model (the agent's model option)
+            conn.request(
+                "set_config_option",
+                {"configId": "model", "value": ctx.inv.model},
+                deadline_ms=_remaining_ms(deadline),
+            )
         rid = conn.send(
             "prompt",
             payload,
@@ -202,9 +279,16 @@ def prompt(ctx: Any, text: str) -> int:
                 quiet=rid,
             )
             return 0
-        render = _render(ctx, asker)
+        render = _render(ctx, asker, seen)
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
+        if not ctx.inv.no_wait:
+            from tether.cli import _spinner
+
+            spinner = _spinner.for_output(ctx.output)
+            if spinner is not None:
+                conn.idle_tick = spinner.tick
+                conn.idle_interval = _spinner.TICK_S
         try:
             if asker is None:
                 result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
@@ -213,7 +297,7 @@ def prompt(ctx: Any, text: str) -> int:
                     result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
-    ctx.output.done(str(result.get("stopReason")))
+    ctx.output.done(str(result.get("stopReason")), time.monotonic() - started)
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
         raise PermissionDenied(
             f"{result.get('permissionDenied')} permission request(s) were denied"
@@ -310,6 +394,11 @@ def sessions_cmd(ctx: Any) -> int:
         return _journal_cmds.run(ctx, _key(ctx), _no_session_hint(ctx))
     if sub == "list":
         items = operations.list_sessions(include_closed=ctx.inv.all)
+        if ctx.inv.filter_cwd is not None:  # acpx's --filter-cwd: one working directory
+            import os
+
+            where = os.path.realpath(os.path.expanduser(ctx.inv.filter_cwd))
+            items = [s for s in items if os.path.realpath(s["cwd"]) == where]
         ctx.output.control(
             {"action": "sessions", "sessions": items},
             text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
