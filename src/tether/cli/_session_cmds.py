@@ -83,10 +83,17 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "fs": not ctx.inv.no_fs,
         "permission_policy": _policy(ctx),
         "auth_policy": ctx.auth_policy,
-        # acpx's session options (--model, --system-prompt...): applied at session/new
-        "agent_options": ctx.inv.session_options(),
+        **_agent_options(ctx),
         **_mcp_options(ctx),
     }
+
+
+def _agent_options(ctx: Any) -> dict[str, Any]:
+    """acpx's session options (--model, --system-prompt...), applied at session/new: set by
+    `sessions new|ensure` only, and only when given (they replace the stored ones whole;
+    `prompt --model` goes through `set model` instead)."""
+    options = ctx.inv.session_options()
+    return {"agent_options": options} if options and ctx.inv.command == "sessions" else {}
 
 
 def _mcp_options(ctx: Any) -> dict[str, Any]:
@@ -107,7 +114,7 @@ def _later_flags(ctx: Any) -> dict[str, Any] | None:
         or inv.permissions
         or inv.permission_policy
         or inv.auth_policy
-        or inv.session_options()
+        or _agent_options(ctx)
     )
     return _owner_options(ctx) if explicit else None
 
