@@ -40,6 +40,7 @@ class AgentConfig:
     session_key: str | None = None
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
+    backend_id: str | None = None  # the agent's registry name or command label (run records)
     # acpx's session options (model, allowedTools, maxTurns, systemPrompt,
     # appendSystemPrompt): applied as the agent offers (tether.acp.session_options).
     session_options: dict[str, Any] = field(default_factory=dict)
@@ -126,6 +127,7 @@ class LiveAgent:
                 env=cfg.env,
                 session_key=cfg.session_key,
                 grace=cfg.grace,
+                backend_id=cfg.backend_id,
             ),
             registry,
         )

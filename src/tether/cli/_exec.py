@@ -101,6 +101,7 @@ async def _run(ctx: Any, text: str) -> int:
         client=client_options(ctx, frames),
         grace=1.5,
         mcp_servers=mcp,
+        backend_id=ctx.agent_label,
         session_options=ctx.inv.session_options(),
         on_progress=out.banner,
     )

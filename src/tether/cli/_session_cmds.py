@@ -10,11 +10,14 @@ from __future__ import annotations
 import time
 
 from tether import operations, sessions
+from tether.cli._retry import agent_options
 from tether.errors import (
     Interrupted,
     NoSession,
+    OwnerLost,
     PermissionDenied,
     UsageError,
+    WatchLagged,
 )
 from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
@@ -83,17 +86,9 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "fs": not ctx.inv.no_fs,
         "permission_policy": _policy(ctx),
         "auth_policy": ctx.auth_policy,
-        **_agent_options(ctx),
+        **agent_options(ctx),
         **_mcp_options(ctx),
     }
-
-
-def _agent_options(ctx: Any) -> dict[str, Any]:
-    """acpx's session options (--model, --system-prompt...), applied at session/new: set by
-    `sessions new|ensure` only, and only when given (they replace the stored ones whole;
-    `prompt --model` goes through `set model` instead)."""
-    options = ctx.inv.session_options()
-    return {"agent_options": options} if options and ctx.inv.command == "sessions" else {}
 
 
 def _mcp_options(ctx: Any) -> dict[str, Any]:
@@ -114,7 +109,7 @@ def _later_flags(ctx: Any) -> dict[str, Any] | None:
         or inv.permissions
         or inv.permission_policy
         or inv.auth_policy
-        or _agent_options(ctx)
+        or agent_options(ctx)
     )
     return _owner_options(ctx) if explicit else None
 
@@ -160,7 +155,7 @@ def _asker(ctx: Any, key: str) -> Any:
     return Asker(key, tty=True, hold=hold)
 
 
-def _render(ctx: Any, asker: Any = None, seen: list[int] | None = None) -> Any:
+def _render(ctx: Any, asker: Any = None, worked: list[int] | None = None) -> Any:
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
@@ -173,10 +168,10 @@ def _render(ctx: Any, asker: Any = None, seen: list[int] | None = None) -> Any:
             return
         if kind == "update":
             acp = frame.get("frame")
-            if seen is not None and isinstance(acp, dict):
+            if worked is not None and isinstance(acp, dict):
                 from tether.cli._retry import shows_work
 
-                seen[0] += shows_work(acp)
+                worked[0] += shows_work(acp)
             if isinstance(acp, dict):
                 out.frame(str(frame.get("direction", "in")), acp)
         elif kind == "permission" and ctx.fmt == "text":
@@ -200,54 +195,16 @@ def _render(ctx: Any, asker: Any = None, seen: list[int] | None = None) -> Any:
     return on_frame
 
 
-def _creation_only(ctx: Any) -> None:
-    """Options that shape a new ACP session cannot change a running one: say where they go."""
-    options = ctx.inv.session_options()
-    options.pop("model", None)  # --model on a prompt selects the model first (`set model`)
-    if options:
-        flags = {
-            "allowedTools": "--allowed-tools",
-            "maxTurns": "--max-turns",
-            "systemPrompt": "--system-prompt",
-            "appendSystemPrompt": "--append-system-prompt",
-        }
-        given = [flags[name] for name in options]
-        raise UsageError(
-            f"{', '.join(given)}: set when a session is created; use"
-            f" `tether sessions new {given[0]} ...` (or `tether exec`), then prompt"
-        )
-
-
 def prompt(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("prompt needs text (arguments, -f FILE, or stdin)")
-    _creation_only(ctx)
-    attempt = 0
-    while True:
-        seen = [0]
-        try:
-            return _prompt_once(ctx, text, seen)
-        except (PermissionDenied, Interrupted):
-            raise
-        except Exception as exc:
-            from tether.cli import _retry
-            from tether.errors import TetherError
+    from tether.cli import _retry
 
-            if not (
-                isinstance(exc, TetherError)
-                and attempt < ctx.prompt_retries
-                and _retry.retryable(exc, updates_seen=seen[0])
-            ):
-                raise
-            wait = _retry.delay(attempt)
-            attempt += 1
-            ctx.output.banner(
-                f"prompt failed ({exc}); retry {attempt}/{ctx.prompt_retries} in {wait:g} s"
-            )
-            time.sleep(wait)
+    _retry.creation_only(ctx)
+    return _retry.with_retries(ctx, lambda worked: _prompt_once(ctx, text, worked))
 
 
-def _prompt_once(ctx: Any, text: str, seen: list[int]) -> int:
+def _prompt_once(ctx: Any, text: str, worked: list[int]) -> int:
     started = time.monotonic()
     key = _key(ctx)
     # --timeout bounds the whole call: connecting, starting an owner, queueing, the turn.
@@ -286,16 +243,24 @@ def _prompt_once(ctx: Any, text: str, seen: list[int]) -> int:
                 quiet=rid,
             )
             return 0
-        render = _render(ctx, asker, seen)
+        shown = _render(ctx, asker, worked)
+        seen = [0]  # the journal seq of the last frame relayed to us
+
+        def render(frame: dict[str, Any]) -> None:
+            seq = frame.get("seq")
+            if isinstance(seq, int):
+                seen[0] = seq
+            shown(frame)
+
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
-        if not ctx.inv.no_wait:
-            from tether.cli import _spinner
+        generation = conn.generation
+        from tether.cli import _spinner
 
-            spinner = _spinner.for_output(ctx.output)
-            if spinner is not None:
-                conn.idle_tick = spinner.tick
-                conn.idle_interval = _spinner.TICK_S
+        spinner = _spinner.for_output(ctx.output)
+        if spinner is not None:
+            conn.idle_tick = spinner.tick
+            conn.idle_interval = _spinner.TICK_S
         try:
             if asker is None:
                 result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
@@ -304,12 +269,67 @@ def _prompt_once(ctx: Any, text: str, seen: list[int]) -> int:
                     result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
+        except WatchLagged:
+            # We read too slowly and the owner let go of us; the turn went on. Its
+            # frames are all in the journal: the rest of it comes from there.
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=True)
+        except OwnerLost:
+            # Cut off: a slow reader whose lagged frame was lost with its buffer, or the
+            # owner died. The journal knows which: the turn's end, if it was recorded.
+            owner_alive = operations.serving_generation(key) == generation
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=owner_alive)
     ctx.output.done(str(result.get("stopReason")), time.monotonic() - started)
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
         raise PermissionDenied(
             f"{result.get('permissionDenied')} permission request(s) were denied"
         )
     return 0
+
+
+def _finish_from_journal(
+    ctx: Any, key: str, rid: str, last_seq: int, render: Any, *, follow: bool
+) -> dict[str, Any]:
+    """The rest of turn ``rid`` after ``last_seq``, read from the session's journal (the
+    owner let go of us mid-turn): its frames rendered as if relayed, and its result (or
+    its error, raised). ``follow``: its owner still runs it, so wait for its end."""
+    from tether import _fastjson
+    from tether.errors import error_from_wire
+    from tether.journal.follow import Follower, follow_session
+
+    outcome: dict[str, Any] = {}
+    followers: list[Follower] = []
+
+    def emit(_seq: int, line: str) -> None:
+        entry = _fastjson.loads(line)
+        if entry.get("requestId") == rid:
+            if entry.get("kind") == "acp":
+                render(
+                    {
+                        "type": "update",
+                        "direction": entry.get("direction"),
+                        "frame": entry.get("frame"),
+                    }
+                )
+                return
+            if entry.get("kind") == "turn_ended":
+                outcome.update(entry)
+        elif entry.get("kind") == "session_ended":
+            outcome["sessionEnded"] = entry
+        if outcome:
+            for follower in followers:
+                follower.interrupt()
+
+    follow_session(key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append)
+    ctx.output.flush()
+    if "stopReason" in outcome:
+        return {"stopReason": outcome["stopReason"]}
+    if "error" in outcome:
+        raise error_from_wire({"message": str(outcome["error"])})
+    raise OwnerLost(
+        "the owner went away before the request finished; the outcome is unknown, do not"
+        " resubmit automatically",
+        request_id=rid,
+    )
 
 
 def _interrupt(ctx: Any, conn: OwnerConnection, key: str, rid: str, render: Any) -> int:
@@ -507,5 +527,10 @@ def _close(ctx: Any) -> int:
     for child in failed:
         key_text = str(child["sessionKey"])[:12]
         text += f"\nspawned session {key_text} could not be closed: {child['error']}"
+    if result.get("stateError"):
+        text += (
+            "\nthe session's end could not be recorded: "
+            f"{result['stateError']} (free space, then `tether doctor`)"
+        )
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors or failed else 0
+    return 1 if survivors or failed or result.get("stateError") else 0
