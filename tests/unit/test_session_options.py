@@ -89,3 +89,12 @@ def test_a_model_without_selection_is_refused() -> None:
         AgentOptionUnsupported, match="--model: codex-acp offers no model selection"
     ):
         model_method("big", {"configOptions": [{"id": "fast"}]}, OTHER)
+
+
+def test_the_model_option_is_found_by_category_not_id() -> None:
+    """`set model X` reaches an option called anything, as long as its category is model."""
+    from tether.acp.session_options import model_option_id
+
+    assert model_option_id({"configOptions": [{"id": "llm", "category": "model"}]}) == "llm"
+    assert model_option_id({"configOptions": [{"id": "model"}]}) is None
+    assert model_option_id({}) is None

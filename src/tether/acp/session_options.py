@@ -26,7 +26,7 @@ from typing import Any
 
 from tether.errors import AgentOptionUnsupported
 
-__all__ = ["CLAUDE_AGENT_NAMES", "model_method", "session_new_extras"]
+__all__ = ["CLAUDE_AGENT_NAMES", "model_method", "model_option_id", "session_new_extras"]
 
 # agentInfo.name of the adapters that read _meta.claudeCode.options (both npm names).
 CLAUDE_AGENT_NAMES = frozenset({"claude-agent-acp", "@agentclientprotocol/claude-agent-acp"})
@@ -106,6 +106,16 @@ def _system_prompt(
     )
 
 
+def model_option_id(session_result: dict[str, Any]) -> str | None:
+    """The id of the session's config option of category ``model``, if it has one
+    (acpx: ``set model X`` is model control, whatever the agent calls the option)."""
+    options = session_result.get("configOptions")
+    for option in options if isinstance(options, list) else []:
+        if isinstance(option, dict) and option.get("category") == "model" and option.get("id"):
+            return str(option["id"])
+    return None
+
+
 def model_method(
     model: str, session_result: dict[str, Any], agent_info: dict[str, Any]
 ) -> tuple[str, dict[str, Any]]:
@@ -115,10 +125,9 @@ def model_method(
     Raises:
         AgentOptionUnsupported: the session has no model config option and no ``models``.
     """
-    options = session_result.get("configOptions")
-    for option in options if isinstance(options, list) else []:
-        if isinstance(option, dict) and option.get("category") == "model" and option.get("id"):
-            return "session/set_config_option", {"configId": option["id"], "value": model}
+    config_id = model_option_id(session_result)
+    if config_id is not None:
+        return "session/set_config_option", {"configId": config_id, "value": model}
     if isinstance(session_result.get("models"), dict):
         return "session/set_model", {"modelId": model}
     raise AgentOptionUnsupported(

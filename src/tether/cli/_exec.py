@@ -25,6 +25,7 @@ from typing import Any
 
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode, PermissionPolicy, load_policy
+from tether.acp.session_options import model_option_id
 from tether.cli import _retry, _spinner
 from tether.errors import (
     CallTimeout,
@@ -194,9 +195,7 @@ async def _config_options(live: LiveAgent, options: list[tuple[str, str]], out: 
     for key, raw in options:
         value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
         if key == "model":  # acpx: model control, whatever the agent calls its option
-            from tether.owner.requests import _model_option_id
-
-            key = _model_option_id(live.session_result) or key
+            key = model_option_id(live.session_result) or key
         await live.conn.set_config_option(live.session_id, key, value)
         out.banner(f"{key} set: {raw}")
 

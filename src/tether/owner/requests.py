@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import metrics
+from tether.acp.session_options import model_option_id
 from tether.errors import PromptTimeout, RateLimited, TetherTimeout
 from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
@@ -185,7 +186,7 @@ class RequestRunner:
         config_id = str(job.env.payload["configId"])
         value = job.env.payload["value"]
         if config_id == "model":  # acpx: `set model X` is model control, whatever the id
-            config_id = _model_option_id(live.session_result) or config_id
+            config_id = model_option_id(live.session_result) or config_id
         answer = await live.conn.set_config_option(live.session_id, config_id, value)
         session = self.registry.session(self.key)
         desired = dict(session.desired_config if session else {})
@@ -206,15 +207,6 @@ class RequestRunner:
         with contextlib.suppress(Exception):
             if self.last_prompt_at is not None:
                 self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
-
-
-def _model_option_id(session_result: dict[str, Any]) -> str | None:
-    """The id of the session's config option of category ``model``, if it has one."""
-    options = session_result.get("configOptions")
-    for option in options if isinstance(options, list) else []:
-        if isinstance(option, dict) and option.get("category") == "model" and option.get("id"):
-            return str(option["id"])
-    return None
 
 
 def _ms_since(start: float) -> float:
