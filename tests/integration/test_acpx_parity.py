@@ -89,6 +89,10 @@ def parity_project(project_dir: Path) -> Path:
 def _run(command: str, project: Path) -> subprocess.CompletedProcess[str]:
     argv = shlex.split(_fill(command, project))
     assert argv[0] == "tether"
+    stdin = None
+    if len(argv) > 2 and argv[-2] == "<":  # `< FILE`: the command's stdin
+        stdin = (project / argv[-1]).read_text()
+        argv = argv[:-2]
     return subprocess.run(
         [sys.executable, "-m", "tether", *argv[1:]],
         cwd=project,
@@ -96,7 +100,8 @@ def _run(command: str, project: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=RUN_TIMEOUT,
-        stdin=subprocess.DEVNULL,
+        input=stdin,
+        stdin=subprocess.DEVNULL if stdin is None else None,
     )
 
 
