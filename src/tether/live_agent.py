@@ -165,7 +165,7 @@ class LiveAgent:
             progress("session/resume" if conn.can_resume else "session/load")
             try:
                 self.session_result = await conn.load_session(
-                    resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers
+                    resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers, extras=extras
                 )
                 self.session_id = resume_session_id
                 self.resumed = True

@@ -145,15 +145,18 @@ class SessionMethods:
         cwd: str,
         listener: Callable[[dict[str, Any]], None] | None = None,
         mcp_servers: Sequence[Any] = (),
+        extras: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``session/resume`` when advertised, else ``session/load`` (which replays the
-        history as updates, to ``listener`` when given); the session's MCP servers are
-        handed over again, as on ``session/new``."""
+        history as updates, to ``listener`` when given); the session's MCP servers and
+        ``extras`` (``systemPrompt``, ``_meta``) are handed over again, as on
+        ``session/new`` (claude-agent-acp rebuilds a resumed session from them)."""
         method = "session/resume" if self.can_resume else "session/load"
         params: dict[str, Any] = {
             "sessionId": session_id,
             "cwd": cwd,
             "mcpServers": list(mcp_servers),
+            **(extras or {}),
         }
         if listener is not None:
             self._listeners[session_id] = listener

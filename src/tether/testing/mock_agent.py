@@ -101,7 +101,9 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     A ``usage_update`` with used 1234, size 200000.
 ``session-params``
     One chunk: the JSON of the last ``session/new`` params without ``cwd`` and
-    ``mcpServers`` (what else the client sent: ``_meta``, ``systemPrompt``).
+    ``mcpServers`` (what else the client sent: ``_meta``, ``systemPrompt``); after a
+    ``session/load`` or ``session/resume``, its params (without ``sessionId``) with
+    ``"method"`` naming it.
 ``mode ID``
     A ``current_mode_update`` to ID (and the session's mode becomes ID).
 ``stop [REASON]``
@@ -1123,6 +1125,10 @@ class MockAgent:
         if self._needs_auth(req_id):
             return
         session = self._open(sid)
+        self.new_params = {
+            "method": "session/load" if replay else "session/resume",
+            **{k: v for k, v in params.items() if k not in ("cwd", "mcpServers", "sessionId")},
+        }
         if replay:
             self.chunk(session, "previous prompt", "user_message_chunk")
             self.chunk(session, "previous answer")
