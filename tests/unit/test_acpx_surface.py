@@ -31,6 +31,8 @@ def test_session_option_flags_parse() -> None:
         (["--prompt-retries", "-1", "exec", "x"], "at least 0"),
         (["--auth-policy", "ask", "exec", "x"], "skip or fail"),
         (["--model", " ", "exec", "x"], "needs a model id"),
+        (["--system-prompt", "", "exec", "x"], "needs text"),
+        (["--append-system-prompt", "a", "--system-prompt", "b", "exec", "x"], "exclusive"),
         (["exec", "--config-option", "novalue", "x"], "KEY=VALUE"),
         (["config", "edit"], "show or init"),
         (["sessions", "import", "a.json"], "sessions read"),

@@ -126,14 +126,16 @@ def _apply_session_option(inv: Invocation, flag: str, value: str) -> None:
         inv.allowed_tools = [t.strip() for t in value.split(",") if t.strip()]
     elif flag == "--max-turns":
         inv.max_turns = _count(flag, value, 1)
+    elif not value.strip():
+        raise UsageError(f"{flag} needs text")
+    elif flag == "--system-prompt":
+        if inv.append_system_prompt is not None:
+            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
+        inv.system_prompt = value
     else:
-        other = "--append-system-prompt" if flag == "--system-prompt" else "--system-prompt"
-        if inv.system_prompt if flag != "--system-prompt" else inv.append_system_prompt:
-            raise UsageError(f"{flag} and {other} are mutually exclusive")
-        if flag == "--system-prompt":
-            inv.system_prompt = value
-        else:
-            inv.append_system_prompt = value
+        if inv.system_prompt is not None:
+            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
+        inv.append_system_prompt = value
 
 
 def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
