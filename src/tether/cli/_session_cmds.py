@@ -487,6 +487,9 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
     with conn:
         generation = conn.generation
         owner_pid = conn.hello.get("ownerPid")
+        if ctx.inv.model and not created:  # a session that exists: select its model now
+            conn.request("set_config_option", {"configId": "model", "value": ctx.inv.model})
+            ctx.output.banner(f"model set: {ctx.inv.model}")
     ctx.output.control(
         {
             "action": "session_ensured",
