@@ -273,6 +273,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
+    if command == "serve":
+        from tether.serve.command import run_serve
+
+        return run_serve(ctx)
     if command == "metrics":
         from tether.cli._metrics_cmd import run_metrics
 

@@ -18,6 +18,7 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "serve",
         "answer",
         "metrics",
     }
@@ -95,6 +96,10 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--host": (1, "--host HOST", "address to listen on (default 127.0.0.1)"),
+    "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
+    "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
+    "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
     "--config-option": (
         1,
@@ -196,6 +201,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "config": ("show|init", "the configuration: show it (default), or write a template", ()),
     "config show": ("", "the merged configuration, the files it came from, secrets masked", ()),
     "config init": ("", "write the user config template (only when there is none)", ()),
+    "serve": (
+        "[--host H] [--port P | --unix PATH] [--token T]",
+        "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
+        ("--host", "--port", "--unix", "--token"),
+    ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",

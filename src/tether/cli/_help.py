@@ -38,6 +38,8 @@ commands:
   metrics                              counters, latencies and gauges (text, or --format json)
   config show|init                     the merged configuration and its files (secrets masked),
                                        or write the user config template
+  serve [--host H] [--port P | --unix PATH] [--token T]
+                                       HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.

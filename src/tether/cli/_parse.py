@@ -66,6 +66,10 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.host: str | None = None
+        self.port: int | None = None
+        self.unix: str | None = None
+        self.token: str | None = None
         self.tree = False  # sessions list --tree
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
@@ -232,6 +236,18 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.filter_cwd = value
     elif flag == "--repair":
         inv.repair = True
+    elif flag in ("--host", "--unix", "--token"):
+        if not value:
+            raise UsageError(f"{flag} needs a non-empty value")
+        setattr(inv, flag[2:], value)
+    elif flag == "--port":
+        try:
+            port = int(value or "")
+        except ValueError:
+            raise UsageError(f"--port expects a whole number, got {value!r}") from None
+        if not 0 <= port <= 65535:
+            raise UsageError("--port must be between 0 and 65535")
+        inv.port = port
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
