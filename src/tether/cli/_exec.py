@@ -55,7 +55,7 @@ def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
         handshake_timeout=float(cfg.get("handshakeTimeout") or 30.0),
         prompt_ceiling=None,
         auth={str(k): str(v) for k, v in (cfg.get("auth") or {}).items()},
-        auth_policy=getattr(ctx, "auth_policy", "skip"),
+        auth_policy=ctx.auth_policy,
         on_frame=on_frame,
     )
 
