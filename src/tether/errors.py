@@ -13,6 +13,7 @@
     │                                   usage/rate limit (reset time when the agent gave one)
     ├── AgentOptionUnsupported          the agent has no way to apply a session option (--model)
     ├── AuthRequired                    --auth-policy fail: auth methods advertised, no credential
+    ├── NotAdvertised                   the agent does not offer that ACP method (nothing sent)
     ├── ResourceError
     │   ├── ClosedResourceError         we already closed it
     │   └── BrokenResourceError         it died under us
@@ -594,6 +595,14 @@ class UnknownInteraction(UsageError):
     """No open (or recently resolved) interaction of this session has that id."""
 
     default_detail_code = "UNKNOWN_INTERACTION"
+
+
+class NotAdvertised(TetherError):
+    """The agent does not advertise the ACP method asked for (``session/fork``,
+    ``session/list``, ``session/delete``, ``logout``...); nothing was sent to it.
+    ``fields["method"]`` names the method."""
+
+    default_detail_code = "ACP_NOT_ADVERTISED"
 
 
 def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:

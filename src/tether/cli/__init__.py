@@ -269,6 +269,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _session_cmds
 
         return _session_cmds.sessions_cmd(ctx)
+    if command == "logout":
+        from tether.cli import _acp_cmds
+
+        return _acp_cmds.logout(ctx)
     if command == "reap":
         from tether.cli._reap import run_reap
 

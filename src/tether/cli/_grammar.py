@@ -21,10 +21,23 @@ COMMANDS = frozenset(
         "serve",
         "answer",
         "metrics",
+        "logout",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
-    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+    {
+        "new",
+        "ensure",
+        "list",
+        "show",
+        "close",
+        "history",
+        "watch",
+        "read",
+        "export",
+        "prune",
+        "fork",
+    }
 )
 CONFIG_SUBCOMMANDS = frozenset({"show", "init"})
 
@@ -62,6 +75,7 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
     "--policy": 1,  # acpx's alias of --permission-policy
@@ -73,7 +87,6 @@ _GLOBAL_FLAGS = {
     "--system-prompt": 1,
     "--append-system-prompt": 1,
     "--prompt-retries": 1,
-    "--no-terminal": 0,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -101,12 +114,30 @@ _COMMAND_FLAGS = {
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
+    # ACP's newer methods (issue 14)
+    "--resume-session": (
+        1,
+        "--resume-session ID",
+        "attach to the agent's existing session ID (see sessions list --agent-sessions)",
+    ),
+    "--agent-sessions": (
+        0,
+        "--agent-sessions",
+        "list the agent's own sessions of this --cwd (session/list; --all: every directory)",
+    ),
+    "--cursor": (1, "--cursor C", "with --agent-sessions: the page after nextCursor C"),
+    "--discard": (
+        0,
+        "--discard",
+        "the agent also deletes the conversation (session/delete, where offered)",
+    ),
     "--config-option": (
         1,
         "--config-option KEY=VALUE",
         "set a session config option before the prompt (repeatable)",
     ),
     "--filter-cwd": (1, "--filter-cwd DIR", "only sessions whose working directory is DIR"),
+    "--local": (0, "--local", "Tether's own records (the default; acpx's flag)"),
 }
 _SAME = {
     "--session": "-s",
@@ -151,16 +182,29 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
-    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
-    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions new": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "create a fresh session (closes one of that name)",
+        (*_S, "--resume-session"),
+    ),
+    "sessions ensure": (
+        "[-s NAME | NAME] [--resume-session ID]",
+        "reuse the session, or create it; start its owner",
+        (*_S, "--resume-session"),
+    ),
+    "sessions fork": (
+        "[-s NAME] NEW_NAME",
+        "a new warm session continuing NAME's conversation (session/fork)",
+        _S,
+    ),
     "sessions list": (
-        "[--all] [--tree] [--filter-cwd DIR]",
-        "list the sessions you may see",
-        ("--all", "--tree", "--filter-cwd"),
+        "[--all] [--tree] [--filter-cwd DIR] [--agent-sessions [--cursor C]]",
+        "list the sessions you may see (--agent-sessions: the agent's own)",
+        ("--all", "--tree", "--filter-cwd", "--local", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -189,10 +233,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed"),
     ),
     "sessions close": (
-        "[-s NAME | NAME]",
+        "[-s NAME | NAME] [--discard]",
         "end the session and prove its process tree gone",
-        _S,
+        (*_S, "--discard"),
     ),
+    "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (
         "[--dry-run]",
         "reconcile leases: reap verified orphans of this instance",

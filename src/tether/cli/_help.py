@@ -29,10 +29,13 @@ commands:
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
   answer [-s NAME] ID allow|always|deny|OPTION_ID
                                        answer a question the agent asked (first answer wins)
-  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
-  sessions list|show|history [NAME]    inspect sessions
+  sessions new|ensure [-s NAME] [--resume-session ID]
+                                       create (new: fresh) or reuse a session; starts its owner
+  sessions fork [-s NAME] NEW_NAME     a new warm session continuing NAME's conversation
+  sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
-  sessions close [NAME]                end the session and prove its process tree gone
+  sessions close [NAME] [--discard]    end the session and prove its process tree gone
+  logout                               sign the agent out (ACP logout)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   metrics                              counters, latencies and gauges (text, or --format json)
@@ -62,7 +65,7 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
-  --no-terminal                        do not offer terminals to the agent
+  --no-terminal                        do not offer terminals (terminal/*) to the agent
   --model ID                           select the agent's model (its model config option)
   --allowed-tools A,B                  the tools the agent may use ("" = none; claude only)
   --max-turns N                        the agent's turn limit per prompt (claude only)
@@ -93,7 +96,7 @@ def _command_help(spec: str) -> str:
         lines += ["", "subcommands:"]
         subs: tuple[str, ...] = ("show", "init") if spec == "config" else ("new", "ensure")
         if spec == "sessions":
-            subs += ("list", "show", "history", "read", "watch", "export", "prune", "close")
+            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune", "close")
         for sub in subs:
             sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
             lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")

@@ -52,6 +52,7 @@ class Invocation:
         self.verbose = False
         self.json_strict = False
         self.no_fs = False
+        self.no_terminal = False  # --no-terminal: no terminal/* for the agent
         self.session: str | None = None
         self.no_wait = False
         self.file: str | None = None
@@ -71,6 +72,10 @@ class Invocation:
         self.unix: str | None = None
         self.token: str | None = None
         self.tree = False  # sessions list --tree
+        self.resume_session: str | None = None  # sessions new --resume-session ID
+        self.agent_sessions = False  # sessions list --agent-sessions
+        self.cursor: str | None = None  # sessions list --agent-sessions --cursor C
+        self.discard = False  # sessions close --discard
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
@@ -84,7 +89,6 @@ class Invocation:
         self.system_prompt: str | None = None
         self.append_system_prompt: str | None = None
         self.prompt_retries: int | None = None
-        self.no_terminal = False
         self.config_options: list[tuple[str, str]] = []  # exec --config-option K=V
         self.filter_cwd: str | None = None  # sessions list --filter-cwd
 
@@ -248,6 +252,14 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         if not 0 <= port <= 65535:
             raise UsageError("--port must be between 0 and 65535")
         inv.port = port
+    elif flag == "--resume-session":
+        inv.resume_session = value
+    elif flag == "--agent-sessions":
+        inv.agent_sessions = True
+    elif flag == "--cursor":
+        inv.cursor = value
+    elif flag == "--discard":
+        inv.discard = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
@@ -377,7 +389,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             _refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|history|watch|read|export|prune"
+                "new|ensure|list|show|close|history|watch|read|export|prune|fork"
             )
         else:
             inv.subcommand = "list"

@@ -13,6 +13,7 @@ from tether.acp.policy import PermissionMode, PermissionPolicy, PolicyInvalid, l
 from tether.errors import TetherError
 from tether.ipc import protocol
 from tether.journal.entry import Retention
+from tether.terminals import TerminalSettings
 
 __all__ = ["OwnerSettings"]
 
@@ -43,6 +44,8 @@ class OwnerSettings:
     auth_policy: str = "skip"  # --auth-policy: no credential for advertised methods -> fail?
     retention: Retention = field(default_factory=Retention)
     journal_frames: bool = True  # False: control records only, no ACP frames stored
+    # Agents' terminals (terminal/*); None: not offered (--no-terminal).
+    terminals: TerminalSettings | None = field(default_factory=TerminalSettings)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
@@ -73,6 +76,7 @@ class OwnerSettings:
             s.fs = bool(options["fs"])
         if options.get("auth_policy") in ("skip", "fail"):
             s.auth_policy = str(options["auth_policy"])
+        s.terminals = TerminalSettings.from_options(options)
         if isinstance(options.get("auth"), dict):
             s.auth = {str(k): str(v) for k, v in options["auth"].items()}
         if s.turn_timeout is not None and s.turn_timeout <= 0:
