@@ -162,7 +162,7 @@ def cancel_waiting_prompt(
     out, err = waiting.communicate(timeout=30)
     timing(f"owner: {label} `tether cancel` -> waiting prompt exits", time.monotonic() - t0)
     assert waiting.returncode == 0, err
-    assert out.rstrip().endswith("[done] cancelled"), (out, err)
+    assert out.rstrip().rpartition("\n")[2].startswith("[done] cancelled ("), (out, err)
 
 
 # --- process-tree proofs ---------------------------------------------------------------
