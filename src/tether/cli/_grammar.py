@@ -41,6 +41,26 @@ SESSION_SUBCOMMANDS = frozenset(
         "fork",
     }
 )
+CONFIG_SUBCOMMANDS = frozenset({"show", "init"})
+
+# acpx 0.19.1 commands and options Tether refuses, each with the way Tether does it
+# instead (docs/acpx-parity.md lists them all; a test runs every row).
+REFUSED = {
+    "compare": "`compare` is not supported: run `tether <agent> exec TEXT` once per agent",
+    "flow": "`flow` is not supported: script `tether prompt` calls (exit codes say what happened)",
+    "sessions import": (
+        "`sessions import` is not supported: Tether cannot restore a session from an archive;"
+        " `sessions export` writes the journal as NDJSON, to read with `sessions read`"
+    ),
+    "sessions watch --cursor": "use `sessions watch --from SEQ` (a journal entry's seq)",
+    "sessions prune --before": "use `sessions prune --older-than DURATION` (7d, 12h)",
+    "sessions prune --include-history": (
+        "use `sessions prune --closed` (closed sessions go with their journals)"
+    ),
+    "sessions prune --dry-run": (
+        "`sessions list --all` shows the closed sessions `sessions prune --closed` removes"
+    ),
+}
 
 # global flag -> number of values it takes
 _GLOBAL_FLAGS = {
@@ -60,6 +80,15 @@ _GLOBAL_FLAGS = {
     "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
+    "--policy": 1,  # acpx's alias of --permission-policy
+    "--auth-policy": 1,
+    "--suppress-reads": 0,
+    "--model": 1,
+    "--allowed-tools": 1,
+    "--max-turns": 1,
+    "--system-prompt": 1,
+    "--append-system-prompt": 1,
+    "--prompt-retries": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -109,6 +138,13 @@ _COMMAND_FLAGS = {
         "--discard",
         "the agent also deletes the conversation (session/delete, where offered)",
     ),
+    "--config-option": (
+        1,
+        "--config-option KEY=VALUE",
+        "set a session config option before the prompt (repeatable)",
+    ),
+    "--filter-cwd": (1, "--filter-cwd DIR", "only sessions whose working directory is DIR"),
+    "--local": (0, "--local", "Tether's own records (the default; acpx's flag)"),
 }
 _SAME = {
     "--session": "-s",
@@ -121,7 +157,11 @@ _S = ("-s", "--session", "--name")
 _F = ("-f", "--file")
 # "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
 _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "exec": ("[-f FILE|-] [TEXT...]", "one shot: start the agent, one prompt, tear it down", _F),
+    "exec": (
+        "[-f FILE|-] [--config-option KEY=VALUE]... [TEXT...]",
+        "one shot: start the agent, one prompt, tear it down",
+        (*_F, "--config-option"),
+    ),
     "prompt": (
         "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
         "prompt a saved session through its warm owner (never creates one: exit 4)",
@@ -169,9 +209,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions list": (
-        "[--all] [--tree] [--agent-sessions [--cursor C]]",
+        "[--all] [--tree] [--filter-cwd DIR] [--agent-sessions [--cursor C]]",
         "list the sessions you may see (--agent-sessions: the agent's own)",
-        ("--all", "--tree", "--agent-sessions", "--cursor"),
+        ("--all", "--tree", "--filter-cwd", "--local", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -220,7 +260,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "reconcile leases: reap verified orphans of this instance",
         ("--dry-run",),
     ),
-    "config": ("", "print the merged configuration", ()),
+    "config": ("show|init", "the configuration: show it (default), or write a template", ()),
+    "config show": ("", "the merged configuration, the files it came from, secrets masked", ()),
+    "config init": ("", "write the user config template (only when there is none)", ()),
     "serve": (
         "[--host H] [--port P | --unix PATH] [--token T]",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",

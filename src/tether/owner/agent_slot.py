@@ -163,6 +163,7 @@ class AgentSlot:
                 abandoned_turn_grace=s.abandoned_turn_grace,
                 prompt_ceiling=None,
                 auth=s.auth,
+                auth_policy=s.auth_policy,
                 on_line=self._on_line,
                 on_permission=self._on_permission,
                 **self._question_hooks(),
@@ -171,6 +172,8 @@ class AgentSlot:
             backend_id=session.agent_label,
             mcp_servers=servers_for(session.options, self.key),
             terminals=s.terminals,
+            session_options=dict(session.options.get("agent_options") or {}),
+            on_progress=self._progress,
         )
 
     async def discard_offline(self) -> None:
@@ -217,6 +220,12 @@ class AgentSlot:
                 await live.conn.set_mode(live.session_id, mode)
             for key, value in config.items():
                 await live.conn.set_config_option(live.session_id, key, value)
+
+    def _progress(self, message: str) -> None:
+        """A bring-up step, told to the caller whose prompt waits for it (text banners)."""
+        job = self._current_prompt()
+        if job is not None:
+            job.send({"type": "progress", "requestId": job.request_id, "message": message})
 
     def _question_hooks(self) -> dict[str, Any]:
         q = self.questions
