@@ -58,14 +58,26 @@ def acp_body(direction: str, line: bytes) -> str:
     return '{"direction":"' + direction + '","frame":' + line.decode("utf-8", "replace") + "}"
 
 
+# The JSON of the kinds and request ids seen lately: a streamed turn journals thousands
+# of entries of one kind and one request id, and this is on the owner's hot path.
+_json_of: dict[str, str] = {}
+
+
+def _quoted(text: str) -> str:
+    quoted = _json_of.get(text)
+    if quoted is None:
+        if len(_json_of) > 1024:
+            _json_of.clear()
+        quoted = _json_of[text] = _fastjson.dumps(text)
+    return quoted
+
+
 def entry_line(seq: int, at: float, kind: str, request_id: str | None, body: str) -> str:
     """The public JSON text of one entry (no newline)."""
-    head = f'{{"seq":{seq},"at":{at:.6f},"kind":{_fastjson.dumps(kind)}'
-    if request_id is not None:
-        head += ',"requestId":' + _fastjson.dumps(request_id)
+    rid = "" if request_id is None else ',"requestId":' + _quoted(request_id)
     if len(body) <= 2:  # "{}"
-        return head + "}"
-    return head + "," + body[1:]
+        return f'{{"seq":{seq},"at":{at!r},"kind":{_quoted(kind)}{rid}}}'
+    return f'{{"seq":{seq},"at":{at!r},"kind":{_quoted(kind)}{rid},' + body[1:]
 
 
 def parse_line(line: str) -> dict[str, Any]:
