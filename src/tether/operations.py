@@ -28,6 +28,7 @@ from tether.errors import (
     OwnerUnavailable,
     OwnerUnresponsive,
     TetherError,
+    UsageError,
 )
 from tether.ipc.client import CONNECT_TIMEOUT_S, OwnerConnection, connect_with_retry
 
@@ -44,9 +45,12 @@ __all__ = [
     "connect_or_start",
     "describe",
     "ensure_session",
+    "history",
     "list_sessions",
     "offline_status",
     "status",
+    "transcript",
+    "watch",
 ]
 
 START_DEADLINE_S = 15.0  # to get a serving owner when none was running
@@ -213,6 +217,7 @@ def ensure_session(
     fresh: bool = False,
     env: dict[str, str] | None = None,
     override: dict[str, Any] | None = None,
+    sandboxed: bool = False,
 ) -> tuple[OwnerConnection, bool]:
     """Create (or reopen) the session and make sure its owner serves.
 
@@ -221,18 +226,34 @@ def ensure_session(
         fresh: close an existing session of that key first (acpx's ``sessions new``).
         override: settings an owner started now must use although the session exists
             (flags given explicitly on this call, as ``connect_or_start``'s ``options``).
+        sandboxed: create the session sandboxed: its agent's requests are clamped to its
+            own tree (``--sandboxed``). Recorded when the session is created.
 
     Returns:
         (a connection to the serving owner, whether the session was created).
+
+    Raises:
+        VisibilityDenied: the requester may not replace or reuse this session, or may
+            not spawn a session of this agent (the agent-to-agent policy).
+        UsageError: ``sandboxed`` for an open session that is not sandboxed.
     """
     from tether.registry import Registry
 
     with Registry() as registry:
         existing = registry.session(key)
+        reused = existing is not None and existing.state != "closed" and not fresh
         if existing is not None and existing.state != "closed":
             # Reusing (ensure) or replacing (new) a session is driving it.
             access.authorize(key, "close" if fresh else "send", registry=registry)
         requester = access.current_requester(registry)
+        if reused and sandboxed and existing is not None and not existing.sandboxed:
+            raise UsageError(
+                "--sandboxed is recorded when a session is created; this one is open and"
+                " not sandboxed (`sessions new --sandboxed` replaces it)",
+                session_key=key,
+            )
+        if not reused:
+            access.authorize_spawn(requester, label)
     if fresh:
         conn = connect(key)
         if conn is not None:
@@ -248,7 +269,7 @@ def ensure_session(
             cwd=cwd,
             options=options,
             # Recorded only when the row is created: the requester owns what it spawns.
-            owner=access.spawn_owner(requester, label),
+            owner=access.spawn_owner(requester, label, sandboxed=sandboxed),
         )
     return connect_or_start(key, env=env, options=override), created
 
@@ -349,21 +370,22 @@ def close_session(key: str) -> dict[str, Any]:
     access.authorize(key, "close")
     from tether.cascade import close_tree
 
-    return close_tree(key, _close_one)
+    return close_tree(key, lambda one: _close_one(one, cascade_from=key if one != key else None))
 
 
-def _close_one(key: str) -> dict[str, Any]:
+def _close_one(key: str, *, cascade_from: str | None = None) -> dict[str, Any]:
     """End one session: through its owner, or offline.
 
     Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
-    then reap) and mark it closed.
+    then reap) and mark it closed. ``cascade_from``: this close is part of closing that
+    session's family; its owner checks our authority over that session instead.
     """
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
         conn = None
     if conn is not None:
-        return _close_live(conn)
+        return _close_live(conn, {"cascadeFrom": cascade_from} if cascade_from else None)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -375,13 +397,13 @@ def _close_one(key: str) -> dict[str, Any]:
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
 
 
-def _close_live(conn: OwnerConnection) -> dict[str, Any]:
+def _close_live(conn: OwnerConnection, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     """Close through the owner on ``conn``; return once that owner process is gone."""
     from tether.owner_fence import peer_pidfd, wait_exit
 
     with conn:
         pidfd = peer_pidfd(conn.sock)
-        result = conn.request("close", {})
+        result = conn.request("close", payload or {})
     # Return only once the owner is gone (its lock released): scripts that look for
     # leftover processes, or remove TETHER_HOME, right after `close` see none.
     result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
@@ -459,6 +481,7 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
 
     Raises:
         NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
     from tether.registry import Registry
@@ -466,6 +489,7 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
         turns = render.turns(store.turn_rows(registry._db, key))
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
@@ -478,6 +502,7 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
 
     Raises:
         NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
     from tether.registry import Registry
@@ -485,8 +510,25 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
         start = store.turns_start(registry._db, key, tail)
         return render.transcript(store.iter_lines(registry._db, key, start))
+
+
+def watch(key: str, emit: Any, **kwargs: Any) -> int:
+    """Follow the session's journal (:func:`tether.journal.follow.follow_session`, whose
+    keyword arguments it takes) once the visibility check allows it.
+
+    The live part is checked again by the owner, against the kernel's view of us.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not watch this session.
+    """
+    from tether.journal.follow import follow_session
+
+    access.authorize(key, "watch")
+    return int(follow_session(key, emit, **kwargs))
 
 
 def answer(

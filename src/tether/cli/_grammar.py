@@ -66,6 +66,11 @@ _COMMAND_FLAGS = {
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
+    "--sandboxed": (
+        0,
+        "--sandboxed",
+        "its agent sees and drives only its own tree, whatever the config says",
+    ),
 }
 _SAME = {
     "--session": "-s",
@@ -110,8 +115,16 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
-    "sessions new": ("[-s NAME | NAME]", "create a fresh session (closes one of that name)", _S),
-    "sessions ensure": ("[-s NAME | NAME]", "reuse the session, or create it; start its owner", _S),
+    "sessions new": (
+        "[-s NAME | NAME] [--sandboxed]",
+        "create a fresh session (closes one of that name)",
+        (*_S, "--sandboxed"),
+    ),
+    "sessions ensure": (
+        "[-s NAME | NAME] [--sandboxed]",
+        "reuse the session, or create it; start its owner",
+        (*_S, "--sandboxed"),
+    ),
     "sessions list": (
         "[--all] [--tree]",
         "list the sessions you may see",

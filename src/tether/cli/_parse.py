@@ -65,6 +65,7 @@ class Invocation:
         self.closed = False
         self.repair = False
         self.tree = False  # sessions list --tree
+        self.sandboxed = False  # sessions new/ensure --sandboxed
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
@@ -156,6 +157,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.control = True
     elif flag == "--repair":
         inv.repair = True
+    elif flag == "--sandboxed":
+        inv.sandboxed = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")

@@ -367,6 +367,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
         options=_owner_options(ctx),
         fresh=fresh,
         override=_later_flags(ctx),
+        sandboxed=ctx.inv.sandboxed,
     )
     with conn:
         generation = conn.generation
