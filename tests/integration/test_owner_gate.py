@@ -29,14 +29,21 @@ def raw_argv(key: str, kind: str, payload: dict[str, Any] | None = None) -> list
     return [sys.executable, str(RAW), key, kind, json.dumps(payload or {})]
 
 
+def run_as_agent(project: Path, session: str, argv: list[str]) -> str:
+    """Have ``session``'s agent run ``argv`` from its tree; its output (it must exit 0)."""
+    r = tether(
+        "--format", "quiet", "mock", "prompt", "-s", session, f"run {shlex.join(argv)}", cwd=project
+    )
+    head, _, body = r.stdout.partition("\n")
+    assert head == "exit=0", r.stdout
+    return body
+
+
 def raw_as_agent(
     project: Path, session: str, key: str, kind: str, payload: dict[str, Any] | None = None
 ) -> dict[str, Any]:
     """Have ``session``'s agent send one raw IPC request to ``key``'s owner."""
-    command = shlex.join(raw_argv(key, kind, payload))
-    r = tether("--format", "quiet", "mock", "prompt", "-s", session, f"run {command}", cwd=project)
-    head, _, body = r.stdout.partition("\n")
-    assert head == "exit=0", r.stdout
+    body = run_as_agent(project, session, raw_argv(key, kind, payload))
     answer: dict[str, Any] = json.loads(body.strip().splitlines()[-1])
     return answer
 
@@ -224,3 +231,21 @@ def test_spawning_another_agents_session_needs_agent_to_agent(project_dir: Path)
     finally:
         close_all(project_dir, "lead", "same")
         tether("other", "sessions", "close", "-s", "helper", cwd=project_dir, check=False)
+
+
+# --- the library's readers obey the check ---------------------------------------------------
+
+READER = Path(__file__).resolve().parent.parent / "fake_agents" / "lib_reader.py"
+
+
+@pytest.mark.usefixtures("family")
+def test_library_history_read_and_watch_obey_the_check(project_dir: Path) -> None:
+    """From the parent's tree: the child's journal reads, the stranger's is denied by rule."""
+    fam = keys(project_dir)
+    seen = {}
+    for name in ("child", "stranger"):
+        out = run_as_agent(project_dir, "parent", [sys.executable, str(READER), fam[name]])
+        seen[name] = json.loads(out.strip().splitlines()[-1])
+    assert seen["child"] == {"history": "ok", "read": "ok", "watch": "ok"}
+    denied = ["VisibilityDenied", "visibility=tree"]
+    assert seen["stranger"] == {"history": denied, "read": denied, "watch": denied}

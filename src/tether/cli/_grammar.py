@@ -66,11 +66,7 @@ _COMMAND_FLAGS = {
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
-    "--sandboxed": (
-        0,
-        "--sandboxed",
-        "its agent sees and drives only its own tree, whatever the config says",
-    ),
+    "--sandboxed": (0, "--sandboxed", "its agent reaches only its own tree (whatever the config)"),
 }
 _SAME = {
     "--session": "-s",

@@ -28,7 +28,8 @@ commands:
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
   answer [-s NAME] ID allow|always|deny|OPTION_ID
                                        answer a question the agent asked (first answer wins)
-  sessions new|ensure [-s NAME]        create (new: fresh) or reuse a session; starts its owner
+  sessions new|ensure [-s NAME] [--sandboxed]
+                                       create (new: fresh) or reuse a session; starts its owner
   sessions list|show|history [NAME]    inspect sessions
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME]                end the session and prove its process tree gone
