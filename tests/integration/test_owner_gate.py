@@ -187,6 +187,8 @@ def test_a_sandboxed_session_is_clamped_to_its_tree(project_dir: Path) -> None:
         rows = {s["name"]: s for s in json.loads(r.stdout.splitlines()[-1])["sessions"]}
         assert (rows["box"]["sandboxed"], rows["boxkid"]["sandboxed"]) == (True, True)
         assert rows["open"]["sandboxed"] is False
+        text = tether("mock", "sessions", "list", cwd=project_dir).stdout.splitlines()
+        assert next(line for line in text if line.startswith("box\t")).endswith(", sandboxed")
     finally:
         close_all(project_dir, "box", "boxkid", "open")
 
@@ -249,3 +251,30 @@ def test_library_history_read_and_watch_obey_the_check(project_dir: Path) -> Non
     assert seen["child"] == {"history": "ok", "read": "ok", "watch": "ok"}
     denied = ["VisibilityDenied", "visibility=tree"]
     assert seen["stranger"] == {"history": denied, "read": denied, "watch": denied}
+
+
+def test_the_bridge_spawns_sandboxed_and_only_as_agent_to_agent_allows(project_dir: Path) -> None:
+    """`sessions_spawn` through `tether mcp`: another agent is refused by rule; a sandboxed
+    child is recorded sandboxed."""
+    from tests.integration.test_delegation import mcp_call
+
+    _other_agent_config(project_dir, "")
+    tether("--mcp-bridge", "mock", "sessions", "new", "-s", "boss", cwd=project_dir)
+    try:
+        refused = mcp_call(project_dir, "boss", "tether", "sessions_spawn", {"agent": "other"})
+        assert refused["isError"] is True, refused
+        assert "needs [agentToAgent] enabled = true" in refused["content"][0]["text"], refused
+        spawned = mcp_call(
+            project_dir,
+            "boss",
+            "tether",
+            "sessions_spawn",
+            {"agent": "mock", "name": "boxed", "sandboxed": True},
+        )
+        assert spawned["structuredContent"]["sandboxed"] is True, spawned
+        with Registry() as reg:
+            row = reg.session(spawned["structuredContent"]["sessionKey"])
+        assert row is not None
+        assert row.sandboxed
+    finally:
+        close_all(project_dir, "boss", "boxed")
