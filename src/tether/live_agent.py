@@ -39,6 +39,7 @@ class AgentConfig:
     session_key: str | None = None
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
+    backend_id: str | None = None  # the agent's registry name or command label (run records)
 
 
 class ProcessTransport:
@@ -115,6 +116,7 @@ class LiveAgent:
                 env=cfg.env,
                 session_key=cfg.session_key,
                 grace=cfg.grace,
+                backend_id=cfg.backend_id,
             ),
             registry,
         )

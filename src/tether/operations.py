@@ -78,6 +78,15 @@ def _try_connect(path: str, timeout: float) -> tuple[OwnerConnection | None, boo
     return _serving(conn), False
 
 
+def serving_generation(key: str) -> int | None:
+    """The generation of the owner serving session ``key`` now, or None if none serves."""
+    conn = connect(key)
+    if conn is None:
+        return None
+    with conn:
+        return conn.generation
+
+
 def _serving(conn: OwnerConnection) -> OwnerConnection | None:
     if conn.hello.get("stopping"):
         conn.close()

@@ -209,8 +209,22 @@ def test_prune_and_retention(cli: Callable[..., Cli], tether_home: Any) -> None:
     entries = entries_of(c.run("sessions", "export").stdout)
     assert len(entries) <= 60
     assert entries[-1]["kind"] == "session_ended"
+    locks = list((tether_home / "run").glob("*.lock"))
+    assert locks  # one per session key ever used ...
     pruned = c.json("sessions", "prune", "--closed")
     assert pruned["sessionsRemoved"]
+    assert not any(p.exists() for p in locks)  # ... removed with its session's records
     assert c.run("sessions", "export", rc=4).returncode == 4
     assert c.run("sessions", "prune", rc=2).returncode == 2
     assert c.run("sessions", "prune", "--older-than", "soon", rc=2).returncode == 2
+
+
+def test_a_prompter_that_reads_slowly_gets_its_whole_turn_from_the_journal(mock: Cli) -> None:
+    """Its stdout is not read until the turn is over: the owner drops it (`lagged`), and
+    the CLI finishes the turn from the journal -- every chunk once, in order."""
+    caller = mock.popen("prompt", "stream 200000 x", fmt="quiet")
+    wait_for(lambda: mock.history("turn"), "the turn to end in the owner", timeout=60)
+    rc, out, err = finish(caller)
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines == [f"x {i}" for i in range(200_000)]

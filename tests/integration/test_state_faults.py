@@ -190,6 +190,29 @@ def test_full_disk_is_one_line_nothing_half_written_and_recovers(
         tether("mock", "sessions", "close", "warm", cwd=project_dir)
 
 
+def test_close_on_a_full_disk_answers_and_leaves_nothing(
+    project_dir: Path, small_disk: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`sessions close` on a full disk: the tree is still ended and proven gone, the
+    closer gets its answer saying the end was not recorded (exit 1, one clear line,
+    not "the outcome is unknown"), and no process is left; afterwards close works."""
+    home = small_disk / "home"
+    monkeypatch.setenv("TETHER_HOME", str(home))
+    assert tether("mock", "sessions", "new", cwd=project_dir).returncode == 0
+    assert tether("mock", "prompt", "echo warm", cwd=project_dir).returncode == 0
+    filler = _fill(small_disk)
+    try:
+        r = tether("mock", "sessions", "close", cwd=project_dir)
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert "outcome is unknown" not in r.stderr + r.stdout
+        assert "survivors 0" in r.stdout, r.stdout
+        assert "could not be recorded" in r.stdout, r.stdout
+    finally:
+        filler.unlink()
+    r = tether("mock", "sessions", "close", cwd=project_dir)
+    assert r.returncode == 0, r.stderr
+
+
 # --- another user's TETHER_HOME: a real `nobody` ------------------------------------------
 
 

@@ -87,6 +87,7 @@ async def _run(ctx: Any, text: str) -> int:
         client=client_options(ctx, frames),
         grace=1.5,
         mcp_servers=mcp,
+        backend_id=ctx.agent_label,
     )
     try:
         out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")

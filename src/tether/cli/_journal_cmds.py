@@ -75,12 +75,14 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     inv = ctx.inv
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
+    flush = ctx.output.flush
     if ctx.fmt == "json":
         out = sys.stdout
+        write = out.write
+        flush = out.flush  # once per batch: before the follower waits for more
 
         def emit(_seq: int, line: str) -> None:
-            out.write(line + "\n")
-            out.flush()
+            write(line + "\n")
 
     else:
         view = _TextView(ctx)
@@ -98,12 +100,22 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     try:
         if asker is None:
             follow_session(
-                key, emit, from_seq=inv.from_seq, tail=inv.tail, follow=not inv.no_follow
+                key,
+                emit,
+                from_seq=inv.from_seq,
+                tail=inv.tail,
+                follow=not inv.no_follow,
+                flush=flush,
             )
         else:
             with asker:
                 follow_session(
-                    key, emit, from_seq=inv.from_seq, tail=inv.tail, control=asker.on_frame
+                    key,
+                    emit,
+                    from_seq=inv.from_seq,
+                    tail=inv.tail,
+                    control=asker.on_frame,
+                    flush=flush,
                 )
     except KeyboardInterrupt:
         pass

@@ -13,8 +13,10 @@ from tether import operations, sessions
 from tether.errors import (
     Interrupted,
     NoSession,
+    OwnerLost,
     PermissionDenied,
     UsageError,
+    WatchLagged,
 )
 from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
@@ -202,9 +204,18 @@ def prompt(ctx: Any, text: str) -> int:
                 quiet=rid,
             )
             return 0
-        render = _render(ctx, asker)
+        shown = _render(ctx, asker)
+        seen = [0]  # the journal seq of the last frame relayed to us
+
+        def render(frame: dict[str, Any]) -> None:
+            seq = frame.get("seq")
+            if isinstance(seq, int):
+                seen[0] = seq
+            shown(frame)
+
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
+        generation = conn.generation
         try:
             if asker is None:
                 result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
@@ -213,12 +224,67 @@ def prompt(ctx: Any, text: str) -> int:
                     result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
+        except WatchLagged:
+            # We read too slowly and the owner let go of us; the turn went on. Its
+            # frames are all in the journal: the rest of it comes from there.
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=True)
+        except OwnerLost:
+            # Cut off: a slow reader whose lagged frame was lost with its buffer, or the
+            # owner died. The journal knows which: the turn's end, if it was recorded.
+            owner_alive = operations.serving_generation(key) == generation
+            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=owner_alive)
     ctx.output.done(str(result.get("stopReason")))
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
         raise PermissionDenied(
             f"{result.get('permissionDenied')} permission request(s) were denied"
         )
     return 0
+
+
+def _finish_from_journal(
+    ctx: Any, key: str, rid: str, last_seq: int, render: Any, *, follow: bool
+) -> dict[str, Any]:
+    """The rest of turn ``rid`` after ``last_seq``, read from the session's journal (the
+    owner let go of us mid-turn): its frames rendered as if relayed, and its result (or
+    its error, raised). ``follow``: its owner still runs it, so wait for its end."""
+    from tether import _fastjson
+    from tether.errors import error_from_wire
+    from tether.journal.follow import Follower, follow_session
+
+    outcome: dict[str, Any] = {}
+    followers: list[Follower] = []
+
+    def emit(_seq: int, line: str) -> None:
+        entry = _fastjson.loads(line)
+        if entry.get("requestId") == rid:
+            if entry.get("kind") == "acp":
+                render(
+                    {
+                        "type": "update",
+                        "direction": entry.get("direction"),
+                        "frame": entry.get("frame"),
+                    }
+                )
+                return
+            if entry.get("kind") == "turn_ended":
+                outcome.update(entry)
+        elif entry.get("kind") == "session_ended":
+            outcome["sessionEnded"] = entry
+        if outcome:
+            for follower in followers:
+                follower.interrupt()
+
+    follow_session(key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append)
+    ctx.output.flush()
+    if "stopReason" in outcome:
+        return {"stopReason": outcome["stopReason"]}
+    if "error" in outcome:
+        raise error_from_wire({"message": str(outcome["error"])})
+    raise OwnerLost(
+        "the owner went away before the request finished; the outcome is unknown, do not"
+        " resubmit automatically",
+        request_id=rid,
+    )
 
 
 def _interrupt(ctx: Any, conn: OwnerConnection, key: str, rid: str, render: Any) -> int:
@@ -413,5 +479,10 @@ def _close(ctx: Any) -> int:
     for child in failed:
         key_text = str(child["sessionKey"])[:12]
         text += f"\nspawned session {key_text} could not be closed: {child['error']}"
+    if result.get("stateError"):
+        text += (
+            "\nthe session's end could not be recorded: "
+            f"{result['stateError']} (free space, then `tether doctor`)"
+        )
     ctx.output.control(result, text=text, quiet="closed")
-    return 1 if survivors or failed else 0
+    return 1 if survivors or failed or result.get("stateError") else 0

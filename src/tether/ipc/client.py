@@ -42,6 +42,7 @@ CONNECT_TIMEOUT_S = 5.0
 # for that answer (an owner that is stopped or hung never sends it).
 DEADLINE_SLACK_S = 2.0
 FrameHandler = Callable[[dict[str, "Any"]], None]
+RawHandler = Callable[[bytes], bool]
 
 
 def new_request_id() -> str:
@@ -138,7 +139,10 @@ class OwnerConnection:
             lines.feed(self.sock.recv(65536))
 
     def _read_frame(self) -> dict[str, Any] | None:
-        line = self._readline()
+        return self._decode_line(self._readline())
+
+    @staticmethod
+    def _decode_line(line: bytes) -> dict[str, Any] | None:
         if not line:
             return None
         try:
@@ -191,10 +195,13 @@ class OwnerConnection:
         on_frame: FrameHandler | None = None,
         until_ack: bool = False,
         deadline_ms: int | None = None,
+        on_raw: RawHandler | None = None,
     ) -> dict[str, Any]:
         """Read frames for ``request_id`` until the terminal one (or the ack).
 
         Returns the ``result`` payload (or the ack frame when ``until_ack``).
+        ``on_raw`` sees each line after the ack before it is decoded; a line it returns
+        True for is consumed (a follower takes journal entries without decoding them).
 
         Raises:
             TetherError subclasses: the owner's terminal error, re-raised as its class.
@@ -205,7 +212,13 @@ class OwnerConnection:
             self.sock.settimeout(deadline_ms / 1000 + DEADLINE_SLACK_S)
         while True:
             try:
-                frame = self._read_frame()
+                if on_raw is None:
+                    frame = self._read_frame()
+                else:
+                    line = self._readline()
+                    if line and tracker.acked and on_raw(line):
+                        continue
+                    frame = self._decode_line(line)
             except TimeoutError:
                 raise CallTimeout(
                     "the owner did not answer within the deadline; the outcome is unknown",

@@ -21,7 +21,7 @@ from typing import Any
 
 from tether import sessions
 from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, WatchLagged
-from tether.ipc.client import OwnerConnection
+from tether.ipc.client import OwnerConnection, new_request_id
 from tether.journal import store
 
 POLL_S = 0.25  # with no owner serving, how often to look for new entries or a new owner
@@ -50,8 +50,11 @@ class Follower:
         *,
         stop: threading.Event | None = None,
         control: OnFrame | None = None,
+        flush: Callable[[], None] | None = None,
     ) -> None:
         self.db = db
+        # Called before each wait for more (a CLI writes its output once per batch).
+        self.flush = flush
         # Set: we attach as a controller, and the owner's question frames go here.
         self.control = control
         self.key = key
@@ -72,8 +75,10 @@ class Follower:
         """Deliver every stored entry from the cursor on."""
         for seq, line in store.iter_lines(self.db, self.key, self.cursor):
             if self.stop.is_set():
-                return
+                break
             self._deliver(seq, line)
+        if self.flush is not None:
+            self.flush()
 
     def run(self, *, follow: bool = True) -> int:
         """Deliver until the session ends (``follow``) or the stored entries run out.
@@ -98,12 +103,15 @@ class Follower:
             conn.close()
             return False
         self.conn = conn
+        conn.before_block = self.flush
         try:
             payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
             if self.control is not None:
                 payload["control"] = True
-            rid = conn.send("watch", payload)
-            result = conn.wait(rid, on_frame=self._on_frame)
+            rid = new_request_id()
+            prefix = b'{"type":"entry","requestId":"' + rid.encode() + b'","entry":'
+            conn.send("watch", payload, request_id=rid)
+            result = conn.wait(rid, on_frame=self._on_frame, on_raw=self._raw_entry(prefix))
             if result.get("reason") == "session-ended":
                 self.ended = True
         except (WatchLagged, OwnerLost, OwnerUnavailable, RemoteProtocolError, OSError):
@@ -112,6 +120,25 @@ class Follower:
             self.conn = None
             conn.close()
         return True
+
+    def _raw_entry(self, prefix: bytes) -> Callable[[bytes], bool]:
+        """Take an ``entry`` frame's line as it came: its seq read off its head, no JSON
+        decoded or encoded (a follower of a 10,000-update turn is on a hot path)."""
+        start = len(prefix)
+
+        def take(line: bytes) -> bool:
+            # {"type":"entry","requestId":"R","entry":{"seq":N,...}}
+            if not line.startswith(prefix) or line[start : start + 7] != b'{"seq":':
+                return False
+            comma = line.find(b",", start + 7)
+            try:
+                seq = int(line[start + 7 : comma])
+            except ValueError:
+                return False
+            self._deliver(seq, line[start:-1].decode())
+            return True
+
+        return take
 
     def _on_frame(self, frame: dict[str, object]) -> None:
         if frame.get("type") != "entry":
@@ -149,6 +176,7 @@ def follow_session(
     stop: threading.Event | None = None,
     on_start: Callable[[Follower], None] | None = None,
     control: OnFrame | None = None,
+    flush: Callable[[], None] | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
@@ -168,7 +196,9 @@ def follow_session(
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
-        follower = Follower(registry._db, key, cursor, emit, stop=stop, control=control)
+        follower = Follower(
+            registry._db, key, cursor, emit, stop=stop, control=control, flush=flush
+        )
         if on_start is not None:
             on_start(follower)
         return follower.run(follow=follow)

@@ -152,6 +152,9 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return (
             f"[agent run ended] {entry.get('reason') or ''} {entry.get('message') or ''}".rstrip()
         )
+    if kind == "agent_run_started":
+        how = "resumed" if entry.get("resumed") else "new ACP session"
+        return f"[agent] started (pid {entry.get('agentPid')}, {how})"
     if kind == "owner_started":
         return f"[owner] started (generation {entry.get('generation')}, pid {entry.get('pid')})"
     if kind == "owner_stopped":

@@ -48,7 +48,7 @@ STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0
 
-Listener = Callable[[int, str], None]
+Listener = Callable[[int, bytes], None]  # (seq, the entry's public line, UTF-8)
 
 
 def open_db(path: str) -> sqlite3.Connection:
@@ -70,8 +70,8 @@ class JournalWriter:
         self._db = open_db(db_path)
         self.next_seq = store.claim(self._db, key)
         self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
-        # (seq, line); trimmed only down to entries already stored.
-        self.ring: collections.deque[tuple[int, str]] = collections.deque()
+        # (seq, line as UTF-8); trimmed only down to entries already stored.
+        self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
         self.listeners: list[Listener] = []
         self.bytes_written = 0
         self._pending: list[store.Row] = []
@@ -100,7 +100,8 @@ class JournalWriter:
         seq = self.next_seq
         self.next_seq = seq + 1
         at = time.time()
-        line = entry_line(seq, at, kind, request_id, body)
+        # Encoded once here, for every watcher and the ring alike.
+        line = entry_line(seq, at, kind, request_id, body).encode()
         ring = self.ring
         ring.append((seq, line))
         stored = self.stored_seq

@@ -78,6 +78,8 @@ class AgentSlot:
         self.stopping = False  # set by the owner: a run ending now is not a crash to handle
         # The owner's journal: every ACP frame goes in (returns its seq); None: none kept.
         self.journal_frame: Callable[[str, bytes, str | None], int] | None = None
+        # Journal a control record (kind, payload); the owner wires its journal in.
+        self.record: Callable[[str, dict[str, Any]], object] = lambda *_: None
         # Questions for a human (permission asks, elicitations); None: the policy alone.
         self.questions: Interactions | None = None
 
@@ -120,11 +122,22 @@ class AgentSlot:
                 **self._question_hooks(),
             ),
             session_key=self.key,
+            backend_id=session.agent_label,
             mcp_servers=servers_for(session.options, self.key),
         )
         live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
         self.live = live
         self.registry.update_session(self.key, acp_session_id=live.session_id)
+        self.record(
+            "agent_run_started",
+            {
+                "leaseId": live.proc.lease_id,
+                "agentPid": live.proc.pid,
+                "keeperPid": live.proc.keeper_pid,
+                "acpSessionId": live.session_id,
+                "resumed": live.resumed,
+            },
+        )
         if not live.resumed or retired:
             await self._replay_desired(live, session.desired_mode, session.desired_config)
         if retired and not live.resumed:

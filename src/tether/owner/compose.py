@@ -21,6 +21,7 @@ from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
     SessionClosed,
+    StateError,
     TetherError,
     UsageError,
 )
@@ -169,6 +170,7 @@ class Owner:
         self.journal = journal
         self.fanout = Fanout(journal)
         self.admission.record = self.runner.record = self.interactions.record = self.record
+        self.slot.record = self.record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
@@ -363,7 +365,10 @@ class Owner:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
         self.record("agent_run_ended", event)
-        self.registry.update_session(self.key, last_end=event)
+        try:
+            self.registry.update_session(self.key, last_end=event)
+        except StateError as exc:  # a full disk: the run still ended; say so, go on
+            logger.error("could not record the agent run's end: %s", exc)
         if not self.stopping:  # while stopping, callers hear how the owner or session ended
             self.server.broadcast({"type": "agent_run_ended", "requestId": None, "event": event})
 
@@ -426,7 +431,14 @@ class Owner:
         }
         if closing:
             fields.update(state="closed", closed_at=time.time())
-        self.registry.update_session(self.key, **fields)
+        try:
+            self.registry.update_session(self.key, **fields)
+        except StateError as exc:
+            # A full or failing disk must not cost the callers their answers or leave
+            # this process behind: the tree is already proven gone; say what was lost.
+            logger.error("could not record the session's end: %s", exc)
+            if self._closer is not None:
+                self._closer.state_error = str(exc)
         if closing:
             end_session(
                 self.record,

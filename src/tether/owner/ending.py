@@ -51,5 +51,6 @@ def end_session(
                 "killMode": report.mode if report else None,
                 "teardownMs": report.elapsed_ms if report else 0.0,
                 "agentWasRunning": report is not None,
+                **({"stateError": closer.state_error} if closer.state_error else {}),
             }
         )

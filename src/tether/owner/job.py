@@ -150,6 +150,7 @@ class Job:
         "lagged",
         "last_seq",
         "outbox",
+        "state_error",
         "superseded",
     )
 
@@ -168,6 +169,7 @@ class Job:
         self._prefix = b""
         self.last_seq = 0  # the journal seq of the last entry relayed to this caller
         self.lagged = False  # ended with `lagged`: the caller did not leave, it fell behind
+        self.state_error: str | None = None  # the state database refused a write for it
 
     def __repr__(self) -> str:
         return f"Job({self.env.kind} {self.request_id}, done={self.done})"

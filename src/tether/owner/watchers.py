@@ -48,10 +48,10 @@ class Watch:
         self._prefix = b'{"type":"entry","requestId":' + rid + b',"entry":'
         job.outbox.lag_handlers.append(self._on_lagged)
 
-    def frame(self, line: str) -> bytes:
-        return self._prefix + line.encode() + b"}\n"
+    def frame(self, line: bytes) -> bytes:
+        return self._prefix + line + b"}\n"
 
-    def deliver(self, seq: int, line: str) -> None:
+    def deliver(self, seq: int, line: bytes) -> None:
         if seq < self.cursor or self.ended:
             return
         self.job.outbox.write(self.frame(line))
@@ -81,7 +81,7 @@ class Fanout:
         self.watches: set[Watch] = set()
         journal.listeners.append(self._on_entry)
 
-    def _on_entry(self, seq: int, line: str) -> None:
+    def _on_entry(self, seq: int, line: bytes) -> None:
         for watch in tuple(self.watches):
             if watch.ended or watch.job.outbox.detached:
                 self.watches.discard(watch)  # lagged, or the watcher left
@@ -121,7 +121,9 @@ class Fanout:
                 if not rows:
                     watch.cursor = first  # retention removed them: the seq jump shows it
                     continue
-                watch.job.outbox.write(b"".join(watch.frame(entry_line(*row)) for row in rows))
+                watch.job.outbox.write(
+                    b"".join(watch.frame(entry_line(*row).encode()) for row in rows)
+                )
                 watch.cursor = rows[-1][0] + 1
                 await watch.job.outbox.drain(timeout=30.0)
         finally:
