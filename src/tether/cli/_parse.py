@@ -132,6 +132,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.all = True
     elif flag == "--tree":
         inv.tree = True
+    elif flag == "--sandboxed":
+        inv.sandboxed = True
     elif flag == "--request":
         inv.request = value
     elif flag in ("--from", "--tail"):
@@ -157,8 +159,6 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.control = True
     elif flag == "--repair":
         inv.repair = True
-    elif flag == "--sandboxed":
-        inv.sandboxed = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
