@@ -95,6 +95,17 @@ def test_a_marked_peer_is_proven_and_an_unproven_claim_gets_self(marked_peer: in
             PeerGate("other", reg, "/").check(request("status"), {"pid": marked_peer})
     assert info.value.fields["rule"] == "visibility=self"
     assert "unproven" in info.value.message
+    assert info.value.message.startswith("status of session other denied")
+
+
+def test_a_kind_added_later_is_checked_as_send(marked_peer: int) -> None:
+    """No request goes unchecked: a kind the gate does not list counts as driving."""
+    future = protocol.Envelope("r1", "a_kind_from_the_future", {}, None, None)
+    with Registry() as reg:
+        _session(reg, "other")
+        with pytest.raises(VisibilityDenied) as info:
+            PeerGate("other", reg, "/").check(future, {"pid": marked_peer})
+    assert info.value.message.startswith("send of session other denied")
 
 
 def test_clean_ancestors_are_remembered_and_marked_peers_never(marked_peer: int) -> None:

@@ -24,10 +24,10 @@ peer says about itself:
    of the session's own directory; a denial is the request's terminal error,
    ``VisibilityDenied`` naming the rule, and the request never runs.
 
-The kinds checked are those that act on or read the session: ``prompt`` (send),
-``set_mode``/``set_config_option`` (set), ``cancel``, ``close``, ``watch``, ``answer``,
-``terminate`` and ``status``. A peer the kernel cannot name (no ``SO_PEERCRED``) is
-refused: the check fails closed.
+Every kind is checked, as the action it is: ``prompt`` (send), ``set_mode``/
+``set_config_option`` (set), ``cancel``, ``close``, ``watch``, ``answer``, ``terminate``,
+``status`` -- and any kind added later as ``send`` until it is given its own. A peer
+the kernel cannot name (no ``SO_PEERCRED``) is refused: the check fails closed.
 
 What it does not do: it is no sandbox. The journal and the registry are files the same
 user can read; the owner guards what only the owner can do -- drive the agent, answer
@@ -46,7 +46,8 @@ from tether.requester import peer_environ, resolve
 
 __all__ = ["ACTIONS", "PeerGate"]
 
-# IPC request kind -> the visibility check's action.
+# IPC request kind -> the visibility check's action. A kind not listed (one added later)
+# is checked as "send": every request reads or drives the session, so none goes unchecked.
 ACTIONS: Final = {
     "prompt": "send",
     "set_mode": "set",
@@ -57,7 +58,9 @@ ACTIONS: Final = {
     "answer": "answer",
     "terminate": "terminate",
     "status": "status",
+    "start_agent": "send",  # start (warm) the agent without a prompt
 }
+_DEFAULT_ACTION: Final = "send"
 
 
 class PeerGate:
@@ -83,9 +86,7 @@ class PeerGate:
             NoSession: the session's row is gone.
             ConfigError: the configuration is malformed.
         """
-        action = ACTIONS.get(env.kind)
-        if action is None:
-            return
+        action = ACTIONS.get(env.kind, _DEFAULT_ACTION)
         pid = peer.get("pid") or 0
         if pid <= 0:
             raise VisibilityDenied(
