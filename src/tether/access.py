@@ -1,11 +1,14 @@
 """Applying the visibility check: who is asking, the configured policy, and the verdict.
 
 Every session operation calls :func:`authorize` (one session) or :func:`visible_sessions`
-(a listing) before it acts, so list, history, send, status, cancel, set-mode/set,
-close -- and watch and terminate once they exist -- obey one rule
+(a listing) before it acts, so list, history/read, watch, send, status, cancel,
+set-mode/set, answer, close and terminate obey one rule
 (:func:`tether.visibility.can_see`). A denial raises
 :class:`~tether.errors.VisibilityDenied` naming the rule; it never looks like "no such
-session".
+session". An owner applies the same decision (:func:`check_session`) to the process at
+the other end of each IPC request (:mod:`tether.owner.gate`), so a client that skips
+this module gains nothing. Creating a session of another agent is decided by the
+agent-to-agent policy (:func:`authorize_spawn`).
 
 The thin path. An operator's ``prompt``/``cancel``/``status`` against a live owner
 imports no sqlite3, dataclasses or pathlib, and the operator sees everything, so
