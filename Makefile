@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-dev
 
-.PHONY: demo test lint typecheck unit bench soak clean
+.PHONY: demo test lint typecheck unit bench soak clean browser-deps
 
 $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +34,11 @@ typecheck: $(STAMP)
 
 test: $(STAMP) lint typecheck
 	$(PY) -m pytest -q
+
+# Opt-in: Debian's Chromium for the dashboard's browser tests (they skip, saying so,
+# without it). `make test` never installs system packages by surprise.
+browser-deps:
+	apt-get update && apt-get install -y chromium
 
 bench: $(VENV)/.installed
 	$(PY) -m compileall -q src   # current bytecode: measure Tether, not the compiler

@@ -74,3 +74,8 @@ def schema_errors(frame: Frame, sender: str, answered_method: str | None = None)
         elif def_name is not None:
             errs += [f"{def_name}: {e.message}" for e in _validator(def_name).iter_errors(payload)]
     return errs
+
+
+def validate_def(def_name: str, value: Any) -> list[str]:
+    """Schema problems of ``value`` as the ``$defs`` entry ``def_name``."""
+    return [f"{def_name}: {e.message}" for e in _validator(def_name).iter_errors(value)]

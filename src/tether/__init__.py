@@ -29,10 +29,12 @@ if TYPE_CHECKING:
         Question,
         QuestionResolved,
         SessionEnded,
+        SessionInfoUpdate,
         SessionUpdate,
         ToolCall,
         ToolCallUpdate,
         TurnEnded,
+        UsageUpdate,
     )
 
 __all__ = [
@@ -49,11 +51,13 @@ __all__ = [
     "QuestionResolved",
     "Session",
     "SessionEnded",
+    "SessionInfoUpdate",
     "SessionUpdate",
     "TetherError",
     "ToolCall",
     "ToolCallUpdate",
     "TurnEnded",
+    "UsageUpdate",
     "__version__",
 ]
 
@@ -74,10 +78,12 @@ _LAZY = {
             "Question",
             "QuestionResolved",
             "SessionEnded",
+            "SessionInfoUpdate",
             "SessionUpdate",
             "ToolCall",
             "ToolCallUpdate",
             "TurnEnded",
+            "UsageUpdate",
         ),
         "tether.events",
     ),

@@ -159,12 +159,15 @@ class _Connection:
 class Session:
     """A saved session (agent, cwd, name) served by a warm owner. Get one from a Client."""
 
-    def __init__(self, client: Client, key: str, name: str, agent: str, cwd: str) -> None:
+    def __init__(
+        self, client: Client, key: str, name: str, agent: str, cwd: str, scope: str = ""
+    ) -> None:
         self._client = client
         self.key = key
         self.name = name
         self.agent = agent
         self.cwd = cwd
+        self._scope = scope  # the agent part of the session key (a fork shares it)
 
     def __repr__(self) -> str:
         return f"Session(agent={self.agent!r}, cwd={self.cwd!r}, name={self.name!r})"
@@ -351,12 +354,31 @@ class Session:
         """The owner's status snapshot, or the registry's view when no owner runs."""
         return await self._op(operations.status, self.key)
 
-    async def close(self) -> dict[str, Any]:
+    async def close(self, *, discard: bool = False) -> dict[str, Any]:
         """End the session: cancel the turn, tear the agent tree down, prove it gone.
+
+        Args:
+            discard: the agent also deletes the conversation (``session/delete``, where
+                it offers it); the report's ``discarded`` says whether it did.
 
         Returns the owner's ``session_closed`` report (``survivors`` must be empty).
         """
-        return await self._op(operations.close_session, self.key)
+        return await self._client._op(operations.close_session, self.key, discard=discard)
+
+    async def fork(self, name: str) -> Session:
+        """A new warm session continuing this one's conversation (``session/fork``).
+
+        Its owner and agent start now. The parent is recorded as ``forkedFrom`` in the
+        new session's record; ownership is the caller's, as for any session it creates.
+
+        Raises:
+            NotAdvertised: the agent does not offer ``session/fork``.
+            UsageError: this session has no conversation yet, or ``name`` is taken.
+        """
+        key = sessions.session_key(self._scope, self.cwd, name)
+        client = self._client
+        await client._op(operations.fork_session, self.key, key, name=name, env=client.env or None)
+        return Session(client, key, name, self.agent, self.cwd, self._scope)
 
     async def history(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """One summary per turn, oldest first: ``requestId``, ``startedAt``,
@@ -500,6 +522,7 @@ class Client:
         cwd: str | os.PathLike[str] | None = None,
         name: str = "",
         fresh: bool = False,
+        resume_session: str | None = None,
     ) -> Session:
         """Create (or reuse) the session for (agent, cwd, name) and make sure its owner runs.
 
@@ -508,20 +531,13 @@ class Client:
             cwd: the agent's working directory (default: the current directory).
             name: the session's name within its scope.
             fresh: close an existing session of that scope first (``sessions new``).
+            resume_session: attach the session to this conversation the agent already
+                has (an id from :meth:`agent_sessions`); its agent starts now and must
+                resume it (else the session is closed again and the error raised).
         """
-        cwd_path = os.path.realpath(  # noqa: ASYNC240 -- a few lstat()s of a local path
-            os.fspath(cwd) if cwd is not None else os.getcwd()
-        )
-        if isinstance(agent, str):
-            argv = agents.resolve(agent, {})
-            label = agent
-            scope = sessions.agent_scope(agent, argv, named=agents.is_agent_name(agent))
-        else:
-            argv = [str(a) for a in agent]
-            label = " ".join(argv)
-            scope = sessions.agent_scope(label, argv, named=False)
+        cwd_path, argv, label, scope = _agent_of(agent, cwd)
         key = sessions.session_key(scope, cwd_path, name)
-        session = Session(self, key, name, label, cwd_path)
+        session = Session(self, key, name, label, cwd_path, scope)
         options = {
             "permission_mode": self.permissions or "approve-reads",
             "idle_ttl": self.ttl,
@@ -537,11 +553,65 @@ class Client:
             options=options,
             fresh=fresh,
             env=self.env,
+            resume_session=resume_session,
         )
-        conn.close()
+        if resume_session:
+            await self._op(operations.resume_agent_session, key, conn)
+        else:
+            conn.close()
         return session
+
+    async def agent_sessions(
+        self,
+        agent: str | Sequence[str],
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        cursor: str | None = None,
+        any_cwd: bool = False,
+    ) -> dict[str, Any]:
+        """The agent's own sessions (``session/list``), of ``cwd`` unless ``any_cwd``:
+        ``{"sessions": [{sessionId, cwd, title, updatedAt}], "nextCursor": ...}``.
+
+        Raises:
+            NotAdvertised: the agent does not offer ``session/list``.
+        """
+        cwd_path, argv, _label, _scope = _agent_of(agent, cwd)
+        env = {**os.environ, **self.env} if self.env else None
+        return await self._op(
+            operations.agent_sessions, argv, cwd_path, cursor=cursor, any_cwd=any_cwd, env=env
+        )
+
+    async def logout(
+        self, agent: str | Sequence[str], *, cwd: str | os.PathLike[str] | None = None
+    ) -> None:
+        """ACP ``logout``: the agent forgets its sign-in.
+
+        Raises:
+            NotAdvertised: the agent does not offer ``logout``.
+        """
+        cwd_path, argv, _label, _scope = _agent_of(agent, cwd)
+        env = {**os.environ, **self.env} if self.env else None
+        await self._op(operations.logout, argv, cwd_path, env=env)
 
     async def sessions(self) -> list[dict[str, Any]]:
         """Every open session in this home, as registry records."""
         items = await self._op(operations.list_sessions)
         return [{k: item[k] for k in ("key", "name", "agent", "cwd", "state")} for item in items]
+
+
+def _agent_of(
+    agent: str | Sequence[str], cwd: str | os.PathLike[str] | None
+) -> tuple[str, list[str], str, str]:
+    """(real cwd, argv, label, scope) of an agent name or argv, as sessions key them."""
+    cwd_path = os.path.realpath(os.fspath(cwd) if cwd is not None else os.getcwd())
+    if isinstance(agent, str):
+        argv = agents.resolve(agent, {})
+        return (
+            cwd_path,
+            argv,
+            agent,
+            sessions.agent_scope(agent, argv, named=agents.is_agent_name(agent)),
+        )
+    argv = [str(a) for a in agent]
+    label = " ".join(argv)
+    return cwd_path, argv, label, sessions.agent_scope(label, argv, named=False)

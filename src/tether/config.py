@@ -239,6 +239,12 @@ SCHEMA: dict[str, Key] = {
     "agentToAgent": table("cross-agent access (agent-to-agent policy)", keys=_AGENT_TO_AGENT),
     "mcpBridge": flag(False, "hand every agent `tether mcp` (session delegation) in session/new"),
     "mcpServers": Key((), "MCP servers for every agent", "a list of MCP servers", _mcp_servers),
+    # Agents' terminals (terminal/*; tether.terminals; issue 14 item 4).
+    "terminal": flag(True, "offer agents terminals (terminal/*); --no-terminal turns it off"),
+    "terminalOutputLimit": integer(
+        1024 * 1024, "bytes of a terminal's newest output kept (agents may ask for less)"
+    ),
+    "terminalPty": flag(False, "run agents' terminals on a pseudo-terminal (else one pipe)"),
 }
 
 _EXTRA_ALIASES = {"owner_idle_ttl": "ttl"}

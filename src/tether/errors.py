@@ -11,6 +11,7 @@
     ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
     │   └── RateLimited                 exit 6   code RATE_LIMITED: retryable, the provider's
     │                                   usage/rate limit (reset time when the agent gave one)
+    ├── NotAdvertised                   the agent does not offer that ACP method (nothing sent)
     ├── ResourceError
     │   ├── ClosedResourceError         we already closed it
     │   └── BrokenResourceError         it died under us
@@ -576,6 +577,14 @@ class UnknownInteraction(UsageError):
     """No open (or recently resolved) interaction of this session has that id."""
 
     default_detail_code = "UNKNOWN_INTERACTION"
+
+
+class NotAdvertised(TetherError):
+    """The agent does not advertise the ACP method asked for (``session/fork``,
+    ``session/list``, ``session/delete``, ``logout``...); nothing was sent to it.
+    ``fields["method"]`` names the method."""
+
+    default_detail_code = "ACP_NOT_ADVERTISED"
 
 
 def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:

@@ -23,10 +23,12 @@ __all__ = [
     "Question",
     "QuestionResolved",
     "SessionEnded",
+    "SessionInfoUpdate",
     "SessionUpdate",
     "ToolCall",
     "ToolCallUpdate",
     "TurnEnded",
+    "UsageUpdate",
     "event_from_entry",
     "event_from_frame",
     "question_from_frame",
@@ -90,6 +92,28 @@ class Plan(SessionUpdate):
     """The agent's full current plan (replaces the previous one)."""
 
     entries: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class UsageUpdate(SessionUpdate):
+    """The session's context use and cost (``usage_update``): ``used`` tokens in context
+    of ``size``; ``cost`` is ``{amount, currency}`` when the agent reports one. Rate-limit
+    data an agent attaches (claude-agent-acp's ``_meta["_claude/rateLimit"]``) stays in
+    ``update``."""
+
+    used: int | None = None
+    size: int | None = None
+    cost: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class SessionInfoUpdate(SessionUpdate):
+    """New session metadata (``session_info_update``): a partial update, so a field the
+    agent did not send is absent from ``fields`` (``title`` None may mean either)."""
+
+    title: str | None = None
+    updated_at: str | None = None
+    fields: tuple[str, ...] = ()  # which of title, updatedAt, _meta the update carried
 
 
 @dataclass(frozen=True)
@@ -262,7 +286,27 @@ def event_from_frame(frame: dict[str, Any]) -> Event | None:
     if kind == "plan":
         entries = update.get("entries")
         return Plan(**common, entries=tuple(e for e in entries or () if isinstance(e, dict)))
+    if kind == "usage_update":
+        cost = update.get("cost")
+        return UsageUpdate(
+            **common,
+            used=_int(update.get("used")),
+            size=_int(update.get("size")),
+            cost=dict(cost) if isinstance(cost, dict) else None,
+        )
+    if kind == "session_info_update":
+        title, at = update.get("title"), update.get("updatedAt")
+        return SessionInfoUpdate(
+            **common,
+            title=title if isinstance(title, str) else None,
+            updated_at=at if isinstance(at, str) else None,
+            fields=tuple(k for k in ("title", "updatedAt", "_meta") if k in update),
+        )
     return SessionUpdate(**common)
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 @dataclass(frozen=True)

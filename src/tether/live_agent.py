@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,9 +20,10 @@ from typing import Any
 from tether import _log
 from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
 from tether.acp.transport import ExitStatus
-from tether.errors import AgentRequestError, TetherError
+from tether.errors import AgentRequestError, NotAdvertised, TetherError
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
+from tether.terminals import ProcessTerminals, TerminalSettings
 
 # After closing stdin, how long an agent gets to exit by itself before the keeper's
 # SIGTERM (acpx: 100 ms). Most agents exit on EOF within 30 ms.
@@ -40,6 +42,8 @@ class AgentConfig:
     grace: float = 1.5
     mcp_servers: Sequence[Any] = ()
     backend_id: str | None = None  # the agent's registry name or command label (run records)
+    # Terminals for the agent (terminal/*), each a supervised run; None: not offered.
+    terminals: TerminalSettings | None = None
 
 
 class ProcessTransport:
@@ -81,13 +85,22 @@ class ProcessTransport:
 class LiveAgent:
     """A running agent with one ACP session. Create with :meth:`start`."""
 
-    def __init__(self, cfg: AgentConfig, proc: AgentProcess, conn: AgentConnection) -> None:
+    def __init__(
+        self,
+        cfg: AgentConfig,
+        proc: AgentProcess,
+        conn: AgentConnection,
+        terminals: ProcessTerminals | None = None,
+    ) -> None:
         self.cfg = cfg
         self.proc = proc
         self.conn = conn
+        self.terminals = terminals
         self.session_id: str = ""
         self.session_result: dict[str, Any] = {}
         self.resumed = False
+        self.forked_from: str | None = None  # the ACP session this one was forked from
+        self.discarded: bool | None = None  # session/delete answered (None: not asked)
 
     @classmethod
     async def start(
@@ -97,8 +110,21 @@ class LiveAgent:
         *,
         resume_session_id: str | None = None,
         out_of_turn: UpdateListener | None = None,
+        fork_from: str | None = None,
+        strict_resume: bool = False,
+        open_session: bool = True,
     ) -> LiveAgent:
         """Spawn the agent and bring an ACP session up.
+
+        Args:
+            resume_session_id: the ACP session to resume (or load), when the agent can;
+                else (or when the agent no longer knows it) a new session is made.
+            fork_from: with no ``resume_session_id``, ``session/fork`` this ACP session
+                instead of ``session/new``.
+            strict_resume: resuming ``resume_session_id`` must work: no fallback to a
+                new session (``sessions new --resume-session``).
+            open_session: False: ``initialize`` (and ``authenticate``) only, for calls
+                about the agent rather than one session (``session/list``, ``logout``).
 
         Raises:
             SpawnError: the agent could not be started.
@@ -120,14 +146,25 @@ class LiveAgent:
             ),
             registry,
         )
-        conn = AgentConnection(ProcessTransport(proc), cfg.cwd, cfg.client)
-        live = cls(cfg, proc, conn)
+        terminals = (
+            ProcessTerminals(registry, cfg.session_key, cfg.env, cfg.terminals)
+            if cfg.terminals is not None
+            else None
+        )
+        client = (
+            cfg.client
+            if terminals is None
+            else dataclasses.replace(cfg.client, terminal_host=terminals)
+        )
+        conn = AgentConnection(ProcessTransport(proc), cfg.cwd, client)
+        live = cls(cfg, proc, conn, terminals)
         if out_of_turn is not None:
             conn.set_fallback_listener(out_of_turn)
         try:
             await conn.initialize()
             await conn.authenticate_if_needed()
-            await live._open_session(resume_session_id)
+            if open_session:
+                await live._open_session(resume_session_id, fork_from, strict=strict_resume)
         except BaseException as exc:
             reason = TerminationReason.SPAWN_ERROR
             with contextlib.suppress(Exception):
@@ -137,8 +174,14 @@ class LiveAgent:
             raise
         return live
 
-    async def _open_session(self, resume_session_id: str | None) -> None:
+    async def _open_session(
+        self, resume_session_id: str | None, fork_from: str | None, *, strict: bool
+    ) -> None:
         conn = self.conn
+        if resume_session_id and strict and not (conn.can_resume or conn.can_load):
+            raise NotAdvertised(
+                "the agent can neither resume nor load a session", method="session/resume"
+            )
         if resume_session_id and (conn.can_resume or conn.can_load):
             try:
                 self.session_result = await conn.load_session(
@@ -148,10 +191,16 @@ class LiveAgent:
                 self.resumed = True
                 return
             except AgentRequestError as exc:
+                if strict:
+                    raise
                 # -32002 (resource not found) and friends: fall back to a new session,
                 # as acpx does; the caller replays the desired mode and config.
                 _log.event("resume_failed", session_id=resume_session_id, error=str(exc))
-        result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers)
+        if fork_from and not resume_session_id:
+            result = await conn.fork_session(fork_from, self.cfg.cwd, self.cfg.mcp_servers)
+            self.forked_from = fork_from
+        else:
+            result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers)
         self.session_id = result["sessionId"]
         self.session_result = result
 
@@ -181,19 +230,43 @@ class LiveAgent:
         return self.proc.is_running and not self.conn.is_broken
 
     async def aclose(
-        self, reason: TerminationReason = TerminationReason.CLOSE, *, close_session: bool
+        self,
+        reason: TerminationReason = TerminationReason.CLOSE,
+        *,
+        close_session: bool,
+        discard: bool = False,
     ) -> ExtinctionReport:
-        """Tear down: ``session/close`` if asked and advertised, stdin EOF, then the tree.
+        """Tear down: ``session/close`` if asked and advertised, ``session/delete`` if
+        ``discard`` and advertised, stdin EOF, the agent's terminals (each ended with
+        proof), then the agent's tree.
 
-        Cancellation: the process-tree teardown is shielded and always completes.
+        Cancellation: the process-tree teardowns are shielded and always complete.
         """
         self.proc.note_stop(reason)
         if close_session and self.session_id and not self.conn.is_broken:
             with contextlib.suppress(Exception):
                 await self.conn.close_session(self.session_id)
+        if discard and self.session_id and not self.conn.is_broken:
+            self.discarded = await discard_session(self.conn, self.session_id)
         await self.conn.aclose()
+        if self.terminals is not None:
+            await self.terminals.aclose()
         if self.proc.exited is not None and not self.proc.exited.done():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(STDIN_EOF_GRACE_S):
                     await self.proc.wait_exited()
         return await self.proc.aclose(reason)
+
+
+async def discard_session(conn: AgentConnection, session_id: str) -> bool:
+    """``session/delete`` of ``session_id`` when the agent advertises it (seed 000's
+    ``discardPersistentState``); True if the agent confirmed. Never raises a Tether
+    error: a close goes on whatever the agent says."""
+    if not conn.can_delete:
+        return False
+    try:
+        await conn.delete_session(session_id)
+    except TetherError as exc:
+        _log.event("discard_failed", session_id=session_id, error=str(exc))
+        return False
+    return True

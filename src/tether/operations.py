@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "START_DEADLINE_S",
+    "agent_sessions",
     "answer",
     "cancel",
     "close_session",
@@ -45,9 +46,12 @@ __all__ = [
     "connect_or_start",
     "describe",
     "ensure_session",
+    "fork_session",
     "history",
     "list_sessions",
+    "logout",
     "offline_status",
+    "resume_agent_session",
     "status",
     "transcript",
     "watch",
@@ -227,10 +231,13 @@ def ensure_session(
     env: dict[str, str] | None = None,
     override: dict[str, Any] | None = None,
     sandboxed: bool = False,
+    resume_session: str | None = None,
 ) -> tuple[OwnerConnection, bool]:
     """Create (or reopen) the session and make sure its owner serves.
 
     Args:
+        resume_session: attach the session to this existing agent-side conversation
+            (acpx's ``--resume-session``): its agent resumes it, strictly.
         options: the owner settings of a session created now.
         fresh: close an existing session of that key first (acpx's ``sessions new``).
         override: settings an owner started now must use although the session exists
@@ -254,6 +261,11 @@ def ensure_session(
         if existing is not None and existing.state != "closed":
             # Reusing (ensure) or replacing (new) a session is driving it.
             access.authorize(key, "close" if fresh else "send", registry=registry)
+            if resume_session and not fresh and existing.acp_session_id != resume_session:
+                raise UsageError(
+                    "the session is open on another conversation; `sessions new"
+                    " --resume-session` replaces it"
+                )
         requester = access.current_requester(registry)
         if reused and sandboxed and existing is not None and not existing.sandboxed:
             raise UsageError(
@@ -280,6 +292,9 @@ def ensure_session(
             # Recorded only when the row is created: the requester owns what it spawns.
             owner=access.spawn_owner(requester, label, sandboxed=sandboxed),
         )
+        if resume_session:
+            merged = {**_session.options, "resume_session": resume_session}
+            registry.update_session(key, acp_session_id=resume_session, options=merged)
     return connect_or_start(key, env=env, options=override), created
 
 
@@ -331,7 +346,8 @@ def offline_status(key: str) -> dict[str, Any]:
                 "leaseState": None,
                 "sessionKey": key,
             }
-        leases = registry.leases(session_key=key)
+        # The agent's runs: an agent's terminals (tether.terminals) have leases of their own.
+        leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None
         last_end = session.last_end or {}
         dead = session.state != "closed" and last_end.get("reason") == "error"
@@ -367,10 +383,13 @@ def cancel(key: str, target: str | None = None) -> dict[str, Any]:
         return conn.request("cancel", {"targetRequestId": target} if target else {})
 
 
-def close_session(key: str) -> dict[str, Any]:
+def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
     """End the session and, first, every session it spawned (:mod:`tether.cascade`).
 
     Each one ends through its owner (which proves the tree gone), or offline.
+    ``discard`` (seed 000's ``discardPersistentState``): the agent also deletes the
+    session's conversation (``session/delete``, where advertised) -- this session's only,
+    not its children's; an owner is started for it if none runs.
 
     Raises:
         NoSession: no such session (offline only; a live owner is its session's proof).
@@ -379,10 +398,18 @@ def close_session(key: str) -> dict[str, Any]:
     access.authorize(key, "close")
     from tether.cascade import close_tree
 
-    return close_tree(key, lambda one: _close_one(one, cascade_from=key if one != key else None))
+    def one(k: str) -> dict[str, Any]:
+        # The session itself (--discard applies to it alone), or one of its family.
+        if k == key:
+            return _close_one(k, discard=discard)
+        return _close_one(k, cascade_from=key)
+
+    return close_tree(key, one)
 
 
-def _close_one(key: str, *, cascade_from: str | None = None) -> dict[str, Any]:
+def _close_one(
+    key: str, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
     """End one session: through its owner, or offline.
 
     Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
@@ -393,8 +420,10 @@ def _close_one(key: str, *, cascade_from: str | None = None) -> dict[str, Any]:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
         conn = None
+    if conn is None and discard:
+        conn = _owner_to_discard(key)
     if conn is not None:
-        return _close_live(conn, {"cascadeFrom": cascade_from} if cascade_from else None)
+        return _close_live(conn, discard=discard, cascade_from=cascade_from)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -406,13 +435,30 @@ def _close_one(key: str, *, cascade_from: str | None = None) -> dict[str, Any]:
     return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
 
 
-def _close_live(conn: OwnerConnection, payload: dict[str, Any] | None = None) -> dict[str, Any]:
+def _owner_to_discard(key: str) -> OwnerConnection | None:
+    """An owner for a close --discard when none runs: only the agent can delete its
+    session, so one is started when the session has an agent-side conversation."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None or session.state == "closed" or not session.acp_session_id:
+            return None
+    return connect_or_start(key, action="close")
+
+
+def _close_live(
+    conn: OwnerConnection, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
     """Close through the owner on ``conn``; return once that owner process is gone."""
     from tether.owner_fence import peer_pidfd, wait_exit
 
     with conn:
         pidfd = peer_pidfd(conn.sock)
-        result = conn.request("close", payload or {})
+        payload: dict[str, Any] = {"discard": True} if discard else {}
+        if cascade_from:
+            payload["cascadeFrom"] = cascade_from
+        result = conn.request("close", payload)
     # Return only once the owner is gone (its lock released): scripts that look for
     # leftover processes, or remove TETHER_HOME, right after `close` see none.
     result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
@@ -480,6 +526,9 @@ def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
         "ownerStatus": session.owner_status,
         "lastEnd": session.last_end,
     }
+    fork = session.options.get("fork_from") if isinstance(session.options, dict) else None
+    if isinstance(fork, dict):
+        record["forkedFrom"] = fork  # {sessionKey, acpSessionId}: where `sessions fork` began
     record.update(ownership_json(session, instance_id or ""))
     return record
 
@@ -579,3 +628,34 @@ def answer(
         payload["content"] = content
     with conn:
         return conn.request("answer", payload)
+
+
+# --- ACP's newer methods (tether._operations_acp, imported only when used) -----------
+
+
+def fork_session(parent_key: str, key: str, **kwargs: Any) -> dict[str, Any]:
+    """See :func:`tether._operations_acp.fork_session` (``sessions fork``)."""
+    from tether import _operations_acp
+
+    return _operations_acp.fork_session(parent_key, key, **kwargs)
+
+
+def resume_agent_session(key: str, conn: OwnerConnection) -> dict[str, Any]:
+    """See :func:`tether._operations_acp.resume_agent_session` (``--resume-session``)."""
+    from tether import _operations_acp
+
+    return _operations_acp.resume_agent_session(key, conn)
+
+
+def agent_sessions(argv: list[str], cwd: str, **kwargs: Any) -> dict[str, Any]:
+    """See :func:`tether._operations_acp.agent_sessions` (``sessions list --agent-sessions``)."""
+    from tether import _operations_acp
+
+    return _operations_acp.agent_sessions(argv, cwd, **kwargs)
+
+
+def logout(argv: list[str], cwd: str, **kwargs: Any) -> dict[str, Any]:
+    """See :func:`tether._operations_acp.logout` (``tether logout``)."""
+    from tether import _operations_acp
+
+    return _operations_acp.logout(argv, cwd, **kwargs)

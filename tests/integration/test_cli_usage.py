@@ -18,10 +18,10 @@ tether = run_tether
 
 
 def test_unknown_option_creates_no_session(project_dir: Path) -> None:
-    """`sessions new --resume-session abc` is a usage error; no session named after it appears."""
-    r = tether("mock", "sessions", "new", "--resume-session", "abc", cwd=project_dir)
+    """`sessions new --import-session abc` is a usage error; no session named after it appears."""
+    r = tether("mock", "sessions", "new", "--import-session", "abc", cwd=project_dir)
     assert r.returncode == 2, r.stderr
-    assert "--resume-session" in r.stderr
+    assert "--import-session" in r.stderr
     assert "Traceback" not in r.stderr
     listed = tether("mock", "sessions", "list", "--all", cwd=project_dir)
     assert listed.returncode == 0, listed.stderr

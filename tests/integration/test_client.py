@@ -143,11 +143,13 @@ def test_public_api_is_pinned() -> None:
         "QuestionResolved",
         "Session",
         "SessionEnded",
+        "SessionInfoUpdate",
         "SessionUpdate",
         "TetherError",
         "ToolCall",
         "ToolCallUpdate",
         "TurnEnded",
+        "UsageUpdate",
         "__version__",
     }
     for name in tether.__all__:

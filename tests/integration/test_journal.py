@@ -102,15 +102,18 @@ def test_a_watcher_that_never_reads_is_dropped_and_the_turn_finishes(mock: Cli) 
         raw.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         raw.request("w-1", "watch", {"follow": True})
         wait_for(lambda: mock.status()["watchers"] == 1, "the raw watcher to attach")
-        out = mock.run(
+        caller = mock.popen(
             "prompt", "stream 100000 xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", fmt="quiet"
         )
-        assert out.stdout.count("\n") == 100_000
-        assert mock.status()["watchers"] == 0
-        rss_kib = _rss_kib(owner)
-        frames = []
+        # Dropped once its unsent bytes pass the bound -- while the turn still streams.
+        wait_for(lambda: mock.status()["watchers"] == 0, "the watcher to be dropped", 60)
+        frames = []  # read now: a dropped peer that still does not read is cut off later
         while (frame := raw.read()) is not None:
             frames.append(frame)
+        rc, out, err = finish(caller)
+        assert rc == 0, err
+        assert out.count("\n") == 100_000
+        rss_kib = _rss_kib(owner)
     assert frames[0]["type"] == "ack"
     assert frames[-1]["type"] == "lagged"
     seqs = [f["entry"]["seq"] for f in frames if f["type"] == "entry"]

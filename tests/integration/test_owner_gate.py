@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.integration.test_acp_newer_methods import mock_full as mock_full  # the fixture
 from tests.integration.test_delegation import TETHER, as_agent, keys, listed, tether
 from tests.integration.test_delegation import family as family  # the fixture
+from tests.integration.test_owner import Cli
 
 from tether.registry import Registry
 
@@ -278,3 +280,12 @@ def test_the_bridge_spawns_sandboxed_and_only_as_agent_to_agent_allows(project_d
         assert row.sandboxed
     finally:
         close_all(project_dir, "boss", "boxed")
+
+
+def test_a_fork_of_a_sandboxed_session_stays_sandboxed(mock_full: Cli) -> None:
+    """The fork continues the same conversation: it must not shed the clamp."""
+    c = mock_full
+    c.run("sessions", "new", "--sandboxed")
+    c.run("prompt", "first")
+    c.json("sessions", "fork", "fork1")
+    assert c.json("sessions", "show", "fork1")["sandboxed"] is True

@@ -159,20 +159,28 @@ def test_exec_claude_text_and_quiet(
     assert out.strip() == "fake-claude: quiet please"
 
 
+def exec_tool_prompt(
+    agent_cmd: list[str], agent_env: dict[str, str], project_dir: Path, *flags: str
+) -> list[dict[str, Any]]:
+    """``exec`` TOOL_PROMPT with ``--approve-all`` (and ``flags``); its checked frames."""
+    rc, out, err, _ = run_tether(
+        ["--agent", agent_cmd[0], "--approve-all", *flags, "--format", "json", "exec", TOOL_PROMPT],
+        tether_env(agent_env),
+        project_dir,
+    )
+    assert rc == 0, err
+    frames = ndjson(out)
+    check_frames(frames)
+    return frames
+
+
 def test_exec_claude_approve_all_runs_tool(
     claude_agent_cmd: list[str],
     claude_agent_env: dict[str, str],
     fake_anthropic: FakeAnthropic,
     project_dir: Path,
 ) -> None:
-    rc, out, err, _ = run_tether(
-        ["--agent", claude_agent_cmd[0], "--approve-all", "--format", "json", "exec", TOOL_PROMPT],
-        tether_env(claude_agent_env),
-        project_dir,
-    )
-    assert rc == 0, err
-    frames = ndjson(out)
-    check_frames(frames)
+    frames = exec_tool_prompt(claude_agent_cmd, claude_agent_env, project_dir)
     perms = [f for f in frames if f.get("method") == "session/request_permission"]
     assert len(perms) == 1
     assert (project_dir / "out.txt").read_text().strip() == "hi"

@@ -17,8 +17,8 @@ def _parse_mock(argv: list[str]) -> _parse.Invocation:
     ("argv", "named", "suggested"),
     [
         pytest.param(
-            ["mock", "sessions", "new", "--resume-session", "abc"],
-            "--resume-session",
+            ["mock", "sessions", "new", "--import-session", "abc"],
+            "--import-session",
             None,
             id="sessions-new-unknown",
         ),

@@ -129,6 +129,8 @@ def test_default_limit_is_64_mebibytes() -> None:
         ("status", {}),
         ("status", {"anything": "ignored"}),
         ("close", {}),
+        ("close", {"discard": True}),
+        ("start_agent", {}),
         ("prompt", {"prompt": TEXT, "control": True}),
         ("watch", {"fromSeq": 3, "control": True}),
         ("answer", {"interactionId": "p-1", "answer": "allow"}),
@@ -178,6 +180,7 @@ def test_trailing_newline_is_accepted() -> None:
         ("answer", {"interactionId": "p-1"}),
         ("answer", {"interactionId": 7, "answer": "allow"}),
         ("answer", {"interactionId": "e-1", "answer": "accept", "content": ["Ada"]}),
+        ("close", {"discard": "yes"}),
     ],
 )
 def test_invalid_payloads(kind: str, payload: dict[str, Any]) -> None:

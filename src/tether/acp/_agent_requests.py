@@ -8,6 +8,8 @@
 * ``elicitation/create`` -- to the elicitation hook when there is one (else ``-32601``,
   and the capability is not advertised); a cancelled turn answers it ``cancel``.
 * ``fs/read_text_file`` / ``fs/write_text_file`` -- confined to the session's cwd.
+* ``terminal/*`` -- to :class:`tether.acp.terminals.TerminalRequests` when the options
+  carry a terminal host (else ``-32601``, and the capability is not advertised).
 * ``$/cancel_request`` (a notification naming one of the agent's requests) -- answered
   ``-32800`` for that request if it is still unanswered, and its hook call cancelled.
 * anything else -- ``-32601`` method not found.
@@ -25,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _log
 from tether.acp import policy
+from tether.acp.terminals import METHODS as TERMINAL_METHODS
+from tether.acp.terminals import TerminalRequests
 from tether.jsonrpc import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -43,6 +47,18 @@ class AgentRequests:
 
     def __init__(self, conn: AgentConnection) -> None:
         self._conn = conn
+        host = conn.options.terminal_host
+        self.terminals = (
+            TerminalRequests(
+                host,
+                conn.cwd,
+                answer=self.answer,
+                error=self._error,
+                spawn=conn.spawn_handler,
+            )
+            if host is not None
+            else None
+        )
 
     def answer(self, req_id: Any, result: Any) -> None:
         """Send ``result`` for ``req_id`` unless it was answered already."""
@@ -67,6 +83,8 @@ class AgentRequests:
             self._fs(req, params, write=False)
         elif method == "fs/write_text_file" and fs:
             self._fs(req, params, write=True)
+        elif method in TERMINAL_METHODS and self.terminals is not None:
+            self.terminals.on_request(req, params)
         else:
             self._error(req.id, METHOD_NOT_FOUND, f"method not found: {method}")
 

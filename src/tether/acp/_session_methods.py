@@ -2,10 +2,16 @@
 
 ``initialize`` (protocol 1, our fs capabilities), ``authenticate`` (when a credential is
 configured for an advertised method), ``session/new``, ``session/load`` or
-``session/resume``, ``session/set_mode``, ``session/set_config_option`` and
-``session/close``. Each is one request under the handshake deadline; what the agent
-advertised in ``initialize`` decides which exist. A mixin of
+``session/resume``, ``session/fork``, ``session/list``, ``session/delete``, ``logout``,
+``session/set_mode``, ``session/set_config_option`` and ``session/close``. Each is one
+request under the handshake deadline; what the agent advertised in ``initialize``
+decides which exist, and calling one the agent did not advertise raises
+:class:`~tether.errors.NotAdvertised` without sending anything. A mixin of
 :class:`tether.acp.connection.AgentConnection`, which supplies ``request``.
+
+``session/fork`` is still unstable in ACP (it is in ``schema.unstable.json``, not in the
+stable v1 schema): both current adapters ship it with the params of ``session/new``
+plus the ``sessionId`` to fork, and answer like ``session/new``.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from tether.errors import (
     AgentRequestError,
     BrokenResourceError,
     HandshakeTimeout,
+    NotAdvertised,
     RemoteProtocolError,
 )
 
@@ -57,7 +64,7 @@ class SessionMethods:
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
                 "fs": {"readTextFile": fs, "writeTextFile": fs},
-                "terminal": False,
+                "terminal": self.options.terminal_host is not None,
                 # Elicitations (form and URL) are relayed to whoever can answer them.
                 **(
                     {"elicitation": {"form": {}, "url": {}}}
@@ -120,6 +127,85 @@ class SessionMethods:
     @property
     def can_close(self) -> bool:
         return self._session_caps().get("close") is not None
+
+    @property
+    def can_fork(self) -> bool:
+        return self._session_caps().get("fork") is not None
+
+    @property
+    def can_list(self) -> bool:
+        return self._session_caps().get("list") is not None
+
+    @property
+    def can_delete(self) -> bool:
+        return self._session_caps().get("delete") is not None
+
+    @property
+    def can_logout(self) -> bool:
+        auth = self.agent_capabilities.get("auth")
+        return isinstance(auth, dict) and auth.get("logout") is not None
+
+    def _require(self, advertised: bool, method: str) -> None:
+        if not advertised:
+            name = self.agent_info.get("name") or "the agent"
+            raise NotAdvertised(f"{name} does not advertise {method}", method=method)
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """``session/fork``: a new agent session continuing ``session_id``'s conversation.
+
+        Returns the result (``sessionId`` is the new session's id; modes and config
+        options as on ``session/new``).
+
+        Raises:
+            NotAdvertised: the agent does not advertise ``sessionCapabilities.fork``.
+            RemoteProtocolError: the answer has no ``sessionId``.
+        """
+        self._require(self.can_fork, "session/fork")
+        params = {"sessionId": session_id, "cwd": cwd, "mcpServers": list(mcp_servers)}
+        result = await self._handshake("session/fork", params)
+        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
+            raise RemoteProtocolError("session/fork returned no sessionId")
+        return result
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """``session/list``: one page of the agent's own sessions (``sessions``,
+        ``nextCursor``), of ``cwd`` only when given.
+
+        Raises:
+            NotAdvertised: the agent does not advertise ``sessionCapabilities.list``.
+        """
+        self._require(self.can_list, "session/list")
+        params: dict[str, Any] = {}
+        if cwd is not None:
+            params["cwd"] = cwd
+        if cursor is not None:
+            params["cursor"] = cursor
+        result = await self._handshake("session/list", params)
+        if not isinstance(result, dict) or not isinstance(result.get("sessions"), list):
+            raise RemoteProtocolError("session/list returned no sessions array")
+        return result
+
+    async def delete_session(self, session_id: str) -> None:
+        """``session/delete``: the agent forgets the session (its stored conversation).
+
+        Raises:
+            NotAdvertised: the agent does not advertise ``sessionCapabilities.delete``.
+        """
+        self._require(self.can_delete, "session/delete")
+        await self._handshake("session/delete", {"sessionId": session_id})
+
+    async def logout(self) -> None:
+        """``logout``: the agent ends its authenticated state (its stored credentials).
+
+        Raises:
+            NotAdvertised: the agent does not advertise ``auth.logout``.
+        """
+        self._require(self.can_logout, "logout")
+        await self._handshake("logout", {})
 
     async def new_session(self, cwd: str, mcp_servers: Sequence[Any] = ()) -> dict[str, Any]:
         result = await self._handshake("session/new", {"cwd": cwd, "mcpServers": list(mcp_servers)})

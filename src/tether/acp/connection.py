@@ -57,6 +57,7 @@ from tether.acp import policy
 from tether.acp._agent_requests import AgentRequests
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
 from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
+from tether.acp.terminals import TerminalHost
 from tether.acp.transport import AgentTransport
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import (
@@ -134,6 +135,11 @@ class ClientOptions:
     elicitation_hook: ElicitationHook | None = None
     # Called with the params of every elicitation/complete notification.
     on_elicitation_complete: Callable[[dict[str, Any]], None] | None = None
+    # Send `$/cancel_request` for each request we abandon, beside `session/cancel`.
+    cancel_requests: bool = True
+    # Runs terminal/* commands (tether.acp.terminals); None: the capability is not
+    # advertised and terminal/* is -32601.
+    terminal_host: TerminalHost | None = None
 
 
 class AgentConnection(TurnMethods, SessionMethods):
@@ -354,9 +360,21 @@ class AgentConnection(TurnMethods, SessionMethods):
         return self._result_of(method, response)
 
     def _abandon(self, request_id: int, reason: str) -> None:
+        """Stop waiting for ``request_id``: ``session/cancel`` for a prompt (once), then
+        ``$/cancel_request`` for any request.
+
+        ``$/cancel_request`` is ACP's protocol-level cancellation of one request; a
+        ``$/`` notification may be ignored by an agent that does not implement it, so we
+        send it to every agent (``ClientOptions.cancel_requests``). Both current adapters
+        honour it for ``session/prompt``, answering ``{"stopReason": "cancelled"}`` within
+        ~30 ms (tests/realagents/NOTES.md), which lets the next turn settle sooner.
+        """
         self._waiters.pop(request_id, None)
         if request_id in self.rpc.pending:
-            self.send_bytes(self.rpc.abandon(request_id, reason=reason))
+            data = self.rpc.abandon(request_id, reason=reason)
+            if self.options.cancel_requests and self._usable():
+                data += self.rpc.send_notification("$/cancel_request", {"requestId": request_id})
+            self.send_bytes(data)
 
     @staticmethod
     def _result_of(method: str, response: Response) -> Any:

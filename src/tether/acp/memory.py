@@ -130,11 +130,14 @@ class MemoryTransport:
 class FakeAgent:
     """A scripted ACP agent: answers the handshake, leaves each turn to the test.
 
-    It answers ``initialize`` (protocol 1; ``loadSession`` / ``resume`` / ``close`` as
-    asked), ``session/new``, ``session/load``, ``session/resume``, ``session/set_mode``,
-    ``session/set_config_option`` and ``session/close`` at once. A ``session/prompt``
-    is queued for :meth:`next_prompt`; ``session/cancel`` notifications are recorded in
-    :attr:`cancels`; the client's answers to our requests in :attr:`answers`.
+    It answers ``initialize`` (protocol 1; ``loadSession`` / ``resume`` / ``close`` /
+    ``fork`` / ``list`` / ``delete`` / ``logout`` as asked), ``session/new``,
+    ``session/load``, ``session/resume``, ``session/fork`` (a new id, ``fork-N``),
+    ``session/list`` (:attr:`listed`), ``session/delete``, ``logout``,
+    ``session/set_mode``, ``session/set_config_option`` and ``session/close`` at once. A
+    ``session/prompt`` is queued for :meth:`next_prompt`; ``session/cancel`` and
+    ``$/cancel_request`` notifications are recorded in :attr:`cancels` and
+    :attr:`cancel_requests`; the client's answers to our requests in :attr:`answers`.
     """
 
     def __init__(
@@ -144,14 +147,25 @@ class FakeAgent:
         load_session: bool = False,
         resume: bool = False,
         close: bool = False,
+        fork: bool = False,
+        list_sessions: bool = False,
+        delete: bool = False,
+        logout: bool = False,
     ) -> None:
         self.transport = MemoryTransport(self._on_client_frame)
         self.session_id = session_id
         self.load_session = load_session
         self.resume = resume
         self.close = close
+        self.fork = fork
+        self.list_sessions = list_sessions
+        self.delete = delete
+        self.logout = logout
+        self.list_sessions_hangs = False  # True: session/list is never answered
+        self.listed: list[Frame] = [{"sessionId": session_id, "cwd": "/", "title": "first"}]
         self.frames: list[Frame] = []  # everything the client wrote, in order
         self.cancels: list[Frame] = []
+        self.cancel_requests: list[Frame] = []
         self.answers: dict[Any, Frame] = {}
         self._prompts: asyncio.Queue[Frame] = asyncio.Queue()
         self._answered: dict[Any, asyncio.Future[Frame]] = {}
@@ -169,8 +183,14 @@ class FakeAgent:
             caps: dict[str, Any] = {}
             if self.resume:
                 caps["resume"] = {}
-            if self.close:
-                caps["close"] = {}
+            for name, on in (
+                ("close", self.close),
+                ("fork", self.fork),
+                ("list", self.list_sessions),
+                ("delete", self.delete),
+            ):
+                if on:
+                    caps[name] = {}
             self.answer(
                 frame["id"],
                 {
@@ -178,6 +198,7 @@ class FakeAgent:
                     "agentCapabilities": {
                         "loadSession": self.load_session,
                         "sessionCapabilities": caps,
+                        **({"auth": {"logout": {}}} if self.logout else {}),
                     },
                     "agentInfo": {"name": "fake-agent", "version": "0"},
                     "authMethods": [],
@@ -185,18 +206,28 @@ class FakeAgent:
             )
         elif method == "session/new":
             self.answer(frame["id"], {"sessionId": self.session_id})
+        elif method == "session/fork":
+            self._next_id += 1
+            self.answer(frame["id"], {"sessionId": f"fork-{self._next_id}"})
+        elif method == "session/list":
+            if not self.list_sessions_hangs:
+                self.answer(frame["id"], {"sessions": self.listed})
         elif method in (
             "session/load",
             "session/resume",
             "session/set_mode",
             "session/set_config_option",
             "session/close",
+            "session/delete",
+            "logout",
         ):
             self.answer(frame["id"], {})
         elif method == "session/prompt":
             self._prompts.put_nowait(frame)
         elif method == "session/cancel":
             self.cancels.append(frame)
+        elif method == "$/cancel_request":
+            self.cancel_requests.append(frame)
 
     # --- what the test makes the agent do ----------------------------------------------
 

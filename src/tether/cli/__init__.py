@@ -261,10 +261,18 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _session_cmds
 
         return _session_cmds.sessions_cmd(ctx)
+    if command == "logout":
+        from tether.cli import _acp_cmds
+
+        return _acp_cmds.logout(ctx)
     if command == "reap":
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
+    if command == "serve":
+        from tether.serve.command import run_serve
+
+        return run_serve(ctx)
     if command == "metrics":
         from tether.cli._metrics_cmd import run_metrics
 

@@ -18,12 +18,26 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "serve",
         "answer",
         "metrics",
+        "logout",
     }
 )
 SESSION_SUBCOMMANDS = frozenset(
-    {"new", "ensure", "list", "show", "close", "history", "watch", "read", "export", "prune"}
+    {
+        "new",
+        "ensure",
+        "list",
+        "show",
+        "close",
+        "history",
+        "watch",
+        "read",
+        "export",
+        "prune",
+        "fork",
+    }
 )
 
 # global flag -> number of values it takes
@@ -41,6 +55,7 @@ _GLOBAL_FLAGS = {
     "--verbose": 0,
     "--json-strict": 0,
     "--no-fs": 0,
+    "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
 }
@@ -65,8 +80,29 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--host": (1, "--host HOST", "address to listen on (default 127.0.0.1)"),
+    "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
+    "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
+    "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
     "--sandboxed": (0, "--sandboxed", "its agent reaches only its own tree (whatever the config)"),
+    # ACP's newer methods (issue 14)
+    "--resume-session": (
+        1,
+        "--resume-session ID",
+        "attach to the agent's existing session ID (see sessions list --agent-sessions)",
+    ),
+    "--agent-sessions": (
+        0,
+        "--agent-sessions",
+        "list the agent's own sessions of this --cwd (session/list; --all: every directory)",
+    ),
+    "--cursor": (1, "--cursor C", "with --agent-sessions: the page after nextCursor C"),
+    "--discard": (
+        0,
+        "--discard",
+        "the agent also deletes the conversation (session/delete, where offered)",
+    ),
 }
 _SAME = {
     "--session": "-s",
@@ -107,24 +143,29 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
     "sessions new": (
-        "[-s NAME | NAME] [--sandboxed]",
+        "[-s NAME | NAME] [--sandboxed] [--resume-session ID]",
         "create a fresh session (closes one of that name)",
-        (*_S, "--sandboxed"),
+        (*_S, "--sandboxed", "--resume-session"),
     ),
     "sessions ensure": (
-        "[-s NAME | NAME] [--sandboxed]",
+        "[-s NAME | NAME] [--sandboxed] [--resume-session ID]",
         "reuse the session, or create it; start its owner",
-        (*_S, "--sandboxed"),
+        (*_S, "--sandboxed", "--resume-session"),
+    ),
+    "sessions fork": (
+        "[-s NAME] NEW_NAME",
+        "a new warm session continuing NAME's conversation (session/fork)",
+        _S,
     ),
     "sessions list": (
-        "[--all] [--tree]",
-        "list the sessions you may see",
-        ("--all", "--tree"),
+        "[--all] [--tree] [--agent-sessions [--cursor C]]",
+        "list the sessions you may see (--agent-sessions: the agent's own)",
+        ("--all", "--tree", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -153,16 +194,22 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed"),
     ),
     "sessions close": (
-        "[-s NAME | NAME]",
+        "[-s NAME | NAME] [--discard]",
         "end the session and prove its process tree gone",
-        _S,
+        (*_S, "--discard"),
     ),
+    "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (
         "[--dry-run]",
         "reconcile leases: reap verified orphans of this instance",
         ("--dry-run",),
     ),
     "config": ("", "print the merged configuration", ()),
+    "serve": (
+        "[--host H] [--port P | --unix PATH] [--token T]",
+        "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
+        ("--host", "--port", "--unix", "--token"),
+    ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",

@@ -28,15 +28,19 @@ commands:
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
   answer [-s NAME] ID allow|always|deny|OPTION_ID
                                        answer a question the agent asked (first answer wins)
-  sessions new|ensure [-s NAME] [--sandboxed]
+  sessions new|ensure [-s NAME] [--sandboxed] [--resume-session ID]
                                        create (new: fresh) or reuse a session; starts its owner
-  sessions list|show|history [NAME]    inspect sessions
+  sessions fork [-s NAME] NEW_NAME     a new warm session continuing NAME's conversation
+  sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
-  sessions close [NAME]                end the session and prove its process tree gone
+  sessions close [NAME] [--discard]    end the session and prove its process tree gone
+  logout                               sign the agent out (ACP logout)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   metrics                              counters, latencies and gauges (text, or --format json)
   config                               print the merged configuration
+  serve [--host H] [--port P | --unix PATH] [--token T]
+                                       HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
   `tether <command> --help` lists a command's own options.
@@ -57,6 +61,7 @@ global options:
   --timeout SECONDS                    give up on a prompt after this long (exit 3)
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
+  --no-terminal                        do not offer terminals (terminal/*) to the agent
   --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
   --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
@@ -78,7 +83,7 @@ def _command_help(spec: str) -> str:
     ]
     if spec == "sessions":
         lines += ["", "subcommands:"]
-        for sub in ("new", "ensure", "list", "show", "history", "close"):
+        for sub in ("new", "ensure", "fork", "list", "show", "history", "close"):
             sub_args, sub_what, _ = _COMMAND_SPECS[f"sessions {sub}"]
             lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
     shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]

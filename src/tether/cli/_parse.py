@@ -50,6 +50,7 @@ class Invocation:
         self.verbose = False
         self.json_strict = False
         self.no_fs = False
+        self.no_terminal = False  # --no-terminal: no terminal/* for the agent
         self.session: str | None = None
         self.no_wait = False
         self.file: str | None = None
@@ -64,8 +65,16 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.host: str | None = None
+        self.port: int | None = None
+        self.unix: str | None = None
+        self.token: str | None = None
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
+        self.resume_session: str | None = None  # sessions new --resume-session ID
+        self.agent_sessions = False  # sessions list --agent-sessions
+        self.cursor: str | None = None  # sessions list --agent-sessions --cursor C
+        self.discard = False  # sessions close --discard
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
@@ -112,6 +121,8 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
+    elif flag == "--no-terminal":
+        inv.no_terminal = True
     elif flag == "--mcp-bridge":
         inv.mcp_bridge = True
     elif flag == "--mcp-config":
@@ -159,6 +170,26 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.control = True
     elif flag == "--repair":
         inv.repair = True
+    elif flag in ("--host", "--unix", "--token"):
+        if not value:
+            raise UsageError(f"{flag} needs a non-empty value")
+        setattr(inv, flag[2:], value)
+    elif flag == "--port":
+        try:
+            port = int(value or "")
+        except ValueError:
+            raise UsageError(f"--port expects a whole number, got {value!r}") from None
+        if not 0 <= port <= 65535:
+            raise UsageError("--port must be between 0 and 65535")
+        inv.port = port
+    elif flag == "--resume-session":
+        inv.resume_session = value
+    elif flag == "--agent-sessions":
+        inv.agent_sessions = True
+    elif flag == "--cursor":
+        inv.cursor = value
+    elif flag == "--discard":
+        inv.discard = True
     elif flag == "--limit":
         try:
             inv.limit = int(value or "")
@@ -277,7 +308,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         elif rest:
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|history|watch|read|export|prune"
+                "new|ensure|list|show|close|history|watch|read|export|prune|fork"
             )
         else:
             inv.subcommand = "list"

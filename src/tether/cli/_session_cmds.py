@@ -77,8 +77,19 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "rate_limit_hold": cfg.get("rateLimitHold"),
         "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
         "fs": not ctx.inv.no_fs,
+        **terminal_options(ctx),
         "permission_policy": _policy(ctx),
         **_mcp_options(ctx),
+    }
+
+
+def terminal_options(ctx: Any) -> dict[str, Any]:
+    """Agents' terminals: ``--no-terminal`` and the ``terminal*`` config keys."""
+    cfg = ctx.config
+    return {
+        "terminal": not ctx.inv.no_terminal and cfg.get("terminal") is not False,
+        "terminal_output_limit": cfg.get("terminalOutputLimit"),
+        "terminal_pty": cfg.get("terminalPty") is True,
     }
 
 
@@ -333,12 +344,13 @@ def control(ctx: Any) -> int:
         if len(ctx.inv.words) != 2:
             raise UsageError("usage: tether set [-s NAME] KEY VALUE")
         config_id, raw = ctx.inv.words
-        value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
         deadline = _call_deadline(ctx)
         with connect_or_start(ctx, key, deadline, "set") as conn:
+            # The word as typed: the owner knows the option's type from the agent
+            # (a boolean option takes true/false as a boolean; a select keeps the word).
             result = conn.request(
                 "set_config_option",
-                {"configId": config_id, "value": value},
+                {"configId": config_id, "value": raw},
                 deadline_ms=_remaining_ms(deadline),
             )
         ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
@@ -370,6 +382,10 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    if sub == "fork" or (sub == "list" and ctx.inv.agent_sessions):
+        from tether.cli import _acp_cmds
+
+        return _acp_cmds.fork(ctx) if sub == "fork" else _acp_cmds.agent_sessions(ctx)
     if sub in ("watch", "read", "history", "export", "prune"):
         from tether.cli import _journal_cmds
 
@@ -435,10 +451,16 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
         fresh=fresh,
         override=_later_flags(ctx),
         sandboxed=ctx.inv.sandboxed,
+        resume_session=ctx.inv.resume_session,
     )
-    with conn:
-        generation = conn.generation
-        owner_pid = conn.hello.get("ownerPid")
+    generation = conn.generation
+    owner_pid = conn.hello.get("ownerPid")
+    resumed: dict[str, Any] = {}
+    if ctx.inv.resume_session:
+        # The agent comes up now, so a conversation it does not know is reported here.
+        resumed = operations.resume_agent_session(key, conn)
+    else:
+        conn.close()
     ctx.output.control(
         {
             "action": "session_ensured",
@@ -449,10 +471,12 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             "cwd": str(ctx.cwd),
             "ownerPid": owner_pid,
             "ownerGeneration": generation,
+            **({"acpSessionId": resumed.get("acpSessionId")} if resumed else {}),
         },
         text=(
             f"session {name or '(default)'} {'created' if created else 'ready'}"
             f" · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}"
+            + (f" · resumed {resumed.get('acpSessionId')}" if resumed else "")
         ),
         quiet=key,
     )
@@ -462,7 +486,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
 def _close(ctx: Any) -> int:
     key = _key(ctx)
     try:
-        result = operations.close_session(key)
+        result = operations.close_session(key, discard=ctx.inv.discard)
     except NoSession:
         raise _no_session_hint(ctx) from None
     survivors = result.get("survivors") or []
@@ -472,6 +496,8 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
+    if "discarded" in result:
+        text += " · conversation " + ("deleted" if result["discarded"] else "NOT deleted")
     children = result.get("closedChildren") or []
     failed = [c for c in children if "error" in c]
     if children:

@@ -51,8 +51,21 @@ VERSION: Final = 2
 DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
 
+# ``start_agent``: bring the session's agent up now (queued like a prompt) and say which
+# ACP session it opened -- how `sessions fork` and `sessions new --resume-session` report
+# a refused fork or resume at once instead of at the first prompt.
 KINDS: Final = frozenset(
-    {"prompt", "cancel", "set_mode", "set_config_option", "status", "close", "watch", "answer"}
+    {
+        "prompt",
+        "cancel",
+        "set_mode",
+        "set_config_option",
+        "status",
+        "close",
+        "watch",
+        "answer",
+        "start_agent",
+    }
 )
 # ``lagged`` ends a request whose connection fell behind its bounded output buffer.
 TERMINAL_TYPES: Final = frozenset({"result", "error", "lagged"})
@@ -211,6 +224,8 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.content must be an object", rid
             )
+    elif kind == "close":
+        _optional_bool(payload, "discard", rid)  # session/delete the agent's session too
     elif kind == "set_mode":
         _require(payload, "modeId", str, rid)
     elif kind == "set_config_option":

@@ -13,8 +13,9 @@ and waits for its readiness line under a deadline. The owner:
    (0600, in a 0700 directory), reconciles its session's leftover leases (a previous
    owner may have been SIGKILLed), and only then reports ready;
 3. serves IPC v2 (see :mod:`tether.ipc.protocol`): ``status`` and ``cancel`` at once,
-   ``prompt`` / ``set_mode`` / ``set_config_option`` in strict FIFO order (depth
-   bounded; beyond it a retryable ``QUEUE_OVERLOADED``), ``close`` by shutting down;
+   ``prompt`` / ``set_mode`` / ``set_config_option`` / ``start_agent`` in strict FIFO
+   order (depth bounded; beyond it a retryable ``QUEUE_OVERLOADED``), ``close`` by
+   shutting down;
 4. starts the agent lazily on the first request that needs it, through the supervisor
    (keeper + lease), and keeps it warm across turns;
 5. shuts down on close, idle TTL, max lifetime, a fatal error, SIGTERM, SIGINT or
@@ -39,7 +40,9 @@ module                    job                                                   
 ``queue``                 the FIFO: depth limit, deadlines, cancel, expiry       no
 ``lifecycle``             starting/idle/running/stopping/stopped; TTL, lifetime  no
 ``agent_slot``            ensure the agent, replay mode/config, watch, end a run yes
-``requests``              running prompt / set_mode / set_config_option          yes
+``requests``              running prompt / set_mode / set_config_option /        yes
+                          start_agent (fork, --resume-session: the agent now)
+``session_info``          the agent's usage_update / session_info_update        no
 ``heartbeat``             the registry heartbeat, from a thread nothing starves  yes
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes

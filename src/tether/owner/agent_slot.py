@@ -23,9 +23,10 @@ from typing import Any
 
 from tether.acp.connection import ClientOptions
 from tether.errors import TetherError
-from tether.live_agent import AgentConfig, LiveAgent
+from tether.live_agent import AgentConfig, LiveAgent, discard_session
 from tether.owner.interactions import Interactions
 from tether.owner.job import Job
+from tether.owner.session_info import SessionInfoWatch
 from tether.owner.settings import OwnerSettings
 from tether.registry import Registry
 from tether.supervise.run_state import TerminationReason
@@ -43,6 +44,26 @@ class RunEnd:
         self.lease_id = lease_id
         self.report = report
         self.by_agent = by_agent
+
+
+def lineage(session: Any) -> dict[str, Any]:
+    """How the session's ACP conversation is opened (``LiveAgent.start`` arguments).
+
+    - it has an ACP session id: resume it -- strictly when it is the one the user gave
+      (``sessions new --resume-session ID``, option ``resume_session``);
+    - else it was made by ``sessions fork`` (option ``fork_from``): ``session/fork`` of
+      the parent's ACP session;
+    - else a new ACP session.
+    """
+    options = session.options if isinstance(session.options, dict) else {}
+    acp_id = session.acp_session_id
+    fork = options.get("fork_from")
+    fork_id = fork.get("acpSessionId") if isinstance(fork, dict) else None
+    return {
+        "resume_session_id": acp_id,
+        "strict_resume": bool(acp_id) and options.get("resume_session") == acp_id,
+        "fork_from": fork_id if isinstance(fork_id, str) and not acp_id else None,
+    }
 
 
 class AgentSlot:
@@ -82,6 +103,10 @@ class AgentSlot:
         self.record: Callable[[str, dict[str, Any]], object] = lambda *_: None
         # Questions for a human (permission asks, elicitations); None: the policy alone.
         self.questions: Interactions | None = None
+        # usage_update / session_info_update, in a turn or not, for `status`.
+        self.session_info = SessionInfoWatch()
+        # After a close with --discard: whether the agent deleted its session (None: not asked).
+        self.discarded: bool | None = None
 
     @property
     def alive(self) -> bool:
@@ -100,32 +125,10 @@ class AgentSlot:
         if self.live is not None:
             reason = TerminationReason.UNRESPONSIVE if retired else TerminationReason.EXIT
             await self.end_run(self.live, reason=reason)
-        s = self.settings
         session = self.registry.session(self.key)
         if session is None:
             raise TetherError("the session disappeared from the registry", session_key=self.key)
-        from tether.mcp.bridge import servers_for
-
-        cfg = AgentConfig(
-            argv=session.agent_command,
-            cwd=session.cwd,
-            client=ClientOptions(
-                permission_mode=s.policy(),
-                fs=s.fs,
-                liveness_interval=s.liveness_interval,
-                handshake_timeout=s.handshake_timeout,
-                abandoned_turn_grace=s.abandoned_turn_grace,
-                prompt_ceiling=None,
-                auth=s.auth,
-                on_line=self._on_line,
-                on_permission=self._on_permission,
-                **self._question_hooks(),
-            ),
-            session_key=self.key,
-            backend_id=session.agent_label,
-            mcp_servers=servers_for(session.options, self.key),
-        )
-        live = await LiveAgent.start(cfg, self.registry, resume_session_id=session.acp_session_id)
+        live = await LiveAgent.start(self._config(session), self.registry, **lineage(session))
         self.live = live
         self.registry.update_session(self.key, acp_session_id=live.session_id)
         self.record(
@@ -144,6 +147,48 @@ class AgentSlot:
             self._tell_restarted(live)
         self._spawn(self._watch_run(live))
         return live
+
+    def _config(self, session: Any) -> AgentConfig:
+        from tether.mcp.bridge import servers_for
+
+        s = self.settings
+        return AgentConfig(
+            argv=session.agent_command,
+            cwd=session.cwd,
+            client=ClientOptions(
+                permission_mode=s.policy(),
+                fs=s.fs,
+                liveness_interval=s.liveness_interval,
+                handshake_timeout=s.handshake_timeout,
+                abandoned_turn_grace=s.abandoned_turn_grace,
+                prompt_ceiling=None,
+                auth=s.auth,
+                on_line=self._on_line,
+                on_permission=self._on_permission,
+                **self._question_hooks(),
+            ),
+            session_key=self.key,
+            backend_id=session.agent_label,
+            mcp_servers=servers_for(session.options, self.key),
+            terminals=s.terminals,
+        )
+
+    async def discard_offline(self) -> None:
+        """Close --discard with no agent running: start one without opening a session,
+        ``session/delete`` the session's ACP id (when advertised), and end that run."""
+        session = self.registry.session(self.key)
+        if session is None or not session.acp_session_id:
+            return
+        try:
+            live = await LiveAgent.start(self._config(session), self.registry, open_session=False)
+        except TetherError:
+            self.discarded = False
+            return
+        live.session_id = session.acp_session_id
+        try:
+            self.discarded = await discard_session(live.conn, session.acp_session_id)
+        finally:
+            await self.end_run(live, reason=TerminationReason.CLOSE)
 
     def _tell_restarted(self, live: LiveAgent) -> None:
         """The retired run's conversation could not be resumed: say so in the turn's output."""
@@ -190,6 +235,8 @@ class AgentSlot:
         # (which arrive while the connection settles) must not reach the next caller.
         relay = job is not None and live is not None and live.conn.active_turn(live.session_id)
         seq = 0
+        if direction == "in":
+            self.session_info.note_line(line)
         if self.journal_frame is not None:
             # The seq is handed out in memory; the database write comes after, in a batch.
             seq = self.journal_frame(direction, line, job.request_id if relay and job else None)
@@ -220,7 +267,12 @@ class AgentSlot:
         return self.live.cancel() if self.live is not None else False
 
     async def end_run(
-        self, live: LiveAgent, *, reason: TerminationReason, close_session: bool = False
+        self,
+        live: LiveAgent,
+        *,
+        reason: TerminationReason,
+        close_session: bool = False,
+        discard: bool = False,
     ) -> RunEnd | None:
         """Tear one agent run down and report its end exactly once.
 
@@ -230,18 +282,24 @@ class AgentSlot:
         if lease_id in self._ended_runs:
             return None
         self._ended_runs.add(lease_id)
-        report = await live.aclose(reason, close_session=close_session)
+        report = await live.aclose(reason, close_session=close_session, discard=discard)
+        if discard:
+            self.discarded = live.discarded
         if self.live is live:
             self.live = None
         end = RunEnd(lease_id, report, by_agent=live.proc.lifecycle.terminated_by == "agent")
         self._on_run_end(end)
         return end
 
-    async def end_current(self, *, reason: TerminationReason, close_session: bool) -> RunEnd | None:
-        """End the live run, if any (shutdown)."""
+    async def end_current(
+        self, *, reason: TerminationReason, close_session: bool, discard: bool = False
+    ) -> RunEnd | None:
+        """End the live run, if any (shutdown); ``discard``: ``session/delete`` too."""
         if self.live is None:
             return None
-        return await self.end_run(self.live, reason=reason, close_session=close_session)
+        return await self.end_run(
+            self.live, reason=reason, close_session=close_session, discard=discard
+        )
 
     async def end_if_dead(self) -> None:
         """After a job: a run whose agent died is ended (and reported) now."""

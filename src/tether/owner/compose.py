@@ -102,6 +102,7 @@ class Owner:
         self._stop_event = asyncio.Event()  # set once, by request_shutdown
         self._closer: Job | None = None
         self._close_session = False
+        self._discard = False  # close --discard: session/delete the agent's session too
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._shut_down = False
@@ -300,6 +301,7 @@ class Owner:
             job.ack()
             self._closer = job
             self._close_session = True
+            self._discard = env.payload.get("discard") is True
             self.request_shutdown("close")
             return
         self.admission.enqueue(job)
@@ -421,7 +423,10 @@ class Owner:
         reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
         if self.stop_reason in ("idle-ttl", "max-lifetime"):
             reason = TerminationReason.CLOSE
-        end = await self.slot.end_current(reason=reason, close_session=closing)
+        discard = closing and self._discard
+        end = await self.slot.end_current(reason=reason, close_session=closing, discard=discard)
+        if discard and end is None:
+            await self.slot.discard_offline()
         fields: dict[str, Any] = {
             "owner_status": "stopped",
             "owner_pid": None,
@@ -448,6 +453,7 @@ class Owner:
                 end=end,
                 superseded=[j for j in self._held if not j.done],
                 closer=self._closer,
+                discarded=self.slot.discarded if discard else None,
             )
         await self._close_journal()
         # Last frames (a terminal, session_ended) must reach callers that read slowly

@@ -31,6 +31,7 @@ def end_session(
     end: RunEnd | None,
     superseded: list[Job],
     closer: Job | None,
+    discarded: bool | None = None,
 ) -> None:
     """Record the session's end once (in its journal, through ``record``), tell every
     caller, then answer the held requests."""
@@ -52,5 +53,7 @@ def end_session(
                 "teardownMs": report.elapsed_ms if report else 0.0,
                 "agentWasRunning": report is not None,
                 **({"stateError": closer.state_error} if closer.state_error else {}),
+                # close --discard: whether the agent deleted its session (session/delete)
+                **({"discarded": discarded} if discarded is not None else {}),
             }
         )

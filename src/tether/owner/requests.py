@@ -1,4 +1,5 @@
-"""Running each request that needs the agent: ``prompt``, ``set_mode``, ``set_config_option``.
+"""Running each request that needs the agent: ``prompt``, ``set_mode``, ``set_config_option``,
+``start_agent``.
 
 Each runs with the agent up (the slot starts it on demand) and ends by sending its job's
 one terminal frame. The caller's answer goes first and the registry write after, so a
@@ -14,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import metrics
-from tether.errors import PromptTimeout, RateLimited, TetherTimeout
+from tether.errors import PromptTimeout, RateLimited, TetherTimeout, UsageError
 from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
@@ -53,7 +54,9 @@ class RequestRunner:
             await self._set_mode(job)
         elif kind == "set_config_option":
             await self._set_config_option(job)
-        else:  # pragma: no cover - admission only queues the three kinds above
+        elif kind == "start_agent":
+            await self._start_agent(job)
+        else:  # pragma: no cover - admission only queues the four kinds above
             raise AssertionError(f"not a queued kind: {kind}")
 
     async def _ensure(self, job: Job) -> LiveAgent:
@@ -180,10 +183,24 @@ class RequestRunner:
         job.finish({"action": "mode_set", "modeId": mode})
         self.record("mode_set", {"modeId": mode}, job.request_id)
 
+    async def _start_agent(self, job: Job) -> None:
+        """Bring the agent up (if it is not) and say which ACP session it serves."""
+        live = await self._ensure(job)
+        job.finish(
+            {
+                "action": "agent_started",
+                "acpSessionId": live.session_id,
+                "resumed": live.resumed,
+                "forkedFrom": live.forked_from,
+                "agentPid": live.proc.pid,
+                "agentCapabilities": live.conn.agent_capabilities,
+            }
+        )
+
     async def _set_config_option(self, job: Job) -> None:
         live = await self._ensure(job)
         config_id = str(job.env.payload["configId"])
-        value = job.env.payload["value"]
+        value = config_value(live.session_result, config_id, job.env.payload["value"])
         answer = await live.conn.set_config_option(live.session_id, config_id, value)
         session = self.registry.session(self.key)
         desired = dict(session.desired_config if session else {})
@@ -214,3 +231,30 @@ def _cancel_requested(job: Job) -> bool:
     # A call, not the attribute: a cancel can set it while the turn is awaited, after
     # the early check above (which would otherwise narrow it to False for mypy).
     return job.cancel_requested
+
+
+def config_value(session_result: dict[str, Any], config_id: str, value: Any) -> Any:
+    """``value`` as the agent's option ``config_id`` takes it.
+
+    The CLI passes words (``tether set fast true``); the agent's ``configOptions`` (from
+    ``session/new``, ``load``, ``resume``, ``fork``) say the option's ``type``: a
+    ``boolean`` option gets ``true``/``false`` as booleans (sent ``type: "boolean"``), a
+    ``select`` option gets the word unchanged. An option the agent did not list is sent as
+    given.
+
+    Raises:
+        UsageError: a boolean option given something other than true/false.
+    """
+    options = session_result.get("configOptions")
+    kind = None
+    for option in options if isinstance(options, list) else ():
+        if isinstance(option, dict) and option.get("id") == config_id:
+            kind = option.get("type")
+    if kind == "boolean" and isinstance(value, str):
+        word = value.strip().lower()
+        if word not in ("true", "false"):
+            raise UsageError(f"{config_id} is a boolean option: give true or false, not {value!r}")
+        return word == "true"
+    if kind == "select" and isinstance(value, bool):
+        return "true" if value else "false"
+    return value

@@ -13,6 +13,7 @@ from tether.acp.policy import PermissionMode, PermissionPolicy, PolicyInvalid, l
 from tether.errors import TetherError
 from tether.ipc import protocol
 from tether.journal.entry import Retention
+from tether.terminals import TerminalSettings
 
 __all__ = ["OwnerSettings"]
 
@@ -42,6 +43,8 @@ class OwnerSettings:
     auth: dict[str, str] = field(default_factory=dict)
     retention: Retention = field(default_factory=Retention)
     journal_frames: bool = True  # False: control records only, no ACP frames stored
+    # Agents' terminals (terminal/*); None: not offered (--no-terminal).
+    terminals: TerminalSettings | None = field(default_factory=TerminalSettings)
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> OwnerSettings:
@@ -70,6 +73,7 @@ class OwnerSettings:
             s.permission_timeout = float(options["permission_timeout"])
         if "fs" in options:
             s.fs = bool(options["fs"])
+        s.terminals = TerminalSettings.from_options(options)
         if isinstance(options.get("auth"), dict):
             s.auth = {str(k): str(v) for k, v in options["auth"].items()}
         if s.turn_timeout is not None and s.turn_timeout <= 0:

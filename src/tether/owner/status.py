@@ -47,6 +47,8 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "interactions": owner.interactions.pending(),
         "counters": _counters(owner),
         "rateLimit": owner.runner.rate_limit.snapshot(),
+        # usage_update / session_info_update: context use, cost, title (issue 14)
+        "sessionInfo": owner.slot.session_info.snapshot(),
     }
 
 

@@ -192,17 +192,22 @@ def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[s
         ended = "its tree was gone before cleanup"
     else:
         ended = "extinction is not proven"
+    # An agent's terminal (tether.terminals) is a run of the session too: same record,
+    # saying which kind of run it was.
+    terminal = getattr(lease, "backend_id", None) == "terminal"
     return (
         lease.session_key,
         "agent_run_ended",
         {
             "reason": "terminated",
             "terminatedBy": "daemon",
-            "message": f"owner-lost: the owner died; {ended} ({why})",
+            "message": f"owner-lost: the owner died; {'a terminal: ' if terminal else ''}"
+            f"{ended} ({why})",
             "exitCode": lease.exit_code,
             "signal": lease.exit_signal,
             "stderrTail": "",
             "leaseId": lease.lease_id,
+            **({"run": "terminal"} if terminal else {}),
         },
     )
 

@@ -177,6 +177,9 @@ class SpawnSpec:
     no_output_timeout: float | None = None
     pty: bool = False
     backend_id: str | None = None  # the agent's registry name or command label
+    # stderr into the stdout pipe, as on a terminal (agents' terminals); the stderr tail
+    # then stays empty. A PTY run merges them anyway.
+    merge_stderr: bool = False
 
 
 class AgentProcess:
@@ -394,7 +397,7 @@ class AgentProcess:
                 stdio = {
                     "stdin": subprocess.PIPE,
                     "stdout": subprocess.PIPE,
-                    "stderr": subprocess.PIPE,
+                    "stderr": subprocess.STDOUT if spec.merge_stderr else subprocess.PIPE,
                 }
             # Deliberately blocking Popen on the loop thread: pdeathsig follows the forking
             # thread, and asyncio's child watcher must not reap the keeper behind our back.
@@ -465,20 +468,22 @@ class AgentProcess:
             self._pty_master = master_fd
         else:
             assert self.keeper.stdout
-            assert self.keeper.stderr
             assert self.keeper.stdin
             t1, _ = await loop.connect_read_pipe(
                 lambda: _PipeReader(self._stdout_data, self._stdout_eof), self.keeper.stdout
             )
-            t2, _ = await loop.connect_read_pipe(
-                lambda: _PipeReader(self._stderr_data, lambda: None), self.keeper.stderr
-            )
+            self._transports.append(t1)
+            if self.keeper.stderr is not None:  # None: merged into stdout
+                t2, _ = await loop.connect_read_pipe(
+                    lambda: _PipeReader(self._stderr_data, lambda: None), self.keeper.stderr
+                )
+                self._transports.append(t2)
             writer_proto = _PipeWriter()
             self._stdin_proto = writer_proto
             t3, _ = await loop.connect_write_pipe(lambda: writer_proto, self.keeper.stdin)
             assert isinstance(t3, asyncio.WriteTransport)
             self._stdin = t3
-            self._transports += [t1, t2, t3]
+            self._transports.append(t3)
         try:
             async with asyncio.timeout(SPAWN_DEADLINE_S):
                 spawned = await asyncio.shield(self._spawned)

@@ -120,6 +120,10 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     ``initialize``, ``notifications/initialized`` and ``tools/call`` TOOL with the JSON
     object arguments (default ``{}``), close its stdin and wait for it to exit; one chunk
     with the ``tools/call`` response as JSON, or ``mcp-call failed: <why>``.
+``terminal [--limit N] [--cwd DIR] [--env NAME=VALUE]... [--kill|--release|--keep] CMD...``
+    Drive the client's ``terminal/*`` methods (create, output, wait_for_exit, kill,
+    release) and report in one chunk ``terminal id=<id> exit=<code> signal=<sig>
+    truncated=<bool>`` plus the output; see :mod:`tether.testing.mock_terminal`.
 
 Extra words after a verb that takes no arguments are ignored.
 
@@ -138,8 +142,18 @@ Flags
     ``previous answer``, then answer. Without the flag it is -32601.
 ``--resume-session`` / ``--close-session``
     Advertise ``sessionCapabilities.resume`` / ``.close`` and handle ``session/resume``
-    (no replay) / ``session/close`` (cancels running turns like ``session/cancel``, then
-    answers ``{}``; later prompts get -32603 ``Session not found``). Otherwise -32601.
+    (no replay; like ``session/load``, an id starting with ``gone-`` is a conversation
+    the agent no longer has: -32002) / ``session/close`` (cancels running turns like
+    ``session/cancel``, then answers ``{}``; later prompts get -32603 ``Session not
+    found``). Otherwise -32601.
+``--fork-session`` / ``--list-sessions`` / ``--delete-session`` / ``--logout``
+    Advertise ``sessionCapabilities.fork`` / ``.list`` / ``.delete`` / ``auth.logout``.
+    ``session/fork`` of any id answers a new ``fork-<n>`` session (it announces
+    ``forked from <id>`` as an ``agent_message_chunk`` on its first prompt);
+    ``session/list`` answers the sessions of this process plus a stored one,
+    ``mock-stored-1`` titled ``stored conversation`` (in the request's ``cwd``, or
+    ``/``); ``session/delete`` forgets a session and answers ``{}``; ``logout``
+    answers ``{}``. Otherwise -32601.
 ``--modes``
     Session results carry ``modes`` (``default``, ``plan``, ``yolo``; current
     ``default``); ``session/set_mode`` sends ``current_mode_update`` then answers ``{}``.
@@ -185,7 +199,7 @@ import sys
 import time
 from select import select
 
-from tether.testing import mock_delegation
+from tether.testing import mock_delegation, mock_terminal
 
 # mypy treats a name called TYPE_CHECKING as true; at run time this avoids importing
 # typing and collections.abc, which would cost a few milliseconds of start-up.
@@ -215,6 +229,7 @@ INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 REQUEST_CANCELLED = -32800
 AUTH_REQUIRED = -32000
+RESOURCE_NOT_FOUND = -32002
 
 MODES = (
     {"id": "default", "name": "Default", "description": "Ask before acting"},
@@ -263,15 +278,17 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "exit": ("[CODE]", 0, 1),
     "run": ("CMD...", 0, 0),
     "mcp-call": ("SERVER TOOL [JSON]", 0, 0),
+    "terminal": ("[--kill|--release|--keep] CMD...", 0, 0),
 }
 # Verbs whose first free-text word is required.
-NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit"})
+NEEDS_WORD = frozenset({"tool", "read", "write", "mode", "run", "mcp-call", "elicit", "terminal"})
 
 USAGE = """\
 usage: tether-mock-agent [--ignore-sigterm] [--hang-on-initialize] [--hang-on-new-session]
                          [--startup-delay-ms N] [--load-session] [--resume-session]
                          [--close-session] [--modes] [--config-options] [--auth-required]
-                         [--no-exit-on-eof] [--log-stderr]
+                         [--no-exit-on-eof] [--log-stderr] [--fork-session]
+                         [--list-sessions] [--delete-session] [--logout]
 A scriptable ACP v1 agent on stdin/stdout; see `pydoc tether.testing.mock_agent`.
 """
 
@@ -305,6 +322,10 @@ class Options:
         self.auth_required = False
         self.exit_on_eof = True
         self.log_stderr = False
+        self.fork_session = False
+        self.list_sessions = False
+        self.delete_session = False
+        self.logout = False
 
     @classmethod
     def parse(cls, argv: list[str]) -> Options:
@@ -321,6 +342,10 @@ class Options:
             "--config-options": "config_options",
             "--auth-required": "auth_required",
             "--log-stderr": "log_stderr",
+            "--fork-session": "fork_session",
+            "--list-sessions": "list_sessions",
+            "--delete-session": "delete_session",
+            "--logout": "logout",
         }
         args = iter(argv)
         for arg in args:
@@ -376,7 +401,7 @@ _INTERRUPT = object()  # what a cancellable sleep is resumed with on cancel
 
 
 class _Session:
-    __slots__ = ("closed", "fast", "mode", "model", "sid")
+    __slots__ = ("closed", "fast", "forked_from", "mode", "model", "sid")
 
     def __init__(self, sid: str) -> None:
         self.sid = sid
@@ -384,6 +409,7 @@ class _Session:
         self.model = "mock-small"
         self.fast = False
         self.closed = False
+        self.forked_from: str | None = None  # announced once, on the first prompt
 
 
 class _Turn:
@@ -486,6 +512,10 @@ class MockAgent:
             "session/load": self._session_load,
             "session/resume": self._session_resume,
             "session/close": self._session_close,
+            "session/fork": self._session_fork,
+            "session/list": self._session_list,
+            "session/delete": self._session_delete,
+            "logout": self._logout,
             "session/set_mode": self._set_mode,
             "session/set_config_option": self._set_config_option,
             "session/prompt": self._prompt,
@@ -827,6 +857,12 @@ class MockAgent:
             self.chunk(session, content if isinstance(content, str) else f"fs bad result {result}")
         return None
 
+    def v_terminal(self, turn: _Turn, rest: str) -> Step:
+        yield from mock_terminal.run(
+            self, turn.session, rest, _Await, lambda s: _Sleep(time.monotonic() + s, True)
+        )
+        return None
+
     def v_write(self, turn: _Turn, rest: str) -> Step:
         session = turn.session
         path, _, content = rest.partition(" ")
@@ -1002,6 +1038,13 @@ class MockAgent:
             session_caps["resume"] = {}
         if self.opts.close_session:
             session_caps["close"] = {}
+        for cap, on in (
+            ("fork", self.opts.fork_session),
+            ("list", self.opts.list_sessions),
+            ("delete", self.opts.delete_session),
+        ):
+            if on:
+                session_caps[cap] = {}
         result: Msg = {
             "protocolVersion": PROTOCOL_VERSION,
             "agentCapabilities": {
@@ -1009,6 +1052,7 @@ class MockAgent:
                 "promptCapabilities": {"image": False, "audio": False, "embeddedContext": True},
                 "mcpCapabilities": {"http": False, "sse": False},
                 "sessionCapabilities": session_caps,
+                **({"auth": {"logout": {}}} if self.opts.logout else {}),
             },
             "agentInfo": {
                 "name": AGENT_NAME,
@@ -1099,6 +1143,9 @@ class MockAgent:
             return
         if self._needs_auth(req_id):
             return
+        if sid.startswith("gone-"):
+            self.error(req_id, RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
+            return
         session = self._open(sid)
         if replay:
             self.chunk(session, "previous prompt", "user_message_chunk")
@@ -1130,6 +1177,49 @@ class MockAgent:
             if turn.session is session:
                 self._cancel(turn, as_error=False)
         session.closed = True
+        self.respond(req_id, {})
+
+    def _session_fork(self, req_id: Json, params: Msg) -> None:
+        if not self.opts.fork_session:
+            self.error(req_id, METHOD_NOT_FOUND, "Method not found: session/fork")
+            return
+        parent = params.get("sessionId")
+        if not isinstance(parent, str) or self._needs_auth(req_id):
+            if not isinstance(parent, str):
+                self.error(req_id, INVALID_PARAMS, "Invalid params: sessionId")
+            return
+        session = self._open(f"fork-{self.next_session}")
+        self.next_session += 1
+        session.forked_from = parent
+        self.respond(req_id, {"sessionId": session.sid, **self._session_extras(session)})
+
+    def _session_list(self, req_id: Json, params: Msg) -> None:
+        if not self.opts.list_sessions:
+            self.error(req_id, METHOD_NOT_FOUND, "Method not found: session/list")
+            return
+        cwd = params.get("cwd") if isinstance(params.get("cwd"), str) else "/"
+        listed = [{"sessionId": "mock-stored-1", "cwd": cwd, "title": "stored conversation"}]
+        listed += [
+            {"sessionId": sid, "cwd": cwd} for sid, s in self.sessions.items() if not s.closed
+        ]
+        self.respond(req_id, {"sessions": listed})
+
+    def _session_delete(self, req_id: Json, params: Msg) -> None:
+        if not self.opts.delete_session:
+            self.error(req_id, METHOD_NOT_FOUND, "Method not found: session/delete")
+            return
+        sid = params.get("sessionId")
+        if isinstance(sid, str):
+            self.sessions.pop(sid, None)
+        if self.opts.log_stderr:
+            sys.stderr.write(f"mock-agent deleted {sid}\n")
+        self.respond(req_id, {})
+
+    def _logout(self, req_id: Json, params: Msg) -> None:
+        if not self.opts.logout:
+            self.error(req_id, METHOD_NOT_FOUND, "Method not found: logout")
+            return
+        self.authenticated = False
         self.respond(req_id, {})
 
     def _set_mode(self, req_id: Json, params: Msg) -> None:
@@ -1183,6 +1273,9 @@ class MockAgent:
             return
         if commands is None:
             commands = [("echo", text)]
+        if session.forked_from is not None:
+            self.chunk(session, f"forked from {session.forked_from}\n")
+            session.forked_from = None
         turn = _Turn(session, req_id)
         turn.gen = self._run_script(turn, commands)
         self.turns[turn.key] = turn
@@ -1231,6 +1324,7 @@ _STEP_VERBS: dict[str, Callable[[MockAgent, _Turn, str], Step]] = {
     "elicit": MockAgent.v_elicit,
     "read": MockAgent.v_read,
     "write": MockAgent.v_write,
+    "terminal": MockAgent.v_terminal,
 }
 _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | None]] = {
     "echo": MockAgent.v_echo,

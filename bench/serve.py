@@ -1,0 +1,407 @@
+"""``tether serve``: the HTTP gateway's speed and cost (issue 13). Never in `make test`.
+
+Usage::
+
+    .venv/bin/python bench/serve.py            # every figure (a few minutes)
+    .venv/bin/python bench/serve.py --quick    # fewer runs, 20 sessions, 200 idle streams
+
+Figures, in one run, against one gateway on a temporary TETHER_HOME with the bundled
+mock agent:
+
+* warm prompt round trip over HTTP: POST the prompt, then read the SSE stream from the
+  returned ``fromSeq`` until the turn ends (a new stream per prompt), and the same with
+  one stream kept open; next to the CLI's warm prompt (``tether mock prompt``) on the
+  same session;
+* SSE relay throughput: a 100,000-chunk turn read live by one stream client (updates/s
+  from the first event to the turn's end; bounded by how fast the owner produces, so
+  next to the prompting CLI's own rate), and the same 100,000 entries replayed from the
+  journal (the gateway's own relay capacity);
+* N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99,
+  next to the same N prompts at once through the CLI (N processes);
+* gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
+* idle SSE connections held (1,000; --quick 200): all connected, counted by the gateway.
+
+With ``--sandbox-agent BIN`` the same figures for sandbox-agent 0.4.2 on the same mock
+agent follow in the same run (``bench/serve_peer.py`` says how it runs and what differs).
+
+Every process started carries TETHER_BENCH_RUN=<id>; at the end a /proc scan for that
+marker proves nothing is left (found processes are reported, never killed by name).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+TETHER = str(Path(sys.executable).parent / "tether")
+RUN_ID = uuid.uuid4().hex[:16]
+MARK = "TETHER_BENCH_RUN"
+
+
+def env_for(home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update({"TETHER_HOME": str(home), MARK: RUN_ID, "PYTHONUNBUFFERED": "1"})
+    return env
+
+
+def rss_kib(pid: int, field: str = "VmRSS") -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+class Gw:
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.proc = subprocess.Popen(
+            [TETHER, "serve", "--port", "0", "--format", "json"],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env_for(home),
+        )
+        assert self.proc.stdout is not None
+        self.url = json.loads(self.proc.stdout.readline())["url"]
+        self.token = (home / "serve-token").read_text().strip()
+        self.headers = {"Authorization": f"Bearer {self.token}"}
+        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=120)
+
+    def ensure(self, cwd: Path, name: str = "") -> str:
+        r = self.http.post("/v1/sessions", json={"agent": "mock", "cwd": str(cwd), "name": name})
+        r.raise_for_status()
+        return str(r.json()["id"])
+
+    def stop(self) -> None:
+        for item in self.http.get("/v1/sessions").json()["sessions"]:
+            self.http.delete(f"/v1/sessions/{item['id']}")
+        self.http.close()
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def read_until_end(lines: Any, rid: str) -> int:
+    """Consume SSE lines until turn_ended of ``rid``; returns events seen."""
+    n = 0
+    for line in lines:
+        if line.startswith("data: "):
+            n += 1
+            if '"kind":"turn_ended"' in line and rid in line:
+                return n
+    raise RuntimeError("stream ended before the turn")
+
+
+def round_trips(gw: Gw, sid: str, runs: int) -> tuple[list[float], list[float]]:
+    fresh, kept = [], []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        r = gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo hi"}).json()
+        with gw.http.stream("GET", f"/v1/sessions/{sid}/events?from={r['fromSeq']}") as s:
+            read_until_end(s.iter_lines(), r["requestId"])
+        fresh.append(time.perf_counter() - t0)
+    with gw.http.stream("GET", f"/v1/sessions/{sid}/events?tail=0") as s:
+        lines = s.iter_lines()
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            r = gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo hi"}).json()
+            read_until_end(lines, r["requestId"])
+            kept.append(time.perf_counter() - t0)
+    return fresh, kept
+
+
+def cli_warm(home: Path, cwd: Path, runs: int) -> list[float]:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        subprocess.run(
+            [TETHER, "--cwd", str(cwd), "mock", "prompt", "echo hi"],
+            env=env_for(home),
+            check=True,
+            capture_output=True,
+        )
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def replay(gw: Gw, sid: str, first: int, count: int) -> float:
+    """Stored entries relayed per second: a stream from ``first`` over ``count`` entries."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    t0 = time.perf_counter()
+    sock.sendall(
+        f"GET /v1/sessions/{sid}/events?from={first} HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
+    )
+    seen = 0
+    while seen < count:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        seen += data.count(b"\nid: ") + data.startswith(b"id: ")
+    elapsed = time.perf_counter() - t0
+    sock.close()
+    return seen / elapsed
+
+
+def relay(gw: Gw, sid: str, home: Path, cwd: Path, chunks: int) -> tuple[float, float]:
+    """(SSE updates/s at a stream client, updates/s at the prompting CLI)."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)))
+    sock.sendall(
+        f"GET /v1/sessions/{sid}/events?tail=0 HTTP/1.1\r\nHost: x\r\n"
+        f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
+    )
+    sock.recv(65536)  # headers and the first bytes
+    cli = subprocess.Popen(
+        [TETHER, "--cwd", str(cwd), "--format", "quiet", "mock", "prompt", f"stream {chunks} x"],
+        env=env_for(home),
+        stdout=subprocess.DEVNULL,
+    )
+    t_cli = time.perf_counter()
+    first = None
+    seen = 0
+    tail = b""
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        if first is None:
+            first = time.perf_counter()
+        seen += data.count(b"\nid: ") + data.startswith(b"id: ")
+        tail = (tail + data)[-4096:]
+        if b'"kind":"turn_ended"' in tail:
+            break
+    end = time.perf_counter()
+    cli.wait()
+    cli_s = time.perf_counter() - t_cli
+    sock.close()
+    assert first is not None
+    return chunks / (end - first), chunks / cli_s
+
+
+async def concurrent(gw: Gw, sids: list[str]) -> list[float]:
+    limits = httpx.Limits(max_connections=len(sids) * 2 + 10)
+    async with httpx.AsyncClient(
+        base_url=gw.url, headers=gw.headers, timeout=300, limits=limits
+    ) as client:
+
+        async def one(sid: str) -> float:
+            t0 = time.perf_counter()
+            r = (await client.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo hi"})).json()
+            async with client.stream("GET", f"/v1/sessions/{sid}/events?from={r['fromSeq']}") as s:
+                async for line in s.aiter_lines():
+                    if '"kind":"turn_ended"' in line and r["requestId"] in line:
+                        break
+            return time.perf_counter() - t0
+
+        return list(await asyncio.gather(*(one(s) for s in sids)))
+
+
+def cli_concurrent(home: Path, cwd: Path, n: int) -> list[float]:
+    """The same N warm prompts at once through the CLI (one process each)."""
+    procs = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        cmd = [TETHER, "--cwd", str(cwd), "mock", "prompt", "-s", f"s{i}", "echo hi"]
+        proc = subprocess.Popen(cmd, env=env_for(home), stdout=subprocess.DEVNULL)
+        procs.append((t0, proc))
+    out = []
+    for t0, proc in procs:
+        proc.wait()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
+    """Open ``count`` idle SSE connections; (connections the gateway counts, RSS KiB)."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    socks = []
+    for i in range(count):
+        sock = socket.create_connection((host, int(port)))
+        sid = sids[i % len(sids)]
+        sock.sendall(
+            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: x\r\n"
+            f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
+        )
+        socks.append(sock)
+    deadline = time.monotonic() + 120
+    held = 0
+    while time.monotonic() < deadline:
+        held = gw.http.get("/v1/health").json()["sseClients"]
+        if held >= count:
+            break
+        time.sleep(0.5)
+    rss = rss_kib(gw.proc.pid)
+    for sock in socks:
+        sock.close()
+    return held, rss
+
+
+def peer_figures(
+    binary: str, tmp: Path, cwd: Path, runs: int, n_sessions: int, n_streams: int
+) -> dict[str, Any]:
+    """The same figures for sandbox-agent (see bench/serve_peer.py for what differs).
+
+    Each stage is reported on its own: a stage that fails or hangs (60 s per request)
+    is recorded as its error, and the next one still runs.
+    """
+    sys.path.insert(0, str(Path(__file__).parent))
+    import serve_peer
+
+    out: dict[str, Any] = {}
+    peer = serve_peer.Peer(binary, tmp, env_for(tmp / "home"), sys.executable)
+
+    def stage(name: str, fn: Any) -> Any:
+        print(f"sandbox-agent: {name}", file=sys.stderr, flush=True)
+        try:
+            return fn()
+        except Exception as exc:
+            out[f"{name}_error"] = f"{type(exc).__name__}: {exc}"
+            return None
+
+    try:
+        time.sleep(0.5)
+        out["rss_idle_kib"] = rss_kib(peer.proc.pid)
+        session = peer.session("warm", cwd)
+        serve_peer.rtt(peer, "warm", session, 3)
+        lat = stage("rtt", lambda: serve_peer.rtt(peer, "warm", session, runs))
+        if lat:
+            out["http_rtt_ms_p50"] = round(statistics.median(lat) * 1000, 1)
+        pairs = stage(
+            "sessions", lambda: [(f"s{i}", peer.session(f"s{i}", cwd)) for i in range(n_sessions)]
+        )
+        if pairs:
+            stage("concurrent_cold", lambda: asyncio.run(serve_peer.concurrent(peer, pairs)))
+            lat = stage("concurrent", lambda: asyncio.run(serve_peer.concurrent(peer, pairs)))
+            if lat:
+                out[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+                out[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            out["rss_after_load_kib"] = rss_kib(peer.proc.pid)
+            held = stage(
+                "idle_streams",
+                lambda: serve_peer.idle_streams(peer, [s for s, _ in pairs[:10]], n_streams),
+            )
+            out[f"idle_streams_{n_streams}_held"] = held
+            out[f"rss_with_{n_streams}_streams_kib"] = rss_kib(peer.proc.pid)
+        relayed = stage("relay", lambda: serve_peer.relay(peer, "warm", session, 100_000))
+        if relayed:
+            out["sse_live_updates_per_s"] = round(relayed[0])
+            out["sse_live_updates_received_of_100000"] = relayed[1]
+            out["sse_live_prompt_post_returned"] = relayed[2]
+        out["rss_peak_kib"] = rss_kib(peer.proc.pid, "VmHWM")
+    finally:
+        peer.stop()
+    return out
+
+
+def leftovers() -> list[int]:
+    found = []
+    needle = f"{MARK}={RUN_ID}".encode()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument(
+        "--sandbox-agent",
+        metavar="BIN",
+        help="also measure sandbox-agent 0.4.2 (its Linux binary) on the same mock agent",
+    )
+    args = parser.parse_args()
+    runs = 10 if args.quick else 30
+    n_sessions = 20 if args.quick else 100
+    n_streams = 200 if args.quick else 1000
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    report: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="tether-bench-serve-") as tmp:
+        home = Path(tmp) / "home"
+        home.mkdir()
+        cwd = Path(tmp) / "project"
+        cwd.mkdir()
+        gw = Gw(home)
+        try:
+            time.sleep(0.5)
+            report["rss_idle_kib"] = rss_kib(gw.proc.pid)
+            sid = gw.ensure(cwd)
+            gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo warm"})
+            fresh, kept = round_trips(gw, sid, 3)  # warm-up
+            fresh, kept = round_trips(gw, sid, runs)
+            cli = cli_warm(home, cwd, runs)
+            report["http_rtt_ms_p50"] = round(statistics.median(fresh) * 1000, 1)
+            report["http_rtt_kept_stream_ms_p50"] = round(statistics.median(kept) * 1000, 1)
+            report["cli_warm_prompt_ms_p50"] = round(statistics.median(cli) * 1000, 1)
+            before = gw.http.get(f"/v1/sessions/{sid}").json()["status"]["journalSeq"]
+            sse_rate, cli_rate = relay(gw, sid, home, cwd, 100_000)
+            report["sse_live_updates_per_s"] = round(sse_rate)
+            report["cli_prompt_updates_per_s"] = round(cli_rate)
+            report["sse_replay_updates_per_s"] = round(replay(gw, sid, before + 1, 100_000))
+            sids = [gw.ensure(cwd, name=f"s{i}") for i in range(n_sessions)]
+            asyncio.run(concurrent(gw, sids))  # cold: owners start their agents
+            cpu0 = cpu_s(gw.proc.pid)
+            lat = asyncio.run(concurrent(gw, sids))
+            cpu_ms = (cpu_s(gw.proc.pid) - cpu0) * 1000 / n_sessions
+            report["gateway_cpu_ms_per_concurrent_prompt"] = round(cpu_ms, 1)
+            report[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+            report[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            cli_lat = cli_concurrent(home, cwd, n_sessions)
+            report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
+            report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)
+            report["rss_after_load_kib"] = rss_kib(gw.proc.pid)
+            report["rss_peak_kib"] = rss_kib(gw.proc.pid, "VmHWM")
+            held, rss = idle_streams(gw, sids[:10], n_streams)
+            report[f"idle_streams_{n_streams}_held"] = held
+            report[f"rss_with_{n_streams}_streams_kib"] = rss
+        finally:
+            gw.stop()
+        if args.sandbox_agent:
+            report["sandbox_agent"] = peer_figures(
+                args.sandbox_agent, Path(tmp), cwd, runs, n_sessions, n_streams
+            )
+        time.sleep(2)
+    left = leftovers()
+    report["leftover_processes"] = left
+    print(json.dumps(report, indent=2))
+    return 1 if left else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

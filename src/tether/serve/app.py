@@ -1,0 +1,187 @@
+"""The gateway's ASGI application: authentication, problem documents, the route table.
+
+Structure, for the doors still to come:
+
+* every route lives in a ``*_routes(gateway)`` function of its own module and is listed
+  in :func:`routes` below;
+* the ACP-over-HTTP door (issue 12, ``/v1/acp/{serverId}``) mounts its routes there;
+* questions (issue 11: pending interactions listed and answered) are
+  :mod:`tether.serve.questions_api`, with the dashboard's panel (``renderQuestions``).
+
+Every response that is not a success is ``application/problem+json``
+(:mod:`tether.serve.problems`); a handler raises Tether's own errors and never builds
+an error response by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.routing import BaseRoute, Mount, Route
+from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from tether.errors import TetherError
+from tether.serve import problems
+from tether.serve.auth import authorized
+from tether.serve.stream import Hubs
+
+logger = logging.getLogger("tether.serve")
+
+PUBLIC_PREFIXES = ("/ui",)  # the dashboard's files hold no data: the page asks for the token
+THREADS = 64  # blocking operations (IPC, sqlite) run in threads; prompts wait on acks there
+
+
+class Gateway:
+    """What the application needs: the token, the config, the SSE hubs. No session state."""
+
+    def __init__(
+        self, *, token: str, config: dict[str, Any], heartbeat: float, ring_entries: int
+    ) -> None:
+        self.token = token
+        self.config = config
+        self.heartbeat = heartbeat
+        self.hubs = Hubs(ring_entries)
+        self.started_at = time.time()
+        self.stopping: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.requests_total = 0
+        self.problems_total: dict[int, int] = {}
+
+    def stop(self) -> None:
+        """End every stream (from the loop): the server is shutting down."""
+        if self.stopping is not None:
+            self.stopping.set()
+        self.hubs.close_all()
+
+
+def problem_response(
+    status: int, doc: dict[str, Any], headers: dict[str, str] | None = None
+) -> Response:
+    return JSONResponse(doc, status_code=status, media_type=problems.PROBLEM_JSON, headers=headers)
+
+
+def error_response(gateway: Gateway, exc: TetherError) -> Response:
+    status, doc = problems.problem(exc)
+    gateway.problems_total[status] = gateway.problems_total.get(status, 0) + 1
+    return problem_response(status, doc)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def endpoint(fn: Handler) -> Handler:
+    """A route handler whose Tether errors become problem documents (and bugs a 500)."""
+
+    async def wrapped(request: Request) -> Response:
+        gateway: Gateway = request.app.state.gateway
+        try:
+            return await fn(request)
+        except TetherError as exc:
+            return error_response(gateway, exc)
+        except Exception:
+            logger.exception("unexpected failure in %s %s", request.method, request.url.path)
+            gateway.problems_total[500] = gateway.problems_total.get(500, 0) + 1
+            return problem_response(
+                500, problems.plain(500, "Internal Server Error", "an unexpected failure")
+            )
+
+    wrapped.__name__ = fn.__name__
+    wrapped.__doc__ = fn.__doc__
+    return wrapped
+
+
+class AuthMiddleware:
+    """Every route but the dashboard's files needs ``Authorization: Bearer <token>``.
+
+    A 401 says only "Unauthorized": no hint whether a token was missing or wrong.
+    """
+
+    def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
+        self.app = app
+        self.gateway = gateway
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        self.gateway.requests_total += 1
+        path: str = scope.get("path", "")
+        if path == "/" or path.startswith(PUBLIC_PREFIXES):
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        if not authorized(header, self.gateway.token):
+            self.gateway.problems_total[401] = self.gateway.problems_total.get(401, 0) + 1
+            response = problem_response(
+                401, problems.plain(401, "Unauthorized"), {"WWW-Authenticate": "Bearer"}
+            )
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _http_problem(request: Request, exc: Exception) -> Response:
+    status = exc.status_code if isinstance(exc, HTTPException) else 500
+    title = {404: "Not Found", 405: "Method Not Allowed"}.get(status, "Error")
+    detail = exc.detail if isinstance(exc, HTTPException) else None
+    return problem_response(status, problems.plain(status, title, detail))
+
+
+def _ui_dir() -> str:
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "ui")
+
+
+def routes(gateway: Gateway) -> list[BaseRoute]:
+    """The route table. New doors add their group here (see the module docstring)."""
+    from tether.serve import events_api, misc_api, questions_api, sessions_api
+
+    return [
+        *sessions_api.session_routes(),
+        *events_api.event_routes(),
+        *misc_api.misc_routes(),
+        *questions_api.question_routes(),
+        # issue 12: the ACP-over-HTTP door mounts /v1/acp/{serverId} here.
+        Route("/", lambda _r: RedirectResponse("/ui/"), include_in_schema=False),
+        Mount("/ui", app=StaticFiles(directory=_ui_dir(), html=True), name="ui"),
+    ]
+
+
+def build_app(gateway: Gateway, extra_routes: Sequence[BaseRoute] = ()) -> ASGIApp:
+    """The gateway's ASGI app (``extra_routes`` come before the built-in ones)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="tether-op")
+        loop.set_default_executor(executor)
+        gateway.stopping = asyncio.Event()
+        gateway.loop = loop
+        try:
+            yield
+        finally:
+            gateway.stop()
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    app = Starlette(
+        routes=[*extra_routes, *routes(gateway)],
+        exception_handlers={HTTPException: _http_problem},
+        lifespan=lifespan,
+    )
+    app.state.gateway = gateway
+    return AuthMiddleware(app, gateway)

@@ -1,0 +1,161 @@
+"""``tether serve``: bind, announce, run the gateway under uvicorn until a signal.
+
+The gateway holds no session state: everything it serves comes from the owners and the
+journal, so stopping it (SIGINT, SIGTERM) loses nothing and two gateways may serve one
+``TETHER_HOME``. Owners it started keep running after it (they retire on their idle TTL).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import stat
+import sys
+from typing import Any
+
+from tether.errors import UsageError
+from tether.serve import auth
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8787
+GRACE_S = 3  # after a signal, how long open requests get before they are cut
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host}: {exc.strerror}") from None
+    family, kind, proto, _name, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(1024)
+    return sock
+
+
+def _bind_unix(path: str) -> socket.socket:
+    path = os.path.abspath(path)
+    with contextlib.suppress(FileNotFoundError):
+        st = os.lstat(path)
+        if not stat.S_ISSOCK(st.st_mode):
+            raise UsageError(f"--unix {path} exists and is not a socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # a stale socket nobody listens on
+        else:
+            raise UsageError(f"--unix {path}: another server listens there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {path}: {exc.strerror or exc}") from None
+    finally:
+        os.umask(old)
+    os.chmod(path, 0o600)
+    sock.listen(1024)
+    return sock
+
+
+def _url(sock: socket.socket) -> str:
+    if sock.family == socket.AF_UNIX:
+        return f"unix:{sock.getsockname()}"
+    host, port = sock.getsockname()[:2]
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+def _ring_entries() -> int:
+    """``TETHER_SERVE_RING``: journal entries kept in memory per followed session."""
+    from tether.serve.stream import RING_ENTRIES
+
+    raw = os.environ.get("TETHER_SERVE_RING", "")
+    if not raw:
+        return RING_ENTRIES
+    if not raw.isdigit() or int(raw) < 16:
+        raise UsageError(f"TETHER_SERVE_RING must be a whole number of at least 16, got {raw!r}")
+    return int(raw)
+
+
+def run_serve(ctx: Any) -> int:
+    """Run the gateway; returns the exit code once it has stopped."""
+    inv = ctx.inv
+    if inv.words:
+        raise UsageError(f"serve takes no arguments (got {inv.words[0]!r})")
+    if inv.unix and (inv.host or inv.port is not None):
+        raise UsageError("--unix cannot be combined with --host or --port")
+    try:
+        import starlette  # noqa: F401 -- probing for the optional extra
+        import uvicorn
+    except ImportError:
+        raise UsageError(
+            "`tether serve` needs the serve extra: pip install 'tether[serve]'"
+        ) from None
+    from tether.serve.app import Gateway, build_app
+    from tether.serve.stream import HEARTBEAT_S
+
+    host = inv.host or DEFAULT_HOST
+    token, token_file = auth.choose_token(inv.token, None if inv.unix else host)
+    sock = (
+        _bind_unix(inv.unix)
+        if inv.unix
+        else _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
+    )
+    gateway = Gateway(
+        token=token, config=ctx.config, heartbeat=HEARTBEAT_S, ring_entries=_ring_entries()
+    )
+    config = uvicorn.Config(
+        build_app(gateway),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACE_S,
+    )
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            # Streams end at once: a server waiting for open SSE connections to finish
+            # on their own would wait forever.
+            loop = gateway.loop
+            if loop is not None:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(gateway.stop)
+            super().handle_exit(sig, frame)
+
+    url = _url(sock)
+    dashboard = f"{url}/ui/" if url.startswith("http") else None
+    ctx.output.control(
+        {
+            "action": "serving",
+            "url": url,
+            "dashboard": dashboard,
+            "tokenFile": token_file,
+            "pid": os.getpid(),
+        },
+        text=(
+            f"serving {url} (pid {os.getpid()})\n"
+            + (f"dashboard: {dashboard}#token={token}\n" if dashboard and token_file else "")
+            + (f"token: {token_file}" if token_file else "token: as given with --token")
+        ),
+    )
+    with contextlib.suppress(OSError):
+        sys.stdout.flush()
+    try:
+        Server(config).run(sockets=[sock])
+    finally:
+        sock.close()
+        if inv.unix:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.abspath(inv.unix))
+    return 0

@@ -1,0 +1,182 @@
+"""The gateway's OpenAPI 3.1 document, built from the same body specs the routes check."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tether._version import __version__
+from tether.serve import bodies
+
+_ID = {"name": "id", "in": "path", "required": True, "schema": {"type": "string"}}
+_PROBLEM = {"$ref": "#/components/responses/Problem"}
+_ERRORS = {"401": {"description": "no or wrong bearer token"}, "4XX": _PROBLEM, "5XX": _PROBLEM}
+
+
+def _query(name: str, kind: str, doc: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": {"type": kind},
+        "description": doc,
+    }
+
+
+def _body(spec: bodies.Spec) -> dict[str, Any]:
+    schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {name: field.schema() for name, field in spec.items()},
+        "required": [name for name, field in spec.items() if field.required],
+    }
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _op(
+    summary: str,
+    ok: str = "200",
+    *,
+    params: list[dict[str, Any]] | None = None,
+    body: bodies.Spec | None = None,
+    media: str = "application/json",
+) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": summary,
+        "parameters": params or [],
+        "responses": {ok: {"description": "success", "content": {media: {}}}, **_ERRORS},
+    }
+    if body is not None:
+        op["requestBody"] = _body(body)
+    return op
+
+
+def document(*, terminate: bool) -> dict[str, Any]:
+    """The document; ``terminate`` says whether that route is served."""
+    session = [_ID]
+    paths: dict[str, Any] = {
+        "/v1/sessions": {
+            "get": _op(
+                "list sessions",
+                params=[
+                    _query("agent", "string", "only this agent"),
+                    _query("cwd", "string", "only this working directory"),
+                    _query("state", "string", "open (default) | closed | all"),
+                    _query("live", "string", "1: add each open session's status snapshot"),
+                ],
+            ),
+            "post": _op(
+                "create or reuse a session; start its owner (201 created, 200 reused)",
+                body=bodies.ENSURE,
+            ),
+        },
+        "/v1/sessions/{id}": {
+            "get": _op("the session's record, status snapshot and process tree", params=session),
+            "delete": _op("close the session (idempotent)", params=session),
+        },
+        "/v1/sessions/{id}/prompt": {
+            "post": _op(
+                "queue a prompt; 202 with requestId once admitted",
+                "202",
+                params=session,
+                body=bodies.PROMPT,
+            ),
+        },
+        "/v1/sessions/{id}/cancel": {
+            "post": _op(
+                "cancel the running turn, or remove a queued request",
+                params=session,
+                body=bodies.CANCEL,
+            ),
+        },
+        "/v1/sessions/{id}/mode": {
+            "post": _op("session/set_mode", params=session, body=bodies.MODE),
+        },
+        "/v1/sessions/{id}/config": {
+            "post": _op("session/set_config_option", params=session, body=bodies.CONFIG),
+        },
+        "/v1/sessions/{id}/events": {
+            "get": _op(
+                "the journal as Server-Sent Events: id = seq; resume with Last-Event-ID",
+                params=[
+                    _ID,
+                    _query("from", "integer", "replay from this seq, then live"),
+                    _query("tail", "integer", "start this many entries before the end"),
+                    _query("heartbeat", "number", "seconds between heartbeats (default 15)"),
+                    _query("control", "string", "1: questions wait for an HTTP answer"),
+                    {
+                        "name": "Last-Event-ID",
+                        "in": "header",
+                        "required": False,
+                        "schema": {"type": "string"},
+                    },
+                ],
+                media="text/event-stream",
+            ),
+        },
+        "/v1/sessions/{id}/history": {
+            "get": _op("one summary per turn", params=[_ID, _query("limit", "integer", "last N")]),
+        },
+        "/v1/sessions/{id}/transcript": {
+            "get": _op("the conversation", params=[_ID, _query("tail", "integer", "last N turns")]),
+        },
+        "/v1/sessions/{id}/export": {
+            "get": _op(
+                "the stored journal as NDJSON", params=session, media="application/x-ndjson"
+            ),
+        },
+        "/v1/sessions/{id}/processes": {
+            "get": _op("the session's process tree (read from /proc)", params=session),
+        },
+        "/v1/sessions/{id}/questions": {
+            "get": _op("the agent's open questions (pending interactions)", params=session),
+        },
+        "/v1/sessions/{id}/questions/{qid}": {
+            "post": _op(
+                "answer a question: the first valid answer wins (409 after it)",
+                params=[
+                    _ID,
+                    {"name": "qid", "in": "path", "required": True, "schema": {"type": "string"}},
+                ],
+                body=bodies.ANSWER,
+            ),
+        },
+        "/v1/agents": {"get": _op("agents a session may be created with")},
+        "/v1/health": {"get": _op("the gateway is up")},
+        "/v1/openapi.json": {"get": _op("this document")},
+        "/metrics": {"get": _op("counters, Prometheus text format", media="text/plain")},
+    }
+    if terminate:
+        paths["/v1/sessions/{id}/terminate"] = {
+            "post": _op("the operator's immediate end of the session (idempotent)", params=session)
+        }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "Tether gateway", "version": __version__},
+        "security": [{"bearer": []}],
+        "paths": paths,
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "responses": {
+                "Problem": {
+                    "description": "an RFC 9457 problem document with Tether's error codes",
+                    "content": {
+                        "application/problem+json": {
+                            "schema": {
+                                "type": "object",
+                                "properties": {
+                                    "type": {"type": "string"},
+                                    "title": {"type": "string"},
+                                    "status": {"type": "integer"},
+                                    "detail": {"type": "string"},
+                                    "code": {"type": "string"},
+                                    "detailCode": {"type": "string"},
+                                    "retryable": {"type": "boolean"},
+                                    "fields": {"type": "object"},
+                                },
+                            }
+                        }
+                    },
+                }
+            },
+        },
+    }

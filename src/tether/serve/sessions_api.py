@@ -1,0 +1,344 @@
+"""Sessions and turns over HTTP: thin handlers over :mod:`tether.operations`.
+
+Each handler checks its input (:mod:`tether.serve.bodies`), runs the blocking operation
+in a thread and answers JSON; errors are raised and become problem documents.
+
+A session's id in a URL is its session key (64 hex digits). Records also carry the
+``host`` they live on, so that a router in front of several hosts can qualify ids later
+(``multi-party.md`` §7); this gateway serves the sessions of its own ``TETHER_HOME``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from tether import operations
+from tether.errors import NoSession
+from tether.serve import bodies
+from tether.serve.app import Gateway, endpoint
+
+HOST = socket.gethostname()
+CONTROL_BODY_MAX = 64 * 1024  # every body but a prompt's
+SESSION_STATES = ("open", "closed", "all")
+
+
+def session_key(request: Request) -> str:
+    """The session key named in the URL.
+
+    Raises:
+        NoSession: not a session id (so 404, like an unknown one).
+    """
+    raw = str(request.path_params.get("id", ""))
+    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+        raise NoSession("no such session (an id is a 64-hex session key)", session_id=raw[:80])
+    return raw
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused past ``limit`` bytes without reading it all.
+
+    Raises:
+        UsageError: ``BODY_TOO_LARGE`` or ``UNSUPPORTED_MEDIA_TYPE`` (see bodies).
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise bodies.too_large(int(declared), limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise bodies.too_large(size, limit)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    bodies.check_media_type(request.headers.get("content-type"), body)
+    return body
+
+
+async def parse_body(
+    request: Request, spec: bodies.Spec, limit: int = CONTROL_BODY_MAX
+) -> dict[str, Any]:
+    return bodies.parse(await read_body(request, limit), spec)
+
+
+def _gateway(request: Request) -> Gateway:
+    gateway: Gateway = request.app.state.gateway
+    return gateway
+
+
+def _record(item: dict[str, Any]) -> dict[str, Any]:
+    return {"id": item["key"], "host": HOST, **item}
+
+
+# --- sessions -------------------------------------------------------------------------
+
+
+@endpoint
+async def list_sessions(request: Request) -> Response:
+    """Sessions of this home; filters ``agent``, ``cwd``, ``state`` (open|closed|all);
+    ``live=1`` adds each open session's status snapshot."""
+    params = request.query_params
+    bodies.check_query(params, ("agent", "cwd", "state", "live"))
+    state = bodies.query_choice(params, "state", SESSION_STATES) or "open"
+    live = bodies.query_choice(params, "live", ("0", "1", "true", "false")) in ("1", "true")
+    items = await asyncio.to_thread(operations.list_sessions, include_closed=state != "open")
+    agent, cwd = params.get("agent"), params.get("cwd")
+    items = [
+        _record(i)
+        for i in items
+        if (agent is None or i["agent"] == agent)
+        and (cwd is None or i["cwd"] == cwd)
+        and (state != "closed" or i["state"] == "closed")
+    ]
+    if live:
+        snapshots = await asyncio.gather(
+            *(
+                asyncio.to_thread(operations.status, i["key"])
+                for i in items
+                if i["state"] != "closed"
+            )
+        )
+        by_key = {s.get("sessionKey"): s for s in snapshots}
+        for item in items:
+            item["status"] = by_key.get(item["key"])
+    return JSONResponse({"sessions": items})
+
+
+def _ensure(gateway: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+    from tether import agents, config, sessions
+
+    cwd = body["cwd"]
+    if not os.path.isabs(cwd) or not os.path.isdir(cwd):
+        raise bodies.bad_value("cwd", f"cwd must be an absolute path to a directory: {cwd!r}")
+    cwd = os.path.realpath(cwd)
+    cfg = config.load(cwd, warn=lambda _m: None)
+    label = body["agent"]
+    if not agents.is_agent_name(label, cfg.get("agents")):
+        # The HTTP door starts only agents with a name (built-in or from the config):
+        # a raw command line from the network is one request away from a shell.
+        raise bodies.bad_value(
+            "agent", f"unknown agent {label!r}: use a registry name or one from the config"
+        )
+    argv = agents.resolve(label, cfg.get("agents"))
+    name = body.get("name", sessions.DEFAULT_NAME)
+    key = sessions.session_key(sessions.agent_scope(label, argv, named=True), cwd, name)
+    permissions = bodies.permission_mode(body) or str(
+        cfg.get("defaultPermissions") or "approve-reads"
+    )
+    ttl = body.get("ttl", cfg["ttl"])
+    if ttl < 0:
+        raise bodies.bad_value("ttl", "ttl must not be negative")
+    options = {
+        "permission_mode": permissions,
+        "idle_ttl": float(ttl),
+        "turn_timeout": cfg.get("turnTimeout"),
+        "max_lifetime": cfg.get("ownerMaxLifetime"),
+        "queue_max_depth": cfg.get("queueMaxDepth"),
+        "liveness_interval": cfg.get("livenessInterval"),
+        "handshake_timeout": cfg.get("handshakeTimeout"),
+        "fs": True,
+    }
+    given = "permissions" in body or "ttl" in body
+    conn, created = operations.ensure_session(
+        key,
+        name=name,
+        argv=argv,
+        label=label,
+        cwd=cwd,
+        options=options,
+        fresh=bool(body.get("fresh")),
+        override=options if given else None,
+    )
+    with conn:
+        hello = conn.hello
+    return {
+        "id": key,
+        "host": HOST,
+        "sessionKey": key,
+        "created": created,
+        "name": name,
+        "agent": label,
+        "cwd": cwd,
+        "ownerPid": hello.get("ownerPid"),
+        "ownerGeneration": hello.get("generation"),
+    }
+
+
+@endpoint
+async def ensure_session(request: Request) -> Response:
+    """Create the session (or reuse it) and make sure its owner serves."""
+    body = await parse_body(request, bodies.ENSURE)
+    result = await asyncio.to_thread(_ensure, _gateway(request), body)
+    return JSONResponse(result, status_code=201 if result["created"] else 200)
+
+
+def _get(key: str) -> dict[str, Any]:
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None:
+            raise NoSession("no such session", session_key=key)
+        record = _record(operations.describe(session))
+        leases = registry.leases(session_key=key)
+        lease = leases[-1] if leases else None
+    record["status"] = operations.status(key)
+    from tether.serve.procs import process_tree
+
+    record["processes"] = process_tree(record["status"], lease)
+    return record
+
+
+@endpoint
+async def get_session(request: Request) -> Response:
+    """One session's record and its status snapshot (live owner, or the registry's view)."""
+    return JSONResponse(await asyncio.to_thread(_get, session_key(request)))
+
+
+@endpoint
+async def close_session(request: Request) -> Response:
+    """End the session (idempotent: closing a closed session succeeds again)."""
+    result = await asyncio.to_thread(operations.close_session, session_key(request))
+    return JSONResponse(result)
+
+
+# --- turns ----------------------------------------------------------------------------
+
+
+def _last_seq(key: str) -> int:
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        return store.last_seq(registry._db, key)
+
+
+def _submit(
+    key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
+) -> dict[str, Any]:
+    conn = operations.connect_or_start(key)
+    # Every entry of this turn comes after what is stored now: a stream from here
+    # misses nothing of it (and may show a few entries from just before).
+    from_seq = _last_seq(key) + 1
+    with conn:
+        rid = conn.send("prompt", payload, deadline_ms=deadline_ms, max_bytes=max_bytes)
+        ack = conn.wait(rid, until_ack=True)
+    return {
+        "requestId": rid,
+        "sessionKey": key,
+        "queuePosition": ack.get("queuePosition"),
+        "fromSeq": from_seq,
+    }
+
+
+@endpoint
+async def submit_prompt(request: Request) -> Response:
+    """Queue a prompt; ``202`` with its request id once the owner admitted it.
+
+    The turn runs whether or not anyone watches; follow it on the events stream
+    (``fromSeq`` in the answer is a cursor that includes the whole turn).
+    """
+    key = session_key(request)
+    from tether.ipc import protocol
+
+    limit = protocol.prompt_max_bytes(_gateway(request).config)
+    body = await parse_body(request, bodies.PROMPT, limit)
+    blocks = bodies.prompt_blocks(body["prompt"])
+    mode = bodies.permission_mode(body)
+    timeout_ms = body.get("timeoutMs")
+    if timeout_ms is not None and timeout_ms <= 0:
+        raise bodies.bad_value("timeoutMs", "timeoutMs must be positive")
+    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
+    if mode:
+        payload["permissionMode"] = mode
+    result = await asyncio.to_thread(_submit, key, payload, timeout_ms, limit)
+    result["events"] = f"/v1/sessions/{key}/events?from={result['fromSeq']}"
+    return JSONResponse(result, status_code=202)
+
+
+def require_session(key: str) -> None:
+    """Raises NoSession unless the registry knows the session (open or closed)."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+
+
+def _cancel(key: str, target: str | None) -> dict[str, Any]:
+    result = operations.cancel(key, target)
+    if result.get("reason") == "no running owner":
+        require_session(key)  # an unknown session is a 404, not "nothing to cancel"
+    return result
+
+
+@endpoint
+async def cancel(request: Request) -> Response:
+    """Cancel the running turn (the session stays), or remove queued ``requestId``."""
+    key = session_key(request)
+    body = await parse_body(request, bodies.CANCEL)
+    return JSONResponse(await asyncio.to_thread(_cancel, key, body.get("requestId")))
+
+
+def _control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    with operations.connect_or_start(key) as conn:
+        return conn.request(kind, payload)
+
+
+@endpoint
+async def set_mode(request: Request) -> Response:
+    """session/set_mode through the owner (replayed on the agent's next start)."""
+    key = session_key(request)
+    body = await parse_body(request, bodies.MODE)
+    if not body["modeId"]:
+        raise bodies.bad_value("modeId", "modeId must not be empty")
+    return JSONResponse(await asyncio.to_thread(_control, key, "set_mode", body))
+
+
+@endpoint
+async def set_config(request: Request) -> Response:
+    """session/set_config_option through the owner."""
+    key = session_key(request)
+    body = await parse_body(request, bodies.CONFIG)
+    if not body["configId"]:
+        raise bodies.bad_value("configId", "configId must not be empty")
+    return JSONResponse(await asyncio.to_thread(_control, key, "set_config_option", body))
+
+
+def _terminate_route() -> list[BaseRoute]:
+    """``POST /v1/sessions/{id}/terminate`` when the operations layer has ``terminate``."""
+    terminate = getattr(operations, "terminate", None)
+    if terminate is None:
+        return []
+
+    @endpoint
+    async def terminate_session(request: Request) -> Response:
+        """The operator's immediate end (TERM, grace, KILL through the keeper); idempotent."""
+        key = session_key(request)
+        await parse_body(request, {})
+        client = request.client
+        by = {"door": "http", "peer": f"{client.host}:{client.port}" if client else "unix"}
+        return JSONResponse(await asyncio.to_thread(terminate, key, by=by))
+
+    return [Route("/v1/sessions/{id}/terminate", terminate_session, methods=["POST"])]
+
+
+def session_routes() -> list[BaseRoute]:
+    return [
+        Route("/v1/sessions", list_sessions, methods=["GET"]),
+        Route("/v1/sessions", ensure_session, methods=["POST"]),
+        Route("/v1/sessions/{id}", get_session, methods=["GET"]),
+        Route("/v1/sessions/{id}", close_session, methods=["DELETE"]),
+        Route("/v1/sessions/{id}/prompt", submit_prompt, methods=["POST"]),
+        Route("/v1/sessions/{id}/cancel", cancel, methods=["POST"]),
+        Route("/v1/sessions/{id}/mode", set_mode, methods=["POST"]),
+        Route("/v1/sessions/{id}/config", set_config, methods=["POST"]),
+        *_terminate_route(),
+    ]
