@@ -25,6 +25,7 @@ _BUILTIN: dict[str, tuple[list[str] | None, list[str]]] = {
     "opencode": (["opencode", "acp"], ["npx", "-y", "opencode-ai", "acp"]),
     "cursor": (None, ["cursor-agent", "acp"]),
     "copilot": (None, ["copilot", "--acp", "--stdio"]),
+    "antigravity": (None, ["agy_acp_server.par", "--uid="]),  # acpx 0.19.1's argv on Linux
     "pi": (None, ["npx", "pi-acp@^0.0.33"]),
     "openclaw": (None, ["openclaw", "acp"]),
     "kilocode": (["kilo", "acp"], ["npx", "-y", "@kilocode/cli", "acp"]),

@@ -380,6 +380,20 @@ class Session:
         await client._op(operations.fork_session, self.key, key, name=name, env=client.env or None)
         return Session(client, key, name, self.agent, self.cwd, self._scope)
 
+    async def terminate(self) -> dict[str, Any]:
+        """End the session now, for the operator: no new turn, no waiting on the agent.
+
+        Unlike :meth:`close` the agent is not asked (no ``session/cancel`` grace, no
+        ``session/close``): its tree gets TERM -> grace -> KILL through the keeper at
+        once and is proven gone; the end is recorded (``session_ended``, reason
+        ``terminated``) and every attached party is told. Idempotent: terminating an
+        ended session changes nothing and reports how it ended (``alreadyEnded``).
+
+        Returns:
+            ``{terminated: True, reason, terminatedBy, alreadyEnded, ...}``.
+        """
+        return await self._client.terminate_session(self.key)
+
     async def history(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """One summary per turn, oldest first: ``requestId``, ``startedAt``,
         ``durationMs``, ``stopReason``, ``preview``, ``by`` (who prompted). Needs no owner."""
@@ -560,6 +574,14 @@ class Client:
         else:
             conn.close()
         return session
+
+    async def terminate_session(self, session_id: str) -> dict[str, Any]:
+        """Terminate the session whose id (its key, as ``Session.key``) is ``session_id``.
+
+        See :meth:`Session.terminate`. Raises :class:`~tether.errors.NoSession` for an
+        unknown id.
+        """
+        return await self._op(operations.terminate, session_id, by={"door": "library"})
 
     async def agent_sessions(
         self,

@@ -201,6 +201,10 @@ _AGENT_TO_AGENT = {
 SCHEMA: dict[str, Key] = {
     "defaultAgent": text("codex", "the agent of the agent-less forms"),
     "defaultPermissions": choice("approve-reads", _PERMISSIONS, "the permission mode"),
+    "authPolicy": choice(
+        "skip", ("skip", "fail"), "auth methods advertised and no credential: go on, or fail"
+    ),
+    "promptRetries": integer(0, "retry a prompt this often on a transient agent error", minimum=0),
     "nonInteractivePermissions": choice(
         "deny", ("deny", "fail"), "undecided permission requests: reject, or fail (exit 5)"
     ),

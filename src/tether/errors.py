@@ -11,6 +11,8 @@
     ├── AgentRequestError               the agent answered one of our requests with a JSON-RPC error
     │   └── RateLimited                 exit 6   code RATE_LIMITED: retryable, the provider's
     │                                   usage/rate limit (reset time when the agent gave one)
+    ├── AgentOptionUnsupported          the agent has no way to apply a session option (--model)
+    ├── AuthRequired                    --auth-policy fail: auth methods advertised, no credential
     ├── NotAdvertised                   the agent does not offer that ACP method (nothing sent)
     ├── ResourceError
     │   ├── ClosedResourceError         we already closed it
@@ -71,9 +73,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AgentExited",
+    "AgentOptionUnsupported",
     "AgentRequestError",
     "AgentUnresponsive",
     "AlreadyAnswered",
+    "AuthRequired",
     "BrokenResourceError",
     "CallTimeout",
     "ClosedResourceError",
@@ -236,6 +240,20 @@ class AgentRequestError(TetherError):
 
     default_origin = "runtime"
     default_detail_code = "ACP_ERROR"
+
+
+class AgentOptionUnsupported(TetherError):
+    """The agent offers no way to apply a session option (``--model``, ``--system-prompt``,
+    ``--allowed-tools``, ``--max-turns``); ``fields["option"]`` names the flag."""
+
+    default_detail_code = "AGENT_OPTION_UNSUPPORTED"
+
+
+class AuthRequired(TetherError):
+    """``--auth-policy fail``: the agent advertised auth methods and none has a credential
+    configured (``auth`` in the config, or ``TETHER_AUTH_<METHOD>``)."""
+
+    default_detail_code = "AUTH_REQUIRED"
 
 
 class RateLimited(AgentRequestError):

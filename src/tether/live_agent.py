@@ -19,6 +19,7 @@ from typing import Any
 
 from tether import _log
 from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
+from tether.acp.session_options import model_method, session_new_extras
 from tether.acp.transport import ExitStatus
 from tether.errors import AgentRequestError, NotAdvertised, TetherError
 from tether.supervise.run_state import TerminationReason
@@ -44,6 +45,15 @@ class AgentConfig:
     backend_id: str | None = None  # the agent's registry name or command label (run records)
     # Terminals for the agent (terminal/*), each a supervised run; None: not offered.
     terminals: TerminalSettings | None = None
+    # acpx's session options (model, allowedTools, maxTurns, systemPrompt,
+    # appendSystemPrompt): applied as the agent offers (tether.acp.session_options).
+    session_options: dict[str, Any] = field(default_factory=dict)
+    # Called with a short line at each bring-up step (spawned, initialize, session/new).
+    on_progress: Callable[[str], None] | None = None
+
+
+def _quiet(_line: str) -> None:
+    """No progress lines wanted."""
 
 
 class ProcessTransport:
@@ -135,6 +145,7 @@ class LiveAgent:
 
         Cancellation: the tree is torn down (shielded) before the cancellation propagates.
         """
+        progress = cfg.on_progress or _quiet
         proc = await spawn_agent(
             SpawnSpec(
                 argv=list(cfg.argv),
@@ -146,6 +157,7 @@ class LiveAgent:
             ),
             registry,
         )
+        progress(f"agent started (pid {proc.pid}); initialize")
         terminals = (
             ProcessTerminals(registry, cfg.session_key, cfg.env, cfg.terminals)
             if cfg.terminals is not None
@@ -162,9 +174,15 @@ class LiveAgent:
             conn.set_fallback_listener(out_of_turn)
         try:
             await conn.initialize()
-            await conn.authenticate_if_needed()
+            name = conn.agent_info.get("name") or "agent"
+            version = conn.agent_info.get("version")
+            progress(f"{name}{' ' + str(version) if version else ''} initialized")
+            if await conn.authenticate_if_needed():
+                progress("authenticated")
             if open_session:
-                await live._open_session(resume_session_id, fork_from, strict=strict_resume)
+                await live._open_session(
+                    resume_session_id, fork_from, strict=strict_resume, progress=progress
+                )
         except BaseException as exc:
             reason = TerminationReason.SPAWN_ERROR
             with contextlib.suppress(Exception):
@@ -175,17 +193,27 @@ class LiveAgent:
         return live
 
     async def _open_session(
-        self, resume_session_id: str | None, fork_from: str | None, *, strict: bool
+        self,
+        resume_session_id: str | None,
+        fork_from: str | None,
+        *,
+        strict: bool,
+        progress: Callable[[str], None],
     ) -> None:
         conn = self.conn
+        options = self.cfg.session_options
+        # Checked before any session exists: an option the agent cannot apply is refused
+        # up front, not discovered after the first turn.
+        extras = session_new_extras(options, conn.agent_info, conn.agent_capabilities)
         if resume_session_id and strict and not (conn.can_resume or conn.can_load):
             raise NotAdvertised(
                 "the agent can neither resume nor load a session", method="session/resume"
             )
         if resume_session_id and (conn.can_resume or conn.can_load):
+            progress("session/resume" if conn.can_resume else "session/load")
             try:
                 self.session_result = await conn.load_session(
-                    resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers
+                    resume_session_id, self.cfg.cwd, mcp_servers=self.cfg.mcp_servers, extras=extras
                 )
                 self.session_id = resume_session_id
                 self.resumed = True
@@ -197,12 +225,23 @@ class LiveAgent:
                 # as acpx does; the caller replays the desired mode and config.
                 _log.event("resume_failed", session_id=resume_session_id, error=str(exc))
         if fork_from and not resume_session_id:
+            progress("session/fork")
             result = await conn.fork_session(fork_from, self.cfg.cwd, self.cfg.mcp_servers)
             self.forked_from = fork_from
         else:
-            result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers)
+            progress("session/new")
+            result = await conn.new_session(self.cfg.cwd, self.cfg.mcp_servers, extras)
         self.session_id = result["sessionId"]
         self.session_result = result
+        model = options.get("model")
+        if model and not self.forked_from:  # a fork continues with its source's model
+            method, params = model_method(str(model), result, conn.agent_info)
+            await conn.request(
+                method,
+                {"sessionId": self.session_id, **params},
+                timeout=conn.options.handshake_timeout,
+            )
+            progress(f"model {model}")
 
     async def prompt(
         self,

@@ -29,19 +29,19 @@ def test_unknown_option_creates_no_session(project_dir: Path) -> None:
 
 
 def test_unknown_option_in_json_is_a_json_envelope(project_dir: Path) -> None:
-    """With --format json, `prompt --model x hi` prints the acpx error envelope, exit 2."""
-    r = tether("--format", "json", "mock", "prompt", "--model", "x", "hi", cwd=project_dir)
+    """With --format json, `prompt --modelz x hi` prints the acpx error envelope, exit 2."""
+    r = tether("--format", "json", "mock", "prompt", "--modelz", "x", "hi", cwd=project_dir)
     assert r.returncode == 2
     envelope = json.loads(r.stdout)
     assert envelope["error"]["data"]["acpxCode"] == "USAGE"
-    assert "--model" in envelope["error"]["message"]
+    assert "--modelz" in envelope["error"]["message"]
 
 
 def test_exec_with_unknown_option_never_reaches_the_agent(project_dir: Path) -> None:
-    """`exec --model x "echo hi"` fails before starting anything: nothing on stdout."""
-    r = tether("mock", "exec", "--model", "x", "echo hi", cwd=project_dir)
+    """`exec --modelz x "echo hi"` fails before starting anything: nothing on stdout."""
+    r = tether("mock", "exec", "--modelz", "x", "echo hi", cwd=project_dir)
     assert (r.returncode, r.stdout) == (2, "")
-    assert "--model" in r.stderr
+    assert "--modelz" in r.stderr
 
 
 def test_command_help_lists_its_own_options(project_dir: Path) -> None:

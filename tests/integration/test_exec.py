@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,10 +39,10 @@ def agent(*flags: str) -> list[str]:
 
 
 def test_exec_text_streams_answer_and_done(project_dir: Path) -> None:
-    """Text format prints the assistant text and a final `[done] end_turn`, exit 0."""
+    """Text format prints the assistant text and a final `[done] end_turn (N.N s)`, exit 0."""
     r = tether("mock", "exec", "stream 3 hello", cwd=project_dir)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == "hello 0\nhello 1\nhello 2\n[done] end_turn\n"
+    assert re.fullmatch(r"hello 0\nhello 1\nhello 2\n\[done\] end_turn \(\d+\.\d s\)\n", r.stdout)
 
 
 def test_exec_quiet_prints_only_text(project_dir: Path) -> None:

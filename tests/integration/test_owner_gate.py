@@ -73,6 +73,7 @@ def test_raw_client_in_a_tree_is_refused_what_the_rules_deny(project_dir: Path) 
         ("watch", {"fromSeq": 1, "follow": False}),
         ("cancel", {}),
         ("set_mode", {"modeId": "plan"}),
+        ("terminate", {}),
         ("close", {}),
     ):
         answer = raw_as_agent(project_dir, "parent", stranger, kind, payload)
@@ -127,7 +128,10 @@ def test_the_operators_raw_client_is_not_checked(project_dir: Path) -> None:
 
 
 @pytest.mark.usefixtures("family")
-def test_a_requester_closing_its_child_closes_the_grandchild_too(project_dir: Path) -> None:
+@pytest.mark.parametrize("how", ["close", "terminate"])
+def test_a_requester_closing_its_child_closes_the_grandchild_too(
+    project_dir: Path, how: str
+) -> None:
     """The grandchild is outside the parent's (non-transitive) tree, but inside the child's
     lifetime: its owner accepts the cascade's close and leaves no session open."""
     fam = keys(project_dir)
@@ -147,7 +151,7 @@ def test_a_requester_closing_its_child_closes_the_grandchild_too(project_dir: Pa
         # The grandchild's owner is live: the cascade must go through its door check.
         status = tether("--format", "json", "mock", "status", "-s", "grand", cwd=project_dir)
         assert json.loads(status.stdout.splitlines()[-1])["ownerPid"]
-        code, out = as_agent(project_dir, "parent", "--format json mock sessions close -s child")
+        code, out = as_agent(project_dir, "parent", f"--format json mock sessions {how} -s child")
         assert code == 0, out
         result = json.loads(out.strip().splitlines()[-1])
         assert result["closedChildren"] == [{"sessionKey": grand, "survivors": []}], result

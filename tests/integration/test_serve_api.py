@@ -46,6 +46,9 @@ ROUTES = [
     ("GET", f"/v1/sessions/{NO_SUCH}/processes"),
     ("GET", f"/v1/sessions/{NO_SUCH}/questions"),
     ("POST", f"/v1/sessions/{NO_SUCH}/questions/p-1"),
+    ("POST", "/v1/acp/srv-x"),
+    ("GET", "/v1/acp/srv-x"),
+    ("DELETE", "/v1/acp/srv-x"),
     ("GET", "/v1/agents"),
     ("GET", "/v1/health"),
     ("GET", "/v1/openapi.json"),
@@ -273,7 +276,8 @@ def test_agents_health_metrics_and_openapi(gateway: Gateway, project_dir: Path) 
     assert doc["openapi"].startswith("3.1")
     documented = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     for method, path in ROUTES:
-        assert (method, path.replace(NO_SUCH, "{id}").replace("p-1", "{qid}")) in documented
+        path = path.replace(NO_SUCH, "{id}").replace("p-1", "{qid}")
+        assert (method, path.replace("srv-x", "{serverId}")) in documented
 
 
 BAD_INPUT = [

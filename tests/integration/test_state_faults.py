@@ -182,7 +182,8 @@ def test_full_disk_is_one_line_nothing_half_written_and_recovers(
         listed = tether("mock", "sessions", "list", cwd=project_dir)
         assert listed.stdout.split("\t")[0] == "warm", listed.stdout  # `new` left no row
         r = tether("mock", "prompt", "-s", "warm", "echo back again", cwd=project_dir)
-        assert (r.returncode, r.stdout) == (0, "back again\n[done] end_turn\n"), r.stderr
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.startswith("back again\n[done] end_turn ("), r.stdout
         r = tether("mock", "sessions", "new", cwd=project_dir)
         assert r.returncode == 0, r.stderr
     finally:

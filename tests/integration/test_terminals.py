@@ -54,7 +54,7 @@ def report(out: str) -> dict[str, str]:
 
 def grandchild(rep: dict[str, str]) -> int:
     m = re.search(r"grandchild (\d+)", rep["output"])
-    assert m is not None, rep
+    assert m is not None, (rep, rep["output"])
     return int(m.group(1))
 
 

@@ -177,7 +177,7 @@ def test_owner_claude_holds_the_next_turn_until_the_reset(
             assert cli.ok("--format", "json", "cancel").json_last()["cancelled"] is True
             out, err = held.communicate(timeout=30)
         assert held.returncode == 0, err
-        assert out.rstrip().endswith("[done] cancelled"), (out, err)
+        assert out.rstrip().rpartition("\n")[2].startswith("[done] cancelled ("), (out, err)
         assert len(fake_anthropic.message_requests()) == turns
 
         with cli.popen("--format", "quiet", "prompt", "held until the reset") as waiting:

@@ -69,7 +69,7 @@ def test_owner_claude_bash_question_relayed_to_a_controller(
                 assert (resolved["answer"], resolved["how"]) == (answer, "controller")
                 out, err = proc.communicate(timeout=45)
             assert proc.returncode == 0, err
-            assert out.rstrip().endswith("[done] end_turn")
+            assert out.rstrip().rpartition("\n")[2].startswith("[done] end_turn")
             assert (project_dir / "out.txt").exists() is (answer == "allow")
         finally:
             ctl.close()

@@ -22,7 +22,9 @@ def _parse_mock(argv: list[str]) -> _parse.Invocation:
             None,
             id="sessions-new-unknown",
         ),
-        pytest.param(["mock", "prompt", "--model", "x", "hi"], "--model", None, id="prompt-model"),
+        pytest.param(
+            ["mock", "prompt", "--modelz", "x", "hi"], "--modelz", None, id="prompt-unknown"
+        ),
         pytest.param(["mock", "exec", "--fiel", "a.txt"], "--fiel", "--file", id="typo-suggested"),
         pytest.param(["mock", "--no-wiat", "hi"], "--no-wait", "--no-wait", id="implicit-typo"),
         pytest.param(["mock", "exec", "--no-wait", "hi"], "--no-wait", None, id="other-commands"),

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from tether._version import __version__
 from tether.errors import (
     AgentRequestError,
+    AuthRequired,
     BrokenResourceError,
     HandshakeTimeout,
     NotAdvertised,
@@ -110,6 +111,13 @@ class SessionMethods:
                 params["_meta"] = {method_id: {"apiKey": credential}}
             await self._handshake("authenticate", params)
             return method_id
+        if self.auth_methods and self.options.auth_policy == "fail":
+            ids = ", ".join(str(m.get("id")) for m in self.auth_methods)
+            raise AuthRequired(
+                f"the agent advertises auth methods [{ids}] and none has a credential"
+                " (--auth-policy fail); set one in the config's [auth] table or"
+                " TETHER_AUTH_<METHOD>, or use --auth-policy skip"
+            )
         return None
 
     def _session_caps(self) -> dict[str, Any]:
@@ -207,8 +215,12 @@ class SessionMethods:
         self._require(self.can_logout, "logout")
         await self._handshake("logout", {})
 
-    async def new_session(self, cwd: str, mcp_servers: Sequence[Any] = ()) -> dict[str, Any]:
-        result = await self._handshake("session/new", {"cwd": cwd, "mcpServers": list(mcp_servers)})
+    async def new_session(
+        self, cwd: str, mcp_servers: Sequence[Any] = (), extras: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``session/new``; ``extras`` are further params (``systemPrompt``, ``_meta``)."""
+        params = {"cwd": cwd, "mcpServers": list(mcp_servers), **(extras or {})}
+        result = await self._handshake("session/new", params)
         if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
             raise RemoteProtocolError("session/new returned no sessionId")
         return result
@@ -219,15 +231,18 @@ class SessionMethods:
         cwd: str,
         listener: Callable[[dict[str, Any]], None] | None = None,
         mcp_servers: Sequence[Any] = (),
+        extras: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """``session/resume`` when advertised, else ``session/load`` (which replays the
-        history as updates, to ``listener`` when given); the session's MCP servers are
-        handed over again, as on ``session/new``."""
+        history as updates, to ``listener`` when given); the session's MCP servers and
+        ``extras`` (``systemPrompt``, ``_meta``) are handed over again, as on
+        ``session/new`` (claude-agent-acp rebuilds a resumed session from them)."""
         method = "session/resume" if self.can_resume else "session/load"
         params: dict[str, Any] = {
             "sessionId": session_id,
             "cwd": cwd,
             "mcpServers": list(mcp_servers),
+            **(extras or {}),
         }
         if listener is not None:
             self._listeners[session_id] = listener

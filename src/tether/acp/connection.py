@@ -122,6 +122,9 @@ class ClientOptions:
     abandoned_turn_grace: float = DEFAULT_ABANDONED_TURN_GRACE
     # methodId -> credential, passed in authenticate's _meta (acpx: ACPX_AUTH_<ID>)
     auth: Mapping[str, str] = field(default_factory=dict)
+    # Advertised auth methods and no credential for any: "skip" (go on; the agent may
+    # handle auth itself) or "fail" (AuthRequired) -- acpx's --auth-policy.
+    auth_policy: str = "skip"
     # Undecided permission requests go here (a human, an orchestrator); None = reject.
     permission_hook: PermissionHook | None = None
     # Called with (direction "out"|"in", raw frame) for every frame.

@@ -53,6 +53,8 @@ class Context:
         self.timeout = timeout
         self.ttl = ttl
         self.output = output  # output.Output
+        self.auth_policy = "skip"  # --auth-policy / authPolicy
+        self.prompt_retries = 0  # --prompt-retries / promptRetries
 
 
 def _read_prompt(inv: Any) -> str:
@@ -104,7 +106,7 @@ def _context(inv: Any) -> Context:
         raise UsageError("--json-strict requires --format json")
     timeout = inv.timeout if inv.timeout is not None else cfg["timeout"]
     ttl = inv.ttl if inv.ttl is not None else float(cfg["ttl"])
-    return Context(
+    ctx = Context(
         inv=inv,
         config=cfg,
         cwd=cwd,
@@ -116,8 +118,14 @@ def _context(inv: Any) -> Context:
         fmt=fmt,
         timeout=float(timeout) if timeout is not None else None,
         ttl=ttl,
-        output=Output(fmt, verbose=inv.verbose, json_strict=inv.json_strict),
+        output=Output(
+            fmt, verbose=inv.verbose, json_strict=inv.json_strict, suppress_reads=inv.suppress_reads
+        ),
     )
+    ctx.auth_policy = inv.auth_policy or str(cfg.get("authPolicy") or "skip")
+    retries = inv.prompt_retries
+    ctx.prompt_retries = int(retries if retries is not None else cfg.get("promptRetries") or 0)
+    return ctx
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -261,6 +269,10 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _session_cmds
 
         return _session_cmds.sessions_cmd(ctx)
+    if command == "acp":
+        from tether.acp_door.stdio import run_stdio
+
+        return run_stdio(ctx)
     if command == "logout":
         from tether.cli import _acp_cmds
 
@@ -278,12 +290,9 @@ def _dispatch(ctx: Context) -> int:
 
         return run_metrics(ctx)
     if command == "config":
-        import json
+        from tether.cli._config_cmd import run_config
 
-        ctx.output.control(
-            {"action": "config", "config": ctx.config}, text=json.dumps(ctx.config, indent=2)
-        )
-        return 0
+        return run_config(ctx)
     from tether.errors import UsageError
 
     raise UsageError(f"unknown command {command!r}")

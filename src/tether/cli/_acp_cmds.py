@@ -42,10 +42,13 @@ def fork(ctx: Any) -> int:
 
 
 def agent_sessions(ctx: Any) -> int:
-    """``sessions list --agent-sessions [--cursor C] [--all]``."""
+    """``sessions list --agent-sessions [--cursor C] [--all] [--filter-cwd DIR]``."""
+    import os
+
+    where = ctx.inv.filter_cwd  # acpx's --filter-cwd: the agent's sessions of DIR
     page = operations.agent_sessions(
         list(ctx.agent_argv),
-        str(ctx.cwd),
+        os.path.realpath(os.path.expanduser(where)) if where else str(ctx.cwd),
         cursor=ctx.inv.cursor,
         any_cwd=ctx.inv.all,
         auth=_auth(ctx),

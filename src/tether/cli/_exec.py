@@ -24,8 +24,17 @@ import sys
 from typing import Any
 
 from tether.acp.connection import ClientOptions
-from tether.acp.policy import PermissionMode
-from tether.errors import CallTimeout, Interrupted, OutputClosed, PermissionDenied, UsageError
+from tether.acp.policy import PermissionMode, PermissionPolicy, load_policy
+from tether.acp.session_options import model_option_id
+from tether.cli import _retry, _spinner
+from tether.errors import (
+    CallTimeout,
+    Interrupted,
+    OutputClosed,
+    PermissionDenied,
+    TetherError,
+    UsageError,
+)
 from tether.live_agent import AgentConfig, LiveAgent
 from tether.supervise.run_state import TerminationReason
 
@@ -34,13 +43,19 @@ CANCEL_WAIT_S = 3.0  # after Ctrl-C, how long the turn may take to end with `can
 
 def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
     cfg = ctx.config
+    mode: PermissionMode | PermissionPolicy = PermissionMode(ctx.permissions)
+    if ctx.inv.permission_policy:  # a policy file (or a mode's name) replaces the mode
+        from tether.cli._session_cmds import _policy
+
+        mode = load_policy(str(_policy(ctx)))
     return ClientOptions(
-        permission_mode=PermissionMode(ctx.permissions),
+        permission_mode=mode,
         fs=not ctx.inv.no_fs,
         liveness_interval=float(cfg.get("livenessInterval") or 30.0),
         handshake_timeout=float(cfg.get("handshakeTimeout") or 30.0),
         prompt_ceiling=None,
         auth={str(k): str(v) for k, v in (cfg.get("auth") or {}).items()},
+        auth_policy=ctx.auth_policy,
         on_frame=on_frame,
     )
 
@@ -92,6 +107,8 @@ async def _run(ctx: Any, text: str) -> int:
         mcp_servers=mcp,
         backend_id=ctx.agent_label,
         terminals=TerminalSettings.from_options(terminal_options(ctx)),
+        session_options=ctx.inv.session_options(),
+        on_progress=out.banner,
     )
     try:
         out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")
@@ -115,19 +132,45 @@ async def _run(ctx: Any, text: str) -> int:
         if out.closed:  # the reader left during the handshake (json prints its frames)
             interrupted.set()
             raise OutputClosed("stdout was closed by its reader")
+        await _config_options(live, ctx.inv.config_options, out)
         frames.in_turn = True
-        ceiling = None if deadline is None else max(0.001, deadline - loop.time())
-        prompt_task = asyncio.ensure_future(
-            live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
-        )
+        started = loop.time()
+        spinner = _spinner.for_output(out)
+        ticker = asyncio.ensure_future(_tick(spinner)) if spinner is not None else None
+        attempt = 0
+        result: Any = None
         try:
-            result = await prompt_task
-        except asyncio.CancelledError:
-            raise Interrupted("interrupted; the turn was cancelled") from None
-        except OutputClosed:
-            interrupted.set()  # the tree goes down as on Ctrl-C
-            raise
-        out.done(result.stop_reason)
+            while True:
+                ceiling = None if deadline is None else max(0.001, deadline - loop.time())
+                frames.updates = 0
+                prompt_task = asyncio.ensure_future(
+                    live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
+                )
+                try:
+                    result = await prompt_task
+                    break
+                except asyncio.CancelledError:
+                    raise Interrupted("interrupted; the turn was cancelled") from None
+                except OutputClosed:
+                    interrupted.set()  # the tree goes down as on Ctrl-C
+                    raise
+                except TetherError as exc:
+                    if attempt >= ctx.prompt_retries or not _retry.retryable(
+                        exc, updates_seen=frames.updates
+                    ):
+                        raise
+                    wait = _retry.delay(attempt)
+                    attempt += 1
+                    out.banner(
+                        f"prompt failed ({exc}); retry {attempt}/{ctx.prompt_retries} in {wait:g} s"
+                    )
+                    await asyncio.sleep(wait)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+            if spinner is not None:
+                spinner.clear()
+        out.done(result.stop_reason, loop.time() - started)
         if interrupted.is_set():
             return 130
         if result.permission_denied and ctx.non_interactive == "fail":
@@ -151,6 +194,23 @@ async def _run(ctx: Any, text: str) -> int:
         registry.close()
 
 
+async def _config_options(live: LiveAgent, options: list[tuple[str, str]], out: Any) -> None:
+    """``exec --config-option K=V``: each set on the new session before the prompt."""
+    for key, raw in options:
+        value: Any = {"true": True, "false": False}.get(raw.lower(), raw)
+        if key == "model":  # acpx: model control, whatever the agent calls its option
+            key = model_option_id(live.session_result) or key
+        await live.conn.set_config_option(live.session_id, key, value)
+        out.banner(f"{key} set: {raw}")
+
+
+async def _tick(spinner: Any) -> None:
+    """Draw the spinner (when due) until cancelled."""
+    while True:
+        await asyncio.sleep(_spinner.TICK_S)
+        spinner.tick()
+
+
 def _noop(_frame: dict[str, Any]) -> None:
     """Updates are rendered by the frame observer, in arrival order."""
 
@@ -168,8 +228,11 @@ class _Frames:
         self.json_mode = json_mode
         self.in_turn = False
         self._raised = False
+        self.updates = 0  # agent frames seen in this turn (a retry must not repeat them)
 
     def __call__(self, direction: str, frame: dict[str, Any]) -> None:
+        if direction == "in" and self.in_turn and _retry.shows_work(frame):
+            self.updates += 1
         if self.json_mode or direction == "in":
             with contextlib.suppress(OutputClosed):
                 self.out.frame(direction, frame)

@@ -18,6 +18,7 @@ COMMANDS = frozenset(
         "reap",
         "config",
         "doctor",
+        "acp",
         "serve",
         "answer",
         "metrics",
@@ -31,6 +32,7 @@ SESSION_SUBCOMMANDS = frozenset(
         "list",
         "show",
         "close",
+        "terminate",
         "history",
         "watch",
         "read",
@@ -39,6 +41,26 @@ SESSION_SUBCOMMANDS = frozenset(
         "fork",
     }
 )
+CONFIG_SUBCOMMANDS = frozenset({"show", "init"})
+
+# acpx 0.19.1 commands and options Tether refuses, each with the way Tether does it
+# instead (docs/acpx-parity.md lists them all; a test runs every row).
+REFUSED = {
+    "compare": "`compare` is not supported: run `tether <agent> exec TEXT` once per agent",
+    "flow": "`flow` is not supported: script `tether prompt` calls (exit codes say what happened)",
+    "sessions import": (
+        "`sessions import` is not supported: Tether cannot restore a session from an archive;"
+        " `sessions export` writes the journal as NDJSON, to read with `sessions read`"
+    ),
+    "sessions watch --cursor": "use `sessions watch --from SEQ` (a journal entry's seq)",
+    "sessions prune --before": "use `sessions prune --older-than DURATION` (7d, 12h)",
+    "sessions prune --include-history": (
+        "use `sessions prune --closed` (closed sessions go with their journals)"
+    ),
+    "sessions prune --dry-run": (
+        "`sessions list --all` shows the closed sessions `sessions prune --closed` removes"
+    ),
+}
 
 # global flag -> number of values it takes
 _GLOBAL_FLAGS = {
@@ -58,6 +80,15 @@ _GLOBAL_FLAGS = {
     "--no-terminal": 0,
     "--mcp-bridge": 0,
     "--mcp-config": 1,
+    "--policy": 1,  # acpx's alias of --permission-policy
+    "--auth-policy": 1,
+    "--suppress-reads": 0,
+    "--model": 1,
+    "--allowed-tools": 1,
+    "--max-turns": 1,
+    "--system-prompt": 1,
+    "--append-system-prompt": 1,
+    "--prompt-retries": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -80,6 +111,11 @@ _COMMAND_FLAGS = {
     "--output": (1, "", ""),
     "--older-than": (1, "--older-than DURATION", "drop journal entries older than this (7d, 12h)"),
     "--closed": (0, "--closed", "remove closed sessions with their journals and files"),
+    "--close-on-exit": (
+        0,
+        "--close-on-exit",
+        "close the sessions this client used when it disconnects (default: keep them warm)",
+    ),
     "--host": (1, "--host HOST", "address to listen on (default 127.0.0.1)"),
     "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
@@ -103,6 +139,13 @@ _COMMAND_FLAGS = {
         "--discard",
         "the agent also deletes the conversation (session/delete, where offered)",
     ),
+    "--config-option": (
+        1,
+        "--config-option KEY=VALUE",
+        "set a session config option before the prompt (repeatable)",
+    ),
+    "--filter-cwd": (1, "--filter-cwd DIR", "only sessions whose working directory is DIR"),
+    "--local": (0, "--local", "Tether's own records (the default; acpx's flag)"),
 }
 _SAME = {
     "--session": "-s",
@@ -115,7 +158,11 @@ _S = ("-s", "--session", "--name")
 _F = ("-f", "--file")
 # "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
 _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
-    "exec": ("[-f FILE|-] [TEXT...]", "one shot: start the agent, one prompt, tear it down", _F),
+    "exec": (
+        "[-f FILE|-] [--config-option KEY=VALUE]... [TEXT...]",
+        "one shot: start the agent, one prompt, tear it down",
+        (*_F, "--config-option"),
+    ),
     "prompt": (
         "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
         "prompt a saved session through its warm owner (never creates one: exit 4)",
@@ -143,7 +190,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions": (
-        "new|ensure|fork|list|show|history|read|watch|export|prune|close [NAME]",
+        "new|ensure|fork|list|show|history|read|watch|export|prune|close|terminate [NAME]",
         "create, inspect or end sessions (default: list); `tether sessions SUB --help`",
         (),
     ),
@@ -163,9 +210,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         _S,
     ),
     "sessions list": (
-        "[--all] [--tree] [--agent-sessions [--cursor C]]",
+        "[--all] [--tree] [--filter-cwd DIR] [--agent-sessions [--cursor C]]",
         "list the sessions you may see (--agent-sessions: the agent's own)",
-        ("--all", "--tree", "--agent-sessions", "--cursor"),
+        ("--all", "--tree", "--filter-cwd", "--local", "--agent-sessions", "--cursor"),
     ),
     "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
     "sessions history": (
@@ -198,13 +245,25 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "end the session and prove its process tree gone",
         (*_S, "--discard"),
     ),
+    "sessions terminate": (
+        "[-s NAME | NAME]",
+        "end the session now: no new turn, no waiting on the agent; idempotent",
+        _S,
+    ),
+    "acp": (
+        "[--close-on-exit]",
+        "speak ACP as an agent over stdio: any ACP client gets warm Tether sessions",
+        ("--close-on-exit",),
+    ),
     "logout": ("", "sign the agent out (ACP logout, where the agent offers it)", ()),
     "reap": (
         "[--dry-run]",
         "reconcile leases: reap verified orphans of this instance",
         ("--dry-run",),
     ),
-    "config": ("", "print the merged configuration", ()),
+    "config": ("show|init", "the configuration: show it (default), or write a template", ()),
+    "config show": ("", "the merged configuration, the files it came from, secrets masked", ()),
+    "config init": ("", "write the user config template (only when there is none)", ()),
     "serve": (
         "[--host H] [--port P | --unix PATH] [--token T]",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",

@@ -10,6 +10,7 @@ from tether.cli._grammar import (
     _COMMAND_FLAGS,
     _COMMAND_SPECS,
     COMMANDS,
+    CONFIG_SUBCOMMANDS,
     SESSION_SUBCOMMANDS,
     _arity,
 )
@@ -34,11 +35,14 @@ commands:
   sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME] [--discard]    end the session and prove its process tree gone
+  sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
   logout                               sign the agent out (ACP logout)
+  acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
   doctor [--repair]                    check the state directory; repair a corrupt database
   metrics                              counters, latencies and gauges (text, or --format json)
-  config                               print the merged configuration
+  config show|init                     the merged configuration and its files (secrets masked),
+                                       or write the user config template
   serve [--host H] [--port P | --unix PATH] [--token T]
                                        HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
@@ -53,7 +57,9 @@ global options:
   --cwd DIR                            working directory (default: current)
   --approve-all | --approve-reads | --deny-all
                                        permission mode (default: approve-reads)
-  --permission-policy FILE             permission rules by tool kind and title (TOML)
+  --permission-policy FILE             permission rules by tool kind and title (TOML);
+                                       --policy is acpx's alias
+  --auth-policy skip|fail              auth methods advertised, no credential: go on, or fail
   --non-interactive-permissions deny|fail
                                        undecided permission requests: reject, or fail (exit 5)
   --format text|json|quiet             output format (default: text)
@@ -62,6 +68,13 @@ global options:
   --ttl SECONDS                        owner idle TTL (default 3600; 0 = forever)
   --no-fs                              do not offer file-system access to the agent
   --no-terminal                        do not offer terminals (terminal/*) to the agent
+  --model ID                           select the agent's model (its model config option)
+  --allowed-tools A,B                  the tools the agent may use ("" = none; claude only)
+  --max-turns N                        the agent's turn limit per prompt (claude only)
+  --system-prompt TEXT                 replace the agent's system prompt
+  --append-system-prompt TEXT          append to the agent's system prompt
+  --prompt-retries N                   retry a prompt on a transient agent error (default 0)
+  --suppress-reads                     hide file contents the agent read from the output
   --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
   --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
   --verbose                            debug logs on stderr
@@ -81,10 +94,13 @@ def _command_help(spec: str) -> str:
         "",
         f"usage: tether [global options] [<agent>] {spec} {args}".rstrip(),
     ]
-    if spec == "sessions":
+    if spec in ("sessions", "config"):
         lines += ["", "subcommands:"]
-        for sub in ("new", "ensure", "fork", "list", "show", "history", "close"):
-            sub_args, sub_what, _ = _COMMAND_SPECS[f"sessions {sub}"]
+        subs: tuple[str, ...] = ("show", "init") if spec == "config" else ("new", "ensure")
+        if spec == "sessions":
+            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune", "close")
+        for sub in subs:
+            sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
             lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
     shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]
     if shown:
@@ -121,5 +137,7 @@ def help_for(argv: list[str]) -> str | None:
             following = words[index + 1 : index + 2]
             if word == "sessions" and following and following[0] in SESSION_SUBCOMMANDS:
                 spec = f"sessions {following[0]}"
+            elif word == "config" and following and following[0] in CONFIG_SUBCOMMANDS:
+                spec = f"config {following[0]}"
             break
     return _command_help(spec) if spec else HELP

@@ -194,6 +194,12 @@ def _prune(ctx: Any) -> int:
         raise UsageError("sessions prune needs --older-than DURATION and/or --closed")
     cutoff = None
     if inv.older_than is not None:
+        if inv.older_than.strip().replace(".", "", 1).isdigit():
+            # acpx's --older-than N meant N days; Tether's bare number would be seconds.
+            raise UsageError(
+                f"--older-than takes a duration with its unit: {inv.older_than}d for days"
+                " (acpx's bare number meant days), or 12h, 30m"
+            )
         try:
             cutoff = time.time() - parse_duration(inv.older_than)
         except ValueError as exc:

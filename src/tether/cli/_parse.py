@@ -26,6 +26,8 @@ from tether.cli._grammar import (
     _GLOBAL_FLAGS,
     _SAME,
     COMMANDS,
+    CONFIG_SUBCOMMANDS,
+    REFUSED,
     SESSION_SUBCOMMANDS,
     _arity,
 )
@@ -65,6 +67,7 @@ class Invocation:
         self.older_than: str | None = None
         self.closed = False
         self.repair = False
+        self.close_on_exit = False
         self.host: str | None = None
         self.port: int | None = None
         self.unix: str | None = None
@@ -79,6 +82,28 @@ class Invocation:
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
         self.words: list[str] = []
+        # acpx's session options and output flags (docs/acpx-parity.md)
+        self.auth_policy: str | None = None
+        self.suppress_reads = False
+        self.model: str | None = None
+        self.allowed_tools: list[str] | None = None
+        self.max_turns: int | None = None
+        self.system_prompt: str | None = None
+        self.append_system_prompt: str | None = None
+        self.prompt_retries: int | None = None
+        self.config_options: list[tuple[str, str]] = []  # exec --config-option K=V
+        self.filter_cwd: str | None = None  # sessions list --filter-cwd
+
+    def session_options(self) -> dict[str, object]:
+        """The session options given as flags (``tether.acp.session_options``)."""
+        given = {
+            "model": self.model,
+            "allowedTools": self.allowed_tools,
+            "maxTurns": self.max_turns,
+            "systemPrompt": self.system_prompt,
+            "appendSystemPrompt": self.append_system_prompt,
+        }
+        return {k: v for k, v in given.items() if v is not None}
 
 
 def _number(flag: str, value: str) -> float:
@@ -91,13 +116,57 @@ def _number(flag: str, value: str) -> float:
     return number
 
 
+def _count(flag: str, value: str, minimum: int) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise UsageError(f"{flag} expects a whole number, got {value!r}") from None
+    if number < minimum:
+        raise UsageError(f"{flag} must be at least {minimum}")
+    return number
+
+
+def _apply_session_option(inv: Invocation, flag: str, value: str) -> None:
+    """acpx's session options: --model, --allowed-tools, --max-turns, the system prompt."""
+    if flag == "--model":
+        if not value.strip():
+            raise UsageError("--model needs a model id")
+        inv.model = value
+    elif flag == "--allowed-tools":
+        inv.allowed_tools = [t.strip() for t in value.split(",") if t.strip()]
+    elif flag == "--max-turns":
+        inv.max_turns = _count(flag, value, 1)
+    elif not value.strip():
+        raise UsageError(f"{flag} needs text")
+    elif flag == "--system-prompt":
+        if inv.append_system_prompt is not None:
+            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
+        inv.system_prompt = value
+    else:
+        if inv.system_prompt is not None:
+            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
+        inv.append_system_prompt = value
+
+
 def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in ("--approve-all", "--approve-reads", "--deny-all"):
+    if flag in ("--model", "--allowed-tools", "--max-turns") or flag.endswith("system-prompt"):
+        _apply_session_option(inv, flag, value or "")
+    elif flag == "--auth-policy":
+        if value not in ("skip", "fail"):
+            raise UsageError("--auth-policy takes skip or fail")
+        inv.auth_policy = value
+    elif flag == "--prompt-retries":
+        inv.prompt_retries = _count(flag, value or "", 0)
+    elif flag == "--suppress-reads":
+        inv.suppress_reads = True
+    elif flag == "--no-terminal":
+        inv.no_terminal = True
+    elif flag in ("--approve-all", "--approve-reads", "--deny-all"):
         mode = flag[2:]
         if inv.permissions and inv.permissions != mode:
             raise UsageError("--approve-all, --approve-reads and --deny-all are mutually exclusive")
         inv.permissions = mode
-    elif flag == "--permission-policy":
+    elif flag in ("--permission-policy", "--policy"):
         inv.permission_policy = value
     elif flag == "--agent":
         inv.agent_cmd = value
@@ -121,8 +190,6 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.json_strict = True
     elif flag == "--no-fs":
         inv.no_fs = True
-    elif flag == "--no-terminal":
-        inv.no_terminal = True
     elif flag == "--mcp-bridge":
         inv.mcp_bridge = True
     elif flag == "--mcp-config":
@@ -168,8 +235,17 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.closed = True
     elif flag == "--control":
         inv.control = True
+    elif flag == "--config-option":
+        key, eq, raw = (value or "").partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--config-option expects KEY=VALUE, got {value!r}")
+        inv.config_options.append((key.strip(), raw))
+    elif flag == "--filter-cwd":
+        inv.filter_cwd = value
     elif flag == "--repair":
         inv.repair = True
+    elif flag == "--close-on-exit":
+        inv.close_on_exit = True
     elif flag in ("--host", "--unix", "--token"):
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
@@ -220,7 +296,15 @@ def _nearest(token: str, candidates: list[str]) -> str:
 
 
 def _spec_key(inv: Invocation) -> str:
-    return f"sessions {inv.subcommand}" if inv.command == "sessions" else inv.command
+    if inv.command in ("sessions", "config") and inv.subcommand:
+        return f"{inv.command} {inv.subcommand}"
+    return inv.command
+
+
+def _refused(key: str) -> None:
+    """acpx commands and options Tether does not have: the way Tether does it instead."""
+    if key in REFUSED:
+        raise UsageError(f"{key}: {REFUSED[key]}" if " --" in key else REFUSED[key])
 
 
 def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> None:
@@ -230,12 +314,14 @@ def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> Non
     where = f"`tether {spec}`"
     known = sorted({*allowed, *_GLOBAL_FLAGS})
     for token in unknown:
+        _refused(f"{spec} {token.partition('=')[0]}")
         raise UsageError(
             f"unknown option {token} for {where}{_nearest(token, known)}"
             f" (see `tether {spec} --help`; text after `--` is never an option)"
         )
     for flag in given:
         if flag not in allowed:
+            _refused(f"{spec} {flag}")
             owners = [name for name, (_, _, opts) in _COMMAND_SPECS.items() if flag in opts]
             belongs = f"; it is an option of `{'`, `'.join(owners)}`" if owners else ""
             raise UsageError(
@@ -306,12 +392,20 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             inv.subcommand = rest[0]
             rest = rest[1:]
         elif rest:
+            _refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|history|watch|read|export|prune|fork"
+                "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork"
             )
         else:
             inv.subcommand = "list"
+    if inv.command == "config":
+        if rest and rest[0] in CONFIG_SUBCOMMANDS:
+            inv.subcommand, rest = rest[0], rest[1:]
+        elif rest:
+            raise UsageError(f"unknown config command {rest[0]!r}: use show or init")
+        else:
+            inv.subcommand = "show"
     _check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
     for flag, value in given:
         _apply_command(inv, flag, value)
@@ -319,7 +413,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         rest
         and inv.command == "sessions"
         and inv.subcommand
-        in ("show", "close", "history", "new", "ensure", "watch", "read", "export")
+        in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
         and not inv.session
     ):
         inv.session = rest[0]
@@ -332,6 +426,10 @@ def _command(
     inv: Invocation, positional: list[str], is_agent_name: object, unknown: list[str]
 ) -> list[str]:
     """Find the agent and the command among the positional words; return the rest."""
+    for word in positional[:2]:
+        _refused(word)  # `compare`, `flow`: acpx commands Tether does not have
+        if word in COMMANDS:
+            break
     if positional and positional[0] in COMMANDS:
         inv.command = positional[0]
         return positional[1:]

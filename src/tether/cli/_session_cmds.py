@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 from tether import operations, sessions
+from tether.cli._retry import agent_options
 from tether.errors import (
     Interrupted,
     NoSession,
@@ -46,6 +47,12 @@ def _policy(ctx: Any) -> str | None:
 
     from tether.acp import policy
 
+    if spec.lstrip().startswith("{"):
+        raise UsageError(
+            "--permission-policy takes a policy file (TOML rules) or a mode's name"
+            " (approve-all, approve-reads, deny-all), not inline JSON: write the rules"
+            " to a file (README: permission policies)"
+        )
     if spec not in {m.value for m in policy.PermissionMode}:
         spec = os.path.abspath(os.path.expanduser(spec))
     try:
@@ -79,6 +86,8 @@ def _owner_options(ctx: Any) -> dict[str, Any]:
         "fs": not ctx.inv.no_fs,
         **terminal_options(ctx),
         "permission_policy": _policy(ctx),
+        "auth_policy": ctx.auth_policy,
+        **agent_options(ctx),
         **_mcp_options(ctx),
     }
 
@@ -106,7 +115,13 @@ def _mcp_options(ctx: Any) -> dict[str, Any]:
 def _later_flags(ctx: Any) -> dict[str, Any] | None:
     """Flags given on this call that an owner started now must use (``--ttl``, permissions)."""
     inv = ctx.inv
-    explicit = inv.ttl is not None or inv.permissions or inv.permission_policy
+    explicit = (
+        inv.ttl is not None
+        or inv.permissions
+        or inv.permission_policy
+        or inv.auth_policy
+        or agent_options(ctx)
+    )
     return _owner_options(ctx) if explicit else None
 
 
@@ -141,6 +156,8 @@ def _asker(ctx: Any, key: str) -> Any:
         # into the question); it is written once the question is resolved.
         if on:
             out.flush()
+            if out.spinner is not None:
+                out.spinner.clear()
             out.hold = True
         else:
             out.hold = False
@@ -149,15 +166,23 @@ def _asker(ctx: Any, key: str) -> Any:
     return Asker(key, tty=True, hold=hold)
 
 
-def _render(ctx: Any, asker: Any = None) -> Any:
+def _render(ctx: Any, asker: Any = None, worked: list[int] | None = None) -> Any:
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
         kind = frame.get("type")
         if asker is not None and asker.on_frame(frame):
             return
+        if kind == "progress":  # the owner bringing the agent up: text banners only
+            if ctx.fmt == "text":
+                out.banner(str(frame.get("message")))
+            return
         if kind == "update":
             acp = frame.get("frame")
+            if worked is not None and isinstance(acp, dict):
+                from tether.cli._retry import shows_work
+
+                worked[0] += shows_work(acp)
             if isinstance(acp, dict):
                 out.frame(str(frame.get("direction", "in")), acp)
         elif kind == "permission" and ctx.fmt == "text":
@@ -184,6 +209,14 @@ def _render(ctx: Any, asker: Any = None) -> Any:
 def prompt(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("prompt needs text (arguments, -f FILE, or stdin)")
+    from tether.cli import _retry
+
+    _retry.creation_only(ctx)
+    return _retry.with_retries(ctx, lambda worked: _prompt_once(ctx, text, worked))
+
+
+def _prompt_once(ctx: Any, text: str, worked: list[int]) -> int:
+    started = time.monotonic()
     key = _key(ctx)
     # --timeout bounds the whole call: connecting, starting an owner, queueing, the turn.
     deadline = _call_deadline(ctx)
@@ -201,6 +234,12 @@ def prompt(ctx: Any, text: str) -> int:
     if asker is not None:
         payload["control"] = True  # we answer this turn's questions on the terminal
     with conn:
+        if ctx.inv.model:  # acpx: --model selects the model (the agent's model option)
+            conn.request(
+                "set_config_option",
+                {"configId": "model", "value": ctx.inv.model},
+                deadline_ms=_remaining_ms(deadline),
+            )
         rid = conn.send(
             "prompt",
             payload,
@@ -215,7 +254,7 @@ def prompt(ctx: Any, text: str) -> int:
                 quiet=rid,
             )
             return 0
-        shown = _render(ctx, asker)
+        shown = _render(ctx, asker, worked)
         seen = [0]  # the journal seq of the last frame relayed to us
 
         def render(frame: dict[str, Any]) -> None:
@@ -227,6 +266,12 @@ def prompt(ctx: Any, text: str) -> int:
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
         generation = conn.generation
+        from tether.cli import _spinner
+
+        spinner = _spinner.for_output(ctx.output)
+        if spinner is not None:
+            conn.idle_tick = spinner.tick
+            conn.idle_interval = _spinner.TICK_S
         try:
             if asker is None:
                 result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
@@ -244,7 +289,7 @@ def prompt(ctx: Any, text: str) -> int:
             # owner died. The journal knows which: the turn's end, if it was recorded.
             owner_alive = operations.serving_generation(key) == generation
             result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=owner_alive)
-    ctx.output.done(str(result.get("stopReason")))
+    ctx.output.done(str(result.get("stopReason")), time.monotonic() - started)
     if result.get("permissionDenied") and ctx.non_interactive == "fail":
         raise PermissionDenied(
             f"{result.get('permissionDenied')} permission request(s) were denied"
@@ -382,6 +427,8 @@ def sessions_cmd(ctx: Any) -> int:
         return _ensure(ctx, fresh=sub == "new")
     if sub == "close":
         return _close(ctx)
+    if sub == "terminate":
+        return _terminate(ctx)
     if sub == "fork" or (sub == "list" and ctx.inv.agent_sessions):
         from tether.cli import _acp_cmds
 
@@ -392,6 +439,11 @@ def sessions_cmd(ctx: Any) -> int:
         return _journal_cmds.run(ctx, _key(ctx), _no_session_hint(ctx))
     if sub == "list":
         items = operations.list_sessions(include_closed=ctx.inv.all)
+        if ctx.inv.filter_cwd is not None:  # acpx's --filter-cwd: one working directory
+            import os
+
+            where = os.path.realpath(os.path.expanduser(ctx.inv.filter_cwd))
+            items = [s for s in items if os.path.realpath(s["cwd"]) == where]
         ctx.output.control(
             {"action": "sessions", "sessions": items},
             text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
@@ -460,7 +512,10 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
         # The agent comes up now, so a conversation it does not know is reported here.
         resumed = operations.resume_agent_session(key, conn)
     else:
-        conn.close()
+        with conn:
+            if ctx.inv.model and not created:  # a session that exists: select its model now
+                conn.request("set_config_option", {"configId": "model", "value": ctx.inv.model})
+                ctx.output.banner(f"model set: {ctx.inv.model}")
     ctx.output.control(
         {
             "action": "session_ensured",
@@ -512,3 +567,23 @@ def _close(ctx: Any) -> int:
         )
     ctx.output.control(result, text=text, quiet="closed")
     return 1 if survivors or failed or result.get("stateError") else 0
+
+
+def _terminate(ctx: Any) -> int:
+    key = _key(ctx)
+    try:
+        result = operations.terminate(key, by={"door": "cli"})
+    except NoSession:
+        raise _no_session_hint(ctx) from None
+    survivors = result.get("survivors") or []
+    if result.get("alreadyEnded"):
+        text = f"session had already ended ({result.get('reason')}): nothing done"
+    elif "reconciled" in result:
+        text = "session terminated (no owner was running)"
+    else:
+        text = (
+            f"session terminated · teardown {result.get('teardownMs')} ms"
+            f" · survivors {len(survivors)}"
+        )
+    ctx.output.control(result, text=text, quiet=str(result.get("reason")))
+    return 1 if survivors else 0

@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from typing import Any, TextIO
 
 
+SUPPRESSED = "[suppressed: --suppress-reads]"
+
+
 def _dumps(obj: Any) -> str:
     return _fastjson.dumps(obj)
 
@@ -46,6 +49,7 @@ class Output:
         verbose: bool = False,
         json_strict: bool = False,
         batch: bool = False,
+        suppress_reads: bool = False,
         stdout: TextIO | None = None,
         stderr: TextIO | None = None,
     ) -> None:
@@ -64,11 +68,19 @@ class Output:
         self.closed = False  # stdout was closed by its reader
         self._mid_line = False
         self._tool_titles: dict[str, str] = {}
+        # --suppress-reads: file contents the agent read are not shown (fs/read_text_file
+        # answers, and the content of tool calls of kind "read").
+        self.suppress_reads = suppress_reads
+        self._read_ids: set[Any] = set()  # ids of the agent's fs/read_text_file requests
+        self._read_calls: set[str] = set()  # toolCallIds of kind "read"
+        self.spinner: Any = None  # tether.cli._spinner.Spinner on a terminal, else None
 
     # --- frames ---------------------------------------------------------------------
 
     def frame(self, direction: str, frame: dict[str, Any]) -> None:
         """One raw ACP frame (``direction`` is ``out`` = to the agent, ``in`` = from it)."""
+        if self.suppress_reads:
+            frame = self._suppressed(direction, frame)
         if self.fmt == "json":
             self._write(_dumps(frame) + "\n")
             return
@@ -78,6 +90,41 @@ class Output:
         update = params.get("update") if isinstance(params, dict) else None
         if isinstance(update, dict):
             self._render_update(update)
+
+    def _suppressed(self, direction: str, frame: dict[str, Any]) -> dict[str, Any]:
+        """``frame`` without the contents of files the agent read (a copy when changed).
+
+        The agent's requests come ``in`` and our answers go ``out``; ids are per direction.
+        """
+        method = frame.get("method")
+        if method == "fs/read_text_file" and "id" in frame and direction == "in":
+            self._read_ids.add(frame["id"])
+            return frame
+        if direction == "out" and "result" in frame and frame.get("id") in self._read_ids:
+            self._read_ids.discard(frame.get("id"))
+            result = frame.get("result")
+            if isinstance(result, dict) and "content" in result:
+                return {**frame, "result": {**result, "content": SUPPRESSED}}
+            return frame
+        if method != "session/update":
+            return frame
+        params = frame.get("params")
+        update = params.get("update") if isinstance(params, dict) else None
+        if not isinstance(params, dict) or not isinstance(update, dict):
+            return frame
+        if update.get("sessionUpdate") not in (
+            "tool_call",
+            "tool_call_update",
+        ):
+            return frame
+        call_id = str(update.get("toolCallId", ""))
+        if update.get("kind") == "read":
+            self._read_calls.add(call_id)
+        if call_id not in self._read_calls or not ("content" in update or "rawOutput" in update):
+            return frame
+        hidden = {k: v for k, v in update.items() if k not in ("content", "rawOutput")}
+        hidden["content"] = [{"type": "content", "content": {"type": "text", "text": SUPPRESSED}}]
+        return {**frame, "params": {**params, "update": hidden}}
 
     def _text(self, text: str) -> None:
         if text:
@@ -128,9 +175,11 @@ class Output:
 
     # --- control --------------------------------------------------------------------
 
-    def done(self, stop_reason: str) -> None:
+    def done(self, stop_reason: str, elapsed: float | None = None) -> None:
+        """The turn's end: ``[done] end_turn (1.2 s)`` in text (``elapsed`` in seconds)."""
         if self.fmt == "text":
-            self._line(f"[done] {stop_reason}")
+            took = f" ({elapsed:.1f} s)" if elapsed is not None else ""
+            self._line(f"[done] {stop_reason}{took}")
         elif self.fmt == "quiet" and self._mid_line:
             self._write("\n")
             self._mid_line = False
@@ -200,6 +249,9 @@ class Output:
         if self.batch:
             self._pending.append(text)
             return
+        if self.spinner is not None:
+            self.spinner.clear()
+            self.spinner.activity()
         try:
             self.out.write(text)
         except BrokenPipeError:
@@ -219,6 +271,9 @@ class Output:
         try:
             if self._pending:
                 data, self._pending = "".join(self._pending), []
+                if self.spinner is not None:
+                    self.spinner.clear()
+                    self.spinner.activity()
                 self.out.write(data)
             self.out.flush()
         except BrokenPipeError:
@@ -232,6 +287,9 @@ class Output:
 
     def _err_write(self, text: str) -> None:
         """stderr is best effort: its reader may have gone too (``2>&1 | head``)."""
+        if self.spinner is not None:
+            self.spinner.clear()
+            self.spinner.activity()
         try:
             self.err.write(text)
             self.err.flush()

@@ -60,6 +60,9 @@ class OwnerConnection:
         self.lines = LineReader()  # received bytes not yet returned as frames
         self.hello: dict[str, Any] = {}
         self.before_block: Callable[[], None] | None = None
+        # Called every ``idle_interval`` s while nothing arrives (the CLI's spinner).
+        self.idle_tick: Callable[[], None] | None = None
+        self.idle_interval = 0.2
 
     @classmethod
     def connect(cls, path: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection:
@@ -136,7 +139,28 @@ class OwnerConnection:
                 # About to wait for the owner: let the caller flush what it rendered, so
                 # output streams promptly yet is written once per batch, not per frame.
                 self.before_block()
+            if self.idle_tick is not None:
+                self._wait_readable(self.idle_tick)
             lines.feed(self.sock.recv(65536))
+
+    def _wait_readable(self, tick: Callable[[], None]) -> None:
+        """Wait until the socket is readable, calling ``tick`` at each idle interval.
+
+        The socket's own timeout (a deadline) still holds: it raises ``TimeoutError``.
+        """
+        import select
+
+        timeout = self.sock.gettimeout()
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = self.idle_interval
+            if end is not None:
+                step = max(0.0, min(step, end - time.monotonic()))
+            if select.select([self.sock], [], [], step)[0]:
+                return
+            if end is not None and time.monotonic() >= end:
+                raise TimeoutError("timed out")
+            tick()
 
     def _read_frame(self) -> dict[str, Any] | None:
         return self._decode_line(self._readline())

@@ -25,6 +25,10 @@ and the owner answers, for *every* request, in this order::
     {"type":"result","requestId":R,"result":{...}}           \\ exactly one terminal frame,
     {"type":"error","requestId":R,"error":{...}}             /  also on shutdown and deadline
 
+Kinds: ``prompt``, ``set_mode``, ``set_config_option`` (queued), ``cancel``, ``status``,
+``watch``, ``close`` and ``terminate`` (``{"by": {...}}`` optional: who asks, recorded
+with the peer's credentials in the session's ``session_ended``).
+
 An error carries ``{code, detailCode, origin, retryable, message, type, fields, acp?}``
 (:meth:`tether.errors.TetherError.to_wire`), so the caller re-raises the owner's class.
 
@@ -64,6 +68,7 @@ KINDS: Final = frozenset(
         "close",
         "watch",
         "answer",
+        "terminate",
         "start_agent",
     }
 )
@@ -228,6 +233,11 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
         _optional_bool(payload, "discard", rid)  # session/delete the agent's session too
     elif kind == "set_mode":
         _require(payload, "modeId", str, rid)
+    elif kind == "terminate":
+        if payload.get("by") is not None and not isinstance(payload.get("by"), dict):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.by must be an object", rid
+            )
     elif kind == "set_config_option":
         _require(payload, "configId", str, rid)
         if not isinstance(payload.get("value"), str | bool | int | float):

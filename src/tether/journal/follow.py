@@ -20,7 +20,13 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import sessions
-from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, WatchLagged
+from tether.errors import (
+    OwnerLost,
+    OwnerShuttingDown,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    WatchLagged,
+)
 from tether.ipc.client import OwnerConnection, new_request_id
 from tether.journal import store
 
@@ -114,7 +120,14 @@ class Follower:
             result = conn.wait(rid, on_frame=self._on_frame, on_raw=self._raw_entry(prefix))
             if result.get("reason") == "session-ended":
                 self.ended = True
-        except (WatchLagged, OwnerLost, OwnerUnavailable, RemoteProtocolError, OSError):
+        except (
+            WatchLagged,
+            OwnerLost,
+            OwnerUnavailable,
+            OwnerShuttingDown,  # it began stopping after its hello: what it stored is there
+            RemoteProtocolError,
+            OSError,
+        ):
             pass  # back to the database from our cursor; the entries are all there
         finally:
             self.conn = None

@@ -43,7 +43,7 @@ RING_MIN = 4096  # entries kept in memory after they are stored, for attaching w
 # The most unstored bytes the writer may fall behind by. Past it the event loop waits
 # for the writer (bounded): it stops reading the agent meanwhile, which is the only
 # back-pressure there is, and the owner's memory stays bounded under a flood.
-MAX_BACKLOG_BYTES = 16 * 1024 * 1024
+MAX_BACKLOG_BYTES = 1024 * 1024  # a batch in flight plus this: about a megabyte each
 STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0

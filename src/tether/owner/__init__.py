@@ -15,7 +15,10 @@ and waits for its readiness line under a deadline. The owner:
 3. serves IPC v2 (see :mod:`tether.ipc.protocol`): ``status`` and ``cancel`` at once,
    ``prompt`` / ``set_mode`` / ``set_config_option`` / ``start_agent`` in strict FIFO
    order (depth bounded; beyond it a retryable ``QUEUE_OVERLOADED``), ``close`` by
-   shutting down;
+   shutting down, ``terminate`` (the operator's immediate end, seed 004) by shutting
+   down with the agent's tree ended at once -- no ``session/cancel``, no
+   ``session/close``, no grace but the keeper's own TERM -> KILL -- and the end
+   recorded ``terminated``;
 4. starts the agent lazily on the first request that needs it, through the supervisor
    (keeper + lease), and keeps it warm across turns;
 5. shuts down on close, idle TTL, max lifetime, a fatal error, SIGTERM, SIGINT or

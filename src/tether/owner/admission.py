@@ -137,18 +137,20 @@ class Admission:
         self.record("cancel_result", result, active.request_id)
         return result
 
-    def stop(self, *, closing: bool) -> Job | None:
+    def stop(self, *, closing: bool, ask_agent: bool = True) -> Job | None:
         """Shutdown: the running turn is cancelled (or never sent); the loop is woken.
 
         When the session is closing, the running request's own outcome is superseded:
-        it is answered ``SESSION_CLOSED`` after the session's end is recorded.
+        it is answered ``SESSION_CLOSED`` after the session's end is recorded. Without
+        ``ask_agent`` (terminate) no ``session/cancel`` is sent: the tree is ended instead.
         """
         self._wakeup.set()
         active = self.active
         if active is None:
             return None
         active.cancel_requested = True
-        self._slot.cancel()
+        if ask_agent:
+            self._slot.cancel()
         if not closing or active.done:
             return None
         active.supersede()

@@ -163,6 +163,7 @@ class AgentSlot:
                 abandoned_turn_grace=s.abandoned_turn_grace,
                 prompt_ceiling=None,
                 auth=s.auth,
+                auth_policy=s.auth_policy,
                 on_line=self._on_line,
                 on_permission=self._on_permission,
                 **self._question_hooks(),
@@ -171,6 +172,8 @@ class AgentSlot:
             backend_id=session.agent_label,
             mcp_servers=servers_for(session.options, self.key),
             terminals=s.terminals,
+            session_options=dict(session.options.get("agent_options") or {}),
+            on_progress=self._progress,
         )
 
     async def discard_offline(self) -> None:
@@ -217,6 +220,12 @@ class AgentSlot:
                 await live.conn.set_mode(live.session_id, mode)
             for key, value in config.items():
                 await live.conn.set_config_option(live.session_id, key, value)
+
+    def _progress(self, message: str) -> None:
+        """A bring-up step, told to the caller whose prompt waits for it (text banners)."""
+        job = self._current_prompt()
+        if job is not None:
+            job.send({"type": "progress", "requestId": job.request_id, "message": message})
 
     def _question_hooks(self) -> dict[str, Any]:
         q = self.questions
@@ -300,6 +309,29 @@ class AgentSlot:
         return await self.end_run(
             self.live, reason=reason, close_session=close_session, discard=discard
         )
+
+    async def terminate(self) -> RunEnd | None:
+        """End the live run now, for the operator: no ``session/close``, no stdin-EOF
+        grace, no waiting for the agent -- its terminals and its tree get the keeper's
+        TERM -> grace -> KILL at once, then proven extinction. Returns how it ended
+        (None: no run, or already ended)."""
+        live = self.live
+        if live is None:
+            return None
+        lease_id = live.proc.lease_id
+        if lease_id in self._ended_runs:
+            return None
+        self._ended_runs.add(lease_id)
+        live.proc.note_stop(TerminationReason.TERMINATE)
+        await live.conn.aclose()  # fails the pending turn at once; the agent gets EOF
+        if live.terminals is not None:
+            await live.terminals.aclose()  # the agent's terminals: each ended with proof
+        report = await live.proc.aclose(TerminationReason.TERMINATE)
+        if self.live is live:
+            self.live = None
+        end = RunEnd(lease_id, report, by_agent=False)
+        self._on_run_end(end)
+        return end
 
     async def end_if_dead(self) -> None:
         """After a job: a run whose agent died is ended (and reported) now."""

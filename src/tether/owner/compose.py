@@ -102,6 +102,9 @@ class Owner:
         self._stop_event = asyncio.Event()  # set once, by request_shutdown
         self._closer: Job | None = None
         self._close_session = False
+        # terminate (seed 004): who asked, and the immediate teardown under way
+        self._terminate_by: dict[str, Any] | None = None
+        self._terminating: asyncio.Task[RunEnd | None] | None = None
         self._discard = False  # close --discard: session/delete the agent's session too
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -304,7 +307,28 @@ class Owner:
             self._discard = env.payload.get("discard") is True
             self.request_shutdown("close")
             return
+        if env.kind == "terminate":
+            job.ack()
+            self._terminate(job)
+            return
         self.admission.enqueue(job)
+
+    def _terminate(self, job: Job) -> None:
+        """The operator's immediate end: no new turn, no waiting on the agent.
+
+        Like ``close`` the session ends (recorded once, every caller told), but the tree
+        is ended at once -- the keeper's TERM -> grace -> KILL, not ``session/close`` and
+        a cancel grace -- while the queue is drained and the running turn superseded.
+        """
+        by: dict[str, Any] = dict(job.outbox.peer)
+        asked = job.env.payload.get("by")
+        if isinstance(asked, dict):
+            by.update({str(k): v for k, v in list(asked.items())[:8]})
+        self._closer = job
+        self._close_session = True
+        self._terminate_by = by
+        self.request_shutdown("terminate")
+        self._terminating = asyncio.get_running_loop().create_task(self.slot.terminate())
 
     def status_snapshot(self) -> dict[str, Any]:
         return status_snapshot(self)
@@ -402,7 +426,9 @@ class Owner:
         self._stop_event.set()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
-        held = self.admission.stop(closing=reason == "close")
+        held = self.admission.stop(
+            closing=reason in ("close", "terminate"), ask_agent=reason != "terminate"
+        )
         if held is not None:
             self._held.append(held)
         self.interactions.cancel_all()  # questions still open are answered `cancelled`
@@ -424,7 +450,10 @@ class Owner:
         if self.stop_reason in ("idle-ttl", "max-lifetime"):
             reason = TerminationReason.CLOSE
         discard = closing and self._discard
-        end = await self.slot.end_current(reason=reason, close_session=closing, discard=discard)
+        if self._terminating is not None:
+            end = await self._terminating  # started at once by the terminate request
+        else:
+            end = await self.slot.end_current(reason=reason, close_session=closing, discard=discard)
         if discard and end is None:
             await self.slot.discard_offline()
         fields: dict[str, Any] = {
@@ -453,6 +482,7 @@ class Owner:
                 end=end,
                 superseded=[j for j in self._held if not j.done],
                 closer=self._closer,
+                terminated_by=self._terminate_by,
                 discarded=self.slot.discarded if discard else None,
             )
         await self._close_journal()

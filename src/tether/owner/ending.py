@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import SessionClosed
-from tether.owner.status import session_end_event
+from tether.owner.status import session_end_event, terminate_fields, terminate_result
 
 if TYPE_CHECKING:
     from tether.owner.agent_slot import RunEnd
@@ -31,19 +31,30 @@ def end_session(
     end: RunEnd | None,
     superseded: list[Job],
     closer: Job | None,
+    terminated_by: dict[str, Any] | None = None,
     discarded: bool | None = None,
 ) -> None:
     """Record the session's end once (in its journal, through ``record``), tell every
-    caller, then answer the held requests."""
+    caller, then answer the held requests.
+
+    ``terminated_by`` (who asked) marks a terminate (seed 004): the record says
+    ``terminated`` with the run's exit code and stderr, and the terminator's answer is
+    ``{terminated: true, reason, terminatedBy, ...}``.
+    """
     report = end.report if end is not None else None
     event = session_end_event(report, generation=generation)
-    if closer is not None and closer.outbox.peer:
+    if terminated_by is not None:
+        event.update(terminate_fields(report, terminated_by))
+    elif closer is not None and closer.outbox.peer:
         event["closedBy"] = closer.outbox.peer
     record("session_ended", event)
     server.broadcast({"type": "session_ended", "requestId": None, "event": event})
+    how = "closed" if terminated_by is None else "terminated"
     for job in superseded:
-        job.finish_superseded(SessionClosed("the session was closed while this request ran"))
-    if closer is not None:
+        job.finish_superseded(SessionClosed(f"the session was {how} while this request ran"))
+    if closer is not None and terminated_by is not None:
+        closer.finish(terminate_result(key, event, report))
+    elif closer is not None:
         closer.finish(
             {
                 "action": "session_closed",

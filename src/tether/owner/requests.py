@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import metrics
+from tether.acp.session_options import model_option_id
 from tether.errors import PromptTimeout, RateLimited, TetherTimeout, UsageError
 from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
@@ -200,6 +201,8 @@ class RequestRunner:
     async def _set_config_option(self, job: Job) -> None:
         live = await self._ensure(job)
         config_id = str(job.env.payload["configId"])
+        if config_id == "model":  # acpx: `set model X` is model control, whatever the id
+            config_id = model_option_id(live.session_result) or config_id
         value = config_value(live.session_result, config_id, job.env.payload["value"])
         answer = await live.conn.set_config_option(live.session_id, config_id, value)
         session = self.registry.session(self.key)

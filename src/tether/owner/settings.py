@@ -41,6 +41,7 @@ class OwnerSettings:
     permission_timeout: float = 300.0  # how long a question waits for a human (0 = forever)
     fs: bool = True
     auth: dict[str, str] = field(default_factory=dict)
+    auth_policy: str = "skip"  # --auth-policy: no credential for advertised methods -> fail?
     retention: Retention = field(default_factory=Retention)
     journal_frames: bool = True  # False: control records only, no ACP frames stored
     # Agents' terminals (terminal/*); None: not offered (--no-terminal).
@@ -73,6 +74,8 @@ class OwnerSettings:
             s.permission_timeout = float(options["permission_timeout"])
         if "fs" in options:
             s.fs = bool(options["fs"])
+        if options.get("auth_policy") in ("skip", "fail"):
+            s.auth_policy = str(options["auth_policy"])
         s.terminals = TerminalSettings.from_options(options)
         if isinstance(options.get("auth"), dict):
             s.auth = {str(k): str(v) for k, v in options["auth"].items()}

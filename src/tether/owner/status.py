@@ -12,7 +12,13 @@ if TYPE_CHECKING:
     from tether.owner.compose import Owner
     from tether.supervise.runner import ExtinctionReport
 
-__all__ = ["end_event", "session_end_event", "status_snapshot"]
+__all__ = [
+    "end_event",
+    "session_end_event",
+    "status_snapshot",
+    "terminate_fields",
+    "terminate_result",
+]
 
 
 def status_snapshot(owner: Owner) -> dict[str, Any]:
@@ -92,4 +98,37 @@ def session_end_event(report: ExtinctionReport | None, *, generation: int | None
         "agentWasRunning": report is not None,
         "survivors": list(report.survivors) if report else [],
         "ownerGeneration": generation,
+    }
+
+
+def terminate_fields(report: ExtinctionReport | None, by: dict[str, Any]) -> dict[str, Any]:
+    """What a terminate adds to the ``session_ended`` record (seed 004's fields)."""
+    return {
+        "reason": "terminated",
+        "terminatedBy": "daemon",
+        "message": "the session was terminated"
+        + (f" (agent tree ended: {report.mode})" if report is not None else ""),
+        "exitCode": report.exit_code if report is not None else None,
+        "signal": report.exit_signal if report is not None else None,
+        "stderr": report.stderr_tail[-2000:] if report is not None else "",
+        "requestedBy": by,
+    }
+
+
+def terminate_result(
+    key: str, event: dict[str, Any], report: ExtinctionReport | None
+) -> dict[str, Any]:
+    """The answer to a ``terminate`` request that ended the session now."""
+    return {
+        "action": "session_terminated",
+        "terminated": True,
+        "reason": event["reason"],
+        "terminatedBy": event["terminatedBy"],
+        "alreadyEnded": False,
+        "sessionKey": key,
+        "survivors": event["survivors"],
+        "killMode": report.mode if report else None,
+        "teardownMs": report.elapsed_ms if report else 0.0,
+        "agentWasRunning": report is not None,
+        "exitCode": event.get("exitCode"),
     }

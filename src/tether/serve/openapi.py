@@ -32,6 +32,10 @@ def _body(spec: bodies.Spec) -> dict[str, Any]:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
 
 
+_SERVER = {"name": "serverId", "in": "path", "required": True, "schema": {"type": "string"}}
+_AGENT = {"name": "agent", "in": "query", "required": False, "schema": {"type": "string"}}
+
+
 def _op(
     summary: str,
     ok: str = "200",
@@ -139,6 +143,20 @@ def document(*, terminate: bool) -> dict[str, Any]:
                 ],
                 body=bodies.ANSWER,
             ),
+        },
+        "/v1/acp/{serverId}": {
+            "post": _op(
+                "one JSON-RPC message to this ACP server (created for ?agent= on first use):"
+                " a request's answer, or 202",
+                params=[_SERVER, _AGENT],
+            ),
+            "get": _op(
+                "what the server says that is not an answer, as Server-Sent Events"
+                " (Last-Event-ID resumes)",
+                params=[_SERVER],
+                media="text/event-stream",
+            ),
+            "delete": _op("close this ACP server (idempotent)", "204", params=[_SERVER]),
         },
         "/v1/agents": {"get": _op("agents a session may be created with")},
         "/v1/health": {"get": _op("the gateway is up")},

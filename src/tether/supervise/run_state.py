@@ -74,6 +74,7 @@ class TerminationReason(enum.StrEnum):
     EXIT = "exit"
     OWNER_LOST = "owner-lost"
     CLOSE = "close"
+    TERMINATE = "terminate"  # the operator's immediate end (tether acp, sessions terminate)
     # Seed 003: a descendant left the run's boundary (the cgroup, or the group and
     # session where there is no cgroup). Set by the shell after extinction; it
     # overrides the ordinary reason because the run failed its ownership contract.

@@ -99,6 +99,11 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     One ``agent_thought_chunk`` with TEXT.
 ``usage``
     A ``usage_update`` with used 1234, size 200000.
+``session-params``
+    One chunk: the JSON of the last ``session/new`` params without ``cwd`` and
+    ``mcpServers`` (what else the client sent: ``_meta``, ``systemPrompt``); after a
+    ``session/load`` or ``session/resume``, its params (without ``sessionId``) with
+    ``"method"`` naming it.
 ``mode ID``
     A ``current_mode_update`` to ID (and the session's mode becomes ID).
 ``stop [REASON]``
@@ -162,6 +167,12 @@ Flags
     Session results carry ``configOptions``: select ``model`` (``mock-small``,
     ``mock-large``; category ``model``) and boolean ``fast``;
     ``session/set_config_option`` answers the full new list. Otherwise -32601.
+``--system-prompt``
+    Advertise ``sessionCapabilities.systemPrompt`` (``{"mode": {"override": {}}}``, as
+    claude-agent-acp 0.101.0 does).
+``--agent-name NAME``
+    Answer ``initialize`` with agentInfo name NAME (e.g. ``claude-agent-acp``, so that a
+    client sends what it sends only to that agent).
 ``--auth-required``
     Advertise authMethods ``[{id: "mock-key", name: "Mock key"}]``; ``session/new``,
     ``session/load`` and ``session/resume`` fail with -32000 ``Authentication required``
@@ -272,6 +283,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "plan": ("", 0, 0),
     "thought": ("TEXT", 0, 0),
     "usage": ("", 0, 0),
+    "session-params": ("", 0, 0),
     "mode": ("ID", 0, 0),
     "stop": ("[REASON]", 0, 0),
     "error": ("CODE [MSG]", 1, 0),
@@ -322,6 +334,8 @@ class Options:
         self.auth_required = False
         self.exit_on_eof = True
         self.log_stderr = False
+        self.system_prompt = False
+        self.agent_name = AGENT_NAME
         self.fork_session = False
         self.list_sessions = False
         self.delete_session = False
@@ -342,6 +356,7 @@ class Options:
             "--config-options": "config_options",
             "--auth-required": "auth_required",
             "--log-stderr": "log_stderr",
+            "--system-prompt": "system_prompt",
             "--fork-session": "fork_session",
             "--list-sessions": "list_sessions",
             "--delete-session": "delete_session",
@@ -354,6 +369,8 @@ class Options:
                 setattr(opts, switches[name], True)
             elif name == "--no-exit-on-eof" and not eq:
                 opts.exit_on_eof = False
+            elif name == "--agent-name":
+                opts.agent_name = value if eq else next(args, "")
             elif name == "--startup-delay-ms":
                 raw = value if eq else next(args, "")
                 try:
@@ -500,6 +517,7 @@ class MockAgent:
         self.authenticated = False
         self.next_session = 1
         self.mcp_servers: list[Json] = []  # session/new's mcpServers (the mcp-call verb)
+        self.new_params: Msg = {}  # the rest of session/new's params (session-params)
         self.next_request = 1
         self.next_call = 1
         self.eof = False
@@ -957,6 +975,10 @@ class MockAgent:
         self.update(session, {"sessionUpdate": "usage_update", "used": 1234, "size": 200000})
         return None
 
+    def v_session_params(self, turn: _Turn, session: _Session, rest: str) -> _Outcome | None:
+        self.chunk(session, json.dumps(self.new_params, sort_keys=True))
+        return None
+
     def v_mode(self, turn: _Turn, session: _Session, rest: str) -> _Outcome | None:
         session.mode = rest
         self.update(session, {"sessionUpdate": "current_mode_update", "currentModeId": rest})
@@ -1038,6 +1060,8 @@ class MockAgent:
             session_caps["resume"] = {}
         if self.opts.close_session:
             session_caps["close"] = {}
+        if self.opts.system_prompt:
+            session_caps["systemPrompt"] = {"mode": {"override": {}}}
         for cap, on in (
             ("fork", self.opts.fork_session),
             ("list", self.opts.list_sessions),
@@ -1055,7 +1079,7 @@ class MockAgent:
                 **({"auth": {"logout": {}}} if self.opts.logout else {}),
             },
             "agentInfo": {
-                "name": AGENT_NAME,
+                "name": self.opts.agent_name,
                 "title": "Tether mock agent",
                 "version": AGENT_VERSION,
             },
@@ -1125,6 +1149,7 @@ class MockAgent:
         self.next_session += 1
         servers = params.get("mcpServers")
         self.mcp_servers = servers if isinstance(servers, list) else []
+        self.new_params = {k: v for k, v in params.items() if k not in ("cwd", "mcpServers")}
         self.respond(req_id, {"sessionId": session.sid, **self._session_extras(session)})
         commands = [
             {"name": verb, "description": f"mock verb {verb}", "input": {"hint": hint}}
@@ -1147,6 +1172,10 @@ class MockAgent:
             self.error(req_id, RESOURCE_NOT_FOUND, f"Resource not found: session {sid}")
             return
         session = self._open(sid)
+        self.new_params = {
+            "method": "session/load" if replay else "session/resume",
+            **{k: v for k, v in params.items() if k not in ("cwd", "mcpServers", "sessionId")},
+        }
         if replay:
             self.chunk(session, "previous prompt", "user_message_chunk")
             self.chunk(session, "previous answer")
@@ -1341,6 +1370,7 @@ _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | N
     "plan": MockAgent.v_plan,
     "thought": MockAgent.v_thought,
     "usage": MockAgent.v_usage,
+    "session-params": MockAgent.v_session_params,
     "mode": MockAgent.v_mode,
     "stop": MockAgent.v_stop,
     "error": MockAgent.v_error,

@@ -1,0 +1,136 @@
+"""One ACP client's attachment to one Tether session: the journal followed live.
+
+While a client is attached (``session/new``, ``session/load``, ``session/resume``) the
+door follows the session's journal from the attach point on, in a thread of its own
+(:func:`tether.journal.follow.follow_session`: the database, then the live owner's
+``watch``, across owner restarts), and hands every entry to the event loop. Two kinds
+of entry matter to the client:
+
+* ``session_ended`` -- the session ended, however (closed, terminated, offline): the
+  client gets ``_tether/session/ended`` exactly once, and the attachment ends;
+* the ACP frames of a turn *another party* prompted (a CLI, a second ACP client): the
+  client sees its ``session/update`` s too (and the prompt as ``user_message_chunk`` s).
+  The door's own turns are relayed from their IPC stream, in order and before their
+  answer, so entries carrying one of this door's request ids are skipped here.
+
+A thread rather than the default executor: an attachment lasts as long as the client
+stays, and the executor's few workers are for short blocking calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tether.errors import NoSession
+from tether.journal.entry import entry_line, parse_line
+from tether.journal.follow import Follower, follow_session, is_session_end
+
+__all__ = ["Attachment", "last_seq_of_open", "read_entries"]
+
+logger = logging.getLogger("tether.acp_door")
+RETRY_S = 1.0  # after an unexpected failure of the follower, before following on
+JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuck read
+
+# (attachment, parsed entry) -> None, called on the loop
+EntryHandler = Callable[["Attachment", dict[str, Any]], None]
+
+
+class Attachment:
+    """This door's view of one session it serves. See the module docstring."""
+
+    def __init__(self, key: str) -> None:
+        self.key = key
+        self.own_requests: set[str] = set()  # IPC request ids of this door's turns
+        self.running: list[str] = []  # those still waiting for their answer
+        self.ended = False  # _tether/session/ended was sent
+        self._stop = threading.Event()
+        self._followers: list[Follower] = []
+        self._thread: threading.Thread | None = None
+
+    @property
+    def following(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, from_seq: int, on_entry: EntryHandler) -> None:
+        """Follow the journal from ``from_seq`` on; entries reach ``on_entry`` on the loop."""
+        loop = asyncio.get_running_loop()
+
+        cursor = from_seq
+
+        def emit(seq: int, line: str) -> None:
+            nonlocal cursor
+            cursor = seq + 1
+            # Only what the client can use crosses to the loop: the session's end, and
+            # ACP frames (of which the handler keeps the other parties' updates).
+            if is_session_end(line) or '"kind":"acp"' in line[:120]:
+                entry = parse_line(line)
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
+                    loop.call_soon_threadsafe(on_entry, self, entry)
+
+        def work() -> None:
+            # Until the session ends or we stop: an unexpected failure (a database
+            # hiccup) must not cost the client its ended notification, so we log it and
+            # follow on from the next entry we have not delivered.
+            while not self._stop.is_set():
+                try:
+                    follow_session(
+                        self.key,
+                        emit,
+                        from_seq=cursor,
+                        follow=True,
+                        stop=self._stop,
+                        on_start=self._followers.append,
+                    )
+                    return  # the session ended, or we were stopped
+                except NoSession:
+                    return  # removed (`sessions prune --closed`): nothing more to follow
+                except Exception:  # a thread has nobody to raise to: log, then go on
+                    logger.exception("following session %s failed; following on", self.key)
+                    self._stop.wait(RETRY_S)
+
+        self._thread = threading.Thread(target=work, name=f"acp-follow-{self.key}", daemon=True)
+        self._thread.start()
+
+    async def stop(self) -> None:
+        """Stop following (idempotent); returns once the thread has let go."""
+        self._stop.set()
+        for follower in self._followers:
+            follower.interrupt()
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            await asyncio.to_thread(thread.join, JOIN_S)
+
+
+def last_seq_of_open(key: str, action: str) -> int:
+    """The journal's last seq of the open session ``key`` (blocking), once the requester
+    may ``action`` it (``history`` for a load, ``watch`` for a resume).
+
+    Raises:
+        NoSession: no such session, or it was closed.
+        VisibilityDenied: the requester (an agent of a supervised tree) may not.
+    """
+    from tether import access
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        access.authorize(key, action, registry=registry)
+        session = registry.session(key)
+        if session is None or session.state == "closed":
+            raise NoSession("no open session with this id", session_key=key)
+        return store.last_seq(registry._db, key)
+
+
+def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
+    """One chunk of stored entries ``cursor <= seq <= upto``, parsed (blocking)."""
+    from tether.journal import store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
+    return [(row[0], parse_line(entry_line(*row))) for row in rows]

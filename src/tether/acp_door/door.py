@@ -1,0 +1,409 @@
+"""The ACP front door: one ACP client served as an agent, on top of Tether's sessions.
+
+Theory of operation
+-------------------
+:class:`AcpDoor` is transport-independent: bytes from the client go into
+:meth:`AcpDoor.serve`'s ``read``, bytes to the client leave through ``write`` (stdio for
+``tether acp``; an HTTP route can hand in its own pair). The JSON-RPC framing and the
+request/answer bookkeeping are the sans-IO core :class:`tether.jsonrpc.JsonRpcConnection`;
+the translations are :mod:`.translate`. Each client request runs as its own task in
+the door's task group, so a ``session/cancel`` (or any request) is read while a prompt
+runs; answers go out when each finishes.
+
+What each method does, through the one operations layer (:mod:`tether.operations`):
+
+* ``session/new`` creates a Tether session for the door's agent in the client's
+  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner; ``mcpServers`` join the
+  configured ones in the session's options (``mcp_servers``), which the owner passes
+  to the agent. The ACP
+  ``sessionId`` is the session key.
+* ``session/prompt`` is an IPC ``prompt`` to the owner (started on demand): the agent's
+  ``session/update`` s are relayed in arrival order with the session id rewritten, and
+  the turn's stop reason is the answer. ``session/cancel`` cancels this door's running
+  turns of the session; ``set_mode`` / ``set_config_option`` go through the queue.
+* ``session/load`` replays the stored journal as ``session/update`` s, then attaches;
+  ``session/resume`` attaches without replay; ``session/list`` pages the home's open
+  sessions; ``session/close`` closes through the owner (or offline).
+* ``_tether/session/terminate`` is :func:`tether.operations.terminate`.
+  ``_tether/session/ended`` reaches the client once per attached session from the
+  journal's ``session_ended`` (:mod:`.attach`).
+
+When the client goes away (EOF) its running turns are cancelled -- the owner's rule for
+a caller that leaves -- and its sessions stay warm for the next client, unless
+``close_on_exit``.
+
+The client is a *controller* of the turns it prompts: a permission request the
+session's policy leaves open is put to it as ``session/request_permission``
+(:mod:`.questions`, :meth:`AcpDoor.controller_hook`); the first answer from any
+controller wins. ``fs/*`` and ``terminal/*`` are still served by the owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any
+
+from tether import operations, sessions
+from tether.acp_door import questions, translate, turns
+from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
+from tether.errors import NoSession, RemoteProtocolError, UsageError
+from tether.jsonrpc import (
+    EOF,
+    METHOD_NOT_FOUND,
+    NEED_DATA,
+    PARSE_ERROR,
+    JsonRpcConnection,
+    Notification,
+    ProtocolViolation,
+    Request,
+    Response,
+    encode,
+)
+
+__all__ = ["AcpDoor", "DoorOptions"]
+
+_UNREADABLE = frozenset({"malformed-json", "not-utf8", "oversized"})
+Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+@dataclass
+class DoorOptions:
+    """What the door needs to create sessions: the agent, and the owners' settings."""
+
+    agent_label: str
+    agent_argv: list[str]
+    agent_scope: str
+    owner_options: dict[str, Any] = field(default_factory=dict)
+    auth_config: dict[str, str] = field(default_factory=dict)
+    close_on_exit: bool = False
+
+
+class AcpDoor:
+    """One ACP client's connection to Tether. See the module docstring."""
+
+    def __init__(self, write: Callable[[bytes], None], options: DoorOptions) -> None:
+        self._write = write
+        self.options = options
+        self._rpc = JsonRpcConnection()
+        self._attached: dict[str, Attachment] = {}
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._asked: dict[int, asyncio.Future[Response]] = {}  # our requests to the client
+        self._tg: asyncio.TaskGroup | None = None
+        self._auth_method: str | None = None
+        self.client_info: dict[str, Any] = {}
+        self.client_capabilities: dict[str, Any] = {}
+        self._handlers: dict[str, Handler] = {
+            "initialize": self._initialize,
+            "authenticate": self._authenticate,
+            "session/new": self._new,
+            "session/load": self._load,
+            "session/resume": self._resume,
+            "session/list": self._list,
+            "session/close": self._close,
+            "session/prompt": self._prompt,
+            "session/set_mode": self._set_mode,
+            "session/set_config_option": self._set_config_option,
+            translate.TERMINATE_METHOD: self._terminate,
+        }
+
+    # --- the loop ----------------------------------------------------------------------
+
+    async def serve(self, read: Callable[[], Awaitable[bytes]]) -> None:
+        """Serve the client until ``read`` returns b"" (EOF), then let go of its sessions.
+
+        Cancellation: the client's running turns are cancelled in their owners and
+        every follower stopped before the cancellation propagates.
+        """
+        try:
+            async with asyncio.TaskGroup() as tg:
+                self._tg = tg
+                while True:
+                    data = await read()
+                    if not data:
+                        break
+                    self._rpc.receive_data(data)
+                    self._dispatch()
+                for task in tuple(self._inflight):
+                    task.cancel()  # nobody is left to hear the answer
+        finally:
+            self._tg = None
+            await asyncio.shield(self._detach_all())
+
+    def _send(self, data: bytes) -> None:
+        if data:
+            self._write(data)
+
+    def notify(self, method: str, params: dict[str, Any]) -> None:
+        self._send(self._rpc.send_notification(method, params))
+
+    def _dispatch(self) -> None:
+        while True:
+            event = self._rpc.next_event()
+            if event is NEED_DATA or event is EOF:
+                return
+            if isinstance(event, Request):
+                self._start(event)
+            elif isinstance(event, Notification):
+                self._on_notification(event)
+            elif isinstance(event, ProtocolViolation) and event.reason in _UNREADABLE:
+                message = f"parse error: {event.detail}"
+                error = {"code": PARSE_ERROR, "message": message}
+                self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))
+            elif isinstance(event, Response):
+                waiter = self._asked.pop(event.id, None) if isinstance(event.id, int) else None
+                if waiter is not None and not waiter.done():
+                    waiter.set_result(event)
+
+    def _start(self, req: Request) -> None:
+        handler = self._handlers.get(req.method)
+        if handler is None or self._tg is None:
+            self._send(
+                self._rpc.send_error(req.id, METHOD_NOT_FOUND, f"method not found: {req.method}")
+            )
+            return
+        self._spawn(self._answer(req, handler))
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        assert self._tg is not None
+        task = self._tg.create_task(coro)
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _answer(self, req: Request, handler: Handler) -> None:
+        params = req.params if isinstance(req.params, dict) else {}
+        try:
+            result = await handler(params)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # every failure becomes the request's JSON-RPC error
+            code, message, data = translate.error_for(exc)
+            self._send(self._rpc.send_error(req.id, code, message, data))
+            return
+        self._send(self._rpc.send_result(req.id, result))
+
+    def _on_notification(self, note: Notification) -> None:
+        params = note.params if isinstance(note.params, dict) else {}
+        att = self._attached.get(str(params.get("sessionId")))
+        if note.method == "session/cancel" and att is not None and self._tg is not None:
+            for rid in list(att.running):
+                self._spawn(self._cancel(att.key, rid))
+        # Other notifications (``_``-prefixed extensions included) are ignored, as ACP says.
+
+    async def _cancel(self, key: str, rid: str) -> None:
+        with contextlib.suppress(Exception):  # a cancel that finds nothing is no failure
+            await asyncio.to_thread(operations.cancel, key, rid)
+
+    # --- attachments -------------------------------------------------------------------
+
+    async def _attach(self, key: str, from_seq: int) -> Attachment:
+        old = self._attached.pop(key, None)
+        att = Attachment(key)
+        if old is not None:
+            await old.stop()
+            att.own_requests = old.own_requests
+        self._attached[key] = att
+        att.start(from_seq, self._on_entry)
+        return att
+
+    def _on_entry(self, att: Attachment, entry: dict[str, Any]) -> None:
+        if att.ended or self._attached.get(att.key) is not att:
+            return
+        if entry.get("kind") == "session_ended":
+            att.ended = True
+            body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind")}
+            self.notify(translate.ENDED_METHOD, translate.ended_params(att.key, body))
+            return
+        if entry.get("requestId") in att.own_requests:
+            return  # this door's own turn: relayed from its IPC stream already
+        for update in translate.updates_of_entry(entry):
+            self.notify("session/update", {"sessionId": att.key, "update": update})
+
+    def _session_of(self, params: dict[str, Any]) -> Attachment:
+        key = params.get("sessionId")
+        if not isinstance(key, str) or not key:
+            raise UsageError("sessionId is required")
+        att = self._attached.get(key)
+        if att is None:
+            raise NoSession(
+                "this client has not opened the session (session/new, load or resume)",
+                session_key=key,
+            )
+        return att
+
+    async def _detach_all(self) -> None:
+        attached, self._attached = list(self._attached.values()), {}
+        for att in attached:
+            await att.stop()
+        if self.options.close_on_exit:
+            for att in attached:
+                if not att.ended:
+                    with contextlib.suppress(Exception):
+                        await asyncio.to_thread(operations.close_session, att.key)
+
+    def controller_hook(self, key: str, item: dict[str, Any]) -> None:
+        """An agent's question the owner offered this client (a controller): put it to
+        the client as ``session/request_permission`` (:mod:`.questions`)."""
+        if self._tg is not None:
+            self._spawn(questions.put_question(self._ask_client, key, item))
+
+    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Send the client a request; its result (a JSON-RPC error raises)."""
+        rid, data = self._rpc.send_request(method, params, now=time.monotonic())
+        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._asked[rid] = answer
+        self._send(data)
+        try:
+            response = await answer
+        finally:
+            self._asked.pop(rid, None)
+        if response.error is not None:
+            raise RemoteProtocolError(f"the client refused {method}: {response.error}")
+        return response.result
+
+    # --- methods -----------------------------------------------------------------------
+
+    async def _initialize(self, params: dict[str, Any]) -> dict[str, Any]:
+        info = params.get("clientInfo")
+        caps = params.get("clientCapabilities")
+        self.client_info = info if isinstance(info, dict) else {}
+        self.client_capabilities = caps if isinstance(caps, dict) else {}
+        return translate.initialize_result(self.options.agent_label)
+
+    async def _authenticate(self, params: dict[str, Any]) -> dict[str, Any]:
+        method = params.get("methodId")
+        if not isinstance(method, str) or not method:
+            raise UsageError("methodId is required")
+        # Passed through: the owner authenticates the agent with this method (and the
+        # configured credential, if any) when it starts it.
+        self._auth_method = method
+        return {}
+
+    async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = params.get("cwd")
+        if not isinstance(cwd, str) or not os.path.isabs(cwd):
+            raise UsageError("cwd must be an absolute path")
+        if not os.path.isdir(cwd):  # noqa: ASYNC240 -- one stat of a local path
+            raise UsageError(f"cwd {cwd} is not a directory")
+        cwd = os.path.realpath(cwd)  # noqa: ASYNC240 -- a few lstat()s of a local path
+        name = "acp-" + os.urandom(6).hex()
+        opts = self.options
+        key = sessions.session_key(opts.agent_scope, cwd, name)
+        owner_options = dict(opts.owner_options)
+        servers = params.get("mcpServers")
+        if isinstance(servers, list) and servers:
+            # The client's servers join the configured ones (the owner passes them all
+            # to the agent's session/new; ``tether.mcp.bridge.servers_for``).
+            configured = owner_options.get("mcp_servers") or []
+            owner_options["mcp_servers"] = [*configured, *servers]
+        if self._auth_method is not None:
+            method = self._auth_method
+            owner_options["auth"] = {method: opts.auth_config.get(method, "")}
+        conn, _created = await asyncio.to_thread(
+            operations.ensure_session,
+            key,
+            name=name,
+            argv=list(opts.agent_argv),
+            label=opts.agent_label,
+            cwd=cwd,
+            options=owner_options,
+        )
+        conn.close()
+        await self._attach(key, 1)
+        return {"sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
+
+    async def _open_session(self, params: dict[str, Any], action: str) -> tuple[str, int]:
+        """The open session ``params`` names, and its journal's last seq."""
+        key = params.get("sessionId")
+        if not isinstance(key, str) or not key:
+            raise UsageError("sessionId is required")
+        return key, await asyncio.to_thread(last_seq_of_open, key, action)
+
+    async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
+        key, last = await self._open_session(params, "history")
+        cursor = 1
+        while cursor <= last:
+            rows = await asyncio.to_thread(read_entries, key, cursor, last)
+            if not rows:
+                break
+            for seq, entry in rows:
+                cursor = seq + 1
+                for update in translate.updates_of_entry(entry):
+                    self.notify("session/update", {"sessionId": key, "update": update})
+        await self._attach(key, last + 1)
+        return {}
+
+    async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
+        key, last = await self._open_session(params, "watch")
+        await self._attach(key, last + 1)
+        return {}
+
+    async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
+        cwd = params.get("cwd")
+        cursor = params.get("cursor")
+        records = await asyncio.to_thread(operations.list_sessions)
+        page, next_cursor = translate.list_page(
+            records,
+            cwd=cwd if isinstance(cwd, str) else None,
+            cursor=cursor if isinstance(cursor, str) else None,
+        )
+        return {"sessions": page, **({"nextCursor": next_cursor} if next_cursor else {})}
+
+    async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = params.get("sessionId")
+        if not isinstance(key, str) or not key:
+            raise UsageError("sessionId is required")
+        await asyncio.to_thread(operations.close_session, key)
+        return {}
+
+    async def _terminate(self, params: dict[str, Any]) -> dict[str, Any]:
+        key = params.get("sessionId")
+        if not isinstance(key, str) or not key:
+            raise UsageError("sessionId is required")
+        by = {"door": "acp", "doorPid": os.getpid()}
+        name = self.client_info.get("name")
+        if isinstance(name, str):
+            by["client"] = name[:80]
+        result = await asyncio.to_thread(operations.terminate, key, by=by)
+        return {
+            "terminated": True,
+            "reason": result.get("reason"),
+            "terminatedBy": result.get("terminatedBy"),
+            "_meta": {
+                "tether": {
+                    k: result[k]
+                    for k in ("alreadyEnded", "survivors", "killMode", "teardownMs")
+                    if k in result
+                }
+            },
+        }
+
+    async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
+        att = self._session_of(params)
+        mode = params.get("modeId")
+        if not isinstance(mode, str):
+            raise UsageError("modeId is required")
+        await turns.control(att.key, "set_mode", {"modeId": mode})
+        return {}
+
+    async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
+        att = self._session_of(params)
+        config_id, value = params.get("configId"), params.get("value")
+        if not isinstance(config_id, str) or not isinstance(value, str | bool):
+            raise UsageError("configId and value are required")
+        result = await turns.control(
+            att.key, "set_config_option", {"configId": config_id, "value": value}
+        )
+        options = result.get("configOptions")
+        return {"configOptions": options if isinstance(options, list) else []}
+
+    async def _prompt(self, params: dict[str, Any]) -> dict[str, Any]:
+        att = self._session_of(params)
+        blocks = params.get("prompt")
+        if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
+            raise UsageError("prompt must be a non-empty list of content blocks")
+        return await turns.run_prompt(att, blocks, self.notify, self.controller_hook)

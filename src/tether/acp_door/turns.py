@@ -1,0 +1,100 @@
+"""The door's requests to a session's owner: a prompt turn relayed, and queued controls.
+
+A turn is an IPC ``prompt`` on a connection of its own (the owner started on demand by
+:func:`tether.operations.connect_or_start`, the socket then moved into asyncio, as the
+library does). The owner relays the turn's agent frames as they arrive; each
+``session/update`` goes to the client at once, with the agent's session id replaced by
+the door's, so the client sees them in order and before the turn's answer. Leaving the
+turn early (the client went away, the door is cancelled) closes the connection, which
+the owner treats as the caller leaving: the turn gets ``session/cancel``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from tether import operations
+from tether.acp_door import translate
+from tether.acp_door.attach import Attachment
+from tether.client import _Connection
+from tether.errors import OwnerLost, error_from_wire
+from tether.ipc import protocol
+from tether.ipc.client import new_request_id
+
+__all__ = ["connect", "control", "run_prompt"]
+
+Notify = Callable[[str, dict[str, Any]], None]
+OnQuestion = Callable[[str, dict[str, Any]], None]
+
+
+async def connect(key: str) -> _Connection:
+    """An asyncio connection to the session's serving owner (started if none runs)."""
+    conn = await asyncio.to_thread(operations.connect_or_start, key)
+    try:
+        return await _Connection.adopt(conn)
+    except BaseException:
+        conn.close()
+        raise
+
+
+async def control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+    """One queued request (``set_mode``, ``set_config_option``); returns its result."""
+    conn = await connect(key)
+    try:
+        return await conn.request(kind, payload)
+    finally:
+        await asyncio.shield(conn.aclose())
+
+
+async def run_prompt(
+    att: Attachment, blocks: list[dict[str, Any]], notify: Notify, on_question: OnQuestion
+) -> dict[str, Any]:
+    """Run one turn through the owner, relaying its updates; returns the ACP answer.
+
+    The door is a controller of the turn: the agent's questions the policy leaves open
+    (``interaction`` frames) go to ``on_question(session key, interaction)``.
+
+    Raises:
+        TetherError subclasses: the owner's error for the turn (re-raised as its class),
+        ``OwnerLost`` when the owner went away mid-turn.
+
+    Cancellation: the connection is closed (shielded), so the owner cancels the turn.
+    """
+    conn = await connect(att.key)
+    rid = new_request_id()
+    att.own_requests.add(rid)  # before sending: its journal entries must be known ours
+    att.running.append(rid)
+    generation = conn.hello.get("generation")
+    try:
+        conn.writer.write(
+            protocol.request_frame(
+                rid,
+                "prompt",
+                {"prompt": blocks, "wait": True, "client": "acp", "control": True},
+                owner_generation=generation if isinstance(generation, int) else None,
+            )
+        )
+        await conn.writer.drain()
+        async for frame in conn.frames(rid):
+            kind = frame.get("type")
+            if kind == "update" and frame.get("direction") == "in":
+                acp = frame.get("frame")
+                relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
+                if relayed:
+                    notify("session/update", relayed)
+            elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
+                on_question(att.key, frame["interaction"])
+            elif kind == "result":
+                result = frame.get("result") or {}
+                return {
+                    "stopReason": str(result.get("stopReason") or "end_turn"),
+                    "_meta": {"tether": {"requestId": rid}},
+                }
+            elif kind == "error":
+                raise error_from_wire(frame.get("error") or {})
+        raise OwnerLost("the owner ended the turn without an answer")
+    finally:
+        att.running.remove(rid)
+        await asyncio.shield(conn.aclose())

@@ -1,0 +1,158 @@
+"""The door for HTTP (``/v1/acp/{serverId}``), without HTTP: POSTs in, answers and an
+event stream out, with real owners and the mock agent behind it."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from tests.acp_schema import schema_errors
+
+from tether import operations, sessions
+from tether.acp_door import DoorOptions
+from tether.acp_door.channel import AcpChannel
+from tether.errors import ClosedResourceError
+
+pytestmark = pytest.mark.integration
+T = TypeVar("T")
+MOCK = [sys.executable, "-m", "tether.testing.mock_agent"]
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    try:
+        return asyncio.run(coro)
+    finally:
+        for record in operations.list_sessions():
+            operations.close_session(record["key"])
+
+
+def _channel(ring: int = 1024) -> AcpChannel:
+    label = " ".join(MOCK)
+    scope = sessions.agent_scope(label, MOCK, named=False)
+    return AcpChannel(DoorOptions(label, MOCK, scope), ring=ring)
+
+
+def _req(rid: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+    assert schema_errors(frame, "client") == []
+    return frame
+
+
+Events = list[tuple[int, dict[str, Any]]]
+
+
+async def _collect(channel: AcpChannel, after: int | None, into: Events) -> None:
+    async for item in channel.events(after):
+        into.append(item)
+
+
+def _prompt(rid: int, sid: str, text: str) -> dict[str, Any]:
+    return _req(
+        rid, "session/prompt", {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+    )
+
+
+async def _open(channel: AcpChannel, cwd: Path) -> str:
+    """initialize and session/new; the new session's id."""
+    await channel.post(_req(1, "initialize", {"protocolVersion": 1}))
+    new = await channel.post(_req(2, "session/new", {"cwd": str(cwd), "mcpServers": []}))
+    assert new is not None
+    return str(new["result"]["sessionId"])
+
+
+def test_posts_get_their_answers_and_updates_go_to_the_stream(project_dir: Path) -> None:
+    """A prompt's POST answers with the stop reason; its updates are stream events; two
+    clients using the same JSON-RPC id each get their own answer."""
+
+    async def main() -> None:
+        channel = _channel()
+        init = await channel.post(_req(1, "initialize", {"protocolVersion": 1}))
+        assert init is not None
+        assert init["id"] == 1
+        assert schema_errors(init, "agent", "initialize") == []
+        sid = await _open(channel, project_dir)
+        events: Events = []
+        stream = asyncio.ensure_future(_collect(channel, None, events))
+        await asyncio.sleep(0)
+        a, b = await asyncio.gather(
+            channel.post(_prompt(7, sid, "echo from a")), channel.post(_req(7, "session/list", {}))
+        )
+        assert a is not None
+        assert b is not None
+        assert a["id"] == b["id"] == 7
+        assert a["result"]["stopReason"] == "end_turn"
+        assert [s["sessionId"] for s in b["result"]["sessions"]] == [sid]
+        note = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+        assert await channel.post(note) is None  # a notification: 202, no answer
+        await channel.aclose()
+        await stream
+        texts = [
+            f["params"]["update"].get("content", {}).get("text")
+            for _, f in events
+            if f.get("method") == "session/update"
+        ]
+        assert "from a" in texts
+        ids = [i for i, _ in events]
+        assert ids == sorted(set(ids))
+        for _, frame in events:
+            assert schema_errors(frame, "agent") == []
+        await channel.aclose()  # idempotent
+        with pytest.raises(ClosedResourceError):
+            await channel.post(_req(9, "session/list", {}))
+
+    _run(main())
+
+
+def test_last_event_id_resumes_without_gap_or_duplicate(project_dir: Path) -> None:
+    """A stream reopened after event k gets k+1 onwards, each once."""
+
+    async def main() -> None:
+        channel = _channel()
+        sid = await _open(channel, project_dir)
+        await channel.post(_prompt(3, sid, "stream 6 c"))
+        last = channel.last_event_id
+        assert last >= 6
+        first: Events = []
+        second: Events = []
+        await channel.post(_prompt(4, sid, "stream 6 c"))
+        await channel.aclose()  # the streams below read what the ring holds, then end
+        await _collect(channel, last - 3, first)
+        resumed_from = first[2][0]
+        await _collect(channel, resumed_from, second)
+        assert first[0][0] == last - 2
+        assert [i for i, _ in first[3:]] == [i for i, _ in second]
+        assert [i for i, _ in first] == list(range(last - 2, channel.last_event_id + 1))
+
+    _run(main())
+
+
+def test_an_abandoned_prompt_post_cancels_its_turn(project_dir: Path) -> None:
+    """The HTTP client of a prompt goes away: the turn gets session/cancel and ends
+    `cancelled`; the session stays and answers the next prompt."""
+
+    async def main() -> None:
+        channel = _channel()
+        sid = await _open(channel, project_dir)
+        long = asyncio.ensure_future(channel.post(_prompt(3, sid, "echo started ; sleep 60000")))
+        async for _, frame in channel.events(0):
+            if "started" in str(frame):
+                break  # the turn has begun
+        long.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await long
+        again = await channel.post(_prompt(4, sid, "echo again"))
+        assert again is not None
+        assert again["result"]["stopReason"] == "end_turn"
+        deadline = time.monotonic() + 30.0
+        while [t["stopReason"] for t in operations.history(sid)][-1:] != ["end_turn"]:
+            assert time.monotonic() < deadline  # the journal is written in batches, after
+            await asyncio.sleep(0.05)
+        assert [t["stopReason"] for t in operations.history(sid)] == ["cancelled", "end_turn"]
+        await channel.aclose()
+
+    _run(main())
