@@ -101,6 +101,7 @@ def fork_session(
         cwd=parent.cwd,
         options=settings,
         env=env,
+        sandboxed=bool(parent.sandboxed),  # a fork of a sandboxed session stays clamped
     )
     owner_pid = conn.hello.get("ownerPid")
     # The fork starts from the parent's mode and options: the owner replays them on the

@@ -1,11 +1,14 @@
 """Applying the visibility check: who is asking, the configured policy, and the verdict.
 
 Every session operation calls :func:`authorize` (one session) or :func:`visible_sessions`
-(a listing) before it acts, so list, history, send, status, cancel, set-mode/set,
-close -- and watch and terminate once they exist -- obey one rule
+(a listing) before it acts, so list, history/read, watch, send, status, cancel,
+set-mode/set, answer, close and terminate obey one rule
 (:func:`tether.visibility.can_see`). A denial raises
 :class:`~tether.errors.VisibilityDenied` naming the rule; it never looks like "no such
-session".
+session". An owner applies the same decision (:func:`check_session`) to the process at
+the other end of each IPC request (:mod:`tether.owner.gate`), so a client that skips
+this module gains nothing. Creating a session of another agent is decided by the
+agent-to-agent policy (:func:`authorize_spawn`).
 
 The thin path. An operator's ``prompt``/``cancel``/``status`` against a live owner
 imports no sqlite3, dataclasses or pathlib, and the operator sees everything, so
@@ -43,6 +46,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "authorize",
+    "authorize_spawn",
+    "check_session",
     "close_children_enabled",
     "could_be_agent",
     "current_requester",
@@ -54,10 +59,12 @@ __all__ = [
 _MARKERS = (b"TETHER_SESSION_KEY=", b"TETHER_LEASE_ID=")
 
 
-def _ppid(pid: int) -> int:
+def _stat(pid: int) -> tuple[int, int]:
+    """(parent pid, start time) of ``pid``, from ``/proc/PID/stat``."""
     with open(f"/proc/{pid}/stat", "rb") as f:
         raw = f.read()
-    return int(raw[raw.rfind(b")") + 2 :].split()[1])
+    fields = raw[raw.rfind(b")") + 2 :].split()
+    return int(fields[1]), int(fields[19])
 
 
 def _has_marker(pid: int) -> bool:
@@ -69,26 +76,47 @@ def _has_marker(pid: int) -> bool:
     return any(block.startswith(m) or b"\0" + m in block for m in _MARKERS)
 
 
-def could_be_agent(pid: int | None = None) -> bool:
+_CLEAN_KEPT = 1024  # (pid, start time) pairs a long-lived caller remembers as clean
+
+
+def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = None) -> bool:
     """Whether the process might be inside an agent tree (so its requester needs proof).
 
     Standard library only. ``/proc`` that cannot be read answers True (fail closed:
     the proof decides).
+
+    ``clean``: a long-lived caller's memory (an owner's, for its peers) of processes
+    found with no marker in themselves or above them, pid -> start time. The walk stops
+    at one of them. Sound because a process's ancestors only ever shrink -- when its
+    parent dies it is re-parented to a subreaper or init that was already above it --
+    so a process outside every agent tree stays outside, and a keeper started later
+    can never come to be above it. For an operator's shell that saves all but the
+    first hops of every call.
     """
     if pid is None and any(os.environ.get(m[:-1].decode()) for m in _MARKERS):
         return True
     pid = os.getpid() if pid is None else pid
+    walked: list[tuple[int, int]] = []
     try:
         for _ in range(4096):
+            parent, start = _stat(pid)
+            if clean is not None and clean.get(pid) == start:
+                break
             if _has_marker(pid):
                 return True
-            parent = _ppid(pid)
+            walked.append((pid, start))
             if parent <= 0 or parent == pid:
-                return False
+                break
             pid = parent
+        else:
+            return True
     except (OSError, ValueError, IndexError):
         return True
-    return True
+    if clean is not None:
+        if len(clean) + len(walked) > _CLEAN_KEPT:
+            clean.clear()
+        clean.update(walked)
+    return False
 
 
 def current_requester(registry: Registry | None = None) -> Resolved:
@@ -164,40 +192,105 @@ def authorize(
 
         with Registry() as reg:
             return authorize(key, action, cfg=cfg, registry=reg)
-    from tether.ownership import row_of
-    from tether.visibility import Action, can_see
-
     resolved = current_requester(registry)
     if resolved.requester is None:
         return resolved
     session = registry.session(key)
     if session is None:
         raise NoSession("no such session", session_key=key)
+    check_session(registry, session, resolved, action, cfg=cfg)
+    return resolved
+
+
+def check_session(
+    registry: Registry,
+    session: Session,
+    resolved: Resolved,
+    action: str,
+    *,
+    cfg: dict[str, Any] | None = None,
+    cascade_from: str | None = None,
+) -> None:
+    """Raise :class:`VisibilityDenied` unless ``resolved`` may ``action`` ``session``.
+
+    The one decision behind :func:`authorize` (this process asks) and the owner's door
+    check (:mod:`tether.owner.gate`: its IPC peer asks). ``cascade_from``: the close (or
+    terminate) is part of closing that session's family (:mod:`tether.cascade`), whose
+    authority covers every descendant: it is allowed when ``session`` descends from
+    ``cascade_from`` and the requester may close ``cascade_from`` itself -- the
+    grandchild outside a non-transitive ``tree`` view still ends with its grandparent.
+    """
+    requester = resolved.requester
+    if requester is None:
+        return
+    from tether.ownership import descends_from, row_of
+    from tether.visibility import Action, can_see
+
     level, a2a = policy(cfg)
-    decision = can_see(row_of(session), resolved.requester, level, a2a, Action(action))
+    act = Action(action)
+    decision = can_see(row_of(session), requester, level, a2a, act)
+    if decision.allowed:
+        return
+    if cascade_from and cascade_from != session.key and act in (Action.CLOSE, Action.TERMINATE):
+        root = registry.session(cascade_from)
+        if (
+            root is not None
+            and descends_from(session, cascade_from, registry.session)
+            and can_see(row_of(root), requester, level, a2a, act).allowed
+        ):
+            return
+    raise VisibilityDenied(
+        decision.why,
+        rule=decision.rule,
+        session_key=session.key,
+        requester=requester.session_key,
+    )
+
+
+def authorize_spawn(
+    resolved: Resolved, agent_id: str, *, cfg: dict[str, Any] | None = None
+) -> None:
+    """Raise :class:`VisibilityDenied` unless ``resolved`` may start an ``agent_id`` session.
+
+    The agent-to-agent policy limits spawning (:func:`tether.visibility.can_spawn`):
+    another agent's session only when ``[agentToAgent]`` allows both agents.
+    """
+    if resolved.requester is None:
+        return
+    from tether.visibility import can_spawn
+
+    _level, a2a = policy(cfg)
+    decision = can_spawn(resolved.requester, agent_id, a2a)
     if not decision.allowed:
         raise VisibilityDenied(
             decision.why,
             rule=decision.rule,
-            session_key=key,
             requester=resolved.requester.session_key,
+            agent=agent_id,
         )
-    return resolved
 
 
-def spawn_owner(resolved: Resolved, agent_id: str, parent: Session | None = None) -> dict[str, Any]:
+def spawn_owner(
+    resolved: Resolved,
+    agent_id: str,
+    parent: Session | None = None,
+    *,
+    sandboxed: bool = False,
+) -> dict[str, Any]:
     """The ownership fields of a session ``resolved`` creates (``upsert_session(owner=)``).
 
     The operator's sessions are operator-owned; a requester's record it as owner,
-    spawner and parent, and a sandboxed requester's children are sandboxed too.
+    spawner and parent. A session is sandboxed when asked (``--sandboxed``) or when its
+    spawner is: a sandboxed session cannot shed the clamp by spawning.
     """
     key = resolved.spawner_key
+    inherited = resolved.requester is not None and resolved.requester.sandboxed
     return {
         "agent_id": agent_id,
         "owner_session_key": key,
         "spawned_by": key,
         "parent_session_key": key,
-        "sandboxed": bool(parent is not None and parent.sandboxed),
+        "sandboxed": bool(sandboxed or inherited or (parent is not None and parent.sandboxed)),
     }
 
 

@@ -423,7 +423,7 @@ class Session:
 
         from tether.events import event_from_entry
         from tether.journal.entry import parse_line
-        from tether.journal.follow import Follower, follow_session
+        from tether.journal.follow import Follower
 
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[int, str] | BaseException | None] = asyncio.Queue(256)
@@ -437,7 +437,7 @@ class Session:
         def work() -> None:
             try:
                 self._client._with_home(
-                    follow_session,
+                    operations.watch,
                     self.key,
                     emit,
                     from_seq=from_seq,

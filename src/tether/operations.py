@@ -48,12 +48,15 @@ __all__ = [
     "describe",
     "ensure_session",
     "fork_session",
+    "history",
     "list_sessions",
     "logout",
     "offline_status",
     "resume_agent_session",
     "status",
     "terminate",
+    "transcript",
+    "watch",
 ]
 
 START_DEADLINE_S = 15.0  # to get a serving owner when none was running
@@ -229,6 +232,7 @@ def ensure_session(
     fresh: bool = False,
     env: dict[str, str] | None = None,
     override: dict[str, Any] | None = None,
+    sandboxed: bool = False,
     resume_session: str | None = None,
 ) -> tuple[OwnerConnection, bool]:
     """Create (or reopen) the session and make sure its owner serves.
@@ -240,14 +244,22 @@ def ensure_session(
         fresh: close an existing session of that key first (acpx's ``sessions new``).
         override: settings an owner started now must use although the session exists
             (flags given explicitly on this call, as ``connect_or_start``'s ``options``).
+        sandboxed: create the session sandboxed: its agent's requests are clamped to its
+            own tree (``--sandboxed``). Recorded when the session is created.
 
     Returns:
         (a connection to the serving owner, whether the session was created).
+
+    Raises:
+        VisibilityDenied: the requester may not replace or reuse this session, or may
+            not spawn a session of this agent (the agent-to-agent policy).
+        UsageError: ``sandboxed`` for an open session that is not sandboxed.
     """
     from tether.registry import Registry
 
     with Registry() as registry:
         existing = registry.session(key)
+        reused = existing is not None and existing.state != "closed" and not fresh
         if existing is not None and existing.state != "closed":
             # Reusing (ensure) or replacing (new) a session is driving it.
             access.authorize(key, "close" if fresh else "send", registry=registry)
@@ -257,6 +269,14 @@ def ensure_session(
                     " --resume-session` replaces it"
                 )
         requester = access.current_requester(registry)
+        if reused and sandboxed and existing is not None and not existing.sandboxed:
+            raise UsageError(
+                "--sandboxed is recorded when a session is created; this one is open and"
+                " not sandboxed (`sessions new --sandboxed` replaces it)",
+                session_key=key,
+            )
+        if not reused:
+            access.authorize_spawn(requester, label)
     if fresh:
         conn = connect(key)
         if conn is not None:
@@ -272,7 +292,7 @@ def ensure_session(
             cwd=cwd,
             options=options,
             # Recorded only when the row is created: the requester owns what it spawns.
-            owner=access.spawn_owner(requester, label),
+            owner=access.spawn_owner(requester, label, sandboxed=sandboxed),
         )
         if resume_session:
             merged = {**_session.options, "resume_session": resume_session}
@@ -380,16 +400,23 @@ def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
     access.authorize(key, "close")
     from tether.cascade import close_tree
 
-    if discard:
-        return close_tree(key, lambda k: _close_one(k, discard=k == key))
-    return close_tree(key, _close_one)
+    def one(k: str) -> dict[str, Any]:
+        # The session itself (--discard applies to it alone), or one of its family.
+        if k == key:
+            return _close_one(k, discard=discard)
+        return _close_one(k, cascade_from=key)
+
+    return close_tree(key, one)
 
 
-def _close_one(key: str, *, discard: bool = False) -> dict[str, Any]:
+def _close_one(
+    key: str, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
     """End one session: through its owner, or offline.
 
     Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
-    then reap) and mark it closed.
+    then reap) and mark it closed. ``cascade_from``: this close is part of closing that
+    session's family; its owner checks our authority over that session instead.
     """
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
@@ -398,7 +425,7 @@ def _close_one(key: str, *, discard: bool = False) -> dict[str, Any]:
     if conn is None and discard:
         conn = _owner_to_discard(key)
     if conn is not None:
-        return _close_live(conn, discard=discard)
+        return _close_live(conn, discard=discard, cascade_from=cascade_from)
     from tether.registry import Registry
     from tether.supervise.reconcile import reconcile
 
@@ -453,10 +480,15 @@ def terminate(
     access.authorize(key, "terminate")
     from tether.cascade import close_tree
 
-    return close_tree(key, lambda k: _terminate_one(k, by, deadline_s))
+    # The family's owners check our authority over `key` (cascadeFrom), as close does.
+    return close_tree(
+        key, lambda k: _terminate_one(k, by, deadline_s, cascade_from=key if k != key else None)
+    )
 
 
-def _terminate_one(key: str, by: dict[str, Any] | None, deadline_s: float) -> dict[str, Any]:
+def _terminate_one(
+    key: str, by: dict[str, Any] | None, deadline_s: float, *, cascade_from: str | None = None
+) -> dict[str, Any]:
     deadline = time.monotonic() + deadline_s
     while True:
         try:
@@ -465,7 +497,7 @@ def _terminate_one(key: str, by: dict[str, Any] | None, deadline_s: float) -> di
             conn = None
         if conn is not None and not conn.hello.get("stopping"):
             try:
-                return _terminate_live(conn, by)
+                return _terminate_live(conn, by, cascade_from)
             except OwnerShuttingDown:
                 pass  # it began stopping meanwhile (a close, the idle TTL)
         elif conn is not None:
@@ -483,13 +515,18 @@ def _terminate_one(key: str, by: dict[str, Any] | None, deadline_s: float) -> di
         time.sleep(0.05)  # an owner is stopping: wait for its lock, then look again
 
 
-def _terminate_live(conn: OwnerConnection, by: dict[str, Any] | None) -> dict[str, Any]:
+def _terminate_live(
+    conn: OwnerConnection, by: dict[str, Any] | None, cascade_from: str | None = None
+) -> dict[str, Any]:
     """Terminate through the owner on ``conn``; return once that owner process is gone."""
     from tether.owner_fence import peer_pidfd, wait_exit
 
+    payload: dict[str, Any] = {"by": by} if by else {}
+    if cascade_from:
+        payload["cascadeFrom"] = cascade_from
     with conn:
         pidfd = peer_pidfd(conn.sock)
-        result = conn.request("terminate", {"by": by} if by else {})
+        result = conn.request("terminate", payload)
     result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
     return result
 
@@ -555,13 +592,18 @@ def _ended_report(registry: Any, key: str) -> dict[str, Any]:
     }
 
 
-def _close_live(conn: OwnerConnection, *, discard: bool = False) -> dict[str, Any]:
+def _close_live(
+    conn: OwnerConnection, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
     """Close through the owner on ``conn``; return once that owner process is gone."""
     from tether.owner_fence import peer_pidfd, wait_exit
 
     with conn:
         pidfd = peer_pidfd(conn.sock)
-        result = conn.request("close", {"discard": True} if discard else {})
+        payload: dict[str, Any] = {"discard": True} if discard else {}
+        if cascade_from:
+            payload["cascadeFrom"] = cascade_from
+        result = conn.request("close", payload)
     # Return only once the owner is gone (its lock released): scripts that look for
     # leftover processes, or remove TETHER_HOME, right after `close` see none.
     result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
@@ -642,6 +684,7 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
 
     Raises:
         NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
     from tether.registry import Registry
@@ -649,6 +692,7 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
         turns = render.turns(store.turn_rows(registry._db, key))
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
@@ -661,6 +705,7 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
 
     Raises:
         NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
     from tether.registry import Registry
@@ -668,8 +713,25 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
         start = store.turns_start(registry._db, key, tail)
         return render.transcript(store.iter_lines(registry._db, key, start))
+
+
+def watch(key: str, emit: Any, **kwargs: Any) -> int:
+    """Follow the session's journal (:func:`tether.journal.follow.follow_session`, whose
+    keyword arguments it takes) once the visibility check allows it.
+
+    The live part is checked again by the owner, against the kernel's view of us.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not watch this session.
+    """
+    from tether.journal.follow import follow_session
+
+    access.authorize(key, "watch")
+    return int(follow_session(key, emit, **kwargs))
 
 
 def answer(

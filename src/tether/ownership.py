@@ -11,7 +11,7 @@ transitively, children first, so nothing a closed session started outlives it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tether.visibility import Row
@@ -19,7 +19,16 @@ from tether.visibility import Row
 if TYPE_CHECKING:
     from tether.registry import Session as _SessionLike
 
-__all__ = ["close_order", "ownership_json", "parent_of", "row_of", "tree_lines"]
+__all__ = [
+    "close_order",
+    "descends_from",
+    "ownership_json",
+    "parent_of",
+    "row_of",
+    "tree_lines",
+]
+
+MAX_LINEAGE = 256  # a parent chain longer than this is a cycle in hand-edited rows
 
 
 def row_of(session: _SessionLike) -> Row:
@@ -49,6 +58,26 @@ def ownership_json(session: _SessionLike, instance_id: str) -> dict[str, Any]:
 def parent_of(session: _SessionLike) -> str | None:
     """The key this row hangs under in the ownership forest (None: operator-owned)."""
     return session.parent_session_key or session.spawned_by or session.owner_session_key
+
+
+def descends_from(
+    session: _SessionLike, root: str, lookup: Callable[[str], _SessionLike | None]
+) -> bool:
+    """Whether ``root`` is a (transitive) parent of ``session``; ``lookup`` reads a row.
+
+    Bounded (:data:`MAX_LINEAGE`): a cycle in hand-edited rows ends the walk with False.
+    """
+    current: _SessionLike | None = session
+    for _ in range(MAX_LINEAGE):
+        if current is None:
+            return False
+        parent = parent_of(current)
+        if parent is None or parent == current.key:
+            return False
+        if parent == root:
+            return True
+        current = lookup(parent)
+    return False
 
 
 def _children_map(

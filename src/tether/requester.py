@@ -60,7 +60,15 @@ from tether.visibility import Requester, Visibility
 if TYPE_CHECKING:
     from tether.registry import Lease, Registry
 
-__all__ = ["CLAIM_ENV", "Resolved", "ancestors", "peer_pid", "resolve", "resolve_peer"]
+__all__ = [
+    "CLAIM_ENV",
+    "Resolved",
+    "ancestors",
+    "peer_environ",
+    "peer_pid",
+    "resolve",
+    "resolve_peer",
+]
 
 CLAIM_ENV: Final = "TETHER_SESSION_KEY"
 _MAX_DEPTH: Final = 4096  # a parent chain longer than this is a corrupted table, not a tree
@@ -141,7 +149,7 @@ def _kernel_lease(
 
 def _requester(registry: Registry, key: str, clamp: Visibility | None) -> Requester:
     session = registry.session(key)
-    agent_id = session.agent_id if session is not None else ""
+    agent_id = (session.agent_id or session.agent_label) if session is not None else ""
     sandboxed = bool(session.sandboxed) if session is not None else False
     return Requester(session_key=key, agent_id=agent_id, sandboxed=sandboxed, clamp=clamp)
 
@@ -204,6 +212,29 @@ def peer_pid(sock: socket.socket) -> int:
     creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     pid, _uid, _gid = struct.unpack("3i", creds)
     return int(pid)
+
+
+_PEER_KEYS: Final = (CLAIM_ENV, "TETHER_INSTANCE_ID")
+
+
+def peer_environ(pid: int) -> dict[str, str]:
+    """The claim-related variables of process ``pid``'s environment, as it was exec'd.
+
+    ``/proc/PID/environ`` is the environment the process started with: for a ``tether``
+    command (or any client) that is the claim it makes. Unreadable: no claim -- the
+    kernel's answer decides alone.
+    """
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            block = f.read()
+    except OSError:
+        return {}
+    found: dict[str, str] = {}
+    for item in block.split(b"\0"):
+        name, sep, value = item.partition(b"=")
+        if sep and name.decode(errors="replace") in _PEER_KEYS:
+            found[name.decode()] = value.decode(errors="replace")
+    return found
 
 
 def resolve_peer(

@@ -76,6 +76,7 @@ __all__ = [
     "Row",
     "Visibility",
     "can_see",
+    "can_spawn",
     "effective_visibility",
     "glob_match",
     "visible",
@@ -358,6 +359,42 @@ def can_see(
             f"[agentToAgent] allow does not match both {requester.agent_id!r} and {target!r}",
         )
     return Decision(True, "agentToAgent", f"agent-to-agent allowed ({target})")
+
+
+def can_spawn(requester: Requester | None, target_agent: str, a2a: A2APolicy) -> Decision:
+    """Whether ``requester`` may start a session of agent ``target_agent``, and why.
+
+    Spawning a session of *another* agent is agent-to-agent delegation, so the
+    agent-to-agent policy decides it, exactly as it decides reaching another agent's
+    session under ``all``: the same agent is always allowed; another agent needs
+    ``[agentToAgent] enabled = true`` and both agent ids matching ``allow``. The
+    visibility level does not enter: whatever it is, the spawned session is the
+    requester's own (owned rows are visible at every level above ``self``), so the
+    policy is the only thing that can say "not that agent". A requester whose own agent
+    is unknown (an ``exec`` run) is cross-agent to every agent. The operator spawns
+    anything.
+    """
+    if requester is None:
+        return Decision(True, "operator", "the operator (outside every agent tree) may start any")
+    mine = requester.agent_id
+    if mine and mine == target_agent:
+        return Decision(True, "same-agent", f"same agent ({target_agent})")
+    what = f"session {requester.session_key} ({mine or 'agent unknown'!r}) may not spawn"
+    if not a2a.enabled:
+        return Decision(
+            False,
+            "agentToAgent.enabled",
+            f"{what} a {target_agent!r} session: spawning another agent's session needs"
+            " [agentToAgent] enabled = true",
+        )
+    if not mine or not a2a.allows(mine, target_agent):
+        return Decision(
+            False,
+            "agentToAgent.allow",
+            f"{what} a {target_agent!r} session: [agentToAgent] allow does not match both"
+            f" {mine!r} and {target_agent!r}",
+        )
+    return Decision(True, "agentToAgent", f"agent-to-agent allowed ({mine} -> {target_agent})")
 
 
 def visible(

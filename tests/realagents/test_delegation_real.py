@@ -5,7 +5,8 @@ in ``session/new`` (``--mcp-bridge``). The fake model answers a prompt containin
 ``TOOL:<name>:<json>`` with that tool use, so the agent really calls
 ``mcp__tether__sessions_spawn`` and then ``mcp__tether__sessions_send`` through Claude
 Code's own MCP client. The child session (the bundled mock agent) runs, answers, and is
-recorded and listed under its parent; closing the parent closes it first.
+recorded and listed under its parent; closing the parent closes it first. Spawning
+another agent's session is agent-to-agent delegation, so the project's config allows it.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ def test_claude_spawns_and_prompts_a_child_through_the_bridge(
     project_dir: Path,
 ) -> None:
     cli = Cli(claude_agent_cmd[0], tether_env(claude_agent_env), project_dir)
+    # Claude spawning a mock session is agent-to-agent: the policy must allow both agents
+    # (the claude session's agent id is its command, as given to --agent).
+    (project_dir / ".tether.toml").write_text(
+        '[agentToAgent]\nenabled = true\nallow = ["*claude-agent-acp*", "mock"]\n'
+    )
     ensured = cli.ok("--approve-all", "--mcp-bridge", "--format", "json", "sessions", "new")
     parent_key = ensured.json_last()["sessionKey"]
     try:

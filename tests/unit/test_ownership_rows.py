@@ -88,3 +88,23 @@ def test_close_order_survives_a_cycle() -> None:
         rows = reg.sessions()
         assert ownership.close_order("x", rows) == ["y"]
         assert len(ownership.tree_lines([operations.describe(s) for s in rows])) == 2
+
+
+def test_descends_from_walks_the_lineage() -> None:
+    with Registry() as reg:
+        _new(reg, "root")
+        _new(reg, "kid", spawned_by="root", parent_session_key="root")
+        grand = _new(reg, "grand", spawned_by="kid", parent_session_key="kid")
+        stranger = _new(reg, "stranger")
+        assert ownership.descends_from(grand, "root", reg.session)
+        assert ownership.descends_from(grand, "kid", reg.session)
+        assert not ownership.descends_from(grand, "grand", reg.session)
+        assert not ownership.descends_from(stranger, "root", reg.session)
+
+
+def test_descends_from_cuts_cycles() -> None:
+    """Hand-edited rows that point at each other end the walk: no hang, no false yes."""
+    with Registry() as reg:
+        a = _new(reg, "a", parent_session_key="b")
+        _new(reg, "b", parent_session_key="a")
+        assert not ownership.descends_from(a, "elsewhere", reg.session)

@@ -15,6 +15,7 @@ from tether.visibility import (
     Row,
     Visibility,
     can_see,
+    can_spawn,
     effective_visibility,
     glob_match,
     visible,
@@ -294,3 +295,60 @@ def test_backtracking_guard() -> None:
     steps.clear()
     assert glob_match("*aaaaaaaaaaaaaaaaaaab*", near_miss, steps) is False
     assert steps[0] <= 3 * (len(near_miss) + 22)
+
+
+# --- spawning: the agent-to-agent policy limits it ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("requester_agent", "target", "a2a", "expected"),
+    [
+        pytest.param("claude", "claude", A2APolicy(enabled=False), (Y, "same-agent"), id="same"),
+        pytest.param(
+            "claude", "codex", A2APolicy(enabled=False), (N, "agentToAgent.enabled"), id="off"
+        ),
+        pytest.param("claude", "codex", A2A["on"], (Y, "agentToAgent"), id="on-both-allowed"),
+        pytest.param(
+            "claude", "gemini", A2A["on"], (N, "agentToAgent.allow"), id="on-target-not-allowed"
+        ),
+        pytest.param(
+            "gemini", "codex", A2A["on"], (N, "agentToAgent.allow"), id="on-requester-not-allowed"
+        ),
+        pytest.param(
+            "", "codex", A2APolicy(enabled=True), (N, "agentToAgent.allow"), id="unknown-agent"
+        ),
+        pytest.param(
+            "claude",
+            "codex",
+            A2APolicy(enabled=True, allow=("",)),
+            (N, "agentToAgent.allow"),
+            id="blank-pattern-denies",
+        ),
+    ],
+)
+def test_can_spawn(
+    requester_agent: str, target: str, a2a: A2APolicy, expected: tuple[bool, str]
+) -> None:
+    req = Requester(session_key=ME, agent_id=requester_agent)
+    decision = can_spawn(req, target, a2a)
+    assert (decision.allowed, decision.rule) == expected
+    if not decision.allowed:
+        assert target in decision.why
+
+
+def test_the_operator_spawns_anything() -> None:
+    assert can_spawn(None, "codex", A2APolicy(enabled=False)).allowed
+
+
+@given(
+    st.sampled_from(["claude", "codex", "gemini"]),
+    st.sampled_from(["claude", "codex", "gemini"]),
+    st.sampled_from(list(A2A.values())),
+    st.booleans(),
+)
+def test_spawn_follows_the_policy_whatever_the_sandbox(
+    mine: str, target: str, a2a: A2APolicy, sandboxed: bool
+) -> None:
+    """Spawning is allowed exactly when the agent-to-agent policy allows the pair."""
+    req = Requester(session_key=ME, agent_id=mine, sandboxed=sandboxed)
+    assert can_spawn(req, target, a2a).allowed is a2a.allows(mine, target)

@@ -121,6 +121,7 @@ _COMMAND_FLAGS = {
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
+    "--sandboxed": (0, "--sandboxed", "its agent reaches only its own tree (whatever the config)"),
     # ACP's newer methods (issue 14)
     "--resume-session": (
         1,
@@ -194,14 +195,14 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (),
     ),
     "sessions new": (
-        "[-s NAME | NAME] [--resume-session ID]",
+        "[-s NAME | NAME] [--sandboxed] [--resume-session ID]",
         "create a fresh session (closes one of that name)",
-        (*_S, "--resume-session"),
+        (*_S, "--sandboxed", "--resume-session"),
     ),
     "sessions ensure": (
-        "[-s NAME | NAME] [--resume-session ID]",
+        "[-s NAME | NAME] [--sandboxed] [--resume-session ID]",
         "reuse the session, or create it; start its owner",
-        (*_S, "--resume-session"),
+        (*_S, "--sandboxed", "--resume-session"),
     ),
     "sessions fork": (
         "[-s NAME] NEW_NAME",

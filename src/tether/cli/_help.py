@@ -29,7 +29,7 @@ commands:
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
   answer [-s NAME] ID allow|always|deny|OPTION_ID
                                        answer a question the agent asked (first answer wins)
-  sessions new|ensure [-s NAME] [--resume-session ID]
+  sessions new|ensure [-s NAME] [--sandboxed] [--resume-session ID]
                                        create (new: fresh) or reuse a session; starts its owner
   sessions fork [-s NAME] NEW_NAME     a new warm session continuing NAME's conversation
   sessions list|show|history [NAME]    inspect sessions (list --agent-sessions: the agent's own)

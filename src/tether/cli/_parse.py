@@ -73,6 +73,7 @@ class Invocation:
         self.unix: str | None = None
         self.token: str | None = None
         self.tree = False  # sessions list --tree
+        self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
         self.agent_sessions = False  # sessions list --agent-sessions
         self.cursor: str | None = None  # sessions list --agent-sessions --cursor C
@@ -209,6 +210,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.all = True
     elif flag == "--tree":
         inv.tree = True
+    elif flag == "--sandboxed":
+        inv.sandboxed = True
     elif flag == "--request":
         inv.request = value
     elif flag in ("--from", "--tail"):

@@ -486,7 +486,8 @@ def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
 
 def _owner_text(item: dict[str, Any]) -> str:
     parent = item.get("parentSessionKey") or item.get("spawnedBy") or item.get("ownerSessionKey")
-    return f"spawned by {parent[:12]}" if parent else "operator"
+    text = f"spawned by {parent[:12]}" if parent else "operator"
+    return f"{text}, sandboxed" if item.get("sandboxed") else text
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
@@ -501,6 +502,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
         options=_owner_options(ctx),
         fresh=fresh,
         override=_later_flags(ctx),
+        sandboxed=ctx.inv.sandboxed,
         resume_session=ctx.inv.resume_session,
     )
     generation = conn.generation

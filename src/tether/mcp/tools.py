@@ -142,6 +142,9 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError("name must be a string")
     if not os.path.isdir(cwd):
         raise ToolError(f"cwd is not a directory: {cwd}")
+    sandboxed = args.get("sandboxed", False)
+    if not isinstance(sandboxed, bool):
+        raise ToolError("sandboxed must be true or false")
     cfg = config.load(cwd)
     if not agents.is_agent_name(agent, cfg.get("agents")):
         raise ToolError(f"unknown agent {agent!r}: spawn takes a registry name")
@@ -149,6 +152,7 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
     key = sessions.session_key(sessions.agent_scope(agent, argv, named=True), cwd, name)
     with Registry() as reg:
         resolved = access.current_requester(reg)
+        access.authorize_spawn(resolved, agent)  # the agent-to-agent policy (our config)
         parent = reg.session(resolved.spawner_key) if resolved.spawner_key else None
         existing = reg.session(key)
         if existing is not None and existing.state != "closed":
@@ -163,13 +167,16 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
             agent_command=argv,
             agent_label=agent,
             cwd=cwd,
-            owner=access.spawn_owner(resolved, agent, parent),
+            owner=access.spawn_owner(resolved, agent, parent, sandboxed=sandboxed),
         )
     conn, _created = operations.ensure_session(
         key, name=name, argv=argv, label=agent, cwd=cwd, options={}
     )
     conn.close()
     out: dict[str, Any] = {"sessionKey": key, "name": name, "agent": agent, "cwd": cwd}
+    with Registry() as reg:
+        row = reg.session(key)
+        out["sandboxed"] = bool(row is not None and row.sandboxed)
     message = args.get("message")
     if isinstance(message, str) and message.strip():
         out["reply"] = _prompt(key, message, _timeout(args))
@@ -217,7 +224,9 @@ def build_tools() -> list[Tool]:
         Tool(
             "sessions_spawn",
             "Start a new agent session that you own (e.g. agent 'codex' to review a diff),"
-            " optionally with a first message; it is closed when your session closes.",
+            " optionally with a first message; it is closed when your session closes."
+            " Another agent's session needs the agent-to-agent policy to allow it;"
+            " sandboxed: the child sees and drives only its own tree.",
             {
                 "type": obj,
                 "properties": {
@@ -226,6 +235,7 @@ def build_tools() -> list[Tool]:
                     "cwd": {"type": "string"},
                     "message": {"type": "string"},
                     "timeoutSeconds": {"type": "number"},
+                    "sandboxed": {"type": "boolean"},
                 },
                 "required": ["agent"],
             },

@@ -37,6 +37,7 @@ module                    job                                                   
 ``daemon``                ``python -m tether.owner``: detach, readiness, run     yes
 ``lock``                  the session flock, socket bind and unlink              yes
 ``server``                IPC connections: hello, bounded lines, parse, admit    yes
+``gate``                  who the IPC peer is (SO_PEERCRED), and may it do this  yes
 ``job``                   one admitted request; per-connection output (Outbox)   yes
 ``admission``             the queue carried out: answers, expiry timer, cancel   yes
 ``queue``                 the FIFO: depth limit, deadlines, cancel, expiry       no

@@ -30,6 +30,7 @@ from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.ending import end_session
+from tether.owner.gate import PeerGate
 from tether.owner.heartbeat import Heartbeat
 from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
@@ -94,6 +95,7 @@ class Owner:
             agent_tree=self._agent_roots,
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
+        self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self._set_status(
             "running" if self.active is not None else "idle"
         )
@@ -274,6 +276,11 @@ class Owner:
                     f" this is {self.generation}"
                 )
             )
+            return
+        try:
+            self.gate.check(env, outbox.peer)
+        except TetherError as exc:
+            job.finish(error=exc)  # VisibilityDenied naming the rule: the request never runs
             return
         if env.kind == "status":
             job.ack()

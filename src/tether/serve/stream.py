@@ -33,10 +33,10 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any, Final
 
-from tether import _fastjson
+from tether import _fastjson, operations
 from tether.errors import TetherError
 from tether.journal import store
-from tether.journal.follow import Follower, follow_session, is_session_end
+from tether.journal.follow import Follower, is_session_end
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
@@ -100,7 +100,7 @@ class Hub:
     def _run(self) -> None:
         error: TetherError | None = None
         try:
-            follow_session(
+            operations.watch(  # the visibility check, then follow_session
                 self.key,
                 self._emit,
                 stop=self._stop,
