@@ -365,3 +365,40 @@ def test_a_permission_the_policy_leaves_open_is_put_to_the_client(
     resolved = _journal_kinds(sid, "interaction_resolved")
     assert [(r["answer"], r["how"]) for r in resolved] == [(option, "controller")]
     p.disconnect()
+
+
+def test_stdio_to_regular_files_works(project_dir: Path, tmp_path: Path) -> None:
+    """stdin and stdout may be plain files (a recorded session, `> out.ndjson`): the door
+    answers into the file instead of dying on "Pipe transport is only for pipes"."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    requests = tmp_path / "in.ndjson"
+    requests.write_text(
+        json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "initialize",
+                "params": {"protocolVersion": 1, "clientCapabilities": {}},
+            }
+        )
+        + "\n"
+    )
+    answers = tmp_path / "out.ndjson"
+    with requests.open("rb") as stdin, answers.open("wb") as stdout:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tether", "--cwd", str(project_dir), "acp", "--agent", "mock"],
+            stdin=stdin,
+            stdout=stdout,
+            stderr=subprocess.PIPE,
+            env=dict(os.environ),
+            timeout=60,
+            check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    frames = [json.loads(line) for line in answers.read_text().splitlines()]
+    assert frames[0]["id"] == 1
+    assert frames[0]["result"]["protocolVersion"] == 1

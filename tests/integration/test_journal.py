@@ -231,3 +231,21 @@ def test_a_prompter_that_reads_slowly_gets_its_whole_turn_from_the_journal(mock:
     assert rc == 0, err
     lines = out.splitlines()
     assert lines == [f"x {i}" for i in range(200_000)]
+
+
+def test_export_to_a_closed_pipe_ends_quietly(mock: Cli) -> None:
+    """`sessions export | head -1`: exit 141 with nothing on stderr, like the other commands."""
+    mock.run("prompt", "stream 2000 x")
+    proc = subprocess.Popen(
+        mock.argv("sessions", "export"),
+        env=mock.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b'{"seq":1,')
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 141
+    assert err == b""

@@ -12,6 +12,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from tether.acp_door.door import AcpDoor, DoorOptions
@@ -60,8 +61,23 @@ class _Input(asyncio.Protocol):
 async def serve_stdio(options: DoorOptions) -> None:
     """Run the door on fd 0 / fd 1 (pipes or sockets; a regular file is read in a thread)."""
     loop = asyncio.get_running_loop()
-    out_transport, _ = await loop.connect_write_pipe(asyncio.Protocol, os.fdopen(1, "wb", 0))
-    door = AcpDoor(out_transport.write, options)
+    stdout = os.fdopen(1, "wb", 0)
+    close_out: Callable[[], None]
+    try:
+        out_transport, _ = await loop.connect_write_pipe(asyncio.Protocol, stdout)
+        write: Callable[[bytes], None] = out_transport.write
+        close_out = out_transport.close
+    except ValueError:  # a regular file on stdout: writes to it do not block; plain writes
+
+        def write(data: bytes) -> None:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(1, view) :]
+
+        def close_out() -> None:
+            pass
+
+    door = AcpDoor(write, options)
     stdin = os.fdopen(0, "rb", 0)
     source = _Input()
     try:
@@ -86,5 +102,5 @@ async def serve_stdio(options: DoorOptions) -> None:
     finally:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.remove_signal_handler(sig)
-        out_transport.close()
+        close_out()
         sys.stdout.flush()

@@ -7,6 +7,7 @@ entries the moment they happen (:mod:`tether.journal.follow`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -178,13 +179,18 @@ def _export(ctx: Any, registry: Registry, key: str) -> int:
                     count += 1
             os.replace(tmp, path)  # a partial export never takes the name
             ctx.output.banner(f"exported {count} entries to {path}")
-        else:
+    except OSError as exc:
+        if path and path != "-":
+            with contextlib.suppress(OSError):
+                os.unlink(f"{path}.tmp-{os.getpid()}")
+        raise TetherError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    else:
+        if not path or path == "-":
+            # stdout: a closed pipe (`| head`) ends us quietly, as everywhere (exit 141)
             out = sys.stdout
             for _seq, line in store.iter_lines(registry._db, key):
                 out.write(line + "\n")
             out.flush()
-    except OSError as exc:
-        raise TetherError(f"cannot write {path}: {exc.strerror or exc}") from exc
     return 0
 
 
