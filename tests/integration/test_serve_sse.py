@@ -18,9 +18,17 @@ pytestmark = pytest.mark.integration
 __all__ = ["gateway"]
 
 
-def exported(gw: Gateway, sid: str) -> list[dict[str, Any]]:
-    text = gw.http.get(f"/v1/sessions/{sid}/export").text
-    return [json.loads(line) for line in text.splitlines()]
+def exported(gw: Gateway, sid: str, upto: int = 0) -> list[dict[str, Any]]:
+    """The stored journal, once it holds seq ``upto``: an owner relays a batch of
+    entries to its watchers just before it commits them, so a fast client can have
+    seen the last ones a moment before they are stored."""
+    deadline = time.monotonic() + 10
+    while True:
+        text = gw.http.get(f"/v1/sessions/{sid}/export").text
+        entries = [json.loads(line) for line in text.splitlines()]
+        if (entries and entries[-1]["seq"] >= upto) or time.monotonic() > deadline:
+            return entries
+        time.sleep(0.05)
 
 
 def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(
@@ -45,7 +53,7 @@ def test_resume_with_last_event_id_has_no_gap_and_no_duplicate(
             break
     seen = [e["seq"] for e in first + rest]
     assert seen == list(range(seen[0], seen[0] + len(seen)))  # gapless, no duplicate
-    stored = {e["seq"]: e for e in exported(gateway, sid)}
+    stored = {e["seq"]: e for e in exported(gateway, sid, upto=seen[-1])}
     assert all(stored[e["seq"]] == e for e in first + rest)  # the journal's own entries
     chunks = [e for e in first + rest if e["kind"] == "acp" and "resume" in json.dumps(e["frame"])]
     assert len(chunks) >= 3000

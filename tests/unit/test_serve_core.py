@@ -194,19 +194,21 @@ def test_the_ring_keeps_the_newest_entries_within_its_bounds() -> None:
         hub = stream.Hub("k" * 64, asyncio.get_running_loop(), ring_entries=16)
         hub._started(1)
         for seq in range(1, 41):
-            hub._pending.append((seq, f'{{"seq":{seq},"kind":"acp"}}'))
+            hub._emit(seq, f'{{"seq":{seq},"kind":"acp"}}')
             hub._drain()
-        assert len(hub.seqs) <= 16
-        assert hub.first == hub.seqs[0]
-        assert hub.seqs == list(range(hub.first, 41))
+        assert hub.ring_count <= 16
+        assert hub.first == hub.chunks[0].first
+        assert [c.first for c in hub.chunks] == list(range(hub.first, 41))
         assert hub.next_seq == 41
-        assert [s for s, _ in hub.slice_from(hub.first + 2, 3)] == [
-            hub.first + 2,
-            hub.first + 3,
-            hub.first + 4,
-        ]
-        assert hub.slice_from(41, 10) == []
-        hub._pending.append((41, '{"seq":41,"kind":"session_ended"}'))
+        got = hub.slice_from(hub.first + 2)
+        assert got is not None
+        data, cursor = got
+        assert cursor == 41
+        assert data.startswith(f"id: {hub.first + 2}\n".encode())
+        assert data.count(b"\nid: ") == 40 - hub.first - 2
+        assert hub.slice_from(41) is None
+        assert not hub.ended
+        hub._emit(41, '{"seq":41,"kind":"session_ended"}')
         hub._drain()
         assert hub.ended
 

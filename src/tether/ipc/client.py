@@ -43,6 +43,8 @@ CONNECT_TIMEOUT_S = 5.0
 DEADLINE_SLACK_S = 2.0
 FrameHandler = Callable[[dict[str, "Any"]], None]
 RawHandler = Callable[[bytes], bool]
+# A block of complete lines -> how many of its leading bytes it consumed (0: none).
+BlockHandler = Callable[[bytes], int]
 
 
 def new_request_id() -> str:
@@ -63,6 +65,7 @@ class OwnerConnection:
         # Called every ``idle_interval`` s while nothing arrives (the CLI's spinner).
         self.idle_tick: Callable[[], None] | None = None
         self.idle_interval = 0.2
+        self.recv_size = 65536  # a follower of a fast stream reads more per call
 
     @classmethod
     def connect(cls, path: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection:
@@ -135,13 +138,17 @@ class OwnerConnection:
                 return line
             if lines.at_eof:
                 return b""
-            if self.before_block is not None:
-                # About to wait for the owner: let the caller flush what it rendered, so
-                # output streams promptly yet is written once per batch, not per frame.
-                self.before_block()
-            if self.idle_tick is not None:
-                self._wait_readable(self.idle_tick)
-            lines.feed(self.sock.recv(65536))
+            self._fill()
+
+    def _fill(self) -> None:
+        """Wait for the owner and add what it sent (``b""`` at EOF) to ``lines``."""
+        if self.before_block is not None:
+            # About to wait for the owner: let the caller flush what it rendered, so
+            # output streams promptly yet is written once per batch, not per frame.
+            self.before_block()
+        if self.idle_tick is not None:
+            self._wait_readable(self.idle_tick)
+        self.lines.feed(self.sock.recv(self.recv_size))
 
     def _wait_readable(self, tick: Callable[[], None]) -> None:
         """Wait until the socket is readable, calling ``tick`` at each idle interval.
@@ -220,12 +227,16 @@ class OwnerConnection:
         until_ack: bool = False,
         deadline_ms: int | None = None,
         on_raw: RawHandler | None = None,
+        on_block: BlockHandler | None = None,
     ) -> dict[str, Any]:
         """Read frames for ``request_id`` until the terminal one (or the ack).
 
         Returns the ``result`` payload (or the ack frame when ``until_ack``).
         ``on_raw`` sees each line after the ack before it is decoded; a line it returns
         True for is consumed (a follower takes journal entries without decoding them).
+        ``on_block`` sees, after the ack, every complete line already received as one
+        block and says how many leading bytes of it it consumed; the rest is read line
+        by line (a follower relays a run of entries with a few bytes operations).
 
         Raises:
             TetherError subclasses: the owner's terminal error, re-raised as its class.
@@ -236,6 +247,8 @@ class OwnerConnection:
             self.sock.settimeout(deadline_ms / 1000 + DEADLINE_SLACK_S)
         while True:
             try:
+                if on_block is not None and tracker.acked and self._take_block(on_block):
+                    continue
                 if on_raw is None:
                     frame = self._read_frame()
                 else:
@@ -285,6 +298,20 @@ class OwnerConnection:
                 )
             if on_frame is not None and kind != "ack":
                 on_frame(frame)
+
+    def _take_block(self, on_block: BlockHandler) -> bool:
+        """Offer the complete lines received (reading first if there are none) to
+        ``on_block``; whether it consumed any."""
+        lines = self.lines
+        block = lines.peek_block()
+        if block is None and not lines.buffered and not lines.at_eof:
+            self._fill()  # here, so that the first line of what arrives joins the block
+            block = lines.peek_block()
+        if block is None:
+            return False
+        used = on_block(block)
+        lines.skip(used)
+        return used > 0
 
     def request(
         self,

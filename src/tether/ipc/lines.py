@@ -127,6 +127,27 @@ class LineReader:
             head.clear()
         return None
 
+    def peek_block(self) -> bytes | None:
+        """Every complete line buffered in the current chunk, as one block (each line
+        with its ``\\n``), without consuming it; None when there is none or a line spans
+        chunks (:meth:`next_line` takes that one). :meth:`skip` consumes what the
+        caller used. A block within ``max_bytes`` holds no oversized line.
+
+        For a consumer of many small lines (a journal follower), which then handles
+        them with bytes operations over the block instead of one call per line.
+        """
+        if self._head or self._broken:
+            return None
+        buf, pos = self._buf, self._pos
+        end = buf.rfind(b"\n", pos) + 1
+        if end <= pos or end - pos > self.max_bytes:
+            return None
+        return buf[pos:end]
+
+    def skip(self, size: int) -> None:
+        """Consume ``size`` bytes of what :meth:`peek_block` returned."""
+        self._pos += size
+
     def _break(self) -> None:
         self._broken = True
         self._buf, self._pos = b"", 0

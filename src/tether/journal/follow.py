@@ -14,6 +14,7 @@ in a thread.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -35,6 +36,11 @@ HELLO_TIMEOUT_S = 2.0
 
 # (seq, public JSON line) -> None
 Emit = Callable[[int, str], None]
+# (first seq, last seq, the public lines of first..last joined by "\n") -> None
+EmitBlock = Callable[[int, int, bytes], None]
+ENTRY_HEAD = b'{"seq":'
+SESSION_END = b'"kind":"session_ended"'
+BLOCK_RECV = 1 << 18  # bytes per read from a live owner when relaying blocks
 # Frames of the live owner other than entries (a controller's questions) -> None
 OnFrame = Callable[[dict[str, Any]], object]
 
@@ -57,8 +63,12 @@ class Follower:
         stop: threading.Event | None = None,
         control: OnFrame | None = None,
         flush: Callable[[], None] | None = None,
+        emit_block: EmitBlock | None = None,
     ) -> None:
         self.db = db
+        # Set: runs of consecutive live entries go here as one block (a relay that
+        # handles them with a few bytes operations), the rest to ``emit`` one by one.
+        self.emit_block = emit_block
         # Called before each wait for more (a CLI writes its output once per batch).
         self.flush = flush
         # Set: we attach as a controller, and the owner's question frames go here.
@@ -117,7 +127,16 @@ class Follower:
             rid = new_request_id()
             prefix = b'{"type":"entry","requestId":"' + rid.encode() + b'","entry":'
             conn.send("watch", payload, request_id=rid)
-            result = conn.wait(rid, on_frame=self._on_frame, on_raw=self._raw_entry(prefix))
+            on_block = None
+            if self.emit_block is not None:
+                conn.recv_size = BLOCK_RECV
+                on_block = self._raw_block(prefix)
+            result = conn.wait(
+                rid,
+                on_frame=self._on_frame,
+                on_raw=self._raw_entry(prefix),
+                on_block=on_block,
+            )
             if result.get("reason") == "session-ended":
                 self.ended = True
         except (
@@ -153,6 +172,47 @@ class Follower:
 
         return take
 
+    def _raw_block(self, prefix: bytes) -> Callable[[bytes], int]:
+        """Take the leading run of ``entry`` frames of a block of received lines.
+
+        The common case -- every line an entry, seqs consecutive from the cursor -- is
+        unwrapped by one ``replace`` (a frame's closing brace, newline and the next
+        frame's head become a newline) and handed to ``emit_block`` whole: no work per
+        entry in Python. Anything else goes line by line, as ``_raw_entry`` does.
+        """
+        head = prefix + ENTRY_HEAD
+        joint = b"}\n" + prefix
+        start = len(prefix)
+        take_line = self._raw_entry(prefix)
+        run: list[Callable[[bytes], re.Match[bytes] | None]] = []
+
+        def take(block: bytes) -> int:
+            if not block.startswith(head):
+                return 0
+            count = block.count(b"\n")
+            entries = block[start:-2].replace(joint, b"\n")
+            if len(block) - start - 2 - len(entries) != (count - 1) * (len(joint) - 1):
+                # Other frames follow the entries (or an entry lacks its seq): the
+                # leading run of entries only.
+                if not run:
+                    run.append(re.compile(b"(?:" + re.escape(head) + rb"[^\n]*\n)+").match)
+                found = run[0](block)
+                block = found.group() if found is not None else b""
+                count = block.count(b"\n")
+                entries = block[start:-2].replace(joint, b"\n")
+            last_at = block.rfind(b"\n", 0, -1) + 1
+            first = _seq_at(block, start)
+            last = _seq_at(block, last_at + start)
+            if first is None or last is None or first < self.cursor or last - first + 1 != count:
+                return _line_by_line(block, take_line)
+            self.cursor = last + 1
+            self.ended = SESSION_END in block[last_at : last_at + start + 120]
+            assert self.emit_block is not None
+            self.emit_block(first, last, entries)
+            return len(block)
+
+        return take
+
     def _on_frame(self, frame: dict[str, object]) -> None:
         if frame.get("type") != "entry":
             if self.control is not None:
@@ -179,6 +239,26 @@ class Follower:
                 pass
 
 
+def _seq_at(block: bytes, at: int) -> int | None:
+    """The seq of the entry whose JSON starts at ``at`` (``{"seq":N,``), or None."""
+    comma = block.find(b",", at + 7, at + 40)
+    try:
+        return int(block[at + 7 : comma]) if comma > 0 else None
+    except ValueError:
+        return None
+
+
+def _line_by_line(block: bytes, take_line: Callable[[bytes], bool]) -> int:
+    """Feed ``block``'s lines to ``take_line`` until one is refused; the bytes used."""
+    used = 0
+    while used < len(block):
+        end = block.index(b"\n", used)
+        if not take_line(block[used:end]):
+            break
+        used = end + 1
+    return used
+
+
 def follow_session(
     key: str,
     emit: Emit,
@@ -190,13 +270,14 @@ def follow_session(
     on_start: Callable[[Follower], None] | None = None,
     control: OnFrame | None = None,
     flush: Callable[[], None] | None = None,
+    emit_block: EmitBlock | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
     Returns the last ``seq`` delivered. ``on_start`` receives the follower (a library
     keeps it to :meth:`Follower.interrupt` it from another thread). ``control``: attach
     to live owners as a controller; their question frames (``interaction``,
-    ``interaction_resolved``) go to it.
+    ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`.
 
     Raises:
         NoSession: no such session.
@@ -210,7 +291,14 @@ def follow_session(
             raise NoSession("no such session", session_key=key)
         cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
         follower = Follower(
-            registry._db, key, cursor, emit, stop=stop, control=control, flush=flush
+            registry._db,
+            key,
+            cursor,
+            emit,
+            stop=stop,
+            control=control,
+            flush=flush,
+            emit_block=emit_block,
         )
         if on_start is not None:
             on_start(follower)

@@ -29,20 +29,25 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import itertools
 import threading
 from collections.abc import AsyncIterator
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from tether import _fastjson, operations
 from tether.errors import TetherError
 from tether.journal import store
-from tether.journal.follow import Follower, is_session_end
+from tether.journal.follow import SESSION_END, Follower, is_session_end
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
-CHUNK_ENTRIES: Final = 1024  # entries per write to one client (bounded memory per client)
+CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
+CHUNK_BYTES: Final = 256 * 1024  # the ring's unit: a relayed block, or catch-up entries
+SEND_BYTES: Final = 1024 * 1024  # at most this much per write to one client
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
 HEARTBEAT_S: Final = 15.0
+LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
+_NEXT_ID: Final = b"\n\nid: %d\ndata: "
 
 
 def sse_event(seq: int, line: str) -> str:
@@ -51,12 +56,55 @@ def sse_event(seq: int, line: str) -> str:
     return f"id: {seq}\ndata: {line}\n\n"
 
 
+def sse_block(first: int, entries: bytes) -> bytes:
+    """The SSE events of ``entries`` (lines of seqs ``first``, ``first + 1``..., joined
+    by ``\\n``), built with a few C-level calls rather than once per entry."""
+    if b"\r" in entries:
+        entries = entries.replace(b"\r", b"")
+    parts = entries.split(b"\n")
+    ids = map(_NEXT_ID.__mod__, range(first + 1, first + len(parts)))
+    return b"".join(
+        itertools.chain(
+            (b"id: %d\ndata: " % first,),
+            itertools.chain.from_iterable(zip(parts, ids, strict=False)),
+            (parts[-1], b"\n\n"),
+        )
+    )
+
+
 def sse_control(event: str, data: dict[str, Any]) -> str:
     return f"event: {event}\ndata: {_fastjson.dumps(data)}\n\n"
 
 
+def event_offset(data: bytes, cursor: int) -> int:
+    """Where in ``data`` (SSE events in seq order) the first event at ``cursor`` or
+    later starts; ``len(data)`` if none does."""
+    if data.startswith(b"id: %d\n" % cursor):
+        return 0
+    at = data.find(b"\n\nid: %d\n" % cursor)
+    if at >= 0:
+        return at + 2
+    at = 0  # a seq missing from the journal: the next event after it
+    while at < len(data):
+        end = data.index(b"\n", at)
+        if int(data[at + 4 : end]) >= cursor:
+            return at
+        nxt = data.find(b"\n\nid: ", end)
+        at = len(data) if nxt < 0 else nxt + 2
+    return len(data)
+
+
+class Chunk(NamedTuple):
+    """Consecutive journal entries as SSE events, ``first..last`` (seqs)."""
+
+    first: int
+    last: int
+    data: bytes
+    end: bool  # holds session_ended (the last entry there will be)
+
+
 class Hub:
-    """One session's live tail: a follower thread feeding a bounded ring."""
+    """One session's live tail: a follower thread feeding a bounded ring of chunks."""
 
     def __init__(
         self,
@@ -74,8 +122,10 @@ class Hub:
         # decided at once by the non-interactive policy. Questions reach the clients as
         # the journal's ``interaction_opened``/``interaction_resolved`` entries.
         self.control = control
-        self.seqs: list[int] = []
-        self.lines: list[str] = []
+        # The ring: chunks in seq order, and their bounds for bisection.
+        self.chunks: list[Chunk] = []
+        self.lasts: list[int] = []
+        self.ring_count = 0  # entries in the ring
         self.ring_bytes = 0
         self.first = 0  # every seq below this is no longer in the ring
         self.next_seq = 0  # one past the last seq received
@@ -83,11 +133,13 @@ class Hub:
         self.error: TetherError | None = None
         self.closing = False
         self.clients = 0
+        self.expiry: asyncio.TimerHandle | None = None  # lingering without clients
         self.ready = asyncio.Event()
         self._changed = asyncio.Event()
         self._stop = threading.Event()
         self._follower: Follower | None = None
-        self._pending: list[tuple[int, str]] = []
+        self._pending: list[Chunk] = []
+        self._pending_count = 0
         self._cond = threading.Condition()
         self._scheduled = False
         self._thread = threading.Thread(target=self._run, name=f"sse-{key[:8]}", daemon=True)
@@ -106,6 +158,7 @@ class Hub:
                 stop=self._stop,
                 on_start=self._on_start,
                 control=_offered if self.control else None,
+                emit_block=self._emit_block,
             )
         except TetherError as exc:
             error = exc
@@ -120,15 +173,27 @@ class Hub:
             self.loop.call_soon_threadsafe(self._started, follower.cursor)
 
     def _emit(self, seq: int, line: str) -> None:
+        """One entry (from the database, or a frame off the fast path)."""
+        data = sse_event(seq, line).encode()
+        self._hand_over(Chunk(seq, seq, data, is_session_end(line)))
+
+    def _emit_block(self, first: int, last: int, entries: bytes) -> None:
+        """A run of live entries, converted here, off the event loop, in bulk."""
+        at = entries.rfind(b"\n") + 1
+        tail = entries[at : at + 120]
+        self._hand_over(Chunk(first, last, sse_block(first, entries), SESSION_END in tail))
+
+    def _hand_over(self, chunk: Chunk) -> None:
         with self._cond:
             # Only if the loop itself falls this far behind do we wait (never on a client).
-            while len(self._pending) >= PENDING_MAX and not self._stop.is_set():
+            while self._pending_count >= PENDING_MAX and not self._stop.is_set():
                 self._cond.wait(0.1)
-            self._pending.append((seq, line))
+            self._pending.append(chunk)
+            self._pending_count += chunk.last - chunk.first + 1
             if self._scheduled:
                 return
             self._scheduled = True
-        with contextlib.suppress(RuntimeError):
+        with contextlib.suppress(RuntimeError):  # one wakeup of the loop per batch
             self.loop.call_soon_threadsafe(self._drain)
 
     # --- the event loop -----------------------------------------------------------------
@@ -140,34 +205,37 @@ class Hub:
     def _drain(self) -> None:
         with self._cond:
             batch, self._pending = self._pending, []
+            self._pending_count = 0
             self._scheduled = False
             self._cond.notify_all()
         if not batch:
             return
-        for seq, line in batch:
-            self.seqs.append(seq)
-            self.lines.append(line)
-            self.ring_bytes += len(line)
-            self.next_seq = seq + 1
-            if is_session_end(line):
-                self.ended = True
+        for chunk in _merged(batch, max(1, self.ring_entries // 4)):
+            self.chunks.append(chunk)
+            self.lasts.append(chunk.last)
+            self.ring_count += chunk.last - chunk.first + 1
+            self.ring_bytes += len(chunk.data)
+            self.next_seq = chunk.last + 1
+            self.ended = self.ended or chunk.end
         self._trim()
         self._wake()
 
     def _trim(self) -> None:
-        count = len(self.seqs)
-        limit = self.ring_entries
-        cut = count - limit + limit // 4 if count > limit else 0  # cut in bulk
-        removed = sum(len(x) for x in self.lines[:cut])
-        while self.ring_bytes - removed > RING_BYTES and cut < count:
-            removed += len(self.lines[cut])
-            cut += 1
-        if cut <= 0:
+        """Drop the oldest chunks in bulk, to 3/4 of the bound, keeping the newest."""
+        if self.ring_count <= self.ring_entries and self.ring_bytes <= RING_BYTES:
             return
-        self.ring_bytes -= removed
-        del self.seqs[:cut]
-        del self.lines[:cut]
-        self.first = self.seqs[0] if self.seqs else self.next_seq
+        keep_count = self.ring_entries - self.ring_entries // 4
+        keep_bytes = RING_BYTES - RING_BYTES // 4
+        cut, count, size = 0, self.ring_count, self.ring_bytes
+        while cut < len(self.chunks) - 1 and (count > keep_count or size > keep_bytes):
+            chunk = self.chunks[cut]
+            count -= chunk.last - chunk.first + 1
+            size -= len(chunk.data)
+            cut += 1
+        del self.chunks[:cut]
+        del self.lasts[:cut]
+        self.ring_count, self.ring_bytes = count, size
+        self.first = self.chunks[0].first if self.chunks else self.next_seq
 
     def _finish(self, error: TetherError | None) -> None:
         self._drain()
@@ -191,10 +259,24 @@ class Hub:
             return False
         return True
 
-    def slice_from(self, cursor: int, limit: int) -> list[tuple[int, str]]:
-        start = bisect.bisect_left(self.seqs, cursor)
-        end = min(len(self.seqs), start + limit)
-        return list(zip(self.seqs[start:end], self.lines[start:end], strict=True))
+    def slice_from(self, cursor: int, limit: int = SEND_BYTES) -> tuple[bytes, int] | None:
+        """The ring's events from ``cursor`` on (about ``limit`` bytes, whole chunks
+        after the first) and the cursor after them; None if there is nothing yet."""
+        index = bisect.bisect_left(self.lasts, cursor)
+        if index >= len(self.chunks):
+            return None
+        chunk = self.chunks[index]
+        data = chunk.data
+        if chunk.first < cursor:
+            data = data[event_offset(data, cursor) :]
+        parts, size, last = [data], len(data), chunk.last
+        for chunk in itertools.islice(self.chunks, index + 1, None):
+            if size >= limit:
+                break
+            parts.append(chunk.data)
+            size += len(chunk.data)
+            last = chunk.last
+        return b"".join(parts), last + 1
 
     def close(self) -> None:
         """Stop following (from the loop); the thread ends on its own."""
@@ -208,18 +290,54 @@ class Hub:
         self._wake()
 
 
+def _merged(batch: list[Chunk], max_entries: int) -> list[Chunk]:
+    """Adjacent chunks of one hand-over joined up to ``CHUNK_BYTES`` and ``max_entries``
+    (catch-up entries arrive one by one; the ring and the clients handle them by the
+    hundred, and the ring still trims in steps well below its bound)."""
+    out: list[Chunk] = []
+    group: list[Chunk] = []
+    size = count = 0
+    for chunk in batch:
+        entries = chunk.last - chunk.first + 1
+        if group and (size + len(chunk.data) > CHUNK_BYTES or count + entries > max_entries):
+            out.append(_joined(group))
+            group, size, count = [], 0, 0
+        group.append(chunk)
+        size += len(chunk.data)
+        count += entries
+    out.append(_joined(group))
+    return out
+
+
+def _joined(group: list[Chunk]) -> Chunk:
+    if len(group) == 1:
+        return group[0]
+    data = b"".join(c.data for c in group)
+    return Chunk(group[0].first, group[-1].last, data, any(c.end for c in group))
+
+
 def _offered(_frame: dict[str, Any]) -> None:
     """A question frame offered to us as a controller: the journal carries it too."""
 
 
 class Hubs:
-    """The gateway's hubs, one per followed session, dropped with their last client."""
+    """The gateway's hubs, one per followed session. A hub whose last client left
+    lingers ``linger`` seconds (still following), so the next stream of that session --
+    a client's request after each prompt -- starts from a warm ring."""
 
-    def __init__(self, ring_entries: int = RING_ENTRIES) -> None:
+    def __init__(self, ring_entries: int = RING_ENTRIES, linger: float = LINGER_S) -> None:
         self.ring_entries = ring_entries
+        self.linger = linger
         self.by_key: dict[tuple[str, bool], Hub] = {}
         self.lagged_total = 0
         self.clients_total = 0
+
+    def warm(self, key: str) -> Hub | None:
+        """The session's following hub, if one is running and has not ended."""
+        hub = self.by_key.get((key, False))
+        if hub is None or hub.ended or hub.closing or not hub.ready.is_set():
+            return None
+        return hub
 
     def acquire(self, key: str, *, control: bool = False) -> Hub:
         hub = self.by_key.get((key, control))
@@ -227,22 +345,40 @@ class Hubs:
             hub = Hub(key, asyncio.get_running_loop(), self.ring_entries, control=control)
             self.by_key[key, control] = hub
             hub.start()
+        if hub.expiry is not None:
+            hub.expiry.cancel()
+            hub.expiry = None
         hub.clients += 1
         self.clients_total += 1
         return hub
 
     def release(self, hub: Hub) -> None:
         hub.clients -= 1
+        if hub.clients > 0:
+            return
+        # A controller changes how the owner decides questions: it never lingers.
+        if hub.control or hub.ended or hub.closing or self.linger <= 0:
+            self._drop(hub)
+        else:
+            hub.expiry = hub.loop.call_later(self.linger, self._expire, hub)
+
+    def _expire(self, hub: Hub) -> None:
+        hub.expiry = None
         if hub.clients <= 0:
-            hub.close()
-            if self.by_key.get((hub.key, hub.control)) is hub:
-                del self.by_key[hub.key, hub.control]
+            self._drop(hub)
+
+    def _drop(self, hub: Hub) -> None:
+        hub.close()
+        if self.by_key.get((hub.key, hub.control)) is hub:
+            del self.by_key[hub.key, hub.control]
 
     def clients(self) -> int:
         return sum(h.clients for h in self.by_key.values())
 
     def close_all(self) -> None:
         for hub in list(self.by_key.values()):
+            if hub.expiry is not None:
+                hub.expiry.cancel()
             hub.close()
         self.by_key.clear()
 
@@ -319,13 +455,11 @@ async def follow(
                     # batch right after relaying it): they will be in a moment.
                     await asyncio.sleep(0.02)
                     continue
-            items = hub.slice_from(cursor, CHUNK_ENTRIES)
-            if items:
+            got = hub.slice_from(cursor)
+            if got is not None:
                 live = True
-                cursor = items[-1][0] + 1
-                yield _chunk(items)
-                if is_session_end(items[-1][1]):
-                    return
+                data, cursor = got
+                yield data
                 continue
             if hub.ended or hub.closing:
                 return

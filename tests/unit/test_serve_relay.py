@@ -1,0 +1,298 @@
+"""The SSE relay's bulk path with no server: a follower takes runs of entry frames as
+one block, the hub turns a block into SSE events with a few bytes operations, and the
+ring of chunks serves any cursor. Any chunking of the owner's stream delivers every
+entry once, in order, as the line-by-line path would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tether.ipc.client import OwnerConnection
+from tether.ipc.lines import LineReader
+from tether.journal.follow import Follower
+from tether.serve import stream
+
+RID = "r-0123456789abcdef"
+PREFIX = b'{"type":"entry","requestId":"' + RID.encode() + b'","entry":'
+
+
+def entry(seq: int, kind: str = "acp", text: str = "x") -> str:
+    return json.dumps(
+        {"seq": seq, "at": 1.5, "kind": kind, "requestId": RID, "text": text},
+        separators=(",", ":"),
+    )
+
+
+def frame(seq: int, kind: str = "acp") -> bytes:
+    return PREFIX + entry(seq, kind).encode() + b"}\n"
+
+
+def other(kind: str = "interaction") -> bytes:
+    return json.dumps({"type": kind, "requestId": RID}, separators=(",", ":")).encode() + b"\n"
+
+
+class Sink:
+    """What a follower delivered, whichever path it took: (seq, line) in order."""
+
+    def __init__(self) -> None:
+        self.got: list[tuple[int, str]] = []
+        self.blocks = 0
+
+    def emit(self, seq: int, line: str) -> None:
+        self.got.append((seq, line))
+
+    def emit_block(self, first: int, last: int, entries: bytes) -> None:
+        lines = entries.decode().split("\n")
+        assert len(lines) == last - first + 1
+        self.got.extend(zip(range(first, last + 1), lines, strict=True))
+        self.blocks += 1
+
+
+def follower(sink: Sink, cursor: int = 1) -> Follower:
+    return Follower(None, "k" * 64, cursor, sink.emit, emit_block=sink.emit_block)  # type: ignore[arg-type]
+
+
+def test_a_run_of_entries_is_taken_whole_with_its_seqs() -> None:
+    sink = Sink()
+    f = follower(sink, cursor=3)
+    block = b"".join(frame(s) for s in range(3, 8))
+    assert f._raw_block(PREFIX)(block) == len(block)
+    assert sink.blocks == 1
+    assert sink.got == [(s, entry(s)) for s in range(3, 8)]
+    assert f.cursor == 8
+    assert not f.ended
+
+
+def test_entries_before_another_frame_are_taken_and_the_frame_is_left() -> None:
+    sink = Sink()
+    f = follower(sink, cursor=3)
+    entries = frame(3) + frame(4)
+    assert f._raw_block(PREFIX)(entries + other() + frame(5)) == len(entries)
+    assert sink.got == [(3, entry(3)), (4, entry(4))]
+    assert f._raw_block(PREFIX)(other() + frame(5)) == 0  # not an entry: line by line
+
+
+def test_an_overlap_or_a_gap_goes_line_by_line_without_duplicates() -> None:
+    sink = Sink()
+    f = follower(sink, cursor=5)
+    block = b"".join(frame(s) for s in (3, 4, 5, 6, 8))
+    assert f._raw_block(PREFIX)(block) == len(block)
+    assert sink.blocks == 0
+    assert [s for s, _ in sink.got] == [5, 6, 8]
+    assert f.cursor == 9
+
+
+def test_session_ended_at_the_end_of_a_block_ends_the_follower() -> None:
+    sink = Sink()
+    f = follower(sink, cursor=1)
+    assert f._raw_block(PREFIX)(frame(1) + frame(2, "session_ended"))
+    assert f.ended
+
+
+class ChunkedSocket:
+    """A socket whose reads return the owner's bytes cut at the given places."""
+
+    def __init__(self, data: bytes, cuts: list[int]) -> None:
+        edges = sorted({c for c in cuts if 0 < c < len(data)})
+        self.pieces = [data[a:b] for a, b in zip([0, *edges], [*edges, len(data)], strict=True)]
+
+    def recv(self, size: int) -> bytes:
+        if not self.pieces:
+            return b""
+        piece = self.pieces[0]
+        if len(piece) > size:
+            self.pieces[0] = piece[size:]
+            return piece[:size]
+        return self.pieces.pop(0)
+
+    def settimeout(self, _t: float | None) -> None:
+        pass
+
+    def gettimeout(self) -> None:
+        return None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    kinds=st.lists(st.sampled_from(["entry", "entry", "entry", "other"]), max_size=60),
+    cuts=st.lists(st.integers(min_value=1, max_value=6000), max_size=30),
+    start=st.integers(min_value=1, max_value=4),
+    cursor=st.integers(min_value=1, max_value=8),
+)
+def test_any_chunking_delivers_every_entry_once_in_order(
+    kinds: list[str], cuts: list[int], start: int, cursor: int
+) -> None:
+    ack = json.dumps({"type": "ack", "requestId": RID}).encode() + b"\n"
+    result = json.dumps({"type": "result", "requestId": RID, "result": {}}).encode() + b"\n"
+    body, seq, expected = [ack], start, []
+    for kind in kinds:
+        if kind == "entry":
+            body.append(frame(seq))
+            if seq >= cursor:
+                expected.append((seq, entry(seq)))
+            seq += 1
+        else:
+            body.append(other())
+    body.append(result)
+    sink = Sink()
+    f = follower(sink, cursor=cursor)
+    conn = OwnerConnection(ChunkedSocket(b"".join(body), cuts))  # type: ignore[arg-type]
+    conn.recv_size = 997  # small reads: lines cut across them
+    frames: list[dict[str, Any]] = []
+    assert (
+        conn.wait(
+            RID,
+            on_frame=frames.append,
+            on_raw=f._raw_entry(PREFIX),
+            on_block=f._raw_block(PREFIX),
+        )
+        == {}
+    )
+    assert sink.got == expected
+    assert len(frames) == kinds.count("other")
+
+
+def test_peek_block_offers_complete_lines_only() -> None:
+    reader = LineReader(max_bytes=64)
+    reader.feed(b"a\nbb\ncc")
+    assert reader.peek_block() == b"a\nbb\n"
+    reader.skip(2)
+    assert reader.peek_block() == b"bb\n"
+    reader.skip(3)
+    assert reader.peek_block() is None  # "cc" waits for its newline
+    assert reader.next_line() is None
+    reader.feed(b"c\nd\n")
+    assert reader.peek_block() is None  # a line spanning chunks goes through next_line
+    assert reader.next_line() == b"ccc"
+    assert reader.peek_block() == b"d\n"
+
+
+def test_sse_block_is_the_events_one_by_one() -> None:
+    lines = [entry(s) for s in range(7, 12)]
+    lines[2] = lines[2].replace(",", ",\r", 1)
+    want = "".join(stream.sse_event(s, line) for s, line in zip(range(7, 12), lines, strict=True))
+    assert stream.sse_block(7, "\n".join(lines).encode()) == want.encode()
+    assert stream.sse_block(3, entry(3).encode()) == stream.sse_event(3, entry(3)).encode()
+
+
+def test_event_offset_finds_a_seq_or_the_next_one() -> None:
+    data = b"".join(stream.sse_event(s, entry(s)).encode() for s in (4, 5, 7, 8))
+    assert stream.event_offset(data, 4) == 0
+    assert data[stream.event_offset(data, 5) :].startswith(b"id: 5\n")
+    assert data[stream.event_offset(data, 6) :].startswith(b"id: 7\n")  # 6 is missing
+    assert stream.event_offset(data, 9) == len(data)
+
+
+def _ring_hub(ring_entries: int) -> stream.Hub:
+    hub = stream.Hub("k" * 64, asyncio.get_running_loop(), ring_entries=ring_entries)
+    hub._started(1)
+    return hub
+
+
+def _block(hub: stream.Hub, first: int, count: int) -> None:
+    lines = "\n".join(entry(s) for s in range(first, first + count))
+    hub._emit_block(first, first + count - 1, lines.encode())
+    hub._drain()
+
+
+def test_blocks_in_the_ring_serve_a_cursor_inside_them() -> None:
+    async def run() -> None:
+        hub = _ring_hub(ring_entries=250)
+        for first in range(1, 1001, 100):
+            _block(hub, first, 100)
+        assert hub.next_seq == 1001
+        assert 250 * 3 // 4 <= hub.ring_count <= 250  # trimmed by whole chunks
+        got = hub.slice_from(hub.first + 150)
+        assert got is not None
+        data, cursor = got
+        assert cursor == 1001
+        ids = [int(x.split(b"\n")[0]) for x in data.split(b"id: ")[1:]]
+        assert ids == list(range(hub.first + 150, 1001))
+        data, cursor = hub.slice_from(hub.first, limit=1) or (b"", 0)
+        assert cursor == hub.chunks[0].last + 1  # about ``limit`` bytes: whole chunks
+
+    asyncio.run(run())
+
+
+async def _take(gen: Any, until: bytes) -> bytes:
+    out = b""
+    while until not in out:
+        out += await gen.__anext__()
+    return out
+
+
+def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waited_for() -> None:
+    """While a client reads nothing the hub keeps taking blocks (the follower's hand-over
+    never waits for a client); when it reads again it gets ``lagged`` naming the last
+    seq it was sent, and a resume from there misses nothing."""
+
+    async def run() -> None:
+        hubs = stream.Hubs(ring_entries=200, linger=0)
+        hub = _ring_hub(ring_entries=200)
+        hubs.by_key[hub.key, False] = hub
+        hub.clients = 1
+        stopping = asyncio.Event()
+        gen = stream.follow(hubs, hub, 1, heartbeat=60, stopping=stopping)
+        _block(hub, 1, 100)
+        got = await _take(gen, b"id: 100\n")
+        assert got.count(b"id: ") == 100
+
+        def produce() -> None:  # the follower thread: nothing here waits on the client
+            for first in range(101, 2001, 100):
+                lines = "\n".join(entry(s) for s in range(first, first + 100))
+                hub._emit_block(first, first + 99, lines.encode())
+
+        thread = threading.Thread(target=produce)
+        thread.start()
+        await asyncio.to_thread(thread.join)  # the loop takes the hand-overs meanwhile
+        hub._drain()
+        assert hub.next_seq == 2001
+        assert hub.first > 101
+        last = await gen.__anext__()
+        assert last == stream.sse_control("lagged", {"lastSeq": 100}).encode()
+        assert hubs.lagged_total == 1
+        await gen.aclose()
+        assert hub.clients == 0
+
+    asyncio.run(run())
+
+
+def test_a_hub_lingers_after_its_last_client_and_is_reused() -> None:
+    """The next stream of a session finds its hub warm; a controller hub never lingers."""
+
+    async def run() -> None:
+        started: list[stream.Hub] = []
+
+        class Hubs(stream.Hubs):
+            def acquire(self, key: str, *, control: bool = False) -> stream.Hub:
+                hub = self.by_key.get((key, control))
+                if hub is None:  # as Hubs.acquire, without a follower thread
+                    hub = stream.Hub(key, asyncio.get_running_loop(), control=control)
+                    hub.start = lambda: None  # type: ignore[method-assign]
+                    started.append(hub)
+                    self.by_key[key, control] = hub
+                    hub._started(1)
+                return super().acquire(key, control=control)
+
+        hubs = Hubs(linger=0.2)
+        hub = hubs.acquire("a" * 64)
+        hubs.release(hub)
+        assert hubs.warm("a" * 64) is hub
+        assert not hub.closing
+        assert hubs.acquire("a" * 64) is hub  # warm: no second follower
+        hubs.release(hub)
+        await asyncio.sleep(0.4)
+        assert hub.closing
+        assert hubs.warm("a" * 64) is None
+        control = hubs.acquire("b" * 64, control=True)
+        hubs.release(control)
+        assert control.closing
+        assert len(started) == 2
+
+    asyncio.run(run())
