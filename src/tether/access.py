@@ -77,6 +77,9 @@ def _has_marker(pid: int) -> bool:
 
 
 _CLEAN_KEPT = 1024  # (pid, start time) pairs a long-lived caller remembers as clean
+# This process's own memory of the same (see ``clean`` below): a long-lived caller -- the
+# HTTP gateway, a library -- walks its ancestors once, not on every operation.
+_SELF_CLEAN: dict[int, int] = {}
 
 
 def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = None) -> bool:
@@ -93,8 +96,10 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
     can never come to be above it. For an operator's shell that saves all but the
     first hops of every call.
     """
-    if pid is None and any(os.environ.get(m[:-1].decode()) for m in _MARKERS):
-        return True
+    if pid is None:
+        if any(os.environ.get(m[:-1].decode()) for m in _MARKERS):
+            return True
+        clean = _SELF_CLEAN if clean is None else clean
     pid = os.getpid() if pid is None else pid
     walked: list[tuple[int, int]] = []
     try:

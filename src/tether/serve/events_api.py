@@ -22,8 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
-from tether.errors import NoSession
-from tether.serve import bodies, stream
+from tether.serve import bodies, lookups, stream
 from tether.serve.app import Gateway, endpoint
 from tether.serve.sessions_api import session_key
 
@@ -31,36 +30,20 @@ SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 HEARTBEAT_RANGE = (0.05, 300.0)
 
 
-def _stream_info(key: str) -> tuple[str, int]:
-    """The session's state and the last stored seq. Raises NoSession."""
-    from tether.journal import store
-    from tether.registry import Registry
-
-    with Registry() as registry:
-        session = registry.session(key)
-        if session is None:
-            raise NoSession("no such session", session_key=key)
-        return session.state, store.last_seq(registry._db, key)
-
-
-def _cursor(request: Request, last: int) -> int | None:
-    """The first seq the client wants (None: live only)."""
+def _cursor(request: Request) -> tuple[int | None, int | None]:
+    """(the first seq the client wants, None: live only or ``tail``; ``tail`` or None)."""
     params = request.query_params
     bodies.check_query(params, ("from", "tail", "heartbeat", "control"))
     header = request.headers.get("last-event-id")
     if header is not None and header.strip():
         if not header.strip().isdigit():
             raise bodies.bad_value("Last-Event-ID", "Last-Event-ID must be a journal seq")
-        return int(header) + 1
+        return int(header) + 1, None
     start = bodies.query_int(params, "from", minimum=1)
     tail = bodies.query_int(params, "tail", minimum=0)
     if start is not None and tail is not None:
         raise bodies.bad_value("from", "from and tail cannot be combined")
-    if start is not None:
-        return start
-    if tail is not None:
-        return max(1, last - tail + 1)
-    return None
+    return start, tail
 
 
 def _heartbeat(request: Request, default: float) -> float:
@@ -82,9 +65,17 @@ async def events(request: Request) -> Response:
     """The session's journal as Server-Sent Events (replay, then live)."""
     gateway: Gateway = request.app.state.gateway
     key = session_key(request)
-    state, last = await asyncio.to_thread(_stream_info, key)
-    cursor = _cursor(request, last)
+    cursor, tail = _cursor(request)
     heartbeat = _heartbeat(request, gateway.heartbeat)
+    control = bodies.query_choice(request.query_params, "control", ("0", "1")) == "1"
+    warm = None if control else gateway.hubs.warm(key)
+    if warm is not None and tail is None:
+        # A hub follows the session (so it is open): no lookup on the way to the stream.
+        state, last = "open", warm.next_seq - 1
+    else:
+        state, last = await asyncio.to_thread(lookups.stream_info, key)
+    if tail is not None:
+        cursor = max(1, last - tail + 1)
     if state == "closed":
         # Nothing more will be written: replay what is asked, then end. Past the end:
         # 204, which tells a browser's EventSource not to reconnect.
@@ -93,7 +84,6 @@ async def events(request: Request) -> Response:
         body: AsyncIterator[bytes] = stream.replay(key, cursor, last)
     else:
         assert gateway.stopping is not None  # set by the lifespan before any request
-        control = bodies.query_choice(request.query_params, "control", ("0", "1")) == "1"
         hub = gateway.hubs.acquire(key, control=control)
         body = stream.follow(
             gateway.hubs, hub, cursor, heartbeat=heartbeat, stopping=gateway.stopping
@@ -137,7 +127,7 @@ async def export(request: Request) -> Response:
     """The whole stored journal as NDJSON (one entry per line), as ``sessions export``."""
     key = session_key(request)
     bodies.check_query(request.query_params, ())
-    _state, last = await asyncio.to_thread(_stream_info, key)
+    _state, last = await asyncio.to_thread(lookups.stream_info, key)
     headers: dict[str, Any] = {
         "Content-Disposition": f'attachment; filename="tether-{key[:12]}.ndjson"'
     }

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.errors import NoSession
-from tether.serve import bodies
+from tether.serve import bodies, lookups
 from tether.serve.app import Gateway, endpoint
 
 HOST = socket.gethostname()
@@ -212,21 +212,13 @@ async def close_session(request: Request) -> Response:
 # --- turns ----------------------------------------------------------------------------
 
 
-def _last_seq(key: str) -> int:
-    from tether.journal import store
-    from tether.registry import Registry
-
-    with Registry() as registry:
-        return store.last_seq(registry._db, key)
-
-
 def _submit(
     key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
 ) -> dict[str, Any]:
     conn = operations.connect_or_start(key)
     # Every entry of this turn comes after what is stored now: a stream from here
     # misses nothing of it (and may show a few entries from just before).
-    from_seq = _last_seq(key) + 1
+    from_seq = lookups.last_seq(key) + 1
     with conn:
         rid = conn.send("prompt", payload, deadline_ms=deadline_ms, max_bytes=max_bytes)
         ack = conn.wait(rid, until_ack=True)
