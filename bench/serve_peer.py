@@ -155,11 +155,14 @@ def relay(peer: Peer, server: str, session: str, chunks: int) -> tuple[float, in
 
 
 async def concurrent(peer: Peer, pairs: list[tuple[str, str]]) -> list[float]:
-    limits = httpx.Limits(max_connections=len(pairs) + 10)
-    async with httpx.AsyncClient(base_url=peer.url, timeout=300, limits=limits) as client:
+    """One prompt on each server at once (its POST returns at the turn's end), with the
+    same minimal client as Tether's figure (``rawhttp``)."""
+    import rawhttp
 
-        async def one(server: str, session: str, rid: int) -> float:
-            t0 = time.perf_counter()
+    async def one(server: str, session: str, rid: int) -> float:
+        t0 = time.perf_counter()
+        conn = await rawhttp.Conn.open(peer.url)
+        try:
             body = {
                 "jsonrpc": "2.0",
                 # Unique ids: sandbox-agent keys pending requests by the client's id.
@@ -167,13 +170,17 @@ async def concurrent(peer: Peer, pairs: list[tuple[str, str]]) -> list[float]:
                 "method": "session/prompt",
                 "params": {"sessionId": session, "prompt": [{"type": "text", "text": "echo hi"}]},
             }
-            (await client.post(f"/v1/acp/{server}", json=body)).raise_for_status()
-            return time.perf_counter() - t0
+            status, answer = await conn.json("POST", f"/v1/acp/{server}", {}, body)
+            if status != 200 or "result" not in answer:
+                raise RuntimeError(f"sandbox-agent answered {status}: {answer!r:.200}")
+        finally:
+            conn.close()
+        return time.perf_counter() - t0
 
-        base = int(time.time() * 1000) % 1_000_000 * 1000
-        return list(
-            await asyncio.gather(*(one(s, sess, base + i) for i, (s, sess) in enumerate(pairs)))
-        )
+    base = int(time.time() * 1000) % 1_000_000 * 1000
+    return list(
+        await asyncio.gather(*(one(s, sess, base + i) for i, (s, sess) in enumerate(pairs)))
+    )
 
 
 def idle_streams(peer: Peer, servers: list[str], count: int) -> int:

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.errors import NoSession
-from tether.serve import bodies, lookups
+from tether.serve import bodies, lookups, submit
 from tether.serve.app import Gateway, endpoint
 
 HOST = socket.gethostname()
@@ -250,7 +250,9 @@ async def submit_prompt(request: Request) -> Response:
     payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
     if mode:
         payload["permissionMode"] = mode
-    result = await asyncio.to_thread(_submit, key, payload, timeout_ms, limit)
+    result = await submit.prompt(_gateway(request).hubs, key, payload, timeout_ms, limit)
+    if result is None:  # no warm owner to talk to from the loop: the full path
+        result = await asyncio.to_thread(_submit, key, payload, timeout_ms, limit)
     result["events"] = f"/v1/sessions/{key}/events?from={result['fromSeq']}"
     return JSONResponse(result, status_code=202)
 

@@ -1,0 +1,63 @@
+"""A minimal HTTP/1.1 client on asyncio streams, for the concurrent-prompts figures.
+
+``httpx`` spends several milliseconds of CPU per request and per streamed response; with
+100 requests at once from one Python process the client, not the server, set the
+latency (its CPU was more than the gateway's, the owners' and the agents' together).
+So both servers are measured with this client, which does as little as possible: a
+request written in one piece, the response read until a known marker, no parsing
+beyond the headers' ``Content-Length``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+
+class Conn:
+    """One keep-alive connection to ``host:port``."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, url: str) -> Conn:
+        host, port = url.removeprefix("http://").split(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        return cls(reader, writer)
+
+    def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
+        head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        if body:
+            head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+        self.writer.write(head.encode() + b"\r\n" + body)
+
+    async def json(
+        self, method: str, path: str, headers: dict[str, str], payload: Any
+    ) -> tuple[int, Any]:
+        """A request with a JSON body; (status, the decoded JSON answer)."""
+        self._send(method, path, headers, json.dumps(payload).encode())
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        for line in head.split(b"\r\n"):
+            if line.lower().startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+        body = await self.reader.readexactly(length)
+        return status, json.loads(body) if body else None
+
+    async def stream_until(self, path: str, headers: dict[str, str], marker: bytes) -> None:
+        """GET ``path`` and read its (streamed) answer until ``marker`` has arrived."""
+        self._send("GET", path, headers, b"")
+        seen = b""
+        while marker not in seen:
+            data = await self.reader.read(65536)
+            if not data:
+                raise ConnectionError(f"the stream ended before {marker!r}")
+            seen = seen[-len(marker) :] + data
+
+    def close(self) -> None:
+        self.writer.close()
