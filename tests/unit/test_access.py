@@ -24,6 +24,29 @@ def test_a_claim_in_the_environment_needs_proof(monkeypatch: pytest.MonkeyPatch)
     assert access.could_be_agent() is True
 
 
+def test_a_long_lived_process_walks_its_ancestry_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its clean ancestors are remembered (they stay clean); a claim in its own
+    environment still answers at once."""
+    for name in ("TETHER_SESSION_KEY", "TETHER_LEASE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(access, "_SELF_CLEAN", {})
+    looked: list[int] = []
+    has_marker = access._has_marker
+
+    def counted(pid: int) -> bool:
+        looked.append(pid)
+        return has_marker(pid)
+
+    monkeypatch.setattr(access, "_has_marker", counted)
+    assert access.could_be_agent() is False
+    assert looked[0] == os.getpid()
+    looked.clear()
+    assert access.could_be_agent() is False
+    assert looked == []
+    monkeypatch.setenv("TETHER_LEASE_ID", "lease-x")
+    assert access.could_be_agent() is True
+
+
 def test_an_ancestor_marker_survives_a_cleared_environment() -> None:
     """A child that clears its environment still sits below a marked ancestor."""
     code = "import sys; from tether import access; print(access.could_be_agent())"

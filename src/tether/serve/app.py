@@ -58,6 +58,7 @@ class Gateway:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.requests_total = 0
         self.problems_total: dict[int, int] = {}
+        self.prompts_total = {"loop": 0, "thread": 0}
 
     def stop(self) -> None:
         """End every stream (from the loop): the server is shutting down."""

@@ -145,6 +145,13 @@ def _gateway_text(gateway: Gateway) -> str:
         "# HELP tether_serve_sse_lagged_total clients dropped for falling behind",
         "# TYPE tether_serve_sse_lagged_total counter",
         f"tether_serve_sse_lagged_total {gateway.hubs.lagged_total}",
+        "# HELP tether_serve_prompts_total prompts submitted, by path (loop: to a live owner"
+        " from the event loop; thread: the full connect-or-start path)",
+        "# TYPE tether_serve_prompts_total counter",
+        *(
+            f'tether_serve_prompts_total{{path="{p}"}} {n}'
+            for p, n in sorted(gateway.prompts_total.items())
+        ),
     ]
     return "\n".join(lines) + "\n"
 

@@ -250,9 +250,13 @@ async def submit_prompt(request: Request) -> Response:
     payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
     if mode:
         payload["permissionMode"] = mode
-    result = await submit.prompt(_gateway(request).hubs, key, payload, timeout_ms, limit)
+    gateway = _gateway(request)
+    result = await submit.prompt(gateway.hubs, key, payload, timeout_ms, limit)
+    path = "loop"
     if result is None:  # no warm owner to talk to from the loop: the full path
+        path = "thread"
         result = await asyncio.to_thread(_submit, key, payload, timeout_ms, limit)
+    gateway.prompts_total[path] += 1
     result["events"] = f"/v1/sessions/{key}/events?from={result['fromSeq']}"
     return JSONResponse(result, status_code=202)
 
