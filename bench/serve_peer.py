@@ -11,6 +11,9 @@ the agent, from a 1,024-entry in-memory ring), ``DELETE /v1/acp/{id}``.
 What differs from Tether's figures: its prompt POST blocks until the turn ends (one
 120 s timeout on every request), so its round trip is the POST alone; it keeps no
 journal (replay is the in-memory ring only); there is no token here (``--no-token``).
+The agent is the same: sandbox-agent runs Tether's Python mock agent as its child (one
+per server; checked in its process tree), talking to it over stdio from Rust, where
+Tether has a gateway, an owner process per session and a journal in between.
 """
 
 from __future__ import annotations
