@@ -47,8 +47,8 @@ class Sink:
     def emit(self, seq: int, line: str) -> None:
         self.got.append((seq, line))
 
-    def emit_block(self, first: int, last: int, entries: bytes) -> None:
-        lines = entries.decode().split("\n")
+    def emit_block(self, first: int, last: int, entries: list[bytes]) -> None:
+        lines = [e.decode() for e in entries]
         assert len(lines) == last - first + 1
         self.got.extend(zip(range(first, last + 1), lines, strict=True))
         self.blocks += 1
@@ -177,8 +177,8 @@ def test_sse_block_is_the_events_one_by_one() -> None:
     lines = [entry(s) for s in range(7, 12)]
     lines[2] = lines[2].replace(",", ",\r", 1)
     want = "".join(stream.sse_event(s, line) for s, line in zip(range(7, 12), lines, strict=True))
-    assert stream.sse_block(7, "\n".join(lines).encode()) == want.encode()
-    assert stream.sse_block(3, entry(3).encode()) == stream.sse_event(3, entry(3)).encode()
+    assert stream.sse_block(7, [line.encode() for line in lines]) == want.encode()
+    assert stream.sse_block(3, [entry(3).encode()]) == stream.sse_event(3, entry(3)).encode()
 
 
 def test_event_offset_finds_a_seq_or_the_next_one() -> None:
@@ -196,8 +196,8 @@ def _ring_hub(ring_entries: int) -> stream.Hub:
 
 
 def _block(hub: stream.Hub, first: int, count: int) -> None:
-    lines = "\n".join(entry(s) for s in range(first, first + count))
-    hub._emit_block(first, first + count - 1, lines.encode())
+    lines = [entry(s) for s in range(first, first + count)]
+    hub._emit_block(first, first + count - 1, [line.encode() for line in lines])
     hub._drain()
 
 
@@ -245,8 +245,8 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
 
         def produce() -> None:  # the follower thread: nothing here waits on the client
             for first in range(101, 2001, 100):
-                lines = "\n".join(entry(s) for s in range(first, first + 100))
-                hub._emit_block(first, first + 99, lines.encode())
+                lines = [entry(s).encode() for s in range(first, first + 100)]
+                hub._emit_block(first, first + 99, lines)
 
         thread = threading.Thread(target=produce)
         thread.start()

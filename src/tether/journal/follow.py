@@ -36,8 +36,8 @@ HELLO_TIMEOUT_S = 2.0
 
 # (seq, public JSON line) -> None
 Emit = Callable[[int, str], None]
-# (first seq, last seq, the public lines of first..last joined by "\n") -> None
-EmitBlock = Callable[[int, int, bytes], None]
+# (first seq, last seq, the public lines of first..last, without newlines) -> None
+EmitBlock = Callable[[int, int, list[bytes]], None]
 ENTRY_HEAD = b'{"seq":'
 SESSION_END = b'"kind":"session_ended"'
 BLOCK_RECV = 1 << 18  # bytes per read from a live owner when relaying blocks
@@ -176,9 +176,9 @@ class Follower:
         """Take the leading run of ``entry`` frames of a block of received lines.
 
         The common case -- every line an entry, seqs consecutive from the cursor -- is
-        unwrapped by one ``replace`` (a frame's closing brace, newline and the next
-        frame's head become a newline) and handed to ``emit_block`` whole: no work per
-        entry in Python. Anything else goes line by line, as ``_raw_entry`` does.
+        cut into its entries by one ``split`` (at a frame's closing brace, newline and
+        the next frame's head) and handed to ``emit_block`` whole: no work per entry in
+        Python. Anything else goes line by line, as ``_raw_entry`` does.
         """
         head = prefix + ENTRY_HEAD
         joint = b"}\n" + prefix
@@ -189,22 +189,24 @@ class Follower:
         def take(block: bytes) -> int:
             if not block.startswith(head):
                 return 0
-            count = block.count(b"\n")
-            entries = block[start:-2].replace(joint, b"\n")
-            if len(block) - start - 2 - len(entries) != (count - 1) * (len(joint) - 1):
+            entries = block.split(joint)
+            whole = b"".join(entries)  # its one newline is the last byte if all are entries
+            if whole.find(b"\n") != len(whole) - 1:
                 # Other frames follow the entries (or an entry lacks its seq): the
                 # leading run of entries only.
                 if not run:
                     run.append(re.compile(b"(?:" + re.escape(head) + rb"[^\n]*\n)+").match)
                 found = run[0](block)
                 block = found.group() if found is not None else b""
-                count = block.count(b"\n")
-                entries = block[start:-2].replace(joint, b"\n")
+                entries = block.split(joint)
+            count = len(entries)
             last_at = block.rfind(b"\n", 0, -1) + 1
             first = _seq_at(block, start)
             last = _seq_at(block, last_at + start)
             if first is None or last is None or first < self.cursor or last - first + 1 != count:
                 return _line_by_line(block, take_line)
+            entries[0] = entries[0][start:]
+            entries[-1] = entries[-1][:-2]  # the frame's closing brace and newline
             self.cursor = last + 1
             self.ended = SESSION_END in block[last_at : last_at + start + 120]
             assert self.emit_block is not None
