@@ -36,6 +36,7 @@ from tether.errors import TetherError
 from tether.serve import problems
 from tether.serve.auth import authorized
 from tether.serve.stream import Hubs
+from tether.serve.submit import Prompter
 
 logger = logging.getLogger("tether.serve")
 
@@ -53,6 +54,7 @@ class Gateway:
         self.config = config
         self.heartbeat = heartbeat
         self.hubs = Hubs(ring_entries)
+        self.prompter = Prompter(self.hubs)
         self.started_at = time.time()
         self.stopping: asyncio.Event | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -65,6 +67,7 @@ class Gateway:
         if self.stopping is not None:
             self.stopping.set()
         self.hubs.close_all()
+        self.prompter.close_all()
 
 
 def problem_response(

@@ -21,7 +21,7 @@ from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.errors import NoSession
-from tether.serve import bodies, lookups, submit
+from tether.serve import bodies, lookups
 from tether.serve.app import Gateway, endpoint
 
 HOST = socket.gethostname()
@@ -251,7 +251,7 @@ async def submit_prompt(request: Request) -> Response:
     if mode:
         payload["permissionMode"] = mode
     gateway = _gateway(request)
-    result = await submit.prompt(gateway.hubs, key, payload, timeout_ms, limit)
+    result = await gateway.prompter.prompt(key, payload, timeout_ms, limit)
     path = "loop"
     if result is None:  # no warm owner to talk to from the loop: the full path
         path = "thread"

@@ -7,6 +7,12 @@ that: connect, read the hello, send the request, read the ack. Done here, on the
 it costs no thread hop and holds no worker thread while the owner admits the prompt,
 so a hundred prompts at once queue for nothing in the gateway.
 
+The connection is then kept for ``KEEP_S`` (an owner serves any number of requests on
+one connection): the next prompt of a conversation skips the connect and the hello. It
+is short on purpose -- while a connection is open the owner does not retire on its idle
+TTL -- and a kept connection the owner has dropped (its own idle timeout, a restart) is
+retried once on a fresh one: without an ack nothing was admitted.
+
 Anything else returns None before the request is sent, and the caller takes the
 thread path, which handles every case (and raises the proper error): a caller that
 may be inside an agent tree (its visibility needs the proof), no owner or one that is
@@ -22,7 +28,7 @@ from typing import Any
 
 from tether import access, sessions
 from tether.client import _Connection
-from tether.errors import OwnerUnavailable, TetherError, error_from_wire
+from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
 from tether.ipc.lines import LineReader
@@ -30,14 +36,100 @@ from tether.serve import lookups
 from tether.serve.stream import Hubs
 
 HELLO_S = 1.0  # slower than this, the thread path decides (it may fence the owner)
+KEEP_S = 1.0  # how long an owner connection waits for the session's next prompt
 
 
-async def prompt(
-    hubs: Hubs, key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
-) -> dict[str, Any] | None:
-    """The owner's admission of the prompt, or None: take the thread path."""
-    if access.could_be_agent():
-        return None
+class Prompter:
+    """Prompts to live owners from the event loop, over briefly kept connections."""
+
+    def __init__(self, hubs: Hubs) -> None:
+        self.hubs = hubs
+        self.kept: dict[str, tuple[_Connection, asyncio.TimerHandle]] = {}
+
+    async def prompt(
+        self, key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
+    ) -> dict[str, Any] | None:
+        """The owner's admission of the prompt, or None: take the thread path."""
+        if access.could_be_agent():
+            return None
+        kept = self.kept.pop(key, None)
+        if kept is not None:
+            kept[1].cancel()
+            try:
+                return await self._submit(kept[0], key, payload, deadline_ms, max_bytes)
+            except (OwnerUnavailable, OwnerShuttingDown):
+                pass  # dropped or stopping since: not admitted, so ask afresh
+        conn = await _connect(key)
+        if conn is None:
+            return None
+        return await self._submit(conn, key, payload, deadline_ms, max_bytes)
+
+    async def _submit(
+        self,
+        conn: _Connection,
+        key: str,
+        payload: dict[str, Any],
+        deadline_ms: int | None,
+        max_bytes: int,
+    ) -> dict[str, Any] | None:
+        keep = False
+        try:
+            generation = conn.hello.get("generation")
+            rid = new_request_id()
+            data = protocol.request_frame(
+                rid,
+                "prompt",
+                payload,
+                deadline_ms=deadline_ms,
+                owner_generation=generation if isinstance(generation, int) else None,
+            )
+            if len(data) > max_bytes:
+                return None  # the thread path says so, in the one wording
+            from_seq = await _from_seq(self.hubs, key)
+            try:
+                conn.writer.write(data)
+                await conn.writer.drain()
+            except ConnectionError:
+                raise OwnerUnavailable("the owner went away before the request") from None
+            async for frame in conn.frames(rid):
+                if frame.get("type") == "ack":
+                    keep = True
+                    return {
+                        "requestId": rid,
+                        "sessionKey": key,
+                        "queuePosition": frame.get("queuePosition"),
+                        "fromSeq": from_seq,
+                    }
+                if frame.get("type") == "error":
+                    raise error_from_wire(frame.get("error") or {})
+            raise OwnerUnavailable("the owner ended the request before acknowledging it")
+        finally:
+            if keep:
+                self._keep(key, conn)
+            else:
+                await conn.aclose()
+
+    def _keep(self, key: str, conn: _Connection) -> None:
+        if key in self.kept:  # two prompts at once: one connection is enough
+            conn.writer.close()
+            return
+        loop = asyncio.get_running_loop()
+        self.kept[key] = (conn, loop.call_later(KEEP_S, self._drop, key, conn))
+
+    def _drop(self, key: str, conn: _Connection) -> None:
+        if self.kept.get(key, (None,))[0] is conn:
+            del self.kept[key]
+        conn.writer.close()
+
+    def close_all(self) -> None:
+        for conn, timer in self.kept.values():
+            timer.cancel()
+            conn.writer.close()
+        self.kept.clear()
+
+
+async def _connect(key: str) -> _Connection | None:
+    """A connection to the session's serving owner, its hello read; None if not at once."""
     conn: _Connection | None = None
     try:
         async with asyncio.timeout(HELLO_S):
@@ -48,42 +140,16 @@ async def prompt(
         if conn is not None:
             await conn.aclose()
         return None
-    try:
-        if (
-            hello is None
-            or hello.get("type") != "hello"
-            or hello.get("v") != protocol.VERSION
-            or hello.get("stopping")
-        ):
-            return None
-        conn.hello = hello
-        generation = hello.get("generation")
-        rid = new_request_id()
-        data = protocol.request_frame(
-            rid,
-            "prompt",
-            payload,
-            deadline_ms=deadline_ms,
-            owner_generation=generation if isinstance(generation, int) else None,
-        )
-        if len(data) > max_bytes:
-            return None  # the thread path says so, in the one wording
-        from_seq = await _from_seq(hubs, key)
-        conn.writer.write(data)
-        await conn.writer.drain()
-        async for frame in conn.frames(rid):
-            if frame.get("type") == "ack":
-                return {
-                    "requestId": rid,
-                    "sessionKey": key,
-                    "queuePosition": frame.get("queuePosition"),
-                    "fromSeq": from_seq,
-                }
-            if frame.get("type") == "error":
-                raise error_from_wire(frame.get("error") or {})
-        raise OwnerUnavailable("the owner ended the request before acknowledging it")
-    finally:
+    if (
+        hello is None
+        or hello.get("type") != "hello"
+        or hello.get("v") != protocol.VERSION
+        or hello.get("stopping")
+    ):
         await conn.aclose()
+        return None
+    conn.hello = hello
+    return conn
 
 
 async def _from_seq(hubs: Hubs, key: str) -> int:
