@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+from collections.abc import Awaitable, Iterable
 from typing import Any
 
 
@@ -61,3 +63,44 @@ class Conn:
 
     def close(self) -> None:
         self.writer.close()
+
+
+async def timed(calls: Iterable[Awaitable[None]]) -> list[float]:
+    """Run the calls at once; each one's seconds from the start to its end."""
+    t0 = time.perf_counter()
+
+    async def one(call: Awaitable[None]) -> float:
+        await call
+        return time.perf_counter() - t0
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+async def tether_prompt(url: str, headers: dict[str, str], sid: str) -> None:
+    """Tether: POST the prompt, then its SSE stream from ``fromSeq`` until the turn ends."""
+    conn = await Conn.open(url)
+    try:
+        _status, r = await conn.json(
+            "POST", f"/v1/sessions/{sid}/prompt", headers, {"prompt": "echo hi"}
+        )
+        marker = b'"kind":"turn_ended","requestId":"' + r["requestId"].encode()
+        await conn.stream_until(f"/v1/sessions/{sid}/events?from={r['fromSeq']}", headers, marker)
+    finally:
+        conn.close()
+
+
+async def peer_prompt(url: str, server: str, session: str, rid: int) -> None:
+    """sandbox-agent: POST ``session/prompt`` over ACP-over-HTTP; it answers at the turn's end."""
+    conn = await Conn.open(url)
+    try:
+        body = {
+            "jsonrpc": "2.0",
+            "id": rid,  # unique: sandbox-agent keys pending requests by the client's id
+            "method": "session/prompt",
+            "params": {"sessionId": session, "prompt": [{"type": "text", "text": "echo hi"}]},
+        }
+        status, answer = await conn.json("POST", f"/v1/acp/{server}", {}, body)
+        if status != 200 or "result" not in answer:
+            raise RuntimeError(f"sandbox-agent answered {status}: {answer!r:.200}")
+    finally:
+        conn.close()

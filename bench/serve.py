@@ -213,27 +213,8 @@ def relay(gw: Gw, sid: str, home: Path, cwd: Path, chunks: int) -> tuple[float, 
 
 
 async def concurrent(gw: Gw, sids: list[str]) -> list[float]:
-    """One prompt on each session at once: POST, then its SSE stream until the turn ends.
-
-    With the minimal client of ``rawhttp`` (httpx's own CPU set the latency here), as the
-    peer's figure is taken.
-    """
-
-    async def one(sid: str) -> float:
-        t0 = time.perf_counter()
-        conn = await rawhttp.Conn.open(gw.url)
-        try:
-            _status, r = await conn.json(
-                "POST", f"/v1/sessions/{sid}/prompt", gw.headers, {"prompt": "echo hi"}
-            )
-            marker = b'"kind":"turn_ended","requestId":"' + r["requestId"].encode()
-            path = f"/v1/sessions/{sid}/events?from={r['fromSeq']}"
-            await conn.stream_until(path, gw.headers, marker)
-        finally:
-            conn.close()
-        return time.perf_counter() - t0
-
-    return list(await asyncio.gather(*(one(s) for s in sids)))
+    """One prompt on each session at once, POST to turn end (``rawhttp``, as the peer's)."""
+    return await rawhttp.timed(rawhttp.tether_prompt(gw.url, gw.headers, s) for s in sids)
 
 
 def cli_concurrent(home: Path, cwd: Path, n: int) -> list[float]:

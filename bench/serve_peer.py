@@ -18,7 +18,6 @@ Tether has a gateway, an owner process per session and a journal in between.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import socket
 import subprocess
@@ -162,27 +161,9 @@ async def concurrent(peer: Peer, pairs: list[tuple[str, str]]) -> list[float]:
     same minimal client as Tether's figure (``rawhttp``)."""
     import rawhttp
 
-    async def one(server: str, session: str, rid: int) -> float:
-        t0 = time.perf_counter()
-        conn = await rawhttp.Conn.open(peer.url)
-        try:
-            body = {
-                "jsonrpc": "2.0",
-                # Unique ids: sandbox-agent keys pending requests by the client's id.
-                "id": rid,
-                "method": "session/prompt",
-                "params": {"sessionId": session, "prompt": [{"type": "text", "text": "echo hi"}]},
-            }
-            status, answer = await conn.json("POST", f"/v1/acp/{server}", {}, body)
-            if status != 200 or "result" not in answer:
-                raise RuntimeError(f"sandbox-agent answered {status}: {answer!r:.200}")
-        finally:
-            conn.close()
-        return time.perf_counter() - t0
-
     base = int(time.time() * 1000) % 1_000_000 * 1000
-    return list(
-        await asyncio.gather(*(one(s, sess, base + i) for i, (s, sess) in enumerate(pairs)))
+    return await rawhttp.timed(
+        rawhttp.peer_prompt(peer.url, s, sess, base + i) for i, (s, sess) in enumerate(pairs)
     )
 
 

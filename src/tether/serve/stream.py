@@ -11,7 +11,7 @@ to a bounded in-memory **ring** (entries and bytes). Each client keeps its own c
 * a cursor older than the ring (a replay, ``Last-Event-ID`` or ``?from=``) is served
   from the database in chunks until it reaches the ring;
 * then from the ring, as entries arrive, each written as ``id: <seq>`` /
-  ``data: <entry JSON>``;
+  ``data: <entry JSON>``, as many as are there in one write;
 * a client that was live and fell so far behind that the ring moved past its cursor
   gets ``event: lagged`` with its last ``seq`` and is disconnected: it reconnects with
   ``Last-Event-ID`` and replays the rest from the journal. Nobody waits for it: the
@@ -22,6 +22,13 @@ stops there). A closed session's stream replays what is stored and ends; a clien
 asking past its end gets ``204`` (which also stops a browser's EventSource from
 reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out every
 ``heartbeat`` seconds so proxies keep the connection open.
+
+The hot path has no work per entry in Python: the follower hands over each run of live
+entries it read as one block (:meth:`tether.journal.follow.Follower._raw_block`), the
+hub's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes the
+event loop once per hand-over; the ring holds such chunks, and a client takes all it is
+behind by in one write. A hub outlives its last client by ``LINGER_S``, so the stream a
+client opens after each prompt finds the session followed already.
 """
 
 from __future__ import annotations
@@ -32,75 +39,21 @@ import contextlib
 import itertools
 import threading
 from collections.abc import AsyncIterator
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-from tether import _fastjson, operations
+from tether import operations
 from tether.errors import TetherError
 from tether.journal import store
 from tether.journal.follow import SESSION_END, Follower, is_session_end
+from tether.serve.sse import Chunk, event_offset, merged, sse_block, sse_control, sse_event
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
 CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
-CHUNK_BYTES: Final = 256 * 1024  # the ring's unit: a relayed block, or catch-up entries
 SEND_BYTES: Final = 1024 * 1024  # at most this much per write to one client
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
 HEARTBEAT_S: Final = 15.0
 LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
-_NEXT_ID: Final = b"\n\nid: %d\ndata: "
-
-
-def sse_event(seq: int, line: str) -> str:
-    if "\r" in line:  # JSON allows \r only as whitespace between tokens: drop it
-        line = line.replace("\r", "")
-    return f"id: {seq}\ndata: {line}\n\n"
-
-
-def sse_block(first: int, entries: list[bytes]) -> bytes:
-    """The SSE events of ``entries`` (lines of seqs ``first``, ``first + 1``...), built
-    with a few C-level calls rather than once per entry."""
-    ids = map(_NEXT_ID.__mod__, range(first + 1, first + len(entries)))
-    data = b"".join(
-        itertools.chain(
-            (b"id: %d\ndata: " % first,),
-            itertools.chain.from_iterable(zip(entries, ids, strict=False)),
-            (entries[-1], b"\n\n"),
-        )
-    )
-    if b"\r" in data:  # JSON allows \r only as whitespace between tokens: drop it
-        data = data.replace(b"\r", b"")
-    return data
-
-
-def sse_control(event: str, data: dict[str, Any]) -> str:
-    return f"event: {event}\ndata: {_fastjson.dumps(data)}\n\n"
-
-
-def event_offset(data: bytes, cursor: int) -> int:
-    """Where in ``data`` (SSE events in seq order) the first event at ``cursor`` or
-    later starts; ``len(data)`` if none does."""
-    if data.startswith(b"id: %d\n" % cursor):
-        return 0
-    at = data.find(b"\n\nid: %d\n" % cursor)
-    if at >= 0:
-        return at + 2
-    at = 0  # a seq missing from the journal: the next event after it
-    while at < len(data):
-        end = data.index(b"\n", at)
-        if int(data[at + 4 : end]) >= cursor:
-            return at
-        nxt = data.find(b"\n\nid: ", end)
-        at = len(data) if nxt < 0 else nxt + 2
-    return len(data)
-
-
-class Chunk(NamedTuple):
-    """Consecutive journal entries as SSE events, ``first..last`` (seqs)."""
-
-    first: int
-    last: int
-    data: bytes
-    end: bool  # holds session_ended (the last entry there will be)
 
 
 class Hub:
@@ -209,7 +162,7 @@ class Hub:
             self._cond.notify_all()
         if not batch:
             return
-        for chunk in _merged(batch, max(1, self.ring_entries // 4)):
+        for chunk in merged(batch, max(1, self.ring_entries // 4)):
             self.chunks.append(chunk)
             self.lasts.append(chunk.last)
             self.ring_count += chunk.last - chunk.first + 1
@@ -287,32 +240,6 @@ class Hub:
         with self._cond:
             self._cond.notify_all()
         self._wake()
-
-
-def _merged(batch: list[Chunk], max_entries: int) -> list[Chunk]:
-    """Adjacent chunks of one hand-over joined up to ``CHUNK_BYTES`` and ``max_entries``
-    (catch-up entries arrive one by one; the ring and the clients handle them by the
-    hundred, and the ring still trims in steps well below its bound)."""
-    out: list[Chunk] = []
-    group: list[Chunk] = []
-    size = count = 0
-    for chunk in batch:
-        entries = chunk.last - chunk.first + 1
-        if group and (size + len(chunk.data) > CHUNK_BYTES or count + entries > max_entries):
-            out.append(_joined(group))
-            group, size, count = [], 0, 0
-        group.append(chunk)
-        size += len(chunk.data)
-        count += entries
-    out.append(_joined(group))
-    return out
-
-
-def _joined(group: list[Chunk]) -> Chunk:
-    if len(group) == 1:
-        return group[0]
-    data = b"".join(c.data for c in group)
-    return Chunk(group[0].first, group[-1].last, data, any(c.end for c in group))
 
 
 def _offered(_frame: dict[str, Any]) -> None:
