@@ -54,6 +54,10 @@ class AcpPeer:
             self.frames.put(frame)
         self.frames.put(None)
 
+    def answer(self, request: dict[str, Any], result: dict[str, Any]) -> None:
+        """Answer the door's request ``request`` (a frame) with ``result``."""
+        self.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
+
     def send(self, frame: dict[str, Any]) -> None:
         errs = schema_errors(frame, "client")
         assert not errs, f"the test client sent an invalid frame: {errs}"
@@ -118,12 +122,13 @@ class AcpPeer:
             if m := re.search(pattern, text):
                 return m
 
-    def initialize(self) -> dict[str, Any]:
+    def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        caps = capabilities or {"fs": {"readTextFile": False, "writeTextFile": False}}
         result, _ = self.request(
             "initialize",
             {
                 "protocolVersion": 1,
-                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}},
+                "clientCapabilities": caps,
                 "clientInfo": {"name": "tether-tests", "version": "0"},
             },
         )

@@ -35,7 +35,11 @@ a caller that leaves -- and its sessions stay warm for the next client, unless
 The client is a *controller* of the turns it prompts: a permission request the
 session's policy leaves open is put to it as ``session/request_permission``
 (:mod:`.questions`, :meth:`AcpDoor.controller_hook`); the first answer from any
-controller wins. ``fs/*`` and ``terminal/*`` are still served by the owner.
+controller wins. A client that advertised ``fs.readTextFile``, ``fs.writeTextFile``
+or ``terminal`` serves those itself for the turns it prompts: the owner relays the
+agent's requests to the door (:mod:`tether.owner.relays`), the door asks its client
+(the session id rewritten to the door's) and hands back the answer or the client's
+JSON-RPC error. Otherwise the owner serves them, as for any caller.
 """
 
 from __future__ import annotations
@@ -49,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import operations, sessions
-from tether.acp_door import questions, translate, turns
+from tether.acp_door import questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, RemoteProtocolError, UsageError
 from tether.jsonrpc import (
@@ -97,6 +101,9 @@ class AcpDoor:
         self._auth_method: str | None = None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
+        # Names this door to the owners over all the turns it prompts (each on its own
+        # connection), so a terminal its client created is found in a later turn.
+        self._relay_token = os.urandom(8).hex()
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize,
             "authenticate": self._authenticate,
@@ -251,16 +258,31 @@ class AcpDoor:
         if self._tg is not None:
             self._spawn(questions.put_question(self._ask_client, key, item))
 
-    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Send the client a request; its result (a JSON-RPC error raises)."""
+    def _relay_spec(self) -> tuple[dict[str, Any], turns.OnClientRequest] | None:
+        methods = translate.relay_methods(self.client_capabilities)
+        if not methods:
+            return None
+        return {"methods": methods, "client": self._relay_token}, self._on_client_request
+
+    def _on_client_request(self, key: str, conn: Any, frame: dict[str, Any]) -> None:
+        """An agent request the owner relayed to this client: ask it, answer the owner."""
+        if self._tg is not None:
+            self._spawn(relays.relay_request(self._request_client, key, conn, frame))
+
+    async def _request_client(self, method: str, params: dict[str, Any]) -> Response:
+        """Send the client a request; its response (a result or a JSON-RPC error)."""
         rid, data = self._rpc.send_request(method, params, now=time.monotonic())
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._asked[rid] = answer
         self._send(data)
         try:
-            response = await answer
+            return await answer
         finally:
             self._asked.pop(rid, None)
+
+    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Send the client a request; its result (a JSON-RPC error raises)."""
+        response = await self._request_client(method, params)
         if response.error is not None:
             raise RemoteProtocolError(f"the client refused {method}: {response.error}")
         return response.result
@@ -406,4 +428,6 @@ class AcpDoor:
         blocks = params.get("prompt")
         if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
             raise UsageError("prompt must be a non-empty list of content blocks")
-        return await turns.run_prompt(att, blocks, self.notify, self.controller_hook)
+        return await turns.run_prompt(
+            att, blocks, self.notify, self.controller_hook, self._relay_spec()
+        )

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from tether._version import __version__
+from tether.acp.terminals import METHODS as TERMINAL_METHODS
 from tether.errors import (
     AgentRequestError,
     NoSession,
@@ -38,6 +39,7 @@ __all__ = [
     "error_for",
     "initialize_result",
     "list_page",
+    "relay_methods",
     "relayed_update",
     "session_info",
     "updates_of_entry",
@@ -212,3 +214,22 @@ def error_for(exc: BaseException) -> tuple[int, str, Any]:
     if isinstance(exc, TetherError):
         return INTERNAL_ERROR, str(exc.message), {"tether": exc.to_wire()}
     return INTERNAL_ERROR, f"internal error: {type(exc).__name__}", None
+
+
+def relay_methods(client_capabilities: dict[str, Any]) -> list[str]:
+    """The agent-to-client methods a client serves itself, from its
+    ``clientCapabilities`` (``fs.readTextFile``, ``fs.writeTextFile``, ``terminal``):
+    what the door asks the owner to relay to it (:mod:`tether.owner.relays`)."""
+    fs = client_capabilities.get("fs")
+    fs = fs if isinstance(fs, dict) else {}
+    methods = [
+        method
+        for cap, method in (
+            ("readTextFile", "fs/read_text_file"),
+            ("writeTextFile", "fs/write_text_file"),
+        )
+        if fs.get(cap) is True
+    ]
+    if client_capabilities.get("terminal") is True:
+        methods.extend(sorted(TERMINAL_METHODS))
+    return methods

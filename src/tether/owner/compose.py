@@ -36,6 +36,7 @@ from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
+from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
@@ -93,6 +94,9 @@ class Owner:
             timeout=self.settings.permission_timeout,
             current_request=lambda: self.active.request_id if self.active else None,
             agent_tree=self._agent_roots,
+        )
+        self.relays = self.slot.relay = ClientRelays(
+            self._current_prompt, timeout=self.settings.permission_timeout
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
@@ -254,11 +258,13 @@ class Owner:
             # A stopping owner (idle TTL, close, signal) rejects new work: a caller that
             # sees this waits for it to go and starts a new one.
             "stopping": self.stopping,
+            "features": ["relay"],  # v2 additions this owner understands (ipc.protocol)
         }
 
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.
         self.admission.detach(outbox)
+        self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
         if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
@@ -292,6 +298,9 @@ class Owner:
             return
         if env.kind == "answer":
             self.interactions.admit_answer(job)
+            return
+        if env.kind == "relay_answer":
+            self.relays.admit_answer(job)
             return
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
