@@ -8,6 +8,7 @@ models parse every answer); ``tether sessions terminate`` and the library's
 from __future__ import annotations
 
 import asyncio
+import os
 import json
 import sys
 from collections.abc import Coroutine, Iterator
@@ -68,6 +69,7 @@ def test_the_official_python_sdk_drives_tether_acp(project_dir: Path) -> None:
         async with acp.spawn_agent_process(
             recorder, sys.executable, "-m", "tether", "--cwd", str(project_dir), "acp",
             "--agent", MOCK,
+            env=dict(os.environ),  # the SDK's default env drops TETHER_HOME: the user's home
         ) as (conn, _proc):  # fmt: skip
             init = await conn.initialize(protocol_version=1)
             assert init.agent_capabilities is not None

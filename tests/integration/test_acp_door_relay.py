@@ -10,6 +10,7 @@ and the official Python SDK's client connection serves terminals in one test.
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -203,6 +204,7 @@ def test_the_official_sdk_client_serves_the_agents_terminal(project_dir: Path) -
         async with acp.spawn_agent_process(
             client, sys.executable, "-m", "tether", "--cwd", str(project_dir), "acp",
             "--agent", MOCK,
+            env=dict(os.environ),  # the SDK's default env drops TETHER_HOME: the user's home
         ) as (conn, _proc):  # fmt: skip
             caps = acp.schema.ClientCapabilities(terminal=True)
             await conn.initialize(protocol_version=1, client_capabilities=caps)
