@@ -8,8 +8,8 @@ models parse every answer); ``tether sessions terminate`` and the library's
 from __future__ import annotations
 
 import asyncio
-import os
 import json
+import os
 import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path

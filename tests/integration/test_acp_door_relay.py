@@ -107,7 +107,8 @@ def test_a_client_without_the_capabilities_leaves_fs_and_terminals_to_tether(
     assert "on disk" in texts(notes)
     _, notes = p.prompt(sid, "terminal echo from-tether")
     report = "\n".join(texts(notes))
-    assert "exit=0" in report and "from-tether" in report
+    assert "exit=0" in report
+    assert "from-tether" in report
     assert "id=client-" not in report
     assert not [f for f in p.seen if "method" in f and "id" in f]  # no request to the client
     p.disconnect()
@@ -138,9 +139,7 @@ def test_a_client_leaving_mid_request_ends_the_turn_and_the_agent_gets_an_error(
     errors = [
         e["frame"]
         for e in entries
-        if e.get("kind") == "acp"
-        and e.get("direction") == "out"
-        and "error" in e.get("frame", {})
+        if e.get("kind") == "acp" and e.get("direction") == "out" and "error" in e.get("frame", {})
     ]
     assert any("went away" in str(f["error"].get("message")) for f in errors), errors
     q.disconnect()
@@ -219,9 +218,7 @@ def test_the_official_sdk_client_serves_the_agents_terminal(project_dir: Path) -
             assert client.calls[0][1]["args"] == ["hi"]
             assert {c.get("terminalId") for _, c in client.calls[1:]} == {"1"}
             chunks = [
-                u.content.text
-                for u in client.updates
-                if u.session_update == "agent_message_chunk"
+                u.content.text for u in client.updates if u.session_update == "agent_message_chunk"
             ]
             report = "\n".join(chunks)
             assert "terminal id=client-" in report, report
