@@ -82,6 +82,35 @@ def test_a_session_lifecycle_speaks_schema_valid_acp(peer: Callable[..., AcpPeer
     p.disconnect()
 
 
+def test_new_load_and_resume_answer_the_agents_modes_and_config_options(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """session/new starts the agent and answers what its session/new said (modes,
+    configOptions); load and resume answer them too, as set since."""
+    p = peer(MOCK_FULL)
+    p.initialize()
+    new, _ = p.request("session/new", {"cwd": str(p.cwd), "mcpServers": []})
+    sid = new["sessionId"]
+    assert new["modes"]["currentModeId"] == "default"
+    assert {m["id"] for m in new["modes"]["availableModes"]} >= {"default", "plan"}
+    assert [o["id"] for o in new["configOptions"]] == ["model", "fast"]
+    p.request("session/set_mode", {"sessionId": sid, "modeId": "plan"})
+    p.request(
+        "session/set_config_option", {"sessionId": sid, "configId": "model", "value": "mock-large"}
+    )
+    load = {"sessionId": sid, "cwd": str(p.cwd), "mcpServers": []}
+    for method in ("session/load", "session/resume"):
+        answer, _ = p.request(method, load)
+        assert answer["modes"]["currentModeId"] == "plan", method
+        model = next(o for o in answer["configOptions"] if o["id"] == "model")
+        assert model["currentValue"] == "mock-large", method
+    plain = peer()
+    plain.initialize()
+    bare, _ = plain.request("session/new", {"cwd": str(p.cwd), "mcpServers": []})
+    assert "modes" not in bare  # the agent offered none: none answered
+    assert "configOptions" not in bare
+
+
 def test_session_cancel_ends_the_turn_cancelled(peer: Callable[..., AcpPeer]) -> None:
     """session/cancel during a turn: the prompt answers stopReason cancelled; the
     session stays usable."""

@@ -52,10 +52,10 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import operations, sessions
-from tether.acp_door import questions, relays, translate, turns
+from tether import operations
+from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
-from tether.errors import NoSession, RemoteProtocolError, UsageError
+from tether.errors import NoSession, RemoteProtocolError, TetherError, UsageError
 from tether.jsonrpc import (
     EOF,
     METHOD_NOT_FOUND,
@@ -306,37 +306,9 @@ class AcpDoor:
         return {}
 
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
-        cwd = params.get("cwd")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
-            raise UsageError("cwd must be an absolute path")
-        if not os.path.isdir(cwd):  # noqa: ASYNC240 -- one stat of a local path
-            raise UsageError(f"cwd {cwd} is not a directory")
-        cwd = os.path.realpath(cwd)  # noqa: ASYNC240 -- a few lstat()s of a local path
-        name = "acp-" + os.urandom(6).hex()
-        opts = self.options
-        key = sessions.session_key(opts.agent_scope, cwd, name)
-        owner_options = dict(opts.owner_options)
-        servers = params.get("mcpServers")
-        if isinstance(servers, list) and servers:
-            # The client's servers join the configured ones (the owner passes them all
-            # to the agent's session/new; ``tether.mcp.bridge.servers_for``).
-            configured = owner_options.get("mcp_servers") or []
-            owner_options["mcp_servers"] = [*configured, *servers]
-        if self._auth_method is not None:
-            method = self._auth_method
-            owner_options["auth"] = {method: opts.auth_config.get(method, "")}
-        conn, _created = await asyncio.to_thread(
-            operations.ensure_session,
-            key,
-            name=name,
-            argv=list(opts.agent_argv),
-            label=opts.agent_label,
-            cwd=cwd,
-            options=owner_options,
-        )
-        conn.close()
+        key, name, state = await opening.new_session(self.options, params, self._auth_method)
         await self._attach(key, 1)
-        return {"sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
+        return {**state, "sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
 
     async def _open_session(self, params: dict[str, Any], action: str) -> tuple[str, int]:
         """The open session ``params`` names, and its journal's last seq."""
@@ -357,12 +329,21 @@ class AcpDoor:
                 for update in translate.updates_of_entry(entry):
                     self.notify("session/update", {"sessionId": key, "update": update})
         await self._attach(key, last + 1)
-        return {}
+        return await self._agent_state(key)
 
     async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
         key, last = await self._open_session(params, "watch")
         await self._attach(key, last + 1)
-        return {}
+        return await self._agent_state(key)
+
+    async def _agent_state(self, key: str) -> dict[str, Any]:
+        """The agent's modes and configOptions for a load or resume answer. An agent
+        that cannot start now costs the answer only those: the session is open, its
+        history was replayed, and the first prompt reports the failure."""
+        try:
+            return await opening.agent_state(key)
+        except TetherError:
+            return {}
 
     async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = params.get("cwd")
