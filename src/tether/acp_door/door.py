@@ -73,6 +73,8 @@ __all__ = ["AcpDoor", "DoorOptions"]
 
 _UNREADABLE = frozenset({"malformed-json", "not-utf8", "oversized"})
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# A notification's journal origin: (session key, entry seq, part, parts of that entry)
+Origin = tuple[str, int, int, int]
 
 
 @dataclass
@@ -95,6 +97,7 @@ class AcpDoor:
         self.options = options
         self._rpc = JsonRpcConnection()
         self._attached: dict[str, Attachment] = {}
+        self._own_requests: dict[str, set[str]] = {}  # session -> this door's turn ids
         self._inflight: set[asyncio.Task[None]] = set()
         self._asked: dict[int, asyncio.Future[Response]] = {}  # our requests to the client
         self._tg: asyncio.TaskGroup | None = None
@@ -104,6 +107,9 @@ class AcpDoor:
         # Names this door to the owners over all the turns it prompts (each on its own
         # connection), so a terminal its client created is found in a later turn.
         self._relay_token = os.urandom(8).hex()
+        # Told the journal origin of each notification that relays an entry, just
+        # before it is written (the HTTP channel's event ids: .event_ids).
+        self.on_origin: Callable[[Origin], None] | None = None
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize,
             "authenticate": self._authenticate,
@@ -145,8 +151,14 @@ class AcpDoor:
         if data:
             self._write(data)
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any], origin: Origin | None = None) -> None:
+        if origin is not None and self.on_origin is not None:
+            self.on_origin(origin)
         self._send(self._rpc.send_notification(method, params))
+
+    def _relay_entry(self, key: str, seq: int, notes: list[tuple[str, dict[str, Any]]]) -> None:
+        for part, (method, params) in enumerate(notes, 1):
+            self.notify(method, params, (key, seq, part, len(notes)))
 
     def _dispatch(self) -> None:
         while True:
@@ -210,9 +222,11 @@ class AcpDoor:
     async def _attach(self, key: str, from_seq: int) -> Attachment:
         old = self._attached.pop(key, None)
         att = Attachment(key)
+        # One set per session for the door's life: a resumed stream still tells its
+        # own turns from others' after the door let go (.channel's journal replay).
+        att.own_requests = self._own_requests.setdefault(key, set())
         if old is not None:
             await old.stop()
-            att.own_requests = old.own_requests
         self._attached[key] = att
         att.start(from_seq, self._on_entry)
         return att
@@ -222,13 +236,16 @@ class AcpDoor:
             return
         if entry.get("kind") == "session_ended":
             att.ended = True
-            body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind")}
-            self.notify(translate.ENDED_METHOD, translate.ended_params(att.key, body))
-            return
-        if entry.get("requestId") in att.own_requests:
+        elif entry.get("requestId") in att.own_requests:
             return  # this door's own turn: relayed from its IPC stream already
-        for update in translate.updates_of_entry(entry):
-            self.notify("session/update", {"sessionId": att.key, "update": update})
+        self._relay_entry(
+            att.key, int(entry.get("seq") or 0), translate.relayed_notes(att.key, entry)
+        )
+
+    def journal_notes(self, key: str, entry: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """What this door relayed (or would have) for a journal entry of session ``key``:
+        for a stream that resumes from the journal (:mod:`.channel`)."""
+        return translate.relayed_notes(key, entry, self._own_requests.get(key, frozenset()))
 
     def _session_of(self, params: dict[str, Any]) -> Attachment:
         key = params.get("sessionId")
@@ -326,8 +343,9 @@ class AcpDoor:
                 break
             for seq, entry in rows:
                 cursor = seq + 1
-                for update in translate.updates_of_entry(entry):
-                    self.notify("session/update", {"sessionId": key, "update": update})
+                updates = translate.updates_of_entry(entry)
+                notes = [("session/update", {"sessionId": key, "update": u}) for u in updates]
+                self._relay_entry(key, seq, notes)
         await self._attach(key, last + 1)
         return await self._agent_state(key)
 

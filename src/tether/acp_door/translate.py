@@ -40,6 +40,7 @@ __all__ = [
     "initialize_result",
     "list_page",
     "relay_methods",
+    "relayed_notes",
     "relayed_update",
     "session_info",
     "updates_of_entry",
@@ -129,6 +130,31 @@ def updates_of_entry(entry: dict[str, Any]) -> list[dict[str, Any]]:
         update = params.get("update") if isinstance(params, dict) else None
         return [update] if isinstance(update, dict) else []
     return []
+
+
+def relayed_notes(
+    key: str, entry: dict[str, Any], own_requests: set[str] | frozenset[str] = frozenset()
+) -> list[tuple[str, dict[str, Any]]]:
+    """The notifications (method, params) a door relays for journal entry ``entry`` of
+    session ``key``: ``_tether/session/ended`` for the session's end; for a turn of the
+    door's own (``own_requests``), the agent's updates as its IPC stream relayed them;
+    for anyone else's, :func:`updates_of_entry`. One rule for the live relay and for a
+    stream that resumes from the journal, so both say the same."""
+    if entry.get("kind") == "session_ended":
+        body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind")}
+        return [(ENDED_METHOD, ended_params(key, body))]
+    if entry.get("requestId") in own_requests:
+        frame = entry.get("frame")
+        relayed = (
+            relayed_update(frame, key)
+            if entry.get("direction") == "in" and isinstance(frame, dict)
+            else None
+        )
+        return [("session/update", relayed)] if relayed else []
+    return [
+        ("session/update", {"sessionId": key, "update": update})
+        for update in updates_of_entry(entry)
+    ]
 
 
 def ended_params(session_id: str, event: dict[str, Any]) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from tether.ipc.client import new_request_id
 
 __all__ = ["answer_relay", "connect", "control", "run_prompt"]
 
-Notify = Callable[[str, dict[str, Any]], None]
+Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
 # (session key, the connection, the client_request frame): relay it, answer on conn
 OnClientRequest = Callable[[str, _Connection, dict[str, Any]], None]
@@ -97,7 +97,10 @@ async def run_prompt(
                 acp = frame.get("frame")
                 relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
                 if relayed:
-                    notify("session/update", relayed)
+                    seq = frame.get("seq")
+                    # seq 0: the owner journals no frames (journalFrames off): no origin
+                    origin = (att.key, seq, 1, 1) if isinstance(seq, int) and seq > 0 else None
+                    notify("session/update", relayed, origin)
             elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
                 on_question(att.key, frame["interaction"])
             elif kind == "client_request" and relay is not None:
