@@ -55,7 +55,7 @@ from typing import Any
 from tether import operations
 from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
-from tether.errors import NoSession, RemoteProtocolError, TetherError, UsageError
+from tether.errors import NoSession, RemoteProtocolError, UsageError
 from tether.jsonrpc import (
     EOF,
     METHOD_NOT_FOUND,
@@ -248,9 +248,7 @@ class AcpDoor:
         return translate.relayed_notes(key, entry, self._own_requests.get(key, frozenset()))
 
     def _session_of(self, params: dict[str, Any]) -> Attachment:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         att = self._attached.get(key)
         if att is None:
             raise NoSession(
@@ -329,9 +327,7 @@ class AcpDoor:
 
     async def _open_session(self, params: dict[str, Any], action: str) -> tuple[str, int]:
         """The open session ``params`` names, and its journal's last seq."""
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         return key, await asyncio.to_thread(last_seq_of_open, key, action)
 
     async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -347,21 +343,12 @@ class AcpDoor:
                 notes = [("session/update", {"sessionId": key, "update": u}) for u in updates]
                 self._relay_entry(key, seq, notes)
         await self._attach(key, last + 1)
-        return await self._agent_state(key)
+        return await opening.agent_state(key, tolerant=True)
 
     async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
         key, last = await self._open_session(params, "watch")
         await self._attach(key, last + 1)
-        return await self._agent_state(key)
-
-    async def _agent_state(self, key: str) -> dict[str, Any]:
-        """The agent's modes and configOptions for a load or resume answer. An agent
-        that cannot start now costs the answer only those: the session is open, its
-        history was replayed, and the first prompt reports the failure."""
-        try:
-            return await opening.agent_state(key)
-        except TetherError:
-            return {}
+        return await opening.agent_state(key, tolerant=True)
 
     async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = params.get("cwd")
@@ -375,33 +362,18 @@ class AcpDoor:
         return {"sessions": page, **({"nextCursor": next_cursor} if next_cursor else {})}
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         await asyncio.to_thread(operations.close_session, key)
         return {}
 
     async def _terminate(self, params: dict[str, Any]) -> dict[str, Any]:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         by = {"door": "acp", "doorPid": os.getpid()}
         name = self.client_info.get("name")
         if isinstance(name, str):
             by["client"] = name[:80]
         result = await asyncio.to_thread(operations.terminate, key, by=by)
-        return {
-            "terminated": True,
-            "reason": result.get("reason"),
-            "terminatedBy": result.get("terminatedBy"),
-            "_meta": {
-                "tether": {
-                    k: result[k]
-                    for k in ("alreadyEnded", "survivors", "killMode", "teardownMs")
-                    if k in result
-                }
-            },
-        }
+        return translate.terminate_answer(result)
 
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
         att = self._session_of(params)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import operations, sessions
 from tether.acp_door import turns
-from tether.errors import UsageError
+from tether.errors import TetherError, UsageError
 
 if TYPE_CHECKING:
     from tether.acp_door.door import DoorOptions
@@ -29,13 +29,21 @@ __all__ = ["agent_state", "new_session"]
 STATE_KEYS = ("modes", "configOptions")  # the agent's session state ACP answers carry
 
 
-async def agent_state(key: str) -> dict[str, Any]:
+async def agent_state(key: str, *, tolerant: bool = False) -> dict[str, Any]:
     """The agent's ``modes`` and ``configOptions`` for session ``key`` (agent started).
 
+    ``tolerant`` (load, resume): an agent that cannot start now costs the answer only
+    those -- the session is open, its history replayed; the first prompt reports it.
+
     Raises:
-        TetherError subclasses: the agent could not be started.
+        TetherError subclasses: the agent could not be started (unless ``tolerant``).
     """
-    started = await turns.control(key, "start_agent", {})
+    try:
+        started = await turns.control(key, "start_agent", {})
+    except TetherError:
+        if tolerant:
+            return {}
+        raise
     return {k: started[k] for k in STATE_KEYS if started.get(k) is not None}
 
 

@@ -42,7 +42,9 @@ __all__ = [
     "relay_methods",
     "relayed_notes",
     "relayed_update",
+    "session_id_of",
     "session_info",
+    "terminate_answer",
     "updates_of_entry",
 ]
 
@@ -240,6 +242,29 @@ def error_for(exc: BaseException) -> tuple[int, str, Any]:
     if isinstance(exc, TetherError):
         return INTERNAL_ERROR, str(exc.message), {"tether": exc.to_wire()}
     return INTERNAL_ERROR, f"internal error: {type(exc).__name__}", None
+
+
+def session_id_of(params: dict[str, Any]) -> str:
+    """The request's ``sessionId``.
+
+    Raises:
+        UsageError: missing or not a non-empty string.
+    """
+    key = params.get("sessionId")
+    if not isinstance(key, str) or not key:
+        raise UsageError("sessionId is required")
+    return key
+
+
+def terminate_answer(result: dict[str, Any]) -> dict[str, Any]:
+    """``_tether/session/terminate``'s answer from :func:`tether.operations.terminate`."""
+    details = ("alreadyEnded", "survivors", "killMode", "teardownMs")
+    return {
+        "terminated": True,
+        "reason": result.get("reason"),
+        "terminatedBy": result.get("terminatedBy"),
+        "_meta": {"tether": {k: result[k] for k in details if k in result}},
+    }
 
 
 def relay_methods(client_capabilities: dict[str, Any]) -> list[str]:
