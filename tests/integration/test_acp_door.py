@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.integration._acp_peer import MOCK, AcpPeer, texts
+from tests.integration._acp_peer import MOCK, AcpPeer, peer, texts
 
 from tether import operations
+
+__all__ = ["peer"]  # the fixture, imported
 
 pytestmark = pytest.mark.integration
 
 MOCK_FULL = f"{MOCK} --modes --config-options"
-
-
-@pytest.fixture
-def peer(project_dir: Path) -> Iterator[Callable[..., AcpPeer]]:
-    """A factory of ``tether acp`` clients; at the end every door is gone and every
-    session of the home closed (with proof of its tree)."""
-    made: list[AcpPeer] = []
-
-    def make(agent: str = MOCK, *extra: str) -> AcpPeer:
-        p = AcpPeer(project_dir, agent, *extra)
-        made.append(p)
-        return p
-
-    try:
-        yield make
-    finally:
-        for p in made:
-            p.kill()
-        for record in operations.list_sessions():
-            operations.close_session(record["key"])
 
 
 def _journal_kinds(key: str, kind: str) -> list[dict[str, object]]:

@@ -10,36 +10,20 @@ and the official Python SDK's client connection serves terminals in one test.
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.integration._acp_peer import MOCK, AcpPeer, texts
+from tests.integration._acp_peer import AcpPeer, peer, sdk_door, texts
 
 from tether import operations
+
+__all__ = ["peer"]  # the fixture, imported
 
 pytestmark = pytest.mark.integration
 
 FS_CAPS = {"fs": {"readTextFile": True, "writeTextFile": True}}
-
-
-@pytest.fixture
-def peer(project_dir: Path) -> Iterator[Callable[..., AcpPeer]]:
-    made: list[AcpPeer] = []
-
-    def make(agent: str = MOCK, *extra: str) -> AcpPeer:
-        p = AcpPeer(project_dir, agent, *extra)
-        made.append(p)
-        return p
-
-    try:
-        yield make
-    finally:
-        for p in made:
-            p.kill()
 
 
 @pytest.fixture(autouse=True)
@@ -200,11 +184,7 @@ def test_the_official_sdk_client_serves_the_agents_terminal(project_dir: Path) -
 
     async def main() -> None:
         client = _TerminalClient()
-        async with acp.spawn_agent_process(
-            client, sys.executable, "-m", "tether", "--cwd", str(project_dir), "acp",
-            "--agent", MOCK,
-            env=dict(os.environ),  # the SDK's default env drops TETHER_HOME: the user's home
-        ) as (conn, _proc):  # fmt: skip
+        async with sdk_door(client, project_dir) as (conn, _proc):
             caps = acp.schema.ClientCapabilities(terminal=True)
             await conn.initialize(protocol_version=1, client_capabilities=caps)
             new = await conn.new_session(cwd=str(project_dir), mcp_servers=[])
