@@ -143,6 +143,37 @@ def test_last_event_id_resumes_without_gap_or_duplicate(project_dir: Path) -> No
     _run(main())
 
 
+def test_a_stream_older_than_the_ring_resumes_from_the_journal(project_dir: Path) -> None:
+    """A ring of 2 events: a stream from the start ("0") comes from the journal, each
+    update once, in order, each id the seq of the journal entry it relays."""
+
+    async def main() -> None:
+        channel = _channel(ring=2)
+        sid = await _open(channel, project_dir)
+        await channel.post(_prompt(3, sid, "stream 6 x"))
+        await channel.aclose()
+        events: Events = []
+        await _collect(channel, "0", events)
+        seqs = [int(i) for i, _ in events]
+        assert seqs == sorted(set(seqs))
+        texts = [
+            f["params"]["update"].get("content", {}).get("text")
+            for _, f in events
+            if f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        ]
+        assert texts == [f"x {i}\n" for i in range(6)]
+        from tether.journal import store
+        from tether.journal.entry import parse_line
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}
+        for seq, frame in zip(seqs, (f for _, f in events), strict=True):
+            assert entries[seq]["frame"]["params"]["update"] == frame["params"]["update"]
+
+    _run(main())
+
+
 def test_an_abandoned_prompt_post_cancels_its_turn(project_dir: Path) -> None:
     """The HTTP client of a prompt goes away: the turn gets session/cancel and ends
     `cancelled`; the session stays and answers the next prompt."""

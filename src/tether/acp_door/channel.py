@@ -151,10 +151,13 @@ class AcpChannel:
         cursor = self._next_event
         if after is not None:
             found = next((n for n, eid, _ in self._ring if eid == after), None)
+            positions = check_event_id(after)
             if found is not None:
                 cursor = found + 1
+            elif self._ring and self._ring[0][0] == 1 and self._cursors.before_all(positions):
+                cursor = 1  # from the start, and the ring holds it all: exact, live-only too
             else:
-                async for item in self._replay(check_event_id(after)):
+                async for item in self._replay(positions):
                     yield item
         more = asyncio.Event()
         self._streams.add(more)

@@ -76,6 +76,13 @@ class Cursors:
                 out.append((key, start, self.at[key]))
         return out
 
+    def before_all(self, positions: list[Position]) -> bool:
+        """Whether ``positions`` precede everything relayed (``0``, a stream's start)."""
+        return all(
+            not _after(pos, (self.first[key] - 1, 0))
+            for key, pos in zip(self.order, positions, strict=False)
+        )
+
 
 def parse_id(text: str) -> list[Position]:
     """The positions an event id names (its ``~n`` ignored).
