@@ -166,3 +166,18 @@ def test_relay_answer_is_validated() -> None:
     with pytest.raises(protocol.IpcRejected):
         protocol.parse_request(line)
     assert issubclass(AlreadyAnswered, TetherError)
+
+
+def test_the_door_asks_for_relays_only_of_an_owner_that_knows_them() -> None:
+    from tether.acp_door.turns import prompt_payload
+
+    blocks = [{"type": "text", "text": "hi"}]
+    relay = {"methods": ["fs/read_text_file"], "client": "t"}
+    old = prompt_payload(blocks, {"type": "hello", "v": 2}, relay)
+    assert "relay" not in old
+    assert old["control"] is True
+    new = prompt_payload(blocks, {"type": "hello", "v": 2, "features": ["relay"]}, relay)
+    assert new["relay"] == relay
+    # The owner side ignores what it does not know: a v2 prompt with `relay` is valid.
+    line = protocol.request_frame("r", "prompt", new)
+    assert protocol.parse_request(line).payload["relay"] == relay

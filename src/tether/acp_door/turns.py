@@ -24,7 +24,7 @@ from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
 
-__all__ = ["answer_relay", "connect", "control", "run_prompt"]
+__all__ = ["answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
@@ -77,10 +77,7 @@ async def run_prompt(
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)
     generation = conn.hello.get("generation")
-    payload: dict[str, Any] = {"prompt": blocks, "wait": True, "client": "acp", "control": True}
-    features = conn.hello.get("features")
-    if relay is not None and isinstance(features, list) and "relay" in features:
-        payload["relay"] = relay[0]
+    payload = prompt_payload(blocks, conn.hello, relay[0] if relay is not None else None)
     try:
         conn.writer.write(
             protocol.request_frame(
@@ -117,6 +114,19 @@ async def run_prompt(
     finally:
         att.running.remove(rid)
         await asyncio.shield(conn.aclose())
+
+
+def prompt_payload(
+    blocks: list[dict[str, Any]], hello: dict[str, Any], relay: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The door's IPC prompt: a controller's, asking for ``relay`` only of an owner
+    whose hello lists the ``relay`` feature (an older owner serves fs and terminals
+    itself, as it would anyway: it ignores a payload field it does not know)."""
+    payload: dict[str, Any] = {"prompt": blocks, "wait": True, "client": "acp", "control": True}
+    features = hello.get("features")
+    if relay is not None and isinstance(features, list) and "relay" in features:
+        payload["relay"] = relay
+    return payload
 
 
 async def answer_relay(conn: _Connection, relay_id: str, answer: dict[str, Any]) -> None:

@@ -49,7 +49,7 @@ from tether.owner.job import Job, Outbox
 
 __all__ = ["RELAYABLE", "ClientRelays"]
 
-RELAYABLE = frozenset({*FS_METHODS, *TERMINAL_METHODS})
+RELAYABLE = frozenset({*FS_METHODS, *TERMINAL_METHODS})  # nothing else is ever relayed
 UNBOUNDED = frozenset({"terminal/wait_for_exit"})  # lasts as long as the client's command
 ID_PREFIX = "client-"
 
@@ -96,7 +96,7 @@ class ClientRelays:
         if job.env.payload.get("control") is not True or not isinstance(relay, dict):
             return None
         methods = relay.get("methods")
-        if not isinstance(methods, list) or method not in methods:
+        if method not in RELAYABLE or not isinstance(methods, list) or method not in methods:
             return None
         token = relay.get("client")
         if isinstance(token, str):
