@@ -137,3 +137,43 @@ def test_sse_ids_are_journal_seqs_and_resume_from_the_journal(
     bad = gw.http.get(SERVER, headers={"Last-Event-ID": "x.y"})
     assert bad.status_code == 400
     assert gw.http.delete(SERVER).status_code == 204
+
+
+def test_an_http_client_serves_the_agents_file_reads(gateway: Gateway, project_dir: Path) -> None:
+    """A client over HTTP that advertises fs gets the agent's fs/read_text_file on its
+    event stream (a request, its id on the stream), answers it with a POST (202), and
+    the agent reads the client's content."""
+    gw = gateway
+    caps = {"fs": {"readTextFile": True, "writeTextFile": False}}
+    _rpc(gw, 1, "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+    sid = _rpc(gw, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})["result"][
+        "sessionId"
+    ]
+    answered: list[dict[str, Any]] = []
+
+    def prompt() -> None:
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "read /etc/hostname"}]}
+        answered.append(_rpc(gw, 3, "session/prompt", params))
+
+    turn = threading.Thread(target=prompt, daemon=True)
+    turn.start()
+    chunks = []
+    # From the start: the request may be out before the stream connects (the ring
+    # holds everything yet, live-only events too).
+    with gw.http.stream("GET", SERVER, headers={"Last-Event-ID": "0"}) as r:
+        for event_id, frame in _events(r.iter_lines()):
+            assert schema_errors(frame, "agent") == []
+            if frame.get("method") == "fs/read_text_file":
+                assert "~" in event_id  # a live-only event: no journal entry is it
+                assert frame["params"] == {"sessionId": sid, "path": "/etc/hostname"}
+                reply = {"jsonrpc": "2.0", "id": frame["id"], "result": {"content": "via http"}}
+                assert schema_errors(reply, "client") == []
+                assert gw.http.post(SERVER, json=reply).status_code == 202
+            update = frame.get("params", {}).get("update", {})
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                chunks.append(update["content"]["text"])
+                break
+    turn.join(30)
+    assert chunks == ["via http"]
+    assert answered[0]["result"]["stopReason"] == "end_turn"
+    assert gw.http.delete(SERVER).status_code == 204
