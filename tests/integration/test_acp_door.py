@@ -93,6 +93,27 @@ def test_new_load_and_resume_answer_the_agents_modes_and_config_options(
     assert "configOptions" not in bare
 
 
+def test_resume_during_another_clients_turn_answers_at_once(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """A second client resumes while the first one's turn runs: it gets the agent's
+    modes at once (from the owner's status), not after the turn; the turn then ends."""
+    p = peer(MOCK_FULL)
+    p.initialize()
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "echo started ; sleep 600000")
+    p.until_text("started")
+    q = peer(MOCK_FULL)
+    q.initialize()
+    resumed, _ = q.request("session/resume", {"sessionId": sid, "cwd": str(p.cwd)})
+    assert resumed["modes"]["currentModeId"] == "default"
+    p.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    answer, _ = p.wait(rid)
+    assert answer["result"]["stopReason"] == "cancelled"
+    q.disconnect()
+    p.disconnect()
+
+
 def test_session_cancel_ends_the_turn_cancelled(peer: Callable[..., AcpPeer]) -> None:
     """session/cancel during a turn: the prompt answers stopReason cancelled; the
     session stays usable."""

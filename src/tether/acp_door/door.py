@@ -13,16 +13,17 @@ runs; answers go out when each finishes.
 What each method does, through the one operations layer (:mod:`tether.operations`):
 
 * ``session/new`` creates a Tether session for the door's agent in the client's
-  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner; ``mcpServers`` join the
+  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner and agent, answering the
+  agent's ``modes`` and ``configOptions`` (:mod:`.opening`); ``mcpServers`` join the
   configured ones in the session's options (``mcp_servers``), which the owner passes
-  to the agent. The ACP
-  ``sessionId`` is the session key.
+  to the agent. The ACP ``sessionId`` is the session key.
 * ``session/prompt`` is an IPC ``prompt`` to the owner (started on demand): the agent's
   ``session/update`` s are relayed in arrival order with the session id rewritten, and
   the turn's stop reason is the answer. ``session/cancel`` cancels this door's running
   turns of the session; ``set_mode`` / ``set_config_option`` go through the queue.
 * ``session/load`` replays the stored journal as ``session/update`` s, then attaches;
-  ``session/resume`` attaches without replay; ``session/list`` pages the home's open
+  ``session/resume`` attaches without replay (both answer the agent's modes and
+  config options); ``session/list`` pages the home's open
   sessions; ``session/close`` closes through the owner (or offline).
 * ``_tether/session/terminate`` is :func:`tether.operations.terminate`.
   ``_tether/session/ended`` reaches the client once per attached session from the

@@ -30,15 +30,26 @@ STATE_KEYS = ("modes", "configOptions")  # the agent's session state ACP answers
 
 
 async def agent_state(key: str, *, tolerant: bool = False) -> dict[str, Any]:
-    """The agent's ``modes`` and ``configOptions`` for session ``key`` (agent started).
+    """The agent's ``modes`` and ``configOptions`` for session ``key``.
 
-    ``tolerant`` (load, resume): an agent that cannot start now costs the answer only
-    those -- the session is open, its history replayed; the first prompt reports it.
+    ``session/new`` starts the agent (``start_agent``, queued). ``tolerant`` (load,
+    resume) asks the owner's ``status`` first -- answered at once, so attaching never
+    waits behind another party's running turn -- and starts the agent only when none
+    runs and nothing is queued; an agent that cannot start now costs the answer only
+    those fields (the session is open, its history replayed; the first prompt reports
+    the failure).
 
     Raises:
         TetherError subclasses: the agent could not be started (unless ``tolerant``).
     """
     try:
+        if tolerant:
+            status = await turns.control(key, "status", {})
+            state = status.get("agentSession")
+            if status.get("agentConnected") and isinstance(state, dict):
+                return {k: state[k] for k in STATE_KEYS if state.get(k) is not None}
+            if status.get("currentRequest") is not None or status.get("queueDepth"):
+                return {}  # busy: the turn under way starts the agent; never wait on it
         started = await turns.control(key, "start_agent", {})
     except TetherError:
         if tolerant:

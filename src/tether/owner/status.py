@@ -55,6 +55,13 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "rateLimit": owner.runner.rate_limit.snapshot(),
         # usage_update / session_info_update: context use, cost, title (issue 14)
         "sessionInfo": owner.slot.session_info.snapshot(),
+        # The live agent session's modes and config options, as set since (tether acp
+        # answers session/load and resume with them without queueing behind a turn).
+        "agentSession": {
+            k: live.session_result[k]
+            for k in ("modes", "configOptions")
+            if live is not None and alive and live.session_result.get(k) is not None
+        },
     }
 
 
