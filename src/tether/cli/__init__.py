@@ -256,19 +256,21 @@ def _dispatch(ctx: Context) -> int:
 
         return run_exec(ctx, _read_prompt(ctx.inv))
     if command in ("prompt", "cancel", "set-mode", "set", "status"):
-        from tether.cli import _session_cmds
-
         if command == "prompt":
-            return _session_cmds.prompt(ctx, _read_prompt(ctx.inv))
-        return _session_cmds.control(ctx)
+            from tether.cli import _prompt_cmd
+
+            return _prompt_cmd.prompt(ctx, _read_prompt(ctx.inv))
+        from tether.cli import _control_cmds
+
+        return _control_cmds.control(ctx)
     if command == "answer":
         from tether.cli import _questions, _session_cmds
 
         return _questions.answer_cmd(ctx, _session_cmds.session_key_of(ctx))
     if command == "sessions":
-        from tether.cli import _session_cmds
+        from tether.cli import _sessions_cmd
 
-        return _session_cmds.sessions_cmd(ctx)
+        return _sessions_cmd.sessions_cmd(ctx)
     if command == "acp":
         from tether.acp_door.stdio import run_stdio
 
