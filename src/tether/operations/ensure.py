@@ -5,8 +5,8 @@ from __future__ import annotations
 from tether import access
 from tether.errors import UsageError
 from tether.ipc.client import OwnerConnection
-from tether.operations.close import _close_live, _close_offline
-from tether.operations.connect import connect, connect_or_start
+from tether.operations.closing import _close_live, _close_offline
+from tether.operations.connecting import connect, connect_or_start
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import time
 from tether import access, sessions
 from tether.errors import NoSession, OwnerUnavailable
 from tether.ipc.client import OwnerConnection
-from tether.operations.connect import connect_or_start
+from tether.operations.connecting import connect_or_start
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:

@@ -12,8 +12,8 @@ from tether.errors import (
     OwnerUnavailable,
 )
 from tether.ipc.client import OwnerConnection
-from tether.operations.close import OWNER_EXIT_WAIT_S
-from tether.operations.connect import START_DEADLINE_S
+from tether.operations.closing import OWNER_EXIT_WAIT_S
+from tether.operations.connecting import START_DEADLINE_S
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
