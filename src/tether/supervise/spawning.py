@@ -45,6 +45,7 @@ class RunSpawner(RunReaper):
         self._ended = loop.create_future()
         argv = [str(a) for a in spec.argv]
         self.cgroup = new_cgroup(self.table, self.lease_id)
+        # Blocking, on the loop's thread, on purpose: see launch_keeper.
         self.keeper, control_sock, master_fd = launch_keeper(
             spec, argv, lease_id=self.lease_id, instance_id=self.instance_id, cgroup=self.cgroup
         )
