@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tether import paths
+from tether.journal import chunks as chunks_mod
 from tether.journal import store
 from tether.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
 from tether.registry import _MIGRATIONS, Registry
@@ -176,7 +177,7 @@ def test_a_large_batch_is_stored_in_compressed_chunks_and_read_back_exactly() ->
         chunks = reg._db.execute(
             "SELECT count(*), sum(codec = 1), sum(length(data)) FROM journal_chunks"
         ).fetchone()
-        assert chunks[0] >= 2000 // store.CHUNK_ENTRIES  # split, so a mid-read unpacks one
+        assert chunks[0] >= 2000 // chunks_mod.CHUNK_ENTRIES  # split, so a mid-read unpacks one
         assert chunks[1] >= 1  # large chunks are compressed ...
         assert chunks[2] < sum(len(i[2]) for i in items) // 3  # ... and it pays
         lines = dict(store.read(reg._db, key, 1))
@@ -253,3 +254,10 @@ def test_a_v5_journal_migrates_to_chunks_and_keeps_working() -> None:
         assert reg._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         tables = {r[0] for r in reg._db.execute("SELECT name FROM sqlite_master")}
         assert "journal" not in tables
+
+
+def test_a_damaged_chunk_is_a_database_error_not_a_crash() -> None:
+    with pytest.raises(sqlite3.DatabaseError, match="damaged"):
+        chunks_mod.unpack(chunks_mod.ZLIB, b"not zlib")
+    with pytest.raises(sqlite3.DatabaseError, match="unknown encoding"):
+        chunks_mod.unpack(7, b"")

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-import zlib
 from collections.abc import Iterable, Iterator, Sequence
 
+from tether.journal.chunks import at_of, chunks, pack, seq_of, unpack
 from tether.journal.entry import (
     TURN_KINDS,
     JournalStats,
@@ -44,52 +44,11 @@ Stored = tuple[int, float, bytes, "Mark | None"]
 Row = tuple[int, float, str, "str | None", str]
 
 READ_CHUNK = 5000  # entries per read when replaying: bounded memory, few round trips
-CHUNK_ENTRIES = 512  # entries per stored chunk at most ...
-CHUNK_BYTES = 128 * 1024  # ... and bytes (a reader from the middle unpacks one chunk)
-COMPRESS_FROM = 1024  # smaller chunks are stored plain: zlib would not pay for itself
-PLAIN, ZLIB = 0, 1
 # How far ahead of what is stored an owner may hand out seqs. The owner relays an entry
 # to its watchers before the entry is stored; if it is killed then, those seqs were
 # seen but never stored. The next owner starts past the reservation, so such a seq is
 # never handed out twice: a crash leaves a gap, never a reused number.
 RESERVE = 1 << 20
-
-
-def seq_of(line: bytes) -> int:
-    """The ``seq`` of an entry's public line, read off its head (``{"seq":N,...``)."""
-    return int(line[7 : line.index(b",", 7)])
-
-
-def _at_of(line: bytes) -> float:
-    start = line.index(b',"at":', 7) + 6
-    return float(line[start : line.index(b",", start)])
-
-
-def _pack(lines: Sequence[bytes]) -> tuple[int, bytes]:
-    data = b"\n".join(lines) + b"\n"
-    if len(data) < COMPRESS_FROM:
-        return PLAIN, data
-    return ZLIB, zlib.compress(data, 1)
-
-
-def _unpack(codec: int, data: bytes) -> list[bytes]:
-    if codec == ZLIB:
-        data = zlib.decompress(data)
-    elif codec != PLAIN:
-        raise sqlite3.DatabaseError(f"journal chunk in an unknown encoding ({codec})")
-    return bytes(data).split(b"\n")[:-1]
-
-
-def _chunks(items: Sequence[Stored]) -> Iterator[Sequence[Stored]]:
-    """Split a batch into runs of at most CHUNK_ENTRIES entries and about CHUNK_BYTES."""
-    begin = size = 0
-    for index, item in enumerate(items):
-        if index > begin and (index - begin >= CHUNK_ENTRIES or size >= CHUNK_BYTES):
-            yield items[begin:index]
-            begin, size = index, 0
-        size += len(item[2]) + 1
-    if begin < len(items):
-        yield items[begin:]
 
 
 def last_seq(db: sqlite3.Connection, key: str) -> int:
@@ -137,8 +96,8 @@ def _insert(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> None:
         " (session_key, first_seq, last_seq, entries, last_at, codec, data)"
         " VALUES (?, ?, ?, ?, ?, ?, ?)",
         [
-            (key, run[0][0], run[-1][0], len(run), run[-1][1], *_pack([i[2] for i in run]))
-            for run in _chunks(items)
+            (key, run[0][0], run[-1][0], len(run), run[-1][1], *pack([i[2] for i in run]))
+            for run in chunks(items)
         ],
     )
     marks = [(key, seq, at, *mark) for seq, at, _line, mark in items if mark is not None]
@@ -232,7 +191,7 @@ def read(
     cursor = db.execute(query + " ORDER BY first_seq", args)
     try:
         for codec, data in cursor:
-            for line in _unpack(codec, data):
+            for line in unpack(codec, data):
                 seq = seq_of(line)
                 if upto is not None and seq > upto:
                     break
@@ -307,7 +266,7 @@ def stats(db: sqlite3.Connection, key: str) -> JournalStats:
             "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND first_seq = ?",
             (key, row[0]),
         ).fetchone()
-        oldest = _at_of(_unpack(*first)[0])
+        oldest = at_of(unpack(*first)[0])
     return JournalStats(
         first_seq=row[0],
         last_seq=last_seq(db, key),
@@ -336,14 +295,14 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
         if last < seq:
             removed += int(entries)
             continue
-        keep = [line for line in _unpack(codec, data) if seq_of(line) >= seq]
+        keep = [line for line in unpack(codec, data) if seq_of(line) >= seq]
         removed += int(entries) - len(keep)
         if keep:
             db.execute(
                 "INSERT INTO journal_chunks"
                 " (session_key, first_seq, last_seq, entries, last_at, codec, data)"
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (key, seq_of(keep[0]), last, len(keep), last_at, *_pack(keep)),
+                (key, seq_of(keep[0]), last, len(keep), last_at, *pack(keep)),
             )
     db.execute("DELETE FROM journal_marks WHERE session_key = ? AND seq < ?", (key, seq))
     return removed
@@ -373,8 +332,8 @@ def _age_cut(db: sqlite3.Connection, key: str, cutoff: float) -> int | None:
     ).fetchone()
     if row is None:
         return None
-    for line in _unpack(*row):
-        if _at_of(line) >= cutoff:
+    for line in unpack(*row):
+        if at_of(line) >= cutoff:
             return seq_of(line)
     return None  # pragma: no cover - last_at >= cutoff means some line qualifies
 
