@@ -188,6 +188,44 @@ _MIGRATIONS: tuple[str, ...] = (
         recorded_at  REAL NOT NULL
     );
     """,
+    # v6 (journal speed, issue 15): entries are stored in chunks -- one row per writer
+    # batch holding the entries' public lines (zlib-compressed when large) -- because a
+    # row per entry cost the owner more than relaying it. The control records (every
+    # kind but `acp`) are also kept one per row in `journal_marks`, so that turn
+    # summaries and "how did it end" are indexed reads. v2's rows become one-entry chunks
+    # (codec 0, plain), their lines built here the way `journal.entry.entry_line` does.
+    """
+    CREATE TABLE journal_chunks (
+        session_key TEXT NOT NULL,
+        first_seq   INTEGER NOT NULL,
+        last_seq    INTEGER NOT NULL,
+        entries     INTEGER NOT NULL,
+        last_at     REAL NOT NULL,          -- the newest entry's time (age retention)
+        codec       INTEGER NOT NULL,       -- 0: plain, 1: zlib
+        data        BLOB NOT NULL,          -- the entries' public lines, each ending in LF
+        PRIMARY KEY (session_key, first_seq)
+    ) WITHOUT ROWID;
+    CREATE TABLE journal_marks (
+        session_key TEXT NOT NULL,
+        seq         INTEGER NOT NULL,
+        at          REAL NOT NULL,
+        kind        TEXT NOT NULL,
+        request_id  TEXT,
+        body        TEXT NOT NULL,          -- JSON object: the entry's other fields
+        PRIMARY KEY (session_key, seq)
+    ) WITHOUT ROWID;
+    INSERT INTO journal_chunks (session_key, first_seq, last_seq, entries, last_at, codec, data)
+        SELECT session_key, seq, seq, 1, at, 0, CAST(
+            '{"seq":' || seq || ',"at":' || at || ',"kind":' || json_quote(kind)
+            || CASE WHEN request_id IS NULL THEN ''
+                    ELSE ',"requestId":' || json_quote(request_id) END
+            || CASE WHEN length(body) <= 2 THEN '}' ELSE ',' || substr(body, 2) END
+            || char(10) AS BLOB)
+        FROM journal;
+    INSERT INTO journal_marks (session_key, seq, at, kind, request_id, body)
+        SELECT session_key, seq, at, kind, request_id, body FROM journal WHERE kind <> 'acp';
+    DROP TABLE journal
+    """,
 )
 
 SCHEMA_VERSION = len(_MIGRATIONS)
@@ -529,16 +567,15 @@ class Registry(RunStore):
         removed: list[str] = []
         with self.transaction() as db:
             if older_than is not None:
-                entries += db.execute("DELETE FROM journal WHERE at < ?", (older_than,)).rowcount
+                for (key,) in db.execute("SELECT session_key FROM journal_heads").fetchall():
+                    entries += journal_store.drop_older(db, str(key), older_than)
                 events += db.execute("DELETE FROM events WHERE at < ?", (older_than,)).rowcount
             if closed:
                 removed = [
                     str(r[0]) for r in db.execute("SELECT key FROM sessions WHERE state = 'closed'")
                 ]
                 for key in removed:
-                    entries += db.execute(
-                        "SELECT count(*) FROM journal WHERE session_key = ?", (key,)
-                    ).fetchone()[0]
+                    entries += journal_store.stats(db, key).entries
                     events += db.execute(
                         "DELETE FROM events WHERE session_key = ?", (key,)
                     ).rowcount

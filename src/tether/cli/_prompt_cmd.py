@@ -52,6 +52,8 @@ def _asker(ctx: Any, key: str) -> Any:
 
 
 def _render(ctx: Any, asker: Any = None, worked: list[int] | None = None) -> Any:
+    from tether.cli._retry import shows_work  # here, not per frame: a tenth of a stream
+
     out = ctx.output
 
     def on_frame(frame: dict[str, Any]) -> None:
@@ -65,8 +67,6 @@ def _render(ctx: Any, asker: Any = None, worked: list[int] | None = None) -> Any
         if kind == "update":
             acp = frame.get("frame")
             if worked is not None and isinstance(acp, dict):
-                from tether.cli._retry import shows_work
-
                 worked[0] += shows_work(acp)
             if isinstance(acp, dict):
                 out.frame(str(frame.get("direction", "in")), acp)

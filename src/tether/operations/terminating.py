@@ -144,13 +144,10 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
 def _ended_report(registry: Any, key: str) -> dict[str, Any]:
     """How an ended session ended (its journal's ``session_ended``): terminate's no-op."""
     from tether import _fastjson
+    from tether.journal import store
 
-    row = registry._db.execute(
-        "SELECT at, body FROM journal WHERE session_key = ? AND kind = 'session_ended'"
-        " ORDER BY seq DESC LIMIT 1",
-        (key,),
-    ).fetchone()
-    event: dict[str, Any] = _fastjson.loads(row[1]) if row else {}
+    row = store.last_of_kind(registry._db, key, "session_ended")
+    event: dict[str, Any] = _fastjson.loads(row[4]) if row else {}
     return {
         "action": "session_terminated",
         "terminated": True,
@@ -158,6 +155,6 @@ def _ended_report(registry: Any, key: str) -> dict[str, Any]:
         "terminatedBy": event.get("terminatedBy", "daemon"),
         "message": event.get("message", "the session had ended"),
         "alreadyEnded": True,
-        "endedAt": row[0] if row else None,
+        "endedAt": row[1] if row else None,
         "sessionKey": key,
     }

@@ -36,6 +36,7 @@ from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
+from tether.owner.memory import MemoryTrim
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
@@ -95,6 +96,9 @@ class Owner:
             agent_tree=self._agent_roots,
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
+        self.memory = MemoryTrim(
+            lambda: self.active is None and not self.admission, shrink=self._shrink_journal
+        )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self._set_status(
             "running" if self.active is not None else "idle"
@@ -178,6 +182,10 @@ class Owner:
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+
+    def _shrink_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.shrink()
 
     def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
         """Journal one control record; returns its seq (0 before the journal is open)."""
@@ -361,6 +369,7 @@ class Owner:
             await self.slot.end_if_dead()
             if not self.admission:
                 self._schedule_retirement()  # a no-op once stopping (not idle)
+                self.memory.soon()
         await self.shutdown()
 
     async def _await_job(self, task: asyncio.Task[None]) -> None:
@@ -438,6 +447,7 @@ class Owner:
         if self._shut_down:
             return
         self._shut_down = True
+        self.memory.cancel()
         self._set_status("stopping")
         self.lock.stop_listening()
         closing = self._close_session
