@@ -13,7 +13,8 @@ from tether import paths
 from tether.journal import chunks as chunks_mod
 from tether.journal import store
 from tether.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
-from tether.registry import _MIGRATIONS, Registry
+from tether.registry import Registry
+from tether.schema import MIGRATIONS
 
 
 def _rows(first: int, count: int, *, at: float = 0.0, size: int = 10) -> list[store.Stored]:
@@ -123,7 +124,7 @@ def test_a_v1_database_migrates_and_keeps_working(tmp_path: Path) -> None:
     """A state.db written by the first schema opens; its turns become journal entries."""
     path = Path(paths.state_db())
     db = sqlite3.connect(path, isolation_level=None)
-    for statement in _MIGRATIONS[0].split(";"):
+    for statement in MIGRATIONS[0].split(";"):
         if statement.strip():
             db.execute(statement)
     db.execute("PRAGMA user_version = 1")
@@ -211,7 +212,7 @@ def test_a_v5_journal_migrates_to_chunks_and_keeps_working() -> None:
     entries, line for line, and goes on: turns, the end record, new batches, retention."""
     path = Path(paths.state_db())
     db = sqlite3.connect(path, isolation_level=None)
-    for migration in _MIGRATIONS[:5]:
+    for migration in MIGRATIONS[:5]:
         for statement in migration.split(";"):
             if statement.strip():
                 db.execute(statement)
