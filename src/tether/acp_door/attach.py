@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.errors import NoSession
-from tether.journal.entry import entry_line, parse_line
+from tether.journal.entry import parse_line
 from tether.journal.follow import Follower, follow_session, is_session_end
 
 __all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries"]
@@ -136,7 +136,7 @@ def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, 
 
     with Registry() as registry:
         rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
-    return [(row[0], parse_line(entry_line(*row))) for row in rows]
+    return [(seq, parse_line(line.decode())) for seq, line in rows]
 
 
 def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str, Any]]]:

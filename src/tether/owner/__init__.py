@@ -47,6 +47,7 @@ module                    job                                                   
                           start_agent (fork, --resume-session: the agent now)
 ``session_info``          the agent's usage_update / session_info_update        no
 ``heartbeat``             the registry heartbeat, from a thread nothing starves  yes
+``memory``                a burst's memory given back once idle (malloc_trim)    yes
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes
 ``teardown``              how the owner ends (close/terminate) and its shutdown  yes

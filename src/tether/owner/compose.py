@@ -34,6 +34,7 @@ from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
+from tether.owner.memory import MemoryTrim
 from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
@@ -96,6 +97,9 @@ class Owner:
             self._current_prompt, timeout=self.settings.permission_timeout
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
+        self.memory = MemoryTrim(
+            lambda: self.active is None and not self.admission, shrink=self._shrink_journal
+        )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(
             "running" if self.active is not None else "idle"
@@ -172,6 +176,10 @@ class Owner:
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+
+    def _shrink_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.shrink()
 
     def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
         """Journal one control record; returns its seq (0 before the journal is open)."""
@@ -343,6 +351,7 @@ class Owner:
             await self.slot.end_if_dead()
             if not self.admission:
                 self._schedule_retirement()  # a no-op once stopping (not idle)
+                self.memory.soon()
         await self.shutdown()
 
     async def _await_job(self, task: asyncio.Task[None]) -> None:

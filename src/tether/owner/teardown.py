@@ -72,6 +72,7 @@ async def shut_down(owner: Owner) -> None:
     if ending.done:
         return
     ending.done = True
+    owner.memory.cancel()
     owner.set_status("stopping")
     owner.lock.stop_listening()
     closing = ending.close_session
