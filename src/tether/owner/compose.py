@@ -39,7 +39,7 @@ from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import end_event, status_snapshot
+from tether.owner.status import end_event, hello_frame, status_snapshot
 from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
@@ -73,7 +73,7 @@ class Owner:
         )
         self.server = IpcServer(
             max_frame_bytes=self.settings.max_frame_bytes,
-            hello=self._hello,
+            hello=lambda: hello_frame(self),
             admit=self.admit,
             on_disconnect=self._on_disconnect,
             waiting=lambda outbox: self.admission.waits(outbox),
@@ -245,19 +245,6 @@ class Owner:
         return any(outbox not in watching for outbox in self.server.connections)
 
     # --- IPC --------------------------------------------------------------------------
-
-    def _hello(self) -> dict[str, Any]:
-        return {
-            "type": "hello",
-            "v": protocol.VERSION,
-            "generation": self.generation,
-            "ownerPid": os.getpid(),
-            "sessionKey": self.key,
-            # A stopping owner (idle TTL, close, signal) rejects new work: a caller that
-            # sees this waits for it to go and starts a new one.
-            "stopping": self.stopping,
-            "features": ["relay"],  # v2 additions this owner understands (ipc.protocol)
-        }
 
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.

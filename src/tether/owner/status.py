@@ -7,6 +7,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from tether.ipc import protocol
+
 if TYPE_CHECKING:
     from tether.owner.agent_slot import RunEnd
     from tether.owner.compose import Owner
@@ -14,11 +16,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "end_event",
+    "hello_frame",
     "session_end_event",
     "status_snapshot",
     "terminate_fields",
     "terminate_result",
 ]
+
+
+def hello_frame(owner: Owner) -> dict[str, Any]:
+    """The owner's first frame on every connection (IPC v2's ``hello``)."""
+    return {
+        "type": "hello",
+        "v": protocol.VERSION,
+        "generation": owner.generation,
+        "ownerPid": os.getpid(),
+        "sessionKey": owner.key,
+        # A stopping owner (idle TTL, close, signal) rejects new work: a caller that
+        # sees this waits for it to go and starts a new one.
+        "stopping": owner.stopping,
+        "features": ["relay"],  # v2 additions this owner understands (ipc.protocol)
+    }
 
 
 def status_snapshot(owner: Owner) -> dict[str, Any]:
