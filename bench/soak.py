@@ -345,14 +345,14 @@ def run_crash(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run_mode(mode: str, args: argparse.Namespace, ledger: SignalLedger) -> dict[str, Any]:
     from tether.registry import Registry
+    from tether.supervise.cgroups import CgroupProbe
     from tether.supervise.reconcile import reconcile
-    from tether.supervise.runner import _Cgroups
 
     if mode == "cgroup":
         os.environ.pop("TETHER_NO_CGROUP", None)
     else:
         os.environ["TETHER_NO_CGROUP"] = "1"
-    _Cgroups.reset()
+    CgroupProbe.reset()
     per_path: dict[str, list[dict[str, Any]]] = {}
     t_mode = time.monotonic()
     for path in PATHS:

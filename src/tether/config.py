@@ -378,6 +378,43 @@ def _stderr_warning(message: str) -> None:
     sys.stderr.write(f"[tether] warning: {message}\n")
 
 
+_VISIBILITY_RANK = {"self": 0, "tree": 1, "agent": 2, "all": 3}
+
+
+def _no_wider(
+    project: dict[str, Any], user: Mapping[str, Any], path: str, user_path: str, warn: Warn
+) -> dict[str, Any]:
+    """A project file may narrow who sessions can see and drive, never widen it.
+
+    ``./.tether.toml`` lives in the working tree, where the agent itself can write: a
+    session that could raise its own ``sessions.visibility`` or turn ``agentToAgent`` on
+    would choose its own policy. Those are the operator's (the user file's); a project
+    value wider than the user's is ignored, with a warning.
+    """
+    out = dict(project)
+    sessions = project.get("sessions")
+    if isinstance(sessions, dict) and "visibility" in sessions:
+        mine, theirs = sessions["visibility"], user["sessions"]["visibility"]
+        if _VISIBILITY_RANK.get(mine, 9) > _VISIBILITY_RANK.get(theirs, 9):
+            warn(
+                f"{path}: sessions.visibility = {mine!r} is wider than {theirs!r} and is"
+                f" ignored: a project may narrow visibility; widen it in {user_path}"
+            )
+            out["sessions"] = {k: v for k, v in sessions.items() if k != "visibility"}
+    a2a = project.get("agentToAgent")
+    if isinstance(a2a, dict):
+        kept = dict(a2a)
+        if kept.get("enabled") and not user["agentToAgent"]["enabled"]:
+            warn(f"{path}: agentToAgent.enabled is ignored: enable it in {user_path}")
+            del kept["enabled"]
+        allowed = set(user["agentToAgent"]["allow"])
+        if "allow" in kept and not set(kept["allow"]) <= allowed:
+            warn(f"{path}: agentToAgent.allow may only narrow {user_path}'s list; ignored")
+            del kept["allow"]
+        out["agentToAgent"] = kept
+    return out
+
+
 def load(cwd: str | os.PathLike[str], warn: Warn | None = None) -> dict[str, Any]:
     """The merged, validated configuration for a command run in ``cwd``.
 
@@ -387,9 +424,14 @@ def load(cwd: str | os.PathLike[str], warn: Warn | None = None) -> dict[str, Any
     Raises:
         ConfigError: a file is malformed or a value is not allowed (exit 2).
     """
+    warn = warn or _stderr_warning
     merged: dict[str, Any] = {name: _default(key) for name, key in SCHEMA.items()}
-    for path in (paths.user_config_file(), paths.project_config_file(cwd)):
-        for key, value in _read(path, warn or _stderr_warning).items():
+    user_path, project_path = paths.user_config_file(), paths.project_config_file(cwd)
+    for path in (user_path, project_path):
+        values = _read(path, warn)
+        if path == project_path:
+            values = _no_wider(values, merged, path, user_path, warn)
+        for key, value in values.items():
             if isinstance(value, dict) and isinstance(merged.get(key), dict):
                 merged[key] = {**merged[key], **value}
             else:

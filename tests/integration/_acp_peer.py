@@ -14,10 +14,15 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any
 
+import pytest
 from tests.acp_schema import schema_errors
+
+from tether import operations
 
 READ_TIMEOUT_S = 30.0
 MOCK = f"{sys.executable} -m tether.testing.mock_agent"
@@ -53,6 +58,10 @@ class AcpPeer:
                 self.problems.append(f"{frame}: {errs}")
             self.frames.put(frame)
         self.frames.put(None)
+
+    def answer(self, request: dict[str, Any], result: dict[str, Any]) -> None:
+        """Answer the door's request ``request`` (a frame) with ``result``."""
+        self.send({"jsonrpc": "2.0", "id": request["id"], "result": result})
 
     def send(self, frame: dict[str, Any]) -> None:
         errs = schema_errors(frame, "client")
@@ -118,12 +127,13 @@ class AcpPeer:
             if m := re.search(pattern, text):
                 return m
 
-    def initialize(self) -> dict[str, Any]:
+    def initialize(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        caps = capabilities or {"fs": {"readTextFile": False, "writeTextFile": False}}
         result, _ = self.request(
             "initialize",
             {
                 "protocolVersion": 1,
-                "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}},
+                "clientCapabilities": caps,
                 "clientInfo": {"name": "tether-tests", "version": "0"},
             },
         )
@@ -177,3 +187,35 @@ def texts(notes: list[dict[str, Any]], kind: str = "agent_message_chunk") -> lis
         if note.get("method") == "session/update" and update.get("sessionUpdate") == kind:
             out.append(update.get("content", {}).get("text", ""))
     return out
+
+
+@pytest.fixture
+def peer(project_dir: Path) -> Iterator[Callable[..., AcpPeer]]:
+    """A factory of ``tether acp`` clients; at the end every door is gone and every
+    session of the home closed (with proof of its tree). Import it into a test module
+    to use it."""
+    made: list[AcpPeer] = []
+
+    def make(agent: str = MOCK, *extra: str) -> AcpPeer:
+        p = AcpPeer(project_dir, agent, *extra)
+        made.append(p)
+        return p
+
+    try:
+        yield make
+    finally:
+        for p in made:
+            p.kill()
+        for record in operations.list_sessions():
+            operations.close_session(record["key"])
+
+
+def sdk_door(client: Any, cwd: Path) -> AbstractAsyncContextManager[tuple[Any, Any]]:
+    """``tether acp --agent mock`` spawned by the official SDK for ``client``:
+    ``async with sdk_door(client, cwd) as (conn, proc)``."""
+    import acp
+
+    return acp.spawn_agent_process(  # type: ignore[no-any-return]
+        client, sys.executable, "-m", "tether", "--cwd", str(cwd), "acp", "--agent", MOCK,
+        env=dict(os.environ),  # the SDK's default env drops TETHER_HOME: the user's home
+    )  # fmt: skip

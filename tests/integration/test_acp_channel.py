@@ -16,7 +16,7 @@ from tests.acp_schema import schema_errors
 from tether import operations, sessions
 from tether.acp_door import DoorOptions
 from tether.acp_door.channel import AcpChannel
-from tether.errors import ClosedResourceError
+from tether.errors import ClosedResourceError, UsageError
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -43,10 +43,10 @@ def _req(rid: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
     return frame
 
 
-Events = list[tuple[int, dict[str, Any]]]
+Events = list[tuple[str, dict[str, Any]]]
 
 
-async def _collect(channel: AcpChannel, after: int | None, into: Events) -> None:
+async def _collect(channel: AcpChannel, after: str | None, into: Events) -> None:
     async for item in channel.events(after):
         into.append(item)
 
@@ -97,7 +97,7 @@ def test_posts_get_their_answers_and_updates_go_to_the_stream(project_dir: Path)
             if f.get("method") == "session/update"
         ]
         assert "from a" in texts
-        ids = [i for i, _ in events]
+        ids = [int(i) for i, _ in events]  # one session: each id is its journal seq
         assert ids == sorted(set(ids))
         for _, frame in events:
             assert schema_errors(frame, "agent") == []
@@ -109,24 +109,67 @@ def test_posts_get_their_answers_and_updates_go_to_the_stream(project_dir: Path)
 
 
 def test_last_event_id_resumes_without_gap_or_duplicate(project_dir: Path) -> None:
-    """A stream reopened after event k gets k+1 onwards, each once."""
+    """Each event's id is its journal seq. A stream reopened after any event gets the
+    rest, each once: from the ring when it holds the id, from the journal when it does
+    not (an id it never gave, or one before everything: "0"), with the same ids."""
 
     async def main() -> None:
         channel = _channel()
         sid = await _open(channel, project_dir)
+        live: Events = []
+        stream = asyncio.ensure_future(_collect(channel, "0", live))
         await channel.post(_prompt(3, sid, "stream 6 c"))
-        last = channel.last_event_id
-        assert last >= 6
-        first: Events = []
-        second: Events = []
-        await channel.post(_prompt(4, sid, "stream 6 c"))
+        await channel.post(_prompt(4, sid, "stream 6 d"))
         await channel.aclose()  # the streams below read what the ring holds, then end
-        await _collect(channel, last - 3, first)
-        resumed_from = first[2][0]
-        await _collect(channel, resumed_from, second)
-        assert first[0][0] == last - 2
-        assert [i for i, _ in first[3:]] == [i for i, _ in second]
-        assert [i for i, _ in first] == list(range(last - 2, channel.last_event_id + 1))
+        await stream
+        seqs = [int(i) for i, _ in live]
+        assert seqs == sorted(set(seqs))
+        assert [f["params"]["sessionId"] for _, f in live] == [sid] * len(live)
+        from_ring: Events = []
+        await _collect(channel, live[4][0], from_ring)
+        assert from_ring == live[5:]
+        # A seq that is no event of this stream (a control entry between two turns'
+        # updates): the ring cannot place it, the journal can.
+        gap = next(k for k in range(1, len(seqs)) if seqs[k] > seqs[k - 1] + 1)
+        from_journal: Events = []
+        await _collect(channel, str(seqs[gap - 1] + 1), from_journal)
+        assert from_journal == live[gap:]
+        everything: Events = []
+        await _collect(channel, "0", everything)
+        assert everything == live
+        with pytest.raises(UsageError):
+            await _collect(channel, "not-an-id", [])
+
+    _run(main())
+
+
+def test_a_stream_older_than_the_ring_resumes_from_the_journal(project_dir: Path) -> None:
+    """A ring of 2 events: a stream from the start ("0") comes from the journal, each
+    update once, in order, each id the seq of the journal entry it relays."""
+
+    async def main() -> None:
+        channel = _channel(ring=2)
+        sid = await _open(channel, project_dir)
+        await channel.post(_prompt(3, sid, "stream 6 x"))
+        await channel.aclose()
+        events: Events = []
+        await _collect(channel, "0", events)
+        seqs = [int(i) for i, _ in events]
+        assert seqs == sorted(set(seqs))
+        texts = [
+            f["params"]["update"].get("content", {}).get("text")
+            for _, f in events
+            if f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+        ]
+        assert texts == [f"x {i}\n" for i in range(6)]
+        from tether.journal import store
+        from tether.journal.entry import parse_line
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}
+        for seq, frame in zip(seqs, (f for _, f in events), strict=True):
+            assert entries[seq]["frame"]["params"]["update"] == frame["params"]["update"]
 
     _run(main())
 
@@ -139,7 +182,7 @@ def test_an_abandoned_prompt_post_cancels_its_turn(project_dir: Path) -> None:
         channel = _channel()
         sid = await _open(channel, project_dir)
         long = asyncio.ensure_future(channel.post(_prompt(3, sid, "echo started ; sleep 60000")))
-        async for _, frame in channel.events(0):
+        async for _, frame in channel.events("0"):
             if "started" in str(frame):
                 break  # the turn has begun
         long.cancel()

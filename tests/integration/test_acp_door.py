@@ -9,37 +9,19 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from tests.integration._acp_peer import MOCK, AcpPeer, texts
+from tests.integration._acp_peer import MOCK, AcpPeer, peer, texts
 
 from tether import operations
+
+__all__ = ["peer"]  # the fixture, imported
 
 pytestmark = pytest.mark.integration
 
 MOCK_FULL = f"{MOCK} --modes --config-options"
-
-
-@pytest.fixture
-def peer(project_dir: Path) -> Iterator[Callable[..., AcpPeer]]:
-    """A factory of ``tether acp`` clients; at the end every door is gone and every
-    session of the home closed (with proof of its tree)."""
-    made: list[AcpPeer] = []
-
-    def make(agent: str = MOCK, *extra: str) -> AcpPeer:
-        p = AcpPeer(project_dir, agent, *extra)
-        made.append(p)
-        return p
-
-    try:
-        yield make
-    finally:
-        for p in made:
-            p.kill()
-        for record in operations.list_sessions():
-            operations.close_session(record["key"])
 
 
 def _journal_kinds(key: str, kind: str) -> list[dict[str, object]]:
@@ -79,6 +61,56 @@ def test_a_session_lifecycle_speaks_schema_valid_acp(peer: Callable[..., AcpPeer
     load = {"sessionId": sid, "cwd": str(p.cwd), "mcpServers": []}
     unknown, _ = p.wait(p.start("session/load", load))
     assert unknown["error"]["code"] == -32002  # a closed session is not found
+    p.disconnect()
+
+
+def test_new_load_and_resume_answer_the_agents_modes_and_config_options(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """session/new starts the agent and answers what its session/new said (modes,
+    configOptions); load and resume answer them too, as set since."""
+    p = peer(MOCK_FULL)
+    p.initialize()
+    new, _ = p.request("session/new", {"cwd": str(p.cwd), "mcpServers": []})
+    sid = new["sessionId"]
+    assert new["modes"]["currentModeId"] == "default"
+    assert {m["id"] for m in new["modes"]["availableModes"]} >= {"default", "plan"}
+    assert [o["id"] for o in new["configOptions"]] == ["model", "fast"]
+    p.request("session/set_mode", {"sessionId": sid, "modeId": "plan"})
+    p.request(
+        "session/set_config_option", {"sessionId": sid, "configId": "model", "value": "mock-large"}
+    )
+    load = {"sessionId": sid, "cwd": str(p.cwd), "mcpServers": []}
+    for method in ("session/load", "session/resume"):
+        answer, _ = p.request(method, load)
+        assert answer["modes"]["currentModeId"] == "plan", method
+        model = next(o for o in answer["configOptions"] if o["id"] == "model")
+        assert model["currentValue"] == "mock-large", method
+    plain = peer()
+    plain.initialize()
+    bare, _ = plain.request("session/new", {"cwd": str(p.cwd), "mcpServers": []})
+    assert "modes" not in bare  # the agent offered none: none answered
+    assert "configOptions" not in bare
+
+
+def test_resume_during_another_clients_turn_answers_at_once(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """A second client resumes while the first one's turn runs: it gets the agent's
+    modes at once (from the owner's status), not after the turn; the turn then ends."""
+    p = peer(MOCK_FULL)
+    p.initialize()
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "echo started ; sleep 600000")
+    p.until_text("started")
+    q = peer(MOCK_FULL)
+    q.initialize()
+    resumed, _ = q.request("session/resume", {"sessionId": sid, "cwd": str(p.cwd)})
+    assert resumed["modes"]["currentModeId"] == "default"
+    p.send({"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}})
+    answer, _ = p.wait(rid)
+    assert answer["result"]["stopReason"] == "cancelled"
+    q.disconnect()
     p.disconnect()
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from tests._cli import run_tether
-from tests.integration._acp_peer import MOCK
+from tests.integration._acp_peer import sdk_door
 
 import tether
 from tether import operations
@@ -65,10 +64,7 @@ def test_the_official_python_sdk_drives_tether_acp(project_dir: Path) -> None:
 
     async def main() -> None:
         recorder = _Recorder()
-        async with acp.spawn_agent_process(
-            recorder, sys.executable, "-m", "tether", "--cwd", str(project_dir), "acp",
-            "--agent", MOCK,
-        ) as (conn, _proc):  # fmt: skip
+        async with sdk_door(recorder, project_dir) as (conn, _proc):
             init = await conn.initialize(protocol_version=1)
             assert init.agent_capabilities is not None
             assert init.agent_capabilities.load_session is True

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.integration
 SERVER = "/v1/acp/srv-1"
 
 
-def _events(lines: Iterator[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, dict[str, Any]]]:
     """(id, frame) of an SSE stream (comments skipped)."""
     event_id, data = None, []
     for line in lines:
@@ -29,7 +29,7 @@ def _events(lines: Iterator[str]) -> Iterator[tuple[int, dict[str, Any]]]:
                 yield event_id, json.loads("\n".join(data))
             event_id, data = None, []
         elif line.startswith("id: "):
-            event_id = int(line[4:])
+            event_id = line[4:]
         elif line.startswith("data: "):
             data.append(line[6:])
 
@@ -53,11 +53,11 @@ def test_acp_over_http_post_sse_delete(gateway: Gateway, project_dir: Path) -> N
     assert _rpc(gw, 1, "initialize", {"protocolVersion": 1})["result"]["protocolVersion"] == 1
     new = _rpc(gw, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})
     sid = new["result"]["sessionId"]
-    seen: list[tuple[int, dict[str, Any]]] = []
+    seen: list[tuple[str, dict[str, Any]]] = []
     done = threading.Event()
 
     def read() -> None:
-        # From the ring's start (Last-Event-ID 0): nothing said before we connect is lost.
+        # From the start (Last-Event-ID 0): nothing said before we connect is lost.
         with gw.http.stream("GET", SERVER, headers={"Last-Event-ID": "0"}) as r:
             assert r.status_code == 200
             assert r.headers["content-type"].startswith("text/event-stream")
@@ -72,14 +72,14 @@ def test_acp_over_http_post_sse_delete(gateway: Gateway, project_dir: Path) -> N
     prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": "echo over http"}]}
     assert _rpc(gw, 3, "session/prompt", prompt)["result"]["stopReason"] == "end_turn"
     assert done.wait(30)
-    ids = [i for i, _ in seen]
+    ids = [int(i) for i, _ in seen]  # one session: each id is its journal seq
     assert ids == sorted(set(ids))
     for _, frame in seen:
         assert schema_errors(frame, "agent") == []
         assert frame["params"]["sessionId"] == sid
     with gw.http.stream("GET", SERVER, headers={"Last-Event-ID": str(ids[-2])}) as r:
         first = next(_events(r.iter_lines()))
-    assert first[0] == ids[-1]
+    assert first[0] == str(ids[-1])
     cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
     assert gw.http.post(SERVER, json=cancel).status_code == 202
     bad = gw.http.post(SERVER, content=b"{not json")
@@ -88,3 +88,92 @@ def test_acp_over_http_post_sse_delete(gateway: Gateway, project_dir: Path) -> N
     assert gw.http.delete(SERVER).status_code == 204
     assert gw.http.delete(SERVER).status_code == 204
     assert gw.http.get(SERVER).status_code == 204
+
+
+def _read_until(gw: Gateway, last_event_id: str, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """A stream from ``last_event_id``, read until an event mentions ``text``."""
+    out = []
+    with gw.http.stream("GET", SERVER, headers={"Last-Event-ID": last_event_id}) as r:
+        assert r.status_code == 200
+        for item in _events(r.iter_lines()):
+            assert schema_errors(item[1], "agent") == []
+            out.append(item)
+            if text in json.dumps(item[1]):
+                break
+    return out
+
+
+def test_sse_ids_are_journal_seqs_and_resume_from_the_journal(
+    gateway: Gateway, project_dir: Path
+) -> None:
+    """Each event's id is the journal seq of the entry it relays (the session's own
+    journal says so); Last-Event-ID resumes without gap or duplicate from an event id
+    (the ring) and from a seq the stream never sent as an id (the journal); a bad id
+    is a 400."""
+    gw = gateway
+    _rpc(gw, 1, "initialize", {"protocolVersion": 1})
+    sid = _rpc(gw, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})["result"][
+        "sessionId"
+    ]
+    for rid, text in ((3, "stream 4 first"), (4, "stream 4 second")):
+        prompt = {"sessionId": sid, "prompt": [{"type": "text", "text": text}]}
+        assert _rpc(gw, rid, "session/prompt", prompt)["result"]["stopReason"] == "end_turn"
+    everything = _read_until(gw, "0", "second 3")
+    seqs = [int(i) for i, _ in everything]
+    assert seqs == sorted(set(seqs))
+    from tether.journal import store
+    from tether.journal.entry import parse_line
+    from tether.registry import Registry
+
+    with Registry() as registry:  # the gateway's home is the test's
+        entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}
+    for seq, frame in everything:
+        entry = entries[int(seq)]
+        assert entry["kind"] == "acp"
+        assert entry["frame"]["params"]["update"] == frame["params"]["update"]
+    assert _read_until(gw, str(seqs[3]), "second 3") == everything[4:]
+    gap = next(k for k in range(1, len(seqs)) if seqs[k] > seqs[k - 1] + 1)
+    assert _read_until(gw, str(seqs[gap - 1] + 1), "second 3") == everything[gap:]
+    bad = gw.http.get(SERVER, headers={"Last-Event-ID": "x.y"})
+    assert bad.status_code == 400
+    assert gw.http.delete(SERVER).status_code == 204
+
+
+def test_an_http_client_serves_the_agents_file_reads(gateway: Gateway, project_dir: Path) -> None:
+    """A client over HTTP that advertises fs gets the agent's fs/read_text_file on its
+    event stream (a request, its id on the stream), answers it with a POST (202), and
+    the agent reads the client's content."""
+    gw = gateway
+    caps = {"fs": {"readTextFile": True, "writeTextFile": False}}
+    _rpc(gw, 1, "initialize", {"protocolVersion": 1, "clientCapabilities": caps})
+    sid = _rpc(gw, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})["result"][
+        "sessionId"
+    ]
+    answered: list[dict[str, Any]] = []
+
+    def prompt() -> None:
+        params = {"sessionId": sid, "prompt": [{"type": "text", "text": "read /etc/hostname"}]}
+        answered.append(_rpc(gw, 3, "session/prompt", params))
+
+    turn = threading.Thread(target=prompt, daemon=True)
+    turn.start()
+    chunks = []
+    # From the start: the request may be out before the stream connects (the ring
+    # holds everything yet, live-only events too).
+    with gw.http.stream("GET", SERVER, headers={"Last-Event-ID": "0"}) as r:
+        for event_id, frame in _events(r.iter_lines()):
+            assert schema_errors(frame, "agent") == []
+            if frame.get("method") == "fs/read_text_file":
+                assert "~" in event_id  # a live-only event: no journal entry is it
+                assert frame["params"] == {"sessionId": sid, "path": "/etc/hostname"}
+                reply = {"jsonrpc": "2.0", "id": frame["id"], "result": {"content": "via http"}}
+                assert schema_errors(reply, "client") == []
+                assert gw.http.post(SERVER, json=reply).status_code == 202
+            update = frame.get("params", {}).get("update", {})
+            if update.get("sessionUpdate") == "agent_message_chunk":
+                chunks.append(update["content"]["text"])
+                break
+    turn.join(30)
+    assert chunks == ["via http"]
+    assert answered[0]["result"]["stopReason"] == "end_turn"
+    assert gw.http.delete(SERVER).status_code == 204

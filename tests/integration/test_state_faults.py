@@ -226,8 +226,11 @@ def _as_nobody(argv: list[str], home: str) -> tuple[int, str]:
     import pwd
 
     import tether.cli
+    import tether.cli._control_cmds
     import tether.cli._crash
+    import tether.cli._prompt_cmd
     import tether.cli._session_cmds
+    import tether.cli._sessions_cmd
     import tether.cli.output
     import tether.registry
 

@@ -44,9 +44,10 @@ from tether import _os, metrics
 from tether._os import UNREADABLE
 from tether.registry import Registry
 from tether.supervise import reconcile as reconcile_mod
+from tether.supervise.cgroups import CgroupProbe
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
-from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, _Cgroups, spawn_agent
+from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
 
 pytestmark = [
     pytest.mark.integration,
@@ -155,9 +156,9 @@ def cgroup_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
         monkeypatch.delenv("TETHER_NO_CGROUP", raising=False)
     else:
         monkeypatch.setenv("TETHER_NO_CGROUP", "1")
-    _Cgroups.reset()  # the probe is once per process; each case decides afresh
+    CgroupProbe.reset()  # the probe is once per process; each case decides afresh
     yield request.param
-    _Cgroups.reset()
+    CgroupProbe.reset()
 
 
 def _expect_cgroup(proc: AgentProcess, mode: str) -> None:
@@ -818,7 +819,7 @@ def test_cgroup_escape_marks_ownership_escape(
     if why is not None:
         pytest.skip(f"cgroup v2 not writable: {why}")
     monkeypatch.delenv("TETHER_NO_CGROUP", raising=False)
-    _Cgroups.reset()
+    CgroupProbe.reset()
     mount = _os.find_cgroup2_mount()
     assert mount is not None
 
@@ -841,7 +842,7 @@ def test_cgroup_escape_marks_ownership_escape(
                 assert reg.counters().get("run_exit_total{reason=ownership-escape}") == 1
             finally:
                 metrics.attach(None)
-                _Cgroups.reset()
+                CgroupProbe.reset()
 
     run(main())
 
@@ -853,7 +854,7 @@ def test_setsid_escape_without_cgroup_is_marked(
     and session is found by the keeper's walk, reaped, and marks the run; the warning
     log line carries the run id and the reason."""
     monkeypatch.setenv("TETHER_NO_CGROUP", "1")
-    _Cgroups.reset()
+    CgroupProbe.reset()
     prog = "setsid sleep 600 & echo up; wait"
 
     async def main() -> None:
@@ -875,7 +876,7 @@ def test_setsid_escape_without_cgroup_is_marked(
                 assert fields["pids"] == list(report.escaped)
             finally:
                 metrics.attach(None)
-                _Cgroups.reset()
+                CgroupProbe.reset()
 
     run(main())
 
@@ -886,7 +887,7 @@ def test_counters_and_log_fields_move_with_their_events(
     """Seed 003's run counters move when their events happen, with the seed's label
     values, and every supervision line carries the run id and a reason."""
     monkeypatch.setenv("TETHER_NO_CGROUP", "1")
-    _Cgroups.reset()
+    CgroupProbe.reset()
     stubborn = "trap '' TERM; echo up; while :; do sleep 0.1; done"
 
     async def main() -> None:
@@ -905,7 +906,7 @@ def test_counters_and_log_fields_move_with_their_events(
                 counters = reg.counters()
             finally:
                 metrics.attach(None)
-                _Cgroups.reset()
+                CgroupProbe.reset()
         assert counters["run_spawn_total"] == 2
         assert counters["run_timeout_total{type=overall}"] == 1
         assert counters["run_timeout_total{type=no_output}"] == 1

@@ -143,7 +143,7 @@ def test_slice_lines_is_one_based() -> None:
 )
 def test_parse_grammar(argv: list[str], expect: dict[str, object]) -> None:
     """The acpx grammar: optional agent, command, options anywhere, implicit prompt."""
-    inv = parse(argv, lambda token: token == "mock")
+    inv = parse(argv, lambda token, _cwd=None: token == "mock")
     for key, value in expect.items():
         assert getattr(inv, key) == value, key
 
@@ -164,7 +164,7 @@ def test_parse_grammar(argv: list[str], expect: dict[str, object]) -> None:
 def test_parse_usage_errors(argv: list[str]) -> None:
     """Bad command lines are usage errors (exit 2)."""
     with pytest.raises(errors.UsageError) as info:
-        parse(argv, lambda token: token == "mock")
+        parse(argv, lambda token, _cwd=None: token == "mock")
     assert info.value.exit_code == 2
 
 
@@ -252,7 +252,7 @@ def test_events_are_typed_and_keep_unknown_kinds() -> None:
 def test_parse_never_crashes(argv: list[str]) -> None:
     """Any command line parses or raises UsageError, nothing else."""
     try:
-        parse(argv, lambda token: token == "mock")
+        parse(argv, lambda token, _cwd=None: token == "mock")
     except errors.UsageError:
         pass
 

@@ -10,7 +10,7 @@ from tether.cli._parse import parse
 
 
 def _parse_mock(argv: list[str]) -> _parse.Invocation:
-    return parse(argv, lambda token: token == "mock")
+    return parse(argv, lambda token, _cwd=None: token == "mock")
 
 
 @pytest.mark.parametrize(

@@ -152,3 +152,31 @@ def test_nested_tables_are_validated_key_by_key() -> None:
     with pytest.raises(errors.ConfigError) as info:
         config.validate({"sessions": {"visibility": "some"}}, "f.toml", warnings.append, schema)
     assert 'f.toml: sessions.visibility = "some" is not allowed' in str(info.value)
+
+
+def test_a_project_file_may_narrow_visibility_but_never_widen_it(
+    tmp_path: Path, tether_home: Path
+) -> None:
+    """The working tree is the agent's to write: its .tether.toml cannot choose a wider
+    policy than the operator's user file."""
+    (tmp_path / ".tether.toml").write_text(
+        '[sessions]\nvisibility = "all"\nclose_children = false\n'
+        '[agent_to_agent]\nenabled = true\nallow = ["*"]\n'
+    )
+    merged, warnings = _load(tmp_path, tether_home, '[sessions]\nvisibility = "agent"\n')
+    assert merged["sessions"] == {"visibility": "agent", "closeChildren": False}
+    assert merged["agentToAgent"] == {"enabled": False, "allow": ()}
+    assert len(warnings) == 3
+    assert "sessions.visibility = 'all' is wider than 'agent'" in warnings[0]
+    assert str(tether_home / "config.toml") in warnings[0]
+    (tmp_path / ".tether.toml").write_text(
+        '[sessions]\nvisibility = "self"\n[agentToAgent]\nenabled = false\nallow = ["a*"]\n'
+    )
+    merged, warnings = _load(
+        tmp_path,
+        tether_home,
+        '[sessions]\nvisibility = "all"\n[agentToAgent]\nenabled = true\nallow = ["a*", "b"]\n',
+    )
+    assert warnings == []
+    assert merged["sessions"]["visibility"] == "self"
+    assert merged["agentToAgent"] == {"enabled": False, "allow": ("a*",)}

@@ -7,15 +7,21 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
+
 from tether import paths
+from tether.journal import chunks as chunks_mod
 from tether.journal import store
-from tether.journal.entry import Retention, body_of
-from tether.registry import _MIGRATIONS, Registry
+from tether.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
+from tether.registry import Registry
+from tether.schema import MIGRATIONS
 
 
-def _rows(first: int, count: int, *, at: float = 0.0, size: int = 10) -> list[store.Row]:
+def _rows(first: int, count: int, *, at: float = 0.0, size: int = 10) -> list[store.Stored]:
     return [
-        (seq, at or time.time(), "turn_ended", f"r-{seq}", body_of({"pad": "x" * size}))
+        store.stored(
+            seq, at or time.time(), "turn_ended", f"r-{seq}", body_of({"pad": "x" * size})
+        )[0]
         for seq in range(first, first + count)
     ]
 
@@ -118,7 +124,7 @@ def test_a_v1_database_migrates_and_keeps_working(tmp_path: Path) -> None:
     """A state.db written by the first schema opens; its turns become journal entries."""
     path = Path(paths.state_db())
     db = sqlite3.connect(path, isolation_level=None)
-    for statement in _MIGRATIONS[0].split(";"):
+    for statement in MIGRATIONS[0].split(";"):
         if statement.strip():
             db.execute(statement)
     db.execute("PRAGMA user_version = 1")
@@ -141,8 +147,8 @@ def test_a_v1_database_migrates_and_keeps_working(tmp_path: Path) -> None:
     db.close()
     with Registry() as reg:
         assert reg.instance_id == "abc"
-        rows = store.read(reg._db, "old", 1)
-        assert [(r[0], r[2], r[3]) for r in rows] == [
+        rows = [parse_line(line.decode()) for _seq, line in store.read(reg._db, "old", 1)]
+        assert [(r["seq"], r["kind"], r.get("requestId")) for r in rows] == [
             (1, "turn_ended", "r-1"),
             (2, "session_ended", None),
             (3, "turn_ended", "r-2"),
@@ -151,3 +157,108 @@ def test_a_v1_database_migrates_and_keeps_working(tmp_path: Path) -> None:
         assert reg.session("old") is not None
         store.write_batch(reg._db, "old", _rows(4, 1))
         assert reg._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+
+
+def _acp(first: int, count: int, text: str = "chunk") -> list[store.Stored]:
+    frame = '{"jsonrpc":"2.0","method":"session/update","params":{"text":"%s %d"}}'
+    return [
+        store.stored(
+            seq, time.time(), "acp", "r-1", acp_body("in", (frame % (text, seq)).encode())
+        )[0]
+        for seq in range(first, first + count)
+    ]
+
+
+def test_a_large_batch_is_stored_in_compressed_chunks_and_read_back_exactly() -> None:
+    """Entries come back byte for byte, from any seq, within ``upto`` and ``limit``."""
+    with Registry() as reg:
+        key = _session(reg)
+        items = _acp(1, 2000) + _rows(2001, 3)
+        store.write_batch(reg._db, key, items)
+        chunks = reg._db.execute(
+            "SELECT count(*), sum(codec = 1), sum(length(data)) FROM journal_chunks"
+        ).fetchone()
+        assert chunks[0] >= 2000 // chunks_mod.CHUNK_ENTRIES  # split, so a mid-read unpacks one
+        assert chunks[1] >= 1  # large chunks are compressed ...
+        assert chunks[2] < sum(len(i[2]) for i in items) // 3  # ... and it pays
+        lines = dict(store.read(reg._db, key, 1))
+        assert list(lines) == list(range(1, 2004))
+        assert all(lines[i[0]] == i[2] for i in items)
+        assert [s for s, _ in store.read(reg._db, key, 700, upto=705)] == list(range(700, 706))
+        assert [s for s, _ in store.read(reg._db, key, 511, limit=3)] == [511, 512, 513]
+        # control records are indexed apart; frames are not
+        assert [r[0] for r in store.turn_rows(reg._db, key)] == [2001, 2002, 2003]
+        last = store.last_of_kind(reg._db, key, "turn_ended")
+        assert last is not None
+        assert last[0] == 2003
+        # a cut inside a chunk keeps exactly the entries from the cut on
+        with reg.transaction() as db:
+            assert store.delete_before(db, key, 600) == 599
+        assert store.read(reg._db, key, 1)[0] == (600, lines[600])
+        assert store.stats(reg._db, key).entries == 2003 - 599
+
+
+def test_a_batch_out_of_order_is_refused_whole() -> None:
+    with Registry() as reg:
+        key = _session(reg)
+        with pytest.raises(sqlite3.IntegrityError):
+            store.write_batch(reg._db, key, _rows(1, 2) + _rows(2, 1))
+        assert store.read(reg._db, key, 1) == []
+        assert store.last_seq(reg._db, key) == 0
+
+
+def test_a_v5_journal_migrates_to_chunks_and_keeps_working() -> None:
+    """A state.db written by the schema before chunked storage opens with the same
+    entries, line for line, and goes on: turns, the end record, new batches, retention."""
+    path = Path(paths.state_db())
+    db = sqlite3.connect(path, isolation_level=None)
+    for migration in MIGRATIONS[:5]:
+        for statement in migration.split(";"):
+            if statement.strip():
+                db.execute(statement)
+    db.execute("PRAGMA user_version = 5")
+    db.execute(
+        "INSERT INTO sessions (key, name, agent_command, agent_label, cwd, state, created_at,"
+        " updated_at) VALUES ('v5', '', '[\"mock\"]', 'mock', '/', 'open', 1, 1)"
+    )
+    frame = '{"jsonrpc":"2.0","method":"session/update","params":{"t":"hé \\u2028"}}'
+    old = [
+        (1, 10.5, "prompt_queued", "r-1", '{"prompt":"hi"}'),
+        (2, 11.0, "turn_started", "r-1", "{}"),
+        (3, 11.25, "acp", "r-1", acp_body("in", frame.encode())),
+        (4, 12.0, "turn_ended", "r-1", '{"stopReason":"end_turn"}'),
+        (5, 13.0, "session_ended", None, '{"reason":"closed"}'),
+    ]
+    db.executemany(
+        "INSERT INTO journal (session_key, seq, at, kind, request_id, body)"
+        " VALUES ('v5', ?, ?, ?, ?, ?)",
+        old,
+    )
+    db.execute("INSERT INTO journal_heads (session_key, last_seq) VALUES ('v5', 5)")
+    db.close()
+    with Registry() as reg:
+        got = [(s, parse_line(line.decode())) for s, line in store.read(reg._db, "v5", 1)]
+        want = [(r[0], parse_line(entry_line(*r))) for r in old]
+        assert got == want
+        assert [r[2] for r in store.turn_rows(reg._db, "v5")] == [
+            "prompt_queued",
+            "turn_started",
+            "turn_ended",
+        ]
+        ended = store.last_of_kind(reg._db, "v5", "session_ended")
+        assert ended is not None
+        assert ended[0] == 5
+        assert store.claim(reg._db, "v5") == 6
+        store.write_batch(reg._db, "v5", _acp(6, 10))
+        assert [s for s, _ in store.read(reg._db, "v5", 4)] == list(range(4, 16))
+        assert store.apply_retention(reg._db, "v5", Retention(max_entries=5)) == 11
+        assert reg._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        tables = {r[0] for r in reg._db.execute("SELECT name FROM sqlite_master")}
+        assert "journal" not in tables
+
+
+def test_a_damaged_chunk_is_a_database_error_not_a_crash() -> None:
+    with pytest.raises(sqlite3.DatabaseError, match="damaged"):
+        chunks_mod.unpack(chunks_mod.ZLIB, b"not zlib")
+    with pytest.raises(sqlite3.DatabaseError, match="unknown encoding"):
+        chunks_mod.unpack(7, b"")

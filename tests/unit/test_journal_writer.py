@@ -48,3 +48,26 @@ def test_a_slow_writer_stalls_the_appender_and_loses_nothing(
     assert journal.dropped == 0
     with Registry() as reg:
         assert [r[0] for r in store.read(reg._db, "k", 1)][-1] == 3000
+
+
+def test_an_acp_entry_is_the_line_entry_line_builds() -> None:
+    """The hot path's byte-built line is exactly the public line, and is stored as such."""
+    from tether.journal.entry import acp_body, entry_line
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    journal = writer.JournalWriter(paths.state_db(), "k")
+    seen: list[tuple[int, bytes]] = []
+    journal.listeners.append(lambda seq, line: seen.append((seq, line)))
+    frame = '{"jsonrpc":"2.0","id":3,"result":{"t":"é \\"q\\""}}'.encode()
+    for direction, rid in (("in", "r-1"), ("out", None), ("in", 'r-"2')):
+        journal.append_acp(direction, frame, rid)
+    assert journal.close()
+    with Registry() as reg:
+        stored = store.read(reg._db, "k", 1)
+    assert stored == seen
+    for (seq, line), (direction, rid) in zip(
+        seen, (("in", "r-1"), ("out", None), ("in", 'r-"2')), strict=True
+    ):
+        at = float(line.split(b'"at":')[1].split(b",")[0])
+        assert line.decode() == entry_line(seq, at, "acp", rid, acp_body(direction, frame))

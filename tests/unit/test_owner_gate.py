@@ -51,6 +51,7 @@ def test_the_operator_is_let_through_without_a_registry_read(kind: str) -> None:
         "set_mode": {"modeId": "plan"},
         "set_config_option": {"configId": "model", "value": "x"},
         "answer": {"interactionId": "i", "answer": "allow"},
+        "relay_answer": {"relayId": "x-1", "result": {}},
     }.get(kind, {})
     gate.check(request(kind, payload), {"pid": os.getpid(), "uid": os.getuid()})
 

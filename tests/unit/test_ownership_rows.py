@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tether import operations, ownership, registry
+from tether import operations, ownership, registry, schema
 from tether.registry import Registry
 
 
@@ -20,7 +20,7 @@ def test_old_rows_migrate_operator_owned(tmp_path: Path) -> None:
     """A database written before ownership existed opens, and its rows are operator-owned."""
     path = str(tmp_path / "old.db")
     db = sqlite3.connect(path)
-    db.executescript(registry._MIGRATIONS[0])
+    db.executescript(schema.MIGRATIONS[0])
     db.execute("PRAGMA user_version = 1")
     db.execute(
         "INSERT INTO sessions (key, name, agent_command, agent_label, cwd, state, created_at,"

@@ -10,6 +10,9 @@
 * ``fs/read_text_file`` / ``fs/write_text_file`` -- confined to the session's cwd.
 * ``terminal/*`` -- to :class:`tether.acp.terminals.TerminalRequests` when the options
   carry a terminal host (else ``-32601``, and the capability is not advertised).
+* ``fs/*`` and ``terminal/*`` we serve go to the options' :class:`ClientRelay` instead
+  when it wants them (a ``tether acp`` client that serves files or terminals itself);
+  its answer, result or JSON-RPC error, is the agent's.
 * ``$/cancel_request`` (a notification naming one of the agent's requests) -- answered
   ``-32800`` for that request if it is still unanswered, and its hook call cancelled.
 * anything else -- ``-32601`` method not found.
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tether import _log
 from tether.acp import policy
@@ -40,6 +43,20 @@ from tether.jsonrpc import (
 if TYPE_CHECKING:
     from tether.acp._turns import _Turn
     from tether.acp.connection import AgentConnection
+
+FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
+
+
+class ClientRelay(Protocol):
+    """Where the agent's ``fs/*`` / ``terminal/*`` requests may be relayed."""
+
+    def wants(self, method: str, params: dict[str, Any]) -> bool:
+        """Whether this request goes to the relay (decided when it arrives)."""
+        ...
+
+    async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """The answer: ``{"result": ...}`` or ``{"error": {code, message, data?}}``."""
+        ...
 
 
 class AgentRequests:
@@ -59,6 +76,7 @@ class AgentRequests:
             if host is not None
             else None
         )
+        self._relayed: dict[Any, asyncio.Task[None]] = {}  # request id -> its relay
 
     def answer(self, req_id: Any, result: Any) -> None:
         """Send ``result`` for ``req_id`` unless it was answered already."""
@@ -75,7 +93,13 @@ class AgentRequests:
         params = req.params if isinstance(req.params, dict) else {}
         method = req.method
         fs = self._conn.options.fs
-        if method == "session/request_permission":
+        relay = self._conn.options.relay
+        served = (fs and method in FS_METHODS) or (
+            method in TERMINAL_METHODS and self.terminals is not None
+        )
+        if served and relay is not None and relay.wants(method, params):
+            self._conn.spawn_handler(self._relay(relay, req, params))
+        elif method == "session/request_permission":
             self._conn.spawn_handler(self._permission(req, params))
         elif method == "elicitation/create" and self._conn.options.elicitation_hook is not None:
             self._conn.spawn_handler(self._elicitation(req, params))
@@ -93,11 +117,40 @@ class AgentRequests:
         target = params.get("requestId")
         if target not in self._conn.rpc.incoming_pending():
             return  # already answered: nothing to cancel
+        relayed = self._relayed.pop(target, None)
+        if relayed is not None:
+            relayed.cancel()
         for turn in self._conn.running_turns():
             task = turn.pending_permissions.pop(target, None)
             if task is not None:
                 task.cancel()
         self._error(target, REQUEST_CANCELLED, "request cancelled")
+
+    async def _relay(self, relay: ClientRelay, req: Request, params: dict[str, Any]) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._relayed[req.id] = task
+        try:
+            answer = await relay.call(req.method, params)
+        except asyncio.CancelledError:
+            return  # `$/cancel_request`: answered -32800 by whoever cancelled us
+        finally:
+            self._relayed.pop(req.id, None)
+        error = answer.get("error")
+        if isinstance(error, dict):
+            rpc = self._conn.rpc
+            if req.id in rpc.incoming_pending():
+                code, message = error.get("code"), str(error.get("message") or "")
+                self._conn.send_bytes(
+                    rpc.send_error(
+                        req.id,
+                        code if isinstance(code, int) else INTERNAL_ERROR,
+                        message,
+                        error.get("data"),
+                    )
+                )
+            return
+        self.answer(req.id, answer.get("result") or {})
 
     def cancel_permissions(self, turn: _Turn) -> None:
         """Answer every pending permission request of ``turn`` ``cancelled`` (the ACP rule)."""

@@ -54,7 +54,7 @@ from typing import Any
 
 from tether import _log
 from tether.acp import policy
-from tether.acp._agent_requests import AgentRequests
+from tether.acp._agent_requests import AgentRequests, ClientRelay
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
 from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
 from tether.acp.terminals import TerminalHost
@@ -143,6 +143,9 @@ class ClientOptions:
     # Runs terminal/* commands (tether.acp.terminals); None: the capability is not
     # advertised and terminal/* is -32601.
     terminal_host: TerminalHost | None = None
+    # fs/* and terminal/* requests it wants go to a client of ours instead (the owner's
+    # relays to a `tether acp` client: tether.owner.relays); None: we answer them all.
+    relay: ClientRelay | None = None
 
 
 class AgentConnection(TurnMethods, SessionMethods):

@@ -7,6 +7,8 @@ module                    job                                                   
 ``door``                  :class:`AcpDoor`: the ACP methods on the operations    yes
 ``attach``                one attached session: its journal followed live        yes
 ``turns``                 a prompt turn relayed through the owner; controls      yes
+``questions``             permission requests put to the client (a controller)   yes
+``relays``                the agent's fs/terminal requests served by the client  yes
 ``stdio``                 ``tether acp``: the door over stdin/stdout             yes
 ``channel``               the door for HTTP: POST answers, an event stream       yes
 ========================  =====================================================  =====

@@ -27,14 +27,17 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.errors import NoSession
-from tether.journal.entry import entry_line, parse_line
+from tether.journal.entry import parse_line
 from tether.journal.follow import Follower, follow_session, is_session_end
 
-__all__ = ["Attachment", "last_seq_of_open", "read_entries"]
+__all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries"]
 
 logger = logging.getLogger("tether.acp_door")
 RETRY_S = 1.0  # after an unexpected failure of the follower, before following on
 JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuck read
+# A replay waits this long at most for entries the owner has handed out but not yet
+# stored (it follows the live owner for them); they were relayed, so they do come.
+REPLAY_WAIT_S = 10.0
 
 # (attachment, parsed entry) -> None, called on the loop
 EntryHandler = Callable[["Attachment", dict[str, Any]], None]
@@ -133,4 +136,42 @@ def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, 
 
     with Registry() as registry:
         rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
-    return [(row[0], parse_line(entry_line(*row))) for row in rows]
+    return [(seq, parse_line(line.decode())) for seq, line in rows]
+
+
+def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
+    """Session ``key``'s entries ``after < seq <= upto``, parsed (blocking).
+
+    Followed rather than only read: the newest ones may still be in the owner's batch,
+    not yet in the database; the follower gets them from the live owner. Bounded by
+    ``REPLAY_WAIT_S`` (what arrived by then is returned).
+    """
+    out: list[tuple[int, dict[str, Any]]] = []
+    if upto <= after:
+        return out
+    stop = threading.Event()
+    followers: list[Follower] = []
+
+    def emit(seq: int, line: str) -> None:
+        if seq <= upto:
+            out.append((seq, parse_line(line)))
+        if seq >= upto:
+            for follower in followers:
+                follower.interrupt()
+
+    def give_up() -> None:
+        stop.set()
+        for follower in followers:
+            follower.interrupt()
+
+    timer = threading.Timer(REPLAY_WAIT_S, give_up)
+    timer.start()
+    try:
+        follow_session(
+            key, emit, from_seq=after + 1, follow=True, stop=stop, on_start=followers.append
+        )
+    except NoSession:
+        pass  # removed meanwhile: nothing to replay
+    finally:
+        timer.cancel()
+    return out

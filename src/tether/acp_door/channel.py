@@ -8,11 +8,17 @@ in two:
   the channel's own (``h-<n>``) on its way in and its client's id back on its way out, so
   two HTTP clients that both use id 1 never get each other's answers (sandbox-agent
   keys pending requests by the client's id across clients);
-* everything else the door says -- ``session/update``, ``_tether/session/ended`` -- goes
-  to the event stream (SSE), each event with an id from the channel's counter, kept in
-  a bounded ring so a stream that reconnects with ``Last-Event-ID`` resumes without a
-  gap or a duplicate as long as the ring holds it (older history: ``session/load``
-  replays it from the journal).
+* everything else the door says -- ``session/update``, ``_tether/session/ended``, its
+  requests to the client -- goes to the event stream (SSE). Each event's id is the
+  journal cursor after it (:mod:`.event_ids`: with one session, the journal ``seq``),
+  and the newest events are kept in a bounded ring. A stream that reconnects with
+  ``Last-Event-ID`` resumes without a gap or a duplicate: from the ring when it still
+  holds that id, else from the journal -- every entry of every session after the id's
+  position, relayed as the door relays it live, up to what the channel has sent
+  since, then live. What the journal cannot give back: *live-only* events (the door's
+  requests to the client -- a permission question, a relayed ``fs/*`` or
+  ``terminal/*`` -- and unsolicited errors) that left the ring before the stream came
+  back. Their requests are not lost for the agent: the owner's timeout answers them.
 
 A POST whose HTTP client goes away before the answer is *abandoned*, never left
 running for nobody: a ``session/prompt`` gets its ``session/cancel`` (sandbox-agent
@@ -30,11 +36,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tether import _fastjson
-from tether.acp_door.door import AcpDoor, DoorOptions
-from tether.errors import ClosedResourceError
+from tether.acp_door.attach import entries_between
+from tether.acp_door.door import AcpDoor, DoorOptions, Origin
+from tether.acp_door.event_ids import Cursors, Position, parse_id
+from tether.errors import ClosedResourceError, UsageError
 from tether.jsonrpc import encode
 
-__all__ = ["RING_EVENTS", "AcpChannel"]
+__all__ = ["RING_EVENTS", "AcpChannel", "check_event_id"]
 
 RING_EVENTS = 1024  # events a reconnecting stream can resume from (sandbox-agent's ring)
 
@@ -44,10 +52,16 @@ class AcpChannel:
 
     def __init__(self, options: DoorOptions, *, ring: int = RING_EVENTS) -> None:
         self._door = AcpDoor(self._on_output, options)
+        self._door.on_origin = self._on_origin
         self._input: asyncio.Queue[bytes] = asyncio.Queue()
         self._waiting: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._ring: collections.deque[tuple[int, dict[str, Any]]] = collections.deque(maxlen=ring)
+        # (event number, event id, frame): the newest events, for an exact resume
+        self._ring: collections.deque[tuple[int, str, dict[str, Any]]] = collections.deque(
+            maxlen=ring
+        )
         self._next_event = 1
+        self._cursors = Cursors()
+        self._origin: Origin | None = None  # of the frame the door is about to write
         self._streams: set[asyncio.Event] = set()  # one per open stream: "more to read"
         self._task: asyncio.Task[None] | None = None
         self._ids = 0
@@ -59,8 +73,8 @@ class AcpChannel:
             self._task = asyncio.get_running_loop().create_task(self._door.serve(self._input.get))
 
     @property
-    def last_event_id(self) -> int:
-        return self._next_event - 1
+    def last_event_id(self) -> str | None:
+        return self._ring[-1][1] if self._ring else None
 
     async def post(self, message: dict[str, Any]) -> dict[str, Any] | None:
         """Hand one JSON-RPC message to the door; a request's answer, else None (202).
@@ -99,7 +113,11 @@ class AcpChannel:
             raise
         return {**frame, "id": message["id"]}
 
+    def _on_origin(self, origin: Origin) -> None:
+        self._origin = origin
+
     def _on_output(self, data: bytes) -> None:
+        origin, self._origin = self._origin, None
         for line in data.splitlines():
             frame = _fastjson.loads(line.decode("utf-8"))
             rid = frame.get("id") if "method" not in frame else None
@@ -108,8 +126,11 @@ class AcpChannel:
                 if not waiter.done():
                     waiter.set_result(frame)
                 continue
-            self._ring.append((self._next_event, frame))
+            moved = origin is not None and self._cursors.advance(*origin)
+            number = self._next_event
+            self._ring.append((number, self._cursors.event_id(moved, number), frame))
             self._next_event += 1
+            origin = None  # one frame per write: the origin was this frame's
         self._wake()
 
     def _wake(self) -> None:
@@ -117,21 +138,35 @@ class AcpChannel:
             more.set()
 
     async def events(
-        self, after: int | None = None, *, idle: float | None = None
-    ) -> AsyncIterator[tuple[int, dict[str, Any]] | None]:
-        """(event id, frame) from after ``after`` (``Last-Event-ID``), else live; ends
-        when the channel closes. Events the ring no longer holds are skipped: the first
-        id given then shows the gap. With ``idle``, None is yielded after that many
-        seconds without an event (the caller's heartbeat)."""
-        cursor = self._next_event if after is None else after + 1
+        self, after: str | None = None, *, idle: float | None = None
+    ) -> AsyncIterator[tuple[str, dict[str, Any]] | None]:
+        """(event id, frame) after the event ``after`` (``Last-Event-ID``), else live;
+        ends when the channel closes. With ``idle``, None is yielded after that many
+        seconds without an event (the caller's heartbeat).
+
+        Raises:
+            UsageError: ``after`` is not an event id of this form (checked before the
+                first event: :func:`check_event_id` lets a caller check it first).
+        """
+        cursor = self._next_event
+        if after is not None:
+            found = next((n for n, eid, _ in self._ring if eid == after), None)
+            positions = check_event_id(after)
+            if found is not None:
+                cursor = found + 1
+            elif self._ring and self._ring[0][0] == 1 and self._cursors.before_all(positions):
+                cursor = 1  # from the start, and the ring holds it all: exact, live-only too
+            else:
+                async for item in self._replay(positions):
+                    yield item
         more = asyncio.Event()
         self._streams.add(more)
         try:
             while True:
                 more.clear()
-                for event_id, frame in tuple(self._ring):
-                    if event_id >= cursor:
-                        cursor = event_id + 1
+                for number, event_id, frame in tuple(self._ring):
+                    if number >= cursor:
+                        cursor = number + 1
                         yield event_id, frame
                 if self.closed:
                     return
@@ -143,6 +178,32 @@ class AcpChannel:
                         yield None
         finally:
             self._streams.discard(more)
+
+    async def _replay(self, positions: list[Position]) -> AsyncIterator[tuple[str, dict[str, Any]]]:
+        """From the journal: what the channel relayed after ``positions``, up to now,
+        with the ids it had (the ring's events from now on follow without a gap)."""
+        plan = self._cursors.plan(positions)
+        replay = Cursors(
+            order=list(self._cursors.order),
+            at=dict(self._cursors.at),
+            first=dict(self._cursors.first),
+        )
+        for key, start, _end in plan:
+            replay.at[key] = start
+        for key, start, end in plan:
+            # a part-delivered entry is read again (its other parts are still due)
+            after = start[0] - 1 if start[1] else start[0]
+            rows = await asyncio.to_thread(entries_between, key, after, end[0])
+            for seq, entry in rows:
+                notes = self._door.journal_notes(key, entry)
+                for part, (method, params) in enumerate(notes, 1):
+                    if (seq == start[0] and part <= start[1]) or (
+                        seq == end[0] and 0 < end[1] < part
+                    ):
+                        continue  # delivered before the id; or after what the channel sent
+                    replay.advance(key, seq, part, len(notes))
+                    note = {"jsonrpc": "2.0", "method": method, "params": params}
+                    yield replay.vector(), note
 
     async def aclose(self) -> None:
         """Close (idempotent): EOF to the door, pending posts fail, streams end."""
@@ -158,3 +219,15 @@ class AcpChannel:
                 waiter.set_exception(ClosedResourceError("this ACP server was closed"))
         self._waiting.clear()
         self._wake()
+
+
+def check_event_id(text: str) -> list[Position]:
+    """The positions of a ``Last-Event-ID``.
+
+    Raises:
+        UsageError: not an event id of this server's form.
+    """
+    try:
+        return parse_id(text)
+    except ValueError:
+        raise UsageError(f"Last-Event-ID {text[:40]!r} is not an event id of this server") from None

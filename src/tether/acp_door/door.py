@@ -13,16 +13,17 @@ runs; answers go out when each finishes.
 What each method does, through the one operations layer (:mod:`tether.operations`):
 
 * ``session/new`` creates a Tether session for the door's agent in the client's
-  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner; ``mcpServers`` join the
+  ``cwd`` (a fresh name, ``acp-<hex>``) and starts its owner and agent, answering the
+  agent's ``modes`` and ``configOptions`` (:mod:`.opening`); ``mcpServers`` join the
   configured ones in the session's options (``mcp_servers``), which the owner passes
-  to the agent. The ACP
-  ``sessionId`` is the session key.
+  to the agent. The ACP ``sessionId`` is the session key.
 * ``session/prompt`` is an IPC ``prompt`` to the owner (started on demand): the agent's
   ``session/update`` s are relayed in arrival order with the session id rewritten, and
   the turn's stop reason is the answer. ``session/cancel`` cancels this door's running
   turns of the session; ``set_mode`` / ``set_config_option`` go through the queue.
 * ``session/load`` replays the stored journal as ``session/update`` s, then attaches;
-  ``session/resume`` attaches without replay; ``session/list`` pages the home's open
+  ``session/resume`` attaches without replay (both answer the agent's modes and
+  config options); ``session/list`` pages the home's open
   sessions; ``session/close`` closes through the owner (or offline).
 * ``_tether/session/terminate`` is :func:`tether.operations.terminate`.
   ``_tether/session/ended`` reaches the client once per attached session from the
@@ -35,7 +36,11 @@ a caller that leaves -- and its sessions stay warm for the next client, unless
 The client is a *controller* of the turns it prompts: a permission request the
 session's policy leaves open is put to it as ``session/request_permission``
 (:mod:`.questions`, :meth:`AcpDoor.controller_hook`); the first answer from any
-controller wins. ``fs/*`` and ``terminal/*`` are still served by the owner.
+controller wins. A client that advertised ``fs.readTextFile``, ``fs.writeTextFile``
+or ``terminal`` serves those itself for the turns it prompts: the owner relays the
+agent's requests to the door (:mod:`tether.owner.relays`), the door asks its client
+(the session id rewritten to the door's) and hands back the answer or the client's
+JSON-RPC error. Otherwise the owner serves them, as for any caller.
 """
 
 from __future__ import annotations
@@ -48,8 +53,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import operations, sessions
-from tether.acp_door import questions, translate, turns
+from tether import operations
+from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, RemoteProtocolError, UsageError
 from tether.jsonrpc import (
@@ -69,6 +74,8 @@ __all__ = ["AcpDoor", "DoorOptions"]
 
 _UNREADABLE = frozenset({"malformed-json", "not-utf8", "oversized"})
 Handler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+# A notification's journal origin: (session key, entry seq, part, parts of that entry)
+Origin = tuple[str, int, int, int]
 
 
 @dataclass
@@ -91,12 +98,19 @@ class AcpDoor:
         self.options = options
         self._rpc = JsonRpcConnection()
         self._attached: dict[str, Attachment] = {}
+        self._own_requests: dict[str, set[str]] = {}  # session -> this door's turn ids
         self._inflight: set[asyncio.Task[None]] = set()
         self._asked: dict[int, asyncio.Future[Response]] = {}  # our requests to the client
         self._tg: asyncio.TaskGroup | None = None
         self._auth_method: str | None = None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
+        # Names this door to the owners over all the turns it prompts (each on its own
+        # connection), so a terminal its client created is found in a later turn.
+        self._relay_token = os.urandom(8).hex()
+        # Told the journal origin of each notification that relays an entry, just
+        # before it is written (the HTTP channel's event ids: .event_ids).
+        self.on_origin: Callable[[Origin], None] | None = None
         self._handlers: dict[str, Handler] = {
             "initialize": self._initialize,
             "authenticate": self._authenticate,
@@ -138,8 +152,14 @@ class AcpDoor:
         if data:
             self._write(data)
 
-    def notify(self, method: str, params: dict[str, Any]) -> None:
+    def notify(self, method: str, params: dict[str, Any], origin: Origin | None = None) -> None:
+        if origin is not None and self.on_origin is not None:
+            self.on_origin(origin)
         self._send(self._rpc.send_notification(method, params))
+
+    def _relay_entry(self, key: str, seq: int, notes: list[tuple[str, dict[str, Any]]]) -> None:
+        for part, (method, params) in enumerate(notes, 1):
+            self.notify(method, params, (key, seq, part, len(notes)))
 
     def _dispatch(self) -> None:
         while True:
@@ -203,9 +223,11 @@ class AcpDoor:
     async def _attach(self, key: str, from_seq: int) -> Attachment:
         old = self._attached.pop(key, None)
         att = Attachment(key)
+        # One set per session for the door's life: a resumed stream still tells its
+        # own turns from others' after the door let go (.channel's journal replay).
+        att.own_requests = self._own_requests.setdefault(key, set())
         if old is not None:
             await old.stop()
-            att.own_requests = old.own_requests
         self._attached[key] = att
         att.start(from_seq, self._on_entry)
         return att
@@ -215,18 +237,19 @@ class AcpDoor:
             return
         if entry.get("kind") == "session_ended":
             att.ended = True
-            body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind")}
-            self.notify(translate.ENDED_METHOD, translate.ended_params(att.key, body))
-            return
-        if entry.get("requestId") in att.own_requests:
+        elif entry.get("requestId") in att.own_requests:
             return  # this door's own turn: relayed from its IPC stream already
-        for update in translate.updates_of_entry(entry):
-            self.notify("session/update", {"sessionId": att.key, "update": update})
+        self._relay_entry(
+            att.key, int(entry.get("seq") or 0), translate.relayed_notes(att.key, entry)
+        )
+
+    def journal_notes(self, key: str, entry: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+        """What this door relayed (or would have) for a journal entry of session ``key``:
+        for a stream that resumes from the journal (:mod:`.channel`)."""
+        return translate.relayed_notes(key, entry, self._own_requests.get(key, frozenset()))
 
     def _session_of(self, params: dict[str, Any]) -> Attachment:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         att = self._attached.get(key)
         if att is None:
             raise NoSession(
@@ -251,16 +274,31 @@ class AcpDoor:
         if self._tg is not None:
             self._spawn(questions.put_question(self._ask_client, key, item))
 
-    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Send the client a request; its result (a JSON-RPC error raises)."""
+    def _relay_spec(self) -> tuple[dict[str, Any], turns.OnClientRequest] | None:
+        methods = translate.relay_methods(self.client_capabilities)
+        if not methods:
+            return None
+        return {"methods": methods, "client": self._relay_token}, self._on_client_request
+
+    def _on_client_request(self, key: str, conn: Any, frame: dict[str, Any]) -> None:
+        """An agent request the owner relayed to this client: ask it, answer the owner."""
+        if self._tg is not None:
+            self._spawn(relays.relay_request(self._request_client, key, conn, frame))
+
+    async def _request_client(self, method: str, params: dict[str, Any]) -> Response:
+        """Send the client a request; its response (a result or a JSON-RPC error)."""
         rid, data = self._rpc.send_request(method, params, now=time.monotonic())
         answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
         self._asked[rid] = answer
         self._send(data)
         try:
-            response = await answer
+            return await answer
         finally:
             self._asked.pop(rid, None)
+
+    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
+        """Send the client a request; its result (a JSON-RPC error raises)."""
+        response = await self._request_client(method, params)
         if response.error is not None:
             raise RemoteProtocolError(f"the client refused {method}: {response.error}")
         return response.result
@@ -284,43 +322,13 @@ class AcpDoor:
         return {}
 
     async def _new(self, params: dict[str, Any]) -> dict[str, Any]:
-        cwd = params.get("cwd")
-        if not isinstance(cwd, str) or not os.path.isabs(cwd):
-            raise UsageError("cwd must be an absolute path")
-        if not os.path.isdir(cwd):  # noqa: ASYNC240 -- one stat of a local path
-            raise UsageError(f"cwd {cwd} is not a directory")
-        cwd = os.path.realpath(cwd)  # noqa: ASYNC240 -- a few lstat()s of a local path
-        name = "acp-" + os.urandom(6).hex()
-        opts = self.options
-        key = sessions.session_key(opts.agent_scope, cwd, name)
-        owner_options = dict(opts.owner_options)
-        servers = params.get("mcpServers")
-        if isinstance(servers, list) and servers:
-            # The client's servers join the configured ones (the owner passes them all
-            # to the agent's session/new; ``tether.mcp.bridge.servers_for``).
-            configured = owner_options.get("mcp_servers") or []
-            owner_options["mcp_servers"] = [*configured, *servers]
-        if self._auth_method is not None:
-            method = self._auth_method
-            owner_options["auth"] = {method: opts.auth_config.get(method, "")}
-        conn, _created = await asyncio.to_thread(
-            operations.ensure_session,
-            key,
-            name=name,
-            argv=list(opts.agent_argv),
-            label=opts.agent_label,
-            cwd=cwd,
-            options=owner_options,
-        )
-        conn.close()
+        key, name, state = await opening.new_session(self.options, params, self._auth_method)
         await self._attach(key, 1)
-        return {"sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
+        return {**state, "sessionId": key, "_meta": {"tether": {"name": name, "sessionKey": key}}}
 
     async def _open_session(self, params: dict[str, Any], action: str) -> tuple[str, int]:
         """The open session ``params`` names, and its journal's last seq."""
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         return key, await asyncio.to_thread(last_seq_of_open, key, action)
 
     async def _load(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -332,15 +340,16 @@ class AcpDoor:
                 break
             for seq, entry in rows:
                 cursor = seq + 1
-                for update in translate.updates_of_entry(entry):
-                    self.notify("session/update", {"sessionId": key, "update": update})
+                updates = translate.updates_of_entry(entry)
+                notes = [("session/update", {"sessionId": key, "update": u}) for u in updates]
+                self._relay_entry(key, seq, notes)
         await self._attach(key, last + 1)
-        return {}
+        return await opening.agent_state(key, tolerant=True)
 
     async def _resume(self, params: dict[str, Any]) -> dict[str, Any]:
         key, last = await self._open_session(params, "watch")
         await self._attach(key, last + 1)
-        return {}
+        return await opening.agent_state(key, tolerant=True)
 
     async def _list(self, params: dict[str, Any]) -> dict[str, Any]:
         cwd = params.get("cwd")
@@ -354,33 +363,18 @@ class AcpDoor:
         return {"sessions": page, **({"nextCursor": next_cursor} if next_cursor else {})}
 
     async def _close(self, params: dict[str, Any]) -> dict[str, Any]:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         await asyncio.to_thread(operations.close_session, key)
         return {}
 
     async def _terminate(self, params: dict[str, Any]) -> dict[str, Any]:
-        key = params.get("sessionId")
-        if not isinstance(key, str) or not key:
-            raise UsageError("sessionId is required")
+        key = translate.session_id_of(params)
         by = {"door": "acp", "doorPid": os.getpid()}
         name = self.client_info.get("name")
         if isinstance(name, str):
             by["client"] = name[:80]
         result = await asyncio.to_thread(operations.terminate, key, by=by)
-        return {
-            "terminated": True,
-            "reason": result.get("reason"),
-            "terminatedBy": result.get("terminatedBy"),
-            "_meta": {
-                "tether": {
-                    k: result[k]
-                    for k in ("alreadyEnded", "survivors", "killMode", "teardownMs")
-                    if k in result
-                }
-            },
-        }
+        return translate.terminate_answer(result)
 
     async def _set_mode(self, params: dict[str, Any]) -> dict[str, Any]:
         att = self._session_of(params)
@@ -406,4 +400,6 @@ class AcpDoor:
         blocks = params.get("prompt")
         if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
             raise UsageError("prompt must be a non-empty list of content blocks")
-        return await turns.run_prompt(att, blocks, self.notify, self.controller_hook)
+        return await turns.run_prompt(
+            att, blocks, self.notify, self.controller_hook, self._relay_spec()
+        )

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from tether._version import __version__
+from tether.acp.terminals import METHODS as TERMINAL_METHODS
 from tether.errors import (
     AgentRequestError,
     NoSession,
@@ -38,8 +39,12 @@ __all__ = [
     "error_for",
     "initialize_result",
     "list_page",
+    "relay_methods",
+    "relayed_notes",
     "relayed_update",
+    "session_id_of",
     "session_info",
+    "terminate_answer",
     "updates_of_entry",
 ]
 
@@ -129,6 +134,31 @@ def updates_of_entry(entry: dict[str, Any]) -> list[dict[str, Any]]:
     return []
 
 
+def relayed_notes(
+    key: str, entry: dict[str, Any], own_requests: set[str] | frozenset[str] = frozenset()
+) -> list[tuple[str, dict[str, Any]]]:
+    """The notifications (method, params) a door relays for journal entry ``entry`` of
+    session ``key``: ``_tether/session/ended`` for the session's end; for a turn of the
+    door's own (``own_requests``), the agent's updates as its IPC stream relayed them;
+    for anyone else's, :func:`updates_of_entry`. One rule for the live relay and for a
+    stream that resumes from the journal, so both say the same."""
+    if entry.get("kind") == "session_ended":
+        body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind")}
+        return [(ENDED_METHOD, ended_params(key, body))]
+    if entry.get("requestId") in own_requests:
+        frame = entry.get("frame")
+        relayed = (
+            relayed_update(frame, key)
+            if entry.get("direction") == "in" and isinstance(frame, dict)
+            else None
+        )
+        return [("session/update", relayed)] if relayed else []
+    return [
+        ("session/update", {"sessionId": key, "update": update})
+        for update in updates_of_entry(entry)
+    ]
+
+
 def ended_params(session_id: str, event: dict[str, Any]) -> dict[str, Any]:
     """``_tether/session/ended`` from a ``session_ended`` record (seed 004's fields)."""
     code = event.get("exitCode")
@@ -212,3 +242,45 @@ def error_for(exc: BaseException) -> tuple[int, str, Any]:
     if isinstance(exc, TetherError):
         return INTERNAL_ERROR, str(exc.message), {"tether": exc.to_wire()}
     return INTERNAL_ERROR, f"internal error: {type(exc).__name__}", None
+
+
+def session_id_of(params: dict[str, Any]) -> str:
+    """The request's ``sessionId``.
+
+    Raises:
+        UsageError: missing or not a non-empty string.
+    """
+    key = params.get("sessionId")
+    if not isinstance(key, str) or not key:
+        raise UsageError("sessionId is required")
+    return key
+
+
+def terminate_answer(result: dict[str, Any]) -> dict[str, Any]:
+    """``_tether/session/terminate``'s answer from :func:`tether.operations.terminate`."""
+    details = ("alreadyEnded", "survivors", "killMode", "teardownMs")
+    return {
+        "terminated": True,
+        "reason": result.get("reason"),
+        "terminatedBy": result.get("terminatedBy"),
+        "_meta": {"tether": {k: result[k] for k in details if k in result}},
+    }
+
+
+def relay_methods(client_capabilities: dict[str, Any]) -> list[str]:
+    """The agent-to-client methods a client serves itself, from its
+    ``clientCapabilities`` (``fs.readTextFile``, ``fs.writeTextFile``, ``terminal``):
+    what the door asks the owner to relay to it (:mod:`tether.owner.relays`)."""
+    fs = client_capabilities.get("fs")
+    fs = fs if isinstance(fs, dict) else {}
+    methods = [
+        method
+        for cap, method in (
+            ("readTextFile", "fs/read_text_file"),
+            ("writeTextFile", "fs/write_text_file"),
+        )
+        if fs.get(cap) is True
+    ]
+    if client_capabilities.get("terminal") is True:
+        methods.extend(sorted(TERMINAL_METHODS))
+    return methods

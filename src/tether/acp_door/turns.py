@@ -12,6 +12,7 @@ the owner treats as the caller leaving: the turn gets ``session/cancel``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -23,10 +24,12 @@ from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
 
-__all__ = ["connect", "control", "run_prompt"]
+__all__ = ["answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
-Notify = Callable[[str, dict[str, Any]], None]
+Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
+# (session key, the connection, the client_request frame): relay it, answer on conn
+OnClientRequest = Callable[[str, _Connection, dict[str, Any]], None]
 
 
 async def connect(key: str) -> _Connection:
@@ -49,12 +52,19 @@ async def control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any
 
 
 async def run_prompt(
-    att: Attachment, blocks: list[dict[str, Any]], notify: Notify, on_question: OnQuestion
+    att: Attachment,
+    blocks: list[dict[str, Any]],
+    notify: Notify,
+    on_question: OnQuestion,
+    relay: tuple[dict[str, Any], OnClientRequest] | None = None,
 ) -> dict[str, Any]:
     """Run one turn through the owner, relaying its updates; returns the ACP answer.
 
     The door is a controller of the turn: the agent's questions the policy leaves open
-    (``interaction`` frames) go to ``on_question(session key, interaction)``.
+    (``interaction`` frames) go to ``on_question(session key, interaction)``. With
+    ``relay`` (the prompt's ``relay`` payload: the methods this client serves, the
+    door's token; and a handler) the agent's requests for those methods come as
+    ``client_request`` frames, to the handler -- when the owner understands relays.
 
     Raises:
         TetherError subclasses: the owner's error for the turn (re-raised as its class),
@@ -67,12 +77,13 @@ async def run_prompt(
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)
     generation = conn.hello.get("generation")
+    payload = prompt_payload(blocks, conn.hello, relay[0] if relay is not None else None)
     try:
         conn.writer.write(
             protocol.request_frame(
                 rid,
                 "prompt",
-                {"prompt": blocks, "wait": True, "client": "acp", "control": True},
+                payload,
                 owner_generation=generation if isinstance(generation, int) else None,
             )
         )
@@ -83,9 +94,14 @@ async def run_prompt(
                 acp = frame.get("frame")
                 relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
                 if relayed:
-                    notify("session/update", relayed)
+                    seq = frame.get("seq")
+                    # seq 0: the owner journals no frames (journalFrames off): no origin
+                    origin = (att.key, seq, 1, 1) if isinstance(seq, int) and seq > 0 else None
+                    notify("session/update", relayed, origin)
             elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
                 on_question(att.key, frame["interaction"])
+            elif kind == "client_request" and relay is not None:
+                relay[1](att.key, conn, frame)
             elif kind == "result":
                 result = frame.get("result") or {}
                 return {
@@ -98,3 +114,25 @@ async def run_prompt(
     finally:
         att.running.remove(rid)
         await asyncio.shield(conn.aclose())
+
+
+def prompt_payload(
+    blocks: list[dict[str, Any]], hello: dict[str, Any], relay: dict[str, Any] | None
+) -> dict[str, Any]:
+    """The door's IPC prompt: a controller's, asking for ``relay`` only of an owner
+    whose hello lists the ``relay`` feature (an older owner serves fs and terminals
+    itself, as it would anyway: it ignores a payload field it does not know)."""
+    payload: dict[str, Any] = {"prompt": blocks, "wait": True, "client": "acp", "control": True}
+    features = hello.get("features")
+    if relay is not None and isinstance(features, list) and "relay" in features:
+        payload["relay"] = relay
+    return payload
+
+
+async def answer_relay(conn: _Connection, relay_id: str, answer: dict[str, Any]) -> None:
+    """Send the owner the client's answer to one relayed request (``relay_answer``), on
+    the turn's own connection: only the connection it was sent to may answer it. Its
+    ack and result are this connection's other request's frames: the turn's reader
+    passes them by. A connection already closed (the turn ended) answers nothing."""
+    with contextlib.suppress(ConnectionError, RuntimeError):
+        await conn.send("relay_answer", {"relayId": relay_id, **answer}, None)

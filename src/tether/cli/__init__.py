@@ -158,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             return exc.exit_code
     ctx: Context | None = None
     try:
-        from tether import agents
-
-        inv = _parse.parse(args, agents.is_agent_name)
+        inv = _parse.parse(args, _agent_name)
         if inv.verbose:
             from tether import _log
 
@@ -191,6 +189,23 @@ def main(argv: list[str] | None = None) -> int:
         error = unexpected(exc)
         _report(error, ctx, args)
         return error.exit_code
+
+
+def _agent_name(token: str, cwd: str | None) -> bool:
+    """Whether the first word of an implicit prompt names an agent: a built-in one, or
+    one the configuration of ``cwd`` defines (``[agents.NAME]``). The configuration is
+    read only for a word that is not built in."""
+    from tether import agents, config
+    from tether.errors import TetherError
+
+    if agents.is_agent_name(token):
+        return True
+    directory = os.path.realpath(os.path.expanduser(cwd)) if cwd else os.getcwd()
+    try:
+        configured = config.load(directory, warn=lambda _message: None).get("agents")
+    except TetherError:
+        return False  # a broken file is reported, once, when the command loads it
+    return token in (configured or {})
 
 
 def _doctor(inv: Any) -> int:
@@ -256,19 +271,21 @@ def _dispatch(ctx: Context) -> int:
 
         return run_exec(ctx, _read_prompt(ctx.inv))
     if command in ("prompt", "cancel", "set-mode", "set", "status"):
-        from tether.cli import _session_cmds
-
         if command == "prompt":
-            return _session_cmds.prompt(ctx, _read_prompt(ctx.inv))
-        return _session_cmds.control(ctx)
+            from tether.cli import _prompt_cmd
+
+            return _prompt_cmd.prompt(ctx, _read_prompt(ctx.inv))
+        from tether.cli import _control_cmds
+
+        return _control_cmds.control(ctx)
     if command == "answer":
         from tether.cli import _questions, _session_cmds
 
         return _questions.answer_cmd(ctx, _session_cmds.session_key_of(ctx))
     if command == "sessions":
-        from tether.cli import _session_cmds
+        from tether.cli import _sessions_cmd
 
-        return _session_cmds.sessions_cmd(ctx)
+        return _sessions_cmd.sessions_cmd(ctx)
     if command == "acp":
         from tether.acp_door.stdio import run_stdio
 

@@ -440,7 +440,7 @@ def _command(
     if positional:
         # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
         inv.command = "prompt"
-        if callable(is_agent_name) and is_agent_name(positional[0]):
+        if callable(is_agent_name) and is_agent_name(positional[0], inv.cwd):
             inv.agent = positional[0]
             return positional[1:]
         return positional

@@ -19,6 +19,9 @@ and the owner answers, for *every* request, in this order::
     {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
     {"type":"interaction","requestId":R,"interaction":{...}}  to controllers: a question
     {"type":"interaction_resolved","requestId":R,...}        to controllers: its answer
+    {"type":"client_request","requestId":R,"relayId":X,      to a prompter that serves
+     "method":M,"params":{...}}                              fs/terminal: answer it with
+                                                             a ``relay_answer`` request
     {"type":"agent_run_ended","requestId":null,"event":{...}} the agent run ended meanwhile
     {"type":"session_ended","requestId":null,"event":{...}}   the session was closed: it comes
                                                                before the SESSION_CLOSED error
@@ -27,7 +30,13 @@ and the owner answers, for *every* request, in this order::
 
 Kinds: ``prompt``, ``set_mode``, ``set_config_option`` (queued), ``cancel``, ``status``,
 ``watch``, ``close`` and ``terminate`` (``{"by": {...}}`` optional: who asks, recorded
-with the peer's credentials in the session's ``session_ended``).
+with the peer's credentials in the session's ``session_ended``), ``answer`` and
+``relay_answer`` (``{relayId, result | error}``: a prompter's answer to a
+``client_request``, on the prompt's own connection; :mod:`tether.owner.relays`).
+
+Additions stay within v2: a new payload field is ignored by an owner that predates it
+(a ``relay`` prompt then gets no ``client_request``: the owner serves fs and terminals),
+and the hello's ``features`` list says what this owner understands (``relay``).
 
 An error carries ``{code, detailCode, origin, retryable, message, type, fields, acp?}``
 (:meth:`tether.errors.TetherError.to_wire`), so the caller re-raises the owner's class.
@@ -70,6 +79,7 @@ KINDS: Final = frozenset(
         "answer",
         "terminate",
         "start_agent",
+        "relay_answer",
     }
 )
 # ``lagged`` ends a request whose connection fell behind its bounded output buffer.
@@ -228,6 +238,13 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
         if payload.get("content") is not None and not isinstance(payload["content"], dict):
             raise IpcRejected(
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.content must be an object", rid
+            )
+    elif kind == "relay_answer":
+        # The prompter's answer to an agent request relayed to it (tether.owner.relays).
+        _require(payload, "relayId", str, rid)
+        if payload.get("error") is not None and not isinstance(payload["error"], dict):
+            raise IpcRejected(
+                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.error must be an object", rid
             )
     elif kind == "close":
         _optional_bool(payload, "discard", rid)  # session/delete the agent's session too

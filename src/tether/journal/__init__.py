@@ -22,7 +22,12 @@ an in-memory batch and a writer thread commits each batch in one transaction
 session with no owner running (an offline close) takes the lock first and appends in a
 transaction of its own (:func:`tether.journal.store.append_now`).
 
-**The high-water mark.** ``sessions.journal_seq`` is the last ``seq`` stored, updated in
+**How it is stored.** A writer batch is stored as chunks: one row holds a run of
+consecutive entries' public lines (zlib-compressed when large), so a streamed turn of
+10,000 updates is a few dozen rows, and replay sends lines on unchanged. Control records
+are also kept one per row (``journal_marks``) for the indexed reads of turn summaries.
+
+**The high-water mark.** ``journal_heads.last_seq`` is the last ``seq`` stored, updated in
 the same transaction as the entries: retention may delete every entry, and the next
 owner still continues the sequence. An owner killed mid-turn loses at most the batch
 not yet committed; SQLite's WAL keeps the database whole.

@@ -4,6 +4,14 @@ Functions take a ``sqlite3.Connection`` (a :class:`tether.registry.Registry`'s, 
 writer thread's own), so the owner's writer thread, the owner's replay reads and the
 CLI's readers share one implementation. Appends use ``BEGIN IMMEDIATE``: the batch and
 the high-water mark (``journal_heads.last_seq``) commit together or not at all.
+
+Entries are stored in *chunks*: one row holds a run of consecutive entries' public
+lines (what readers send on unchanged), zlib-compressed when it is large. A streamed
+turn of 10,000 updates is a few dozen rows, not 10,000: the writer thread's cost per
+entry is a ``join`` and a share of one insert, and it holds the GIL for almost none of
+it (zlib and SQLite release it), so the owner's loop relaying the turn is not slowed.
+Control records (every kind but ``acp``) are also stored one per row in
+``journal_marks``, which turn summaries and "how did it end" read by index.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
 
+from tether.journal.chunks import at_of, chunks, pack, seq_of, unpack
 from tether.journal.entry import (
     TURN_KINDS,
     JournalStats,
@@ -27,10 +36,14 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# One stored entry: (seq, at, kind, request_id, body).
+# A control record's indexed columns: (kind, request_id, body).
+Mark = tuple[str, "str | None", str]
+# One entry as the writer stores it: (seq, at, public line as UTF-8, mark or None).
+Stored = tuple[int, float, bytes, "Mark | None"]
+# One control record read back: (seq, at, kind, request_id, body).
 Row = tuple[int, float, str, "str | None", str]
 
-READ_CHUNK = 5000  # rows per query when replaying: bounded memory, few round trips
+READ_CHUNK = 5000  # entries per read when replaying: bounded memory, few round trips
 # How far ahead of what is stored an owner may hand out seqs. The owner relays an entry
 # to its watchers before the entry is stored; if it is killed then, those seqs were
 # seen but never stored. The next owner starts past the reservation, so such a seq is
@@ -76,30 +89,58 @@ def release(db: sqlite3.Connection, key: str) -> None:
     db.execute("UPDATE journal_heads SET reserved = last_seq WHERE session_key = ?", (key,))
 
 
-def write_batch(db: sqlite3.Connection, key: str, rows: Sequence[Row]) -> None:
+def _insert(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> None:
+    """Insert entries as chunks and marks (inside the caller's transaction)."""
+    db.executemany(
+        "INSERT INTO journal_chunks"
+        " (session_key, first_seq, last_seq, entries, last_at, codec, data)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [
+            (key, run[0][0], run[-1][0], len(run), run[-1][1], *pack([i[2] for i in run]))
+            for run in chunks(items)
+        ],
+    )
+    marks = [(key, seq, at, *mark) for seq, at, _line, mark in items if mark is not None]
+    if marks:
+        db.executemany(
+            "INSERT INTO journal_marks (session_key, seq, at, kind, request_id, body)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            marks,
+        )
+
+
+def write_batch(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> None:
     """Store entries whose ``seq`` the writer assigned, in one transaction.
 
-    The caller (the lock holder) guarantees the seqs continue the stored sequence.
+    The seqs must increase and continue past what is stored; a batch that does not is
+    refused whole (``IntegrityError``), entries and mark alike.
     """
-    if not rows:
+    if not items:
         return
+    if any(items[i][0] <= items[i - 1][0] for i in range(1, len(items))):
+        raise sqlite3.IntegrityError("journal batch: seqs out of order")
     db.execute("BEGIN IMMEDIATE")
     try:
-        db.executemany(
-            "INSERT INTO journal (session_key, seq, at, kind, request_id, body)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            [(key, *row) for row in rows],
-        )
+        if items[0][0] <= last_seq(db, key):
+            raise sqlite3.IntegrityError("journal batch: seq already stored")
+        _insert(db, key, items)
         db.execute(
             "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
             " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
             " reserved = max(reserved, excluded.reserved)",
-            (key, rows[-1][0], rows[-1][0] + RESERVE // 2),
+            (key, items[-1][0], items[-1][0] + RESERVE // 2),
         )
     except BaseException:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+
+
+def stored(seq: int, at: float, kind: str, request_id: str | None, body: str) -> tuple[Stored, str]:
+    """An entry as :func:`write_batch` takes it, and its public line."""
+    line = entry_line(seq, at, kind, request_id, body)
+    mark = None if kind == "acp" else (kind, request_id, body)
+    return (seq, at, line.encode(), mark), line
 
 
 def append_now(
@@ -121,11 +162,8 @@ def append_now(
             "SELECT last_seq, reserved FROM journal_heads WHERE session_key = ?", (key,)
         ).fetchone()
         seq = (max(int(row[0]), int(row[1])) if row else 0) + 1
-        db.execute(
-            "INSERT INTO journal (session_key, seq, at, kind, request_id, body)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
-            (key, seq, time.time(), kind, request_id, body_of(payload)),
-        )
+        item, _line = stored(seq, time.time(), kind, request_id, body_of(payload))
+        _insert(db, key, [item])
         db.execute(
             "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
             " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
@@ -141,18 +179,31 @@ def append_now(
 
 def read(
     db: sqlite3.Connection, key: str, from_seq: int, *, upto: int | None = None, limit: int = 0
-) -> list[Row]:
-    """Entries with ``from_seq <= seq (<= upto)``, in order; at most ``limit`` (0: all)."""
-    query = "SELECT seq, at, kind, request_id, body FROM journal WHERE session_key = ? AND seq >= ?"
+) -> list[tuple[int, bytes]]:
+    """``(seq, public line)`` for entries ``from_seq <= seq (<= upto)``, in order; at most
+    ``limit`` (0: all)."""
+    query = "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND last_seq >= ?"
     args: list[Any] = [key, from_seq]
     if upto is not None:
-        query += " AND seq <= ?"
+        query += " AND first_seq <= ?"
         args.append(upto)
-    query += " ORDER BY seq"
+    out: list[tuple[int, bytes]] = []
+    cursor = db.execute(query + " ORDER BY first_seq", args)
+    try:
+        for codec, data in cursor:
+            for line in unpack(codec, data):
+                seq = seq_of(line)
+                if upto is not None and seq > upto:
+                    break
+                if seq >= from_seq:
+                    out.append((seq, line))
+            if limit > 0 and len(out) >= limit:
+                break
+    finally:
+        cursor.close()
     if limit > 0:
-        query += " LIMIT ?"
-        args.append(limit)
-    return db.execute(query, args).fetchall()
+        del out[limit:]
+    return out
 
 
 def iter_lines(
@@ -162,8 +213,8 @@ def iter_lines(
     cursor = from_seq
     while True:
         rows = read(db, key, cursor, upto=upto, limit=READ_CHUNK)
-        for seq, at, kind, rid, body in rows:
-            yield seq, entry_line(seq, at, kind, rid, body)
+        for seq, line in rows:
+            yield seq, line.decode()
         if len(rows) < READ_CHUNK:
             return
         cursor = rows[-1][0] + 1
@@ -173,10 +224,20 @@ def turn_rows(db: sqlite3.Connection, key: str) -> list[Row]:
     """The entries turn summaries are built from, in order (an indexed read)."""
     marks = ", ".join("?" for _ in TURN_KINDS)
     return db.execute(
-        "SELECT seq, at, kind, request_id, body FROM journal"  # noqa: S608 -- placeholders only
+        "SELECT seq, at, kind, request_id, body FROM journal_marks"  # noqa: S608 -- placeholders only
         f" WHERE session_key = ? AND kind IN ({marks}) ORDER BY seq",
         (key, *TURN_KINDS),
     ).fetchall()
+
+
+def last_of_kind(db: sqlite3.Connection, key: str, kind: str) -> Row | None:
+    """The session's newest control record of ``kind`` (e.g. ``session_ended``)."""
+    row: Row | None = db.execute(
+        "SELECT seq, at, kind, request_id, body FROM journal_marks"
+        " WHERE session_key = ? AND kind = ? ORDER BY seq DESC LIMIT 1",
+        (key, kind),
+    ).fetchone()
+    return row
 
 
 def turns_start(db: sqlite3.Connection, key: str, tail: int | None) -> int:
@@ -186,7 +247,7 @@ def turns_start(db: sqlite3.Connection, key: str, tail: int | None) -> int:
     if tail <= 0:
         return last_seq(db, key) + 1
     row = db.execute(
-        "SELECT seq FROM journal WHERE session_key = ? AND kind = 'prompt_queued'"
+        "SELECT seq FROM journal_marks WHERE session_key = ? AND kind = 'prompt_queued'"
         " ORDER BY seq DESC LIMIT 1 OFFSET ?",
         (key, tail - 1),
     ).fetchone()
@@ -195,42 +256,92 @@ def turns_start(db: sqlite3.Connection, key: str, tail: int | None) -> int:
 
 def stats(db: sqlite3.Connection, key: str) -> JournalStats:
     row = db.execute(
-        "SELECT min(seq), count(*), coalesce(sum(length(body)), 0), min(at)"
-        " FROM journal WHERE session_key = ?",
+        "SELECT min(first_seq), coalesce(sum(entries), 0), coalesce(sum(length(data)), 0)"
+        " FROM journal_chunks WHERE session_key = ?",
         (key,),
     ).fetchone()
+    oldest = None
+    if row[0] is not None:
+        first = db.execute(
+            "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND first_seq = ?",
+            (key, row[0]),
+        ).fetchone()
+        oldest = at_of(unpack(*first)[0])
     return JournalStats(
         first_seq=row[0],
         last_seq=last_seq(db, key),
         entries=int(row[1]),
         bytes=int(row[2]),
-        oldest_at=row[3],
+        oldest_at=oldest,
     )
 
 
 def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
-    """Delete the session's entries with ``seq`` below ``seq``; returns how many."""
-    cur = db.execute("DELETE FROM journal WHERE session_key = ? AND seq < ?", (key, seq))
-    return int(cur.rowcount)
+    """Delete the session's entries with ``seq`` below ``seq``; returns how many.
+
+    Whole chunks go; a chunk the cut falls inside is rewritten with the entries it keeps.
+    Runs inside the caller's transaction.
+    """
+    removed = 0
+    rows = db.execute(
+        "SELECT first_seq, last_seq, entries, last_at, codec, data FROM journal_chunks"
+        " WHERE session_key = ? AND first_seq < ?",
+        (key, seq),
+    ).fetchall()
+    for first, last, entries, last_at, codec, data in rows:
+        db.execute(
+            "DELETE FROM journal_chunks WHERE session_key = ? AND first_seq = ?", (key, first)
+        )
+        if last < seq:
+            removed += int(entries)
+            continue
+        keep = [line for line in unpack(codec, data) if seq_of(line) >= seq]
+        removed += int(entries) - len(keep)
+        if keep:
+            db.execute(
+                "INSERT INTO journal_chunks"
+                " (session_key, first_seq, last_seq, entries, last_at, codec, data)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (key, seq_of(keep[0]), last, len(keep), last_at, *pack(keep)),
+            )
+    db.execute("DELETE FROM journal_marks WHERE session_key = ? AND seq < ?", (key, seq))
+    return removed
 
 
 def _bytes_cut(db: sqlite3.Connection, key: str, excess: int) -> int | None:
-    """The first ``seq`` to keep once ``excess`` bytes of the oldest entries are gone."""
+    """The first ``seq`` to keep once at least ``excess`` stored bytes of the oldest
+    chunks are gone (whole chunks: their stored size is what the bound counts)."""
     removed = 0
-    cursor = 0
-    while True:
-        rows = db.execute(
-            "SELECT seq, length(body) FROM journal WHERE session_key = ? AND seq > ?"
-            " ORDER BY seq LIMIT ?",
-            (key, cursor, READ_CHUNK),
-        ).fetchall()
-        if not rows:
-            return None
-        for seq, size in rows:
-            if removed >= excess:
-                return int(seq)
-            removed += int(size)
-        cursor = rows[-1][0]
+    for last, size in db.execute(
+        "SELECT last_seq, length(data) FROM journal_chunks WHERE session_key = ?"
+        " ORDER BY first_seq",
+        (key,),
+    ):
+        removed += int(size)
+        if removed >= excess:
+            return int(last) + 1
+    return None
+
+
+def _age_cut(db: sqlite3.Connection, key: str, cutoff: float) -> int | None:
+    """The first ``seq`` written at or after ``cutoff`` (None: every entry is older)."""
+    row = db.execute(
+        "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND last_at >= ?"
+        " ORDER BY first_seq LIMIT 1",
+        (key, cutoff),
+    ).fetchone()
+    if row is None:
+        return None
+    for line in unpack(*row):
+        if at_of(line) >= cutoff:
+            return seq_of(line)
+    return None  # pragma: no cover - last_at >= cutoff means some line qualifies
+
+
+def drop_older(db: sqlite3.Connection, key: str, cutoff: float) -> int:
+    """Delete the session's entries written before ``cutoff`` (caller's transaction)."""
+    cut = _age_cut(db, key, cutoff)
+    return delete_before(db, key, last_seq(db, key) + 1 if cut is None else cut)
 
 
 def apply_retention(
@@ -249,10 +360,8 @@ def apply_retention(
         cut = max(cut, _bytes_cut(db, key, excess) or 0)
     cutoff = age_cutoff(time.time() if now is None else now, retention)
     if cutoff is not None and current.oldest_at is not None and current.oldest_at < cutoff:
-        row = db.execute(
-            "SELECT min(seq) FROM journal WHERE session_key = ? AND at >= ?", (key, cutoff)
-        ).fetchone()
-        cut = max(cut, int(row[0]) if row[0] is not None else current.last_seq + 1)
+        age = _age_cut(db, key, cutoff)
+        cut = max(cut, current.last_seq + 1 if age is None else age)
     if not cut:
         return 0
     db.execute("BEGIN IMMEDIATE")
@@ -271,5 +380,6 @@ def forget_session(db: sqlite3.Connection, keys: Iterable[str]) -> None:
     Runs inside the caller's transaction.
     """
     for key in keys:
-        db.execute("DELETE FROM journal WHERE session_key = ?", (key,))
+        db.execute("DELETE FROM journal_chunks WHERE session_key = ?", (key,))
+        db.execute("DELETE FROM journal_marks WHERE session_key = ?", (key,))
         db.execute("DELETE FROM journal_heads WHERE session_key = ?", (key,))

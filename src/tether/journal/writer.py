@@ -57,6 +57,8 @@ def open_db(path: str) -> sqlite3.Connection:
     db.execute("PRAGMA journal_mode=WAL")
     db.execute("PRAGMA synchronous=NORMAL")
     db.execute("PRAGMA busy_timeout=10000")
+    # Appends and chunked reads touch few pages: a small cache keeps a warm owner small.
+    db.execute("PRAGMA cache_size=-512")
     return db
 
 
@@ -74,7 +76,7 @@ class JournalWriter:
         self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
         self.listeners: list[Listener] = []
         self.bytes_written = 0
-        self._pending: list[store.Row] = []
+        self._pending: list[store.Stored] = []
         self._pending_bytes = 0
         self._lock = threading.Lock()
         self._drained = threading.Condition(self._lock)
@@ -83,6 +85,9 @@ class JournalWriter:
         self.dropped = 0  # entries given up after a stall (a failing disk): a seq gap
         self._closing = False
         self._kick_scheduled = False
+        # (direction, request id) -> the bytes of an acp entry's line after its seq and at
+        self._acp_heads: dict[tuple[str, str | None], bytes] = {}
+        self._at, self._at_text = 0.0, b"0.0"
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
 
@@ -93,23 +98,51 @@ class JournalWriter:
         return self.append_body(kind, body_of(payload), request_id)
 
     def append_acp(self, direction: str, line: bytes, request_id: str | None) -> int:
-        """Journal one ACP frame, embedded byte for byte."""
-        return self.append_body("acp", acp_body(direction, line), request_id)
+        """Journal one ACP frame, embedded byte for byte.
+
+        The hot path of a streamed turn: the entry's line is built as bytes around the
+        frame, with its head cached per request, with no JSON work and no str round trip
+        (it is exactly :func:`~tether.journal.entry.entry_line` of :func:`acp_body`).
+        """
+        head = self._acp_heads.get((direction, request_id))
+        if head is None:
+            if len(self._acp_heads) > 64:
+                self._acp_heads.clear()
+            tail = entry_line(0, 0.0, "acp", request_id, acp_body(direction, b"")).encode()
+            head = self._acp_heads[(direction, request_id)] = tail[tail.index(b',"kind"') : -1]
+        seq = self.next_seq
+        self.next_seq = seq + 1
+        at, at_text = self._clock()
+        return self._push(seq, at, b'{"seq":%d,"at":%s%s%s}' % (seq, at_text, head, line), None)
 
     def append_body(self, kind: str, body: str, request_id: str | None) -> int:
         seq = self.next_seq
         self.next_seq = seq + 1
-        at = time.time()
-        # Encoded once here, for every watcher and the ring alike.
+        at = self._clock()[0]
         line = entry_line(seq, at, kind, request_id, body).encode()
+        return self._push(seq, at, line, None if kind == "acp" else (kind, request_id, body))
+
+    def _clock(self) -> tuple[float, bytes]:
+        """Now, to the millisecond, and its JSON text: an entry's time is journaled in
+        milliseconds, and formatting a float per entry was a tenth of a streamed turn's
+        cost on the owner's loop, so the text is made once per millisecond."""
+        now = time.time()
+        if now - self._at >= 0.001 or now < self._at:
+            self._at = int(now * 1000) / 1000
+            self._at_text = repr(self._at).encode()
+        return self._at, self._at_text
+
+    def _push(self, seq: int, at: float, line: bytes, mark: store.Mark | None) -> int:
+        """Hand an entry (its line encoded once, for the store, every watcher and the ring
+        alike) to the ring, the writer thread and the listeners."""
         ring = self.ring
         ring.append((seq, line))
         stored = self.stored_seq
         while len(ring) > RING_MIN and ring[0][0] <= stored:
             ring.popleft()
         with self._lock:
-            self._pending.append((seq, at, kind, request_id, body))
-            self._pending_bytes += len(body)
+            self._pending.append((seq, at, line, mark))
+            self._pending_bytes += len(line)
             if self._pending_bytes > MAX_BACKLOG_BYTES:
                 self._stall()
         if not self._kick_scheduled:
@@ -123,6 +156,13 @@ class JournalWriter:
             listener(seq, line)
         return seq
 
+    def shrink(self) -> None:
+        """Drop the stored entries from the ring (the owner is idle: a watcher attaching
+        now reads them from the database, which has them)."""
+        ring, stored = self.ring, self.stored_seq
+        while ring and ring[0][0] <= stored:
+            ring.popleft()
+
     def _stall(self) -> None:
         """The writer is far behind: wait for it (the lock is held), boundedly; if the disk
         does not take the rows even then, give the oldest up rather than grow."""
@@ -133,7 +173,7 @@ class JournalWriter:
         )
         while self._pending_bytes > MAX_BACKLOG_BYTES and len(self._pending) > 1:
             row = self._pending.pop(0)
-            self._pending_bytes -= len(row[4])
+            self._pending_bytes -= len(row[2])
             self.dropped += 1
         if self.dropped:
             logger.warning("journal: %d entries could not be stored in time", self.dropped)

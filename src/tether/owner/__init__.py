@@ -47,11 +47,14 @@ module                    job                                                   
                           start_agent (fork, --resume-session: the agent now)
 ``session_info``          the agent's usage_update / session_info_update        no
 ``heartbeat``             the registry heartbeat, from a thread nothing starves  yes
+``memory``                a burst's memory given back once idle (malloc_trim)    yes
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes
+``teardown``              how the owner ends (close/terminate) and its shutdown  yes
 ``settings``              the owner's settings from the session's options        no
 ``interactions``          questions for a human: offered to controllers, answers yes
 ``interaction_table``     an interaction's table: open -> resolved, first answer no
+``relays``                the agent's fs/terminal requests relayed to a client   yes
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====
 """

@@ -21,6 +21,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from tether.acp._agent_requests import ClientRelay
 from tether.acp.connection import ClientOptions
 from tether.errors import TetherError
 from tether.live_agent import AgentConfig, LiveAgent, discard_session
@@ -103,6 +104,8 @@ class AgentSlot:
         self.record: Callable[[str, dict[str, Any]], object] = lambda *_: None
         # Questions for a human (permission asks, elicitations); None: the policy alone.
         self.questions: Interactions | None = None
+        # fs/* and terminal/* the prompting client serves itself (tether acp); None: ours.
+        self.relay: ClientRelay | None = None
         # usage_update / session_info_update, in a turn or not, for `status`.
         self.session_info = SessionInfoWatch()
         # After a close with --discard: whether the agent deleted its session (None: not asked).
@@ -166,6 +169,7 @@ class AgentSlot:
                 auth_policy=s.auth_policy,
                 on_line=self._on_line,
                 on_permission=self._on_permission,
+                relay=self.relay,
                 **self._question_hooks(),
             ),
             session_key=self.key,

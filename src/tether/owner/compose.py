@@ -20,7 +20,6 @@ from tether import _log, _os, metrics
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
-    SessionClosed,
     StateError,
     TetherError,
     UsageError,
@@ -29,25 +28,25 @@ from tether.ipc import protocol
 from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
-from tether.owner.ending import end_session
 from tether.owner.gate import PeerGate
 from tether.owner.heartbeat import Heartbeat
 from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
 from tether.owner.lock import SessionLock
+from tether.owner.memory import MemoryTrim
+from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.status import end_event, status_snapshot
+from tether.owner.status import end_event, hello_frame, status_snapshot
+from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.reconcile import reconcile
-from tether.supervise.run_state import TerminationReason
 
 __all__ = ["Owner"]
 
-LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
 logger = logging.getLogger("tether.owner")
 
@@ -74,7 +73,7 @@ class Owner:
         )
         self.server = IpcServer(
             max_frame_bytes=self.settings.max_frame_bytes,
-            hello=self._hello,
+            hello=lambda: hello_frame(self),
             admit=self.admit,
             on_disconnect=self._on_disconnect,
             waiting=lambda outbox: self.admission.waits(outbox),
@@ -94,25 +93,24 @@ class Owner:
             current_request=lambda: self.active.request_id if self.active else None,
             agent_tree=self._agent_roots,
         )
+        self.relays = self.slot.relay = ClientRelays(
+            self._current_prompt, timeout=self.settings.permission_timeout
+        )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
+        self.memory = MemoryTrim(
+            lambda: self.active is None and not self.admission, shrink=self._shrink_journal
+        )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
-        self.admission.on_change = lambda: self._set_status(
+        self.admission.on_change = lambda: self.set_status(
             "running" if self.active is not None else "idle"
         )
         self._stop_event = asyncio.Event()  # set once, by request_shutdown
-        self._closer: Job | None = None
-        self._close_session = False
-        # terminate (seed 004): who asked, and the immediate teardown under way
-        self._terminate_by: dict[str, Any] | None = None
-        self._terminating: asyncio.Task[RunEnd | None] | None = None
-        self._discard = False  # close --discard: session/delete the agent's session too
+        self.ending = Ending()  # how it ends: set by close / terminate, read by the teardown
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
-        self._shut_down = False
         self.heartbeat = Heartbeat(
             key, unresponsive_after=self.settings.unresponsive_after, depth=lambda: len(self.queue)
         )
-        self._held: list[Job] = []  # requests superseded by a close, answered at the end
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
 
@@ -162,7 +160,7 @@ class Owner:
             )
         self.heartbeat.start()
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
-        self._set_status("idle")
+        self.set_status("idle")
         self._schedule_retirement()
         _log.event(
             "owner_started", session_key=self.key, generation=self.generation, pid=os.getpid()
@@ -178,6 +176,10 @@ class Owner:
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+
+    def _shrink_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.shrink()
 
     def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
         """Journal one control record; returns its seq (0 before the journal is open)."""
@@ -208,7 +210,7 @@ class Owner:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    def _set_status(self, status: str) -> None:
+    def set_status(self, status: str) -> None:
         with contextlib.suppress(Exception):
             self.registry.update_session(
                 self.key,
@@ -244,21 +246,10 @@ class Owner:
 
     # --- IPC --------------------------------------------------------------------------
 
-    def _hello(self) -> dict[str, Any]:
-        return {
-            "type": "hello",
-            "v": protocol.VERSION,
-            "generation": self.generation,
-            "ownerPid": os.getpid(),
-            "sessionKey": self.key,
-            # A stopping owner (idle TTL, close, signal) rejects new work: a caller that
-            # sees this waits for it to go and starts a new one.
-            "stopping": self.stopping,
-        }
-
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.
         self.admission.detach(outbox)
+        self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
         if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
@@ -293,6 +284,9 @@ class Owner:
         if env.kind == "answer":
             self.interactions.admit_answer(job)
             return
+        if env.kind == "relay_answer":
+            self.relays.admit_answer(job)
+            return
         if self.stopping:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
@@ -302,33 +296,16 @@ class Owner:
             return
         if env.kind == "close":
             job.ack()
-            self._closer = job
-            self._close_session = True
-            self._discard = env.payload.get("discard") is True
+            self.ending.closer = job
+            self.ending.close_session = True
+            self.ending.discard = env.payload.get("discard") is True
             self.request_shutdown("close")
             return
         if env.kind == "terminate":
             job.ack()
-            self._terminate(job)
+            terminate(self, job)
             return
         self.admission.enqueue(job)
-
-    def _terminate(self, job: Job) -> None:
-        """The operator's immediate end: no new turn, no waiting on the agent.
-
-        Like ``close`` the session ends (recorded once, every caller told), but the tree
-        is ended at once -- the keeper's TERM -> grace -> KILL, not ``session/close`` and
-        a cancel grace -- while the queue is drained and the running turn superseded.
-        """
-        by: dict[str, Any] = dict(job.outbox.peer)
-        asked = job.env.payload.get("by")
-        if isinstance(asked, dict):
-            by.update({str(k): v for k, v in list(asked.items())[:8]})
-        self._closer = job
-        self._close_session = True
-        self._terminate_by = by
-        self.request_shutdown("terminate")
-        self._terminating = asyncio.get_running_loop().create_task(self.slot.terminate())
 
     def status_snapshot(self) -> dict[str, Any]:
         return status_snapshot(self)
@@ -338,7 +315,7 @@ class Owner:
     async def run(self) -> None:
         """Serve the queue until shutdown is requested, then shut down."""
         while True:
-            self._set_status("running" if self.active is not None else "idle")
+            self.set_status("running" if self.active is not None else "idle")
             job = await self.admission.next_job(lambda: self.stopping)
             if job is None:
                 break
@@ -346,7 +323,7 @@ class Owner:
             if job.kind == "prompt" and job.env.payload.get("control") is True:
                 self.interactions.attach(job)  # the prompter answers its own questions
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
-            self._set_status("running")
+            self.set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))
             try:
                 await self._await_job(task)
@@ -361,6 +338,7 @@ class Owner:
             await self.slot.end_if_dead()
             if not self.admission:
                 self._schedule_retirement()  # a no-op once stopping (not idle)
+                self.memory.soon()
         await self.shutdown()
 
     async def _await_job(self, task: asyncio.Task[None]) -> None:
@@ -400,23 +378,6 @@ class Owner:
 
     # --- shutdown ---------------------------------------------------------------------
 
-    async def _close_journal(self) -> None:
-        """The session's end or the owner's retirement: tell every watcher, store it all.
-
-        The journal is stored before the lock is released, so the next owner continues
-        the sequence from the right place.
-        """
-        if self.journal is None or self.fanout is None:
-            return
-        if self._close_session:
-            self.fanout.end_all("session-ended")  # its session_ended is journaled already
-        else:
-            self.record("owner_stopped", {"reason": self.stop_reason})
-            self.fanout.end_all("owner-stopped")
-        journal, self.journal = self.journal, None
-        if not await asyncio.to_thread(journal.close):
-            logger.warning("journal: the last batch could not be stored before exit")
-
     def request_shutdown(self, reason: str) -> None:
         if not self.lifecycle.request_stop(reason, time.monotonic()):
             return
@@ -430,68 +391,9 @@ class Owner:
             closing=reason in ("close", "terminate"), ask_agent=reason != "terminate"
         )
         if held is not None:
-            self._held.append(held)
+            self.ending.held.append(held)
         self.interactions.cancel_all()  # questions still open are answered `cancelled`
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""
-        if self._shut_down:
-            return
-        self._shut_down = True
-        self._set_status("stopping")
-        self.lock.stop_listening()
-        closing = self._close_session
-        waiting = self.admission.drain(
-            SessionClosed("the session was closed before this request ran")
-            if closing
-            else OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})")
-        )
-        reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
-        if self.stop_reason in ("idle-ttl", "max-lifetime"):
-            reason = TerminationReason.CLOSE
-        discard = closing and self._discard
-        if self._terminating is not None:
-            end = await self._terminating  # started at once by the terminate request
-        else:
-            end = await self.slot.end_current(reason=reason, close_session=closing, discard=discard)
-        if discard and end is None:
-            await self.slot.discard_offline()
-        fields: dict[str, Any] = {
-            "owner_status": "stopped",
-            "owner_pid": None,
-            "owner_socket": None,
-            "queue_depth": 0,
-            "current_request": None,
-        }
-        if closing:
-            fields.update(state="closed", closed_at=time.time())
-        try:
-            self.registry.update_session(self.key, **fields)
-        except StateError as exc:
-            # A full or failing disk must not cost the callers their answers or leave
-            # this process behind: the tree is already proven gone; say what was lost.
-            logger.error("could not record the session's end: %s", exc)
-            if self._closer is not None:
-                self._closer.state_error = str(exc)
-        if closing:
-            end_session(
-                self.record,
-                self.server,
-                self.key,
-                generation=self.generation,
-                end=end,
-                superseded=[j for j in self._held if not j.done],
-                closer=self._closer,
-                terminated_by=self._terminate_by,
-                discarded=self.slot.discarded if discard else None,
-            )
-        await self._close_journal()
-        # Last frames (a terminal, session_ended) must reach callers that read slowly
-        # behind a stream; bounded, so a caller that never reads cannot hold us.
-        await self.server.close_all(LAST_FRAMES_S)
-        self.heartbeat.stop()
-        self.lock.release()
-        self.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
-        _log.event(
-            "owner_stopped", session_key=self.key, reason=self.stop_reason, answered=len(waiting)
-        )
+        await shut_down(self)

@@ -59,6 +59,7 @@ ACTIONS: Final = {
     "terminate": "terminate",
     "status": "status",
     "start_agent": "send",  # start (warm) the agent without a prompt
+    "relay_answer": "send",  # a prompter's answer to an fs/terminal request relayed to it
 }
 _DEFAULT_ACTION: Final = "send"
 

@@ -180,6 +180,9 @@ class RequestRunner:
         live = await self._ensure(job)
         mode = str(job.env.payload["modeId"])
         await live.conn.set_mode(live.session_id, mode)
+        modes = live.session_result.get("modes")
+        if isinstance(modes, dict):
+            modes["currentModeId"] = mode
         self.registry.update_session(self.key, desired_mode=mode)
         job.finish({"action": "mode_set", "modeId": mode})
         self.record("mode_set", {"modeId": mode}, job.request_id)
@@ -195,6 +198,13 @@ class RequestRunner:
                 "forkedFrom": live.forked_from,
                 "agentPid": live.proc.pid,
                 "agentCapabilities": live.conn.agent_capabilities,
+                # What the agent's session/new (load, resume) said, kept current by
+                # set_mode / set_config_option: what `tether acp` answers its client.
+                **{
+                    k: live.session_result[k]
+                    for k in ("modes", "configOptions", "models")
+                    if live.session_result.get(k) is not None
+                },
             }
         )
 
@@ -205,6 +215,9 @@ class RequestRunner:
             config_id = model_option_id(live.session_result) or config_id
         value = config_value(live.session_result, config_id, job.env.payload["value"])
         answer = await live.conn.set_config_option(live.session_id, config_id, value)
+        options = answer.get("configOptions") if isinstance(answer, dict) else None
+        if isinstance(options, list):
+            live.session_result["configOptions"] = options  # the agent's current values
         session = self.registry.session(self.key)
         desired = dict(session.desired_config if session else {})
         desired[config_id] = value
@@ -215,7 +228,7 @@ class RequestRunner:
                 "action": "config_set",
                 "configId": config_id,
                 "value": value,
-                "configOptions": answer.get("configOptions") if isinstance(answer, dict) else None,
+                "configOptions": options,
             }
         )
 

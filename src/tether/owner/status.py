@@ -7,6 +7,8 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+from tether.ipc import protocol
+
 if TYPE_CHECKING:
     from tether.owner.agent_slot import RunEnd
     from tether.owner.compose import Owner
@@ -14,11 +16,27 @@ if TYPE_CHECKING:
 
 __all__ = [
     "end_event",
+    "hello_frame",
     "session_end_event",
     "status_snapshot",
     "terminate_fields",
     "terminate_result",
 ]
+
+
+def hello_frame(owner: Owner) -> dict[str, Any]:
+    """The owner's first frame on every connection (IPC v2's ``hello``)."""
+    return {
+        "type": "hello",
+        "v": protocol.VERSION,
+        "generation": owner.generation,
+        "ownerPid": os.getpid(),
+        "sessionKey": owner.key,
+        # A stopping owner (idle TTL, close, signal) rejects new work: a caller that
+        # sees this waits for it to go and starts a new one.
+        "stopping": owner.stopping,
+        "features": ["relay"],  # v2 additions this owner understands (ipc.protocol)
+    }
 
 
 def status_snapshot(owner: Owner) -> dict[str, Any]:
@@ -55,6 +73,13 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "rateLimit": owner.runner.rate_limit.snapshot(),
         # usage_update / session_info_update: context use, cost, title (issue 14)
         "sessionInfo": owner.slot.session_info.snapshot(),
+        # The live agent session's modes and config options, as set since (tether acp
+        # answers session/load and resume with them without queueing behind a turn).
+        "agentSession": {
+            k: live.session_result[k]
+            for k in ("modes", "configOptions")
+            if live is not None and alive and live.session_result.get(k) is not None
+        },
     }
 
 

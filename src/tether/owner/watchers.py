@@ -30,7 +30,6 @@ import sqlite3
 from tether import _fastjson
 from tether.ipc import protocol
 from tether.journal import store
-from tether.journal.entry import entry_line
 from tether.journal.writer import JournalWriter, open_db
 from tether.owner.job import Job
 
@@ -121,9 +120,7 @@ class Fanout:
                 if not rows:
                     watch.cursor = first  # retention removed them: the seq jump shows it
                     continue
-                watch.job.outbox.write(
-                    b"".join(watch.frame(entry_line(*row).encode()) for row in rows)
-                )
+                watch.job.outbox.write(b"".join(watch.frame(line) for _seq, line in rows))
                 watch.cursor = rows[-1][0] + 1
                 await watch.job.outbox.drain(timeout=30.0)
         finally:

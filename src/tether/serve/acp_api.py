@@ -5,10 +5,14 @@ flat timeout: a prompt answers when its turn ends); a notification or a client's
 answer gets 202. The first POST to a server id creates the server for ``?agent=NAME``
 (default: the configured agent). ``GET``: Server-Sent Events of everything else the
 server says (``session/update``, ``_tether/session/ended``, the agent's questions as
-``session/request_permission``), ``id:`` the server's event counter; ``Last-Event-ID``
-resumes from its 1024-event ring (older history: ``session/load``); a comment line
-every ``heartbeat`` seconds. ``DELETE``: close the server (idempotent, 204): its running
-turns are cancelled, its sessions stay warm. The core, with no HTTP in it, is
+``session/request_permission``, relayed ``fs/*`` / ``terminal/*``), ``id:`` the journal
+cursor after the event -- with one session, its journal ``seq``
+(:mod:`tether.acp_door.event_ids`); ``Last-Event-ID`` resumes from the server's ring of
+recent events, or from the journal when the ring no longer holds the id (no gap, no
+duplicate; only live-only events, the server's requests to the client, cannot come
+back from the journal); a comment line every ``heartbeat`` seconds. ``DELETE``: close
+the server (idempotent, 204): its running turns are cancelled, its sessions stay warm.
+The core, with no HTTP in it, is
 :class:`tether.acp_door.channel.AcpChannel`.
 """
 
@@ -22,7 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from tether.acp_door.channel import AcpChannel
+from tether.acp_door.channel import AcpChannel, check_event_id
 from tether.errors import UsageError
 from tether.serve.app import Gateway, endpoint
 
@@ -74,7 +78,7 @@ async def post_message(request: Request) -> Response:
     return JSONResponse(answer)
 
 
-async def _sse(channel: AcpChannel, after: int | None, heartbeat: float) -> AsyncIterator[bytes]:
+async def _sse(channel: AcpChannel, after: str | None, heartbeat: float) -> AsyncIterator[bytes]:
     async for item in channel.events(after, idle=heartbeat):
         if item is None:
             yield b": heartbeat\n\n"
@@ -92,9 +96,9 @@ async def events(request: Request) -> Response:
     if channel is None or channel.closed:
         return Response(status_code=204)  # nothing will come: an EventSource stops
     header = request.headers.get("last-event-id", "").strip()
-    if header and not header.isdigit():
-        raise UsageError("Last-Event-ID must be an event id of this server")
-    after = int(header) if header else None
+    after = header or None
+    if after is not None:
+        check_event_id(after)  # a bad one is a 400 now, not a broken stream
     body = _sse(channel, after, gateway.heartbeat)
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 

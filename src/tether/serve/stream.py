@@ -310,12 +310,11 @@ class Hubs:
 
 
 def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
-    from tether.journal.entry import entry_line
     from tether.registry import Registry
 
     with Registry() as registry:
         rows = store.read(registry._db, key, cursor, limit=limit)
-    return [(seq, entry_line(seq, at, kind, rid, body)) for seq, at, kind, rid, body in rows]
+    return [(seq, line.decode()) for seq, line in rows]
 
 
 def _chunk(items: list[tuple[int, str]]) -> bytes:

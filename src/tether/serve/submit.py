@@ -27,7 +27,7 @@ import asyncio
 from typing import Any
 
 from tether import access, sessions
-from tether.client import _Connection
+from tether.client.connection import AsyncOwnerConnection
 from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
@@ -44,7 +44,7 @@ class Prompter:
 
     def __init__(self, hubs: Hubs) -> None:
         self.hubs = hubs
-        self.kept: dict[str, tuple[_Connection, asyncio.TimerHandle]] = {}
+        self.kept: dict[str, tuple[AsyncOwnerConnection, asyncio.TimerHandle]] = {}
 
     async def prompt(
         self, key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
@@ -66,7 +66,7 @@ class Prompter:
 
     async def _submit(
         self,
-        conn: _Connection,
+        conn: AsyncOwnerConnection,
         key: str,
         payload: dict[str, Any],
         deadline_ms: int | None,
@@ -109,14 +109,14 @@ class Prompter:
             else:
                 await conn.aclose()
 
-    def _keep(self, key: str, conn: _Connection) -> None:
+    def _keep(self, key: str, conn: AsyncOwnerConnection) -> None:
         if key in self.kept:  # two prompts at once: one connection is enough
             conn.writer.close()
             return
         loop = asyncio.get_running_loop()
         self.kept[key] = (conn, loop.call_later(KEEP_S, self._drop, key, conn))
 
-    def _drop(self, key: str, conn: _Connection) -> None:
+    def _drop(self, key: str, conn: AsyncOwnerConnection) -> None:
         if self.kept.get(key, (None,))[0] is conn:
             del self.kept[key]
         conn.writer.close()
@@ -128,13 +128,13 @@ class Prompter:
         self.kept.clear()
 
 
-async def _connect(key: str) -> _Connection | None:
+async def _connect(key: str) -> AsyncOwnerConnection | None:
     """A connection to the session's serving owner, its hello read; None if not at once."""
-    conn: _Connection | None = None
+    conn: AsyncOwnerConnection | None = None
     try:
         async with asyncio.timeout(HELLO_S):
             reader, writer = await asyncio.open_unix_connection(sessions.socket_path(key))
-            conn = _Connection(reader, writer, LineReader(), {})
+            conn = AsyncOwnerConnection(reader, writer, LineReader(), {})
             hello = await conn.read()
     except (OSError, TimeoutError, TetherError):
         if conn is not None:

@@ -1,0 +1,183 @@
+"""``sessions``: new, ensure, close, terminate, list, show (and, elsewhere, fork, the agent's
+own sessions and the journal's watch, read, history, export, prune)."""
+
+from __future__ import annotations
+
+from tether import operations, sessions
+from tether.cli._session_cmds import _key, _later_flags, _no_session_hint, _owner_options
+from tether.errors import (
+    NoSession,
+    UsageError,
+)
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def sessions_cmd(ctx: Any) -> int:
+    sub = ctx.inv.subcommand
+    if sub in ("new", "ensure"):
+        return _ensure(ctx, fresh=sub == "new")
+    if sub == "close":
+        return _close(ctx)
+    if sub == "terminate":
+        return _terminate(ctx)
+    if sub == "fork" or (sub == "list" and ctx.inv.agent_sessions):
+        from tether.cli import _acp_cmds
+
+        return _acp_cmds.fork(ctx) if sub == "fork" else _acp_cmds.agent_sessions(ctx)
+    if sub in ("watch", "read", "history", "export", "prune"):
+        from tether.cli import _journal_cmds
+
+        return _journal_cmds.run(ctx, _key(ctx), _no_session_hint(ctx))
+    if sub == "list":
+        items = operations.list_sessions(include_closed=ctx.inv.all)
+        if ctx.inv.filter_cwd is not None:  # acpx's --filter-cwd: one working directory
+            import os
+
+            where = os.path.realpath(os.path.expanduser(ctx.inv.filter_cwd))
+            items = [s for s in items if os.path.realpath(s["cwd"]) == where]
+        ctx.output.control(
+            {"action": "sessions", "sessions": items},
+            text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
+            quiet="\n".join(s["key"] for s in items),
+        )
+        return 0
+    from tether import access
+    from tether.cli import _render
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        key = _key(ctx)
+        session = registry.session(key)
+        if session is None:
+            raise _no_session_hint(ctx)
+        access.authorize(key, "status", registry=registry)
+        if sub == "show":
+            info = operations.describe(session, registry.instance_id)
+            ctx.output.control(
+                {"action": "session", **info},
+                text=_render.fields(info),
+                quiet=key,
+            )
+            return 0
+    raise UsageError(f"unknown sessions command {sub}")
+
+
+def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
+    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest."""
+    if not tree:
+        return "\n".join(
+            f"{s['name'] or '(default)'}\t{s['state']}\t{s['agentId']}\t{s['cwd']}"
+            f"\t{_owner_text(s)}"
+            for s in items
+        )
+    from tether.ownership import tree_lines
+
+    return "\n".join(tree_lines(items))
+
+
+def _owner_text(item: dict[str, Any]) -> str:
+    parent = item.get("parentSessionKey") or item.get("spawnedBy") or item.get("ownerSessionKey")
+    text = f"spawned by {parent[:12]}" if parent else "operator"
+    return f"{text}, sandboxed" if item.get("sandboxed") else text
+
+
+def _ensure(ctx: Any, *, fresh: bool) -> int:
+    key = _key(ctx)
+    name = ctx.inv.session or sessions.DEFAULT_NAME
+    conn, created = operations.ensure_session(
+        key,
+        name=name,
+        argv=list(ctx.agent_argv),
+        label=ctx.agent_label,
+        cwd=str(ctx.cwd),
+        options=_owner_options(ctx),
+        fresh=fresh,
+        override=_later_flags(ctx),
+        sandboxed=ctx.inv.sandboxed,
+        resume_session=ctx.inv.resume_session,
+    )
+    generation = conn.generation
+    owner_pid = conn.hello.get("ownerPid")
+    resumed: dict[str, Any] = {}
+    if ctx.inv.resume_session:
+        # The agent comes up now, so a conversation it does not know is reported here.
+        resumed = operations.resume_agent_session(key, conn)
+    else:
+        with conn:
+            if ctx.inv.model and not created:  # a session that exists: select its model now
+                conn.request("set_config_option", {"configId": "model", "value": ctx.inv.model})
+                ctx.output.banner(f"model set: {ctx.inv.model}")
+    ctx.output.control(
+        {
+            "action": "session_ensured",
+            "sessionKey": key,
+            "name": name,
+            "created": created,
+            "agent": ctx.agent_label,
+            "cwd": str(ctx.cwd),
+            "ownerPid": owner_pid,
+            "ownerGeneration": generation,
+            **({"acpSessionId": resumed.get("acpSessionId")} if resumed else {}),
+        },
+        text=(
+            f"session {name or '(default)'} {'created' if created else 'ready'}"
+            f" · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}"
+            + (f" · resumed {resumed.get('acpSessionId')}" if resumed else "")
+        ),
+        quiet=key,
+    )
+    return 0
+
+
+def _close(ctx: Any) -> int:
+    key = _key(ctx)
+    try:
+        result = operations.close_session(key, discard=ctx.inv.discard)
+    except NoSession:
+        raise _no_session_hint(ctx) from None
+    survivors = result.get("survivors") or []
+    if "reconciled" in result:
+        text = "session closed (no owner was running)"
+    else:
+        text = (
+            f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
+        )
+    if "discarded" in result:
+        text += " · conversation " + ("deleted" if result["discarded"] else "NOT deleted")
+    children = result.get("closedChildren") or []
+    failed = [c for c in children if "error" in c]
+    if children:
+        text += f" · {len(children) - len(failed)} session(s) it spawned closed first"
+    for child in failed:
+        key_text = str(child["sessionKey"])[:12]
+        text += f"\nspawned session {key_text} could not be closed: {child['error']}"
+    if result.get("stateError"):
+        text += (
+            "\nthe session's end could not be recorded: "
+            f"{result['stateError']} (free space, then `tether doctor`)"
+        )
+    ctx.output.control(result, text=text, quiet="closed")
+    return 1 if survivors or failed or result.get("stateError") else 0
+
+
+def _terminate(ctx: Any) -> int:
+    key = _key(ctx)
+    try:
+        result = operations.terminate(key, by={"door": "cli"})
+    except NoSession:
+        raise _no_session_hint(ctx) from None
+    survivors = result.get("survivors") or []
+    if result.get("alreadyEnded"):
+        text = f"session had already ended ({result.get('reason')}): nothing done"
+    elif "reconciled" in result:
+        text = "session terminated (no owner was running)"
+    else:
+        text = (
+            f"session terminated · teardown {result.get('teardownMs')} ms"
+            f" · survivors {len(survivors)}"
+        )
+    ctx.output.control(result, text=text, quiet=str(result.get("reason")))
+    return 1 if survivors else 0

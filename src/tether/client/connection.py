@@ -1,0 +1,121 @@
+"""One asyncio connection to a session's owner, adopted from the operations layer's socket.
+
+The blocking operations layer connects (or starts the owner) and checks the IPC version;
+the socket then moves into asyncio streams, and the bounded line reader moves along with
+any bytes it already holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+from tether import _fastjson
+from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, error_from_wire
+from tether.ipc import protocol
+from tether.ipc.client import OwnerConnection, new_request_id
+from tether.ipc.lines import LineReader
+
+__all__ = ["AsyncOwnerConnection"]
+READ_CHUNK = 65536
+
+
+class AsyncOwnerConnection:
+    """One asyncio connection to an owner: hello (already read), then requests.
+
+    Made from a connection the blocking operations layer opened (and version-checked):
+    the socket moves into asyncio streams, and the line reader moves along with any
+    bytes it already holds.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        lines: LineReader,
+        hello: dict[str, Any],
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.lines = lines
+        self.hello = hello
+
+    @classmethod
+    async def adopt(cls, conn: OwnerConnection) -> AsyncOwnerConnection:
+        sock = socket.socket(fileno=conn.sock.detach())
+        sock.setblocking(False)
+        reader, writer = await asyncio.open_unix_connection(sock=sock)
+        return cls(reader, writer, conn.lines, conn.hello)
+
+    async def read(self) -> dict[str, Any] | None:
+        lines = self.lines
+        while True:
+            line = lines.next_line()  # FrameTooLarge: a RemoteProtocolError
+            if line is not None:
+                break
+            if lines.at_eof:
+                return None
+            try:
+                chunk = await self.reader.read(READ_CHUNK)
+            except ConnectionError:
+                chunk = b""  # reset: the owner is gone, like EOF
+            lines.feed(chunk)
+        try:
+            frame = _fastjson.loads(line.decode("utf-8"))
+        except ValueError:
+            raise RemoteProtocolError("the owner sent a malformed frame") from None
+        return frame if isinstance(frame, dict) else None
+
+    async def send(self, kind: str, payload: dict[str, Any], deadline_ms: int | None) -> str:
+        rid = new_request_id()
+        generation = self.hello.get("generation")
+        self.writer.write(
+            protocol.request_frame(
+                rid,
+                kind,
+                payload,
+                deadline_ms=deadline_ms,
+                owner_generation=generation if isinstance(generation, int) else None,
+            )
+        )
+        await self.writer.drain()
+        return rid
+
+    async def frames(self, rid: str) -> AsyncIterator[dict[str, Any]]:
+        """This request's frames through its terminal frame (which is yielded last)."""
+        tracker = protocol.ResponseTracker(rid)
+        while True:
+            frame = await self.read()
+            if frame is None:
+                if tracker.acked:
+                    raise OwnerLost("the owner went away mid-request; the outcome is unknown")
+                raise OwnerUnavailable("the owner went away before acknowledging the request")
+            try:
+                mine = tracker.feed(frame)
+            except ValueError as exc:
+                raise RemoteProtocolError(f"the owner broke IPC ordering: {exc}") from None
+            if mine is None or mine.get("type") == "hello":
+                continue
+            yield mine
+            if tracker.finished:
+                return
+
+    async def request(
+        self, kind: str, payload: dict[str, Any], deadline_ms: int | None = None
+    ) -> dict[str, Any]:
+        rid = await self.send(kind, payload, deadline_ms)
+        async for frame in self.frames(rid):
+            if frame.get("type") == "result":
+                result = frame.get("result")
+                return result if isinstance(result, dict) else {}
+            if frame.get("type") == "error":
+                raise error_from_wire(frame.get("error") or {})
+        raise OwnerLost("no terminal frame")  # pragma: no cover - frames() raises first
+
+    async def aclose(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()

@@ -1,0 +1,103 @@
+"""What a caller can do to a session: the one implementation every front door calls.
+
+The CLI calls these functions directly; the library (and later front doors: an HTTP
+gateway, an ACP or MCP server) call them through ``asyncio.to_thread`` and then wrap the
+connected socket into asyncio streams, speaking frames with the shared sans-IO protocol
+(:class:`tether.ipc.protocol.ResponseTracker`, :class:`tether.ipc.lines.LineReader`).
+So there is one connect-or-start (with the IPC version check), one ensure, one offline
+status shape and one offline close.
+
+The warm path -- a live owner answers -- computes the socket path from the session key
+and talks IPC with the blocking client: standard library only, no asyncio, no sqlite3
+(``tests/integration/test_import_budget.py``). The registry is imported only when no
+owner answers.
+
+Functions here take a session key (:func:`tether.sessions.session_key`) and use the
+current ``TETHER_HOME`` (:func:`tether.paths.use_home` selects another per call).
+
+One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
+connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
+session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
+:mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
+:mod:`.journal_reads` (history, transcript, watch) and :mod:`.acp` (ACP's newer methods).
+Import the names from here (``from tether.operations import X``, ``operations.X``): each
+module is loaded on first use, so a thin CLI path loads only the one it calls.
+"""
+
+from __future__ import annotations
+
+TYPE_CHECKING = False  # typing costs ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from tether.operations.acp import agent_sessions, fork_session, logout, resume_agent_session
+    from tether.operations.closing import close_session
+    from tether.operations.connecting import (
+        START_DEADLINE_S,
+        connect,
+        connect_or_start,
+        serving_generation,
+    )
+    from tether.operations.ensure import ensure_session
+    from tether.operations.journal_reads import history, transcript, watch
+    from tether.operations.listing import describe, list_sessions
+    from tether.operations.live import answer, cancel
+    from tether.operations.session_status import offline_status, status
+    from tether.operations.terminating import terminate
+
+__all__ = [
+    "START_DEADLINE_S",
+    "agent_sessions",
+    "answer",
+    "cancel",
+    "close_session",
+    "connect",
+    "connect_or_start",
+    "describe",
+    "ensure_session",
+    "fork_session",
+    "history",
+    "list_sessions",
+    "logout",
+    "offline_status",
+    "resume_agent_session",
+    "serving_generation",
+    "status",
+    "terminate",
+    "transcript",
+    "watch",
+]
+
+# Where each name lives. No submodule is named like a name it exports: importing a
+# submodule binds its name on this package, which must never hide a function.
+_HOME = {
+    "START_DEADLINE_S": "connecting",
+    "connect": "connecting",
+    "connect_or_start": "connecting",
+    "serving_generation": "connecting",
+    "ensure_session": "ensure",
+    "status": "session_status",
+    "offline_status": "session_status",
+    "cancel": "live",
+    "answer": "live",
+    "close_session": "closing",
+    "terminate": "terminating",
+    "list_sessions": "listing",
+    "describe": "listing",
+    "history": "journal_reads",
+    "transcript": "journal_reads",
+    "watch": "journal_reads",
+    "fork_session": "acp",
+    "resume_agent_session": "acp",
+    "agent_sessions": "acp",
+    "logout": "acp",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _HOME.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tether.operations' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"tether.operations.{module}"), name)
+    globals()[name] = value
+    return value

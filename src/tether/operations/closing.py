@@ -1,0 +1,135 @@
+"""Closing a session (and first every session it spawned): through its owner, or offline.
+
+Offline -- no owner runs -- what dead owners left is swept by proof (reconcile) and the
+session's one ``session_ended`` recorded under its lock.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from tether import access, sessions
+from tether.errors import NoSession, OwnerUnavailable
+from tether.ipc.client import OwnerConnection
+from tether.operations.connecting import connect_or_start
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+OWNER_EXIT_WAIT_S = 10.0  # after its close answer, an owner releases its lock and exits
+
+
+def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
+    """End the session and, first, every session it spawned (:mod:`tether.cascade`).
+
+    Each one ends through its owner (which proves the tree gone), or offline.
+    ``discard`` (seed 000's ``discardPersistentState``): the agent also deletes the
+    session's conversation (``session/delete``, where advertised) -- this session's only,
+    not its children's; an owner is started for it if none runs.
+
+    Raises:
+        NoSession: no such session (offline only; a live owner is its session's proof).
+        VisibilityDenied: the requester may not close this session.
+    """
+    access.authorize(key, "close")
+    from tether.cascade import close_tree
+
+    def one(k: str) -> dict[str, Any]:
+        # The session itself (--discard applies to it alone), or one of its family.
+        if k == key:
+            return _close_one(k, discard=discard)
+        return _close_one(k, cascade_from=key)
+
+    return close_tree(key, one)
+
+
+def _close_one(
+    key: str, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
+    """End one session: through its owner, or offline.
+
+    Offline -- no owner runs -- we sweep whatever its dead owners left (reconcile: verify,
+    then reap) and mark it closed. ``cascade_from``: this close is part of closing that
+    session's family; its owner checks our authority over that session instead.
+    """
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        conn = None
+    if conn is None and discard:
+        conn = _owner_to_discard(key)
+    if conn is not None:
+        return _close_live(conn, discard=discard, cascade_from=cascade_from)
+    from tether.registry import Registry
+    from tether.supervise.reconcile import reconcile
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        decisions = reconcile(registry, session_key=key)
+        _close_offline(registry, key, how="closed with no owner running")
+    return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+
+
+def _owner_to_discard(key: str) -> OwnerConnection | None:
+    """An owner for a close --discard when none runs: only the agent can delete its
+    session, so one is started when the session has an agent-side conversation."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+        if session is None or session.state == "closed" or not session.acp_session_id:
+            return None
+    return connect_or_start(key, action="close")
+
+
+def _close_live(
+    conn: OwnerConnection, *, discard: bool = False, cascade_from: str | None = None
+) -> dict[str, Any]:
+    """Close through the owner on ``conn``; return once that owner process is gone."""
+    from tether.owner_fence import peer_pidfd, wait_exit
+
+    with conn:
+        pidfd = peer_pidfd(conn.sock)
+        payload: dict[str, Any] = {"discard": True} if discard else {}
+        if cascade_from:
+            payload["cascadeFrom"] = cascade_from
+        result = conn.request("close", payload)
+    # Return only once the owner is gone (its lock released): scripts that look for
+    # leftover processes, or remove TETHER_HOME, right after `close` see none.
+    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+    return result
+
+
+def _close_offline(registry: Any, key: str, *, how: str) -> None:
+    """Mark an open session closed and record its one ``session_ended`` (no owner runs).
+
+    The record goes into the session's journal, whose writer is whoever holds the
+    session's lock: we take it for the write (an owner that holds it records its own).
+    """
+    from tether.journal import store
+
+    session = registry.session(key)
+    if session is None or session.state == "closed":
+        return
+    registry.update_session(key, state="closed", closed_at=time.time())
+    lock_fd = sessions.try_lock(key)
+    if lock_fd is None:
+        return
+    try:
+        store.append_now(
+            registry._db,
+            key,
+            "session_ended",
+            {
+                "reason": "closed",
+                "terminatedBy": "daemon",
+                "message": f"the session was closed ({how})",
+                "agentWasRunning": False,
+                "survivors": [],
+                "ownerGeneration": session.owner_generation,
+            },
+        )
+    finally:
+        os.close(lock_fd)

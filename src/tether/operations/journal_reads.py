@@ -1,0 +1,66 @@
+"""Reading a session's journal: turn history, the transcript, following it. Needs no owner."""
+
+from __future__ import annotations
+
+from tether import access
+from tether.errors import NoSession
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
+    """One summary per turn (request id, times, duration, stop reason, preview), oldest
+    first; the last ``limit`` when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
+        turns = render.turns(store.turn_rows(registry._db, key))
+    if limit is not None:
+        turns = turns[-limit:] if limit > 0 else []
+    return [t.to_json() for t in turns]
+
+
+def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
+    """The conversation as turns (prompt, assistant text, tool calls, stop reason); the
+    last ``tail`` turns when given. Reads the journal; needs no owner.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
+    """
+    from tether.journal import render, store
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
+        start = store.turns_start(registry._db, key, tail)
+        return render.transcript(store.iter_lines(registry._db, key, start))
+
+
+def watch(key: str, emit: Any, **kwargs: Any) -> int:
+    """Follow the session's journal (:func:`tether.journal.follow.follow_session`, whose
+    keyword arguments it takes) once the visibility check allows it.
+
+    The live part is checked again by the owner, against the kernel's view of us.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not watch this session.
+    """
+    from tether.journal.follow import follow_session
+
+    access.authorize(key, "watch")
+    return int(follow_session(key, emit, **kwargs))

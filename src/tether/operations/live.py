@@ -1,0 +1,63 @@
+"""Requests only a live owner can answer: cancel a turn, answer an agent's question."""
+
+from __future__ import annotations
+
+from tether import access, sessions
+from tether.errors import OwnerUnavailable
+from tether.ipc.client import OwnerConnection
+
+TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
+if TYPE_CHECKING:
+    from typing import Any
+
+
+def cancel(key: str, target: str | None = None) -> dict[str, Any]:
+    """Cancel the running turn, or remove the queued request ``target``."""
+    access.authorize(key, "cancel")
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        return {"action": "cancel_result", "cancelled": False, "reason": "no running owner"}
+    with conn:
+        return conn.request("cancel", {"targetRequestId": target} if target else {})
+
+
+def answer(
+    key: str, interaction_id: str, answer: str, *, content: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Answer a question the session's agent asked (an interaction): the first valid
+    answer wins and reaches the agent; every controller sees who answered.
+
+    Args:
+        key: the session key.
+        interaction_id: the question's id (``interaction`` frames, ``status``, the journal).
+        answer: ``allow``, ``always``, ``deny``, ``deny-always`` or an offered option id
+            (permissions); ``accept``, ``decline`` or ``cancel`` (elicitations).
+        content: an accepted form's values (elicitations).
+
+    Returns:
+        ``{"action": "interaction_resolved", "interaction": {..., "answer", "how", "by"}}``.
+
+    Raises:
+        AlreadyAnswered: someone answered first (or a deadline, a cancel); not sent.
+        UnknownInteraction: no such question is open (no owner runs: none can be).
+        UsageError: the answer names nothing the agent offered; the question stays open.
+        VisibilityDenied: the requester may not answer this session's questions (the
+            visibility rules), or it is inside the session's own agent tree (the owner
+            checks the answering process).
+    """
+    from tether.errors import UnknownInteraction
+
+    access.authorize(key, "answer")
+    try:
+        conn = OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        raise UnknownInteraction(
+            f"no question {interaction_id!r} is waiting: the session's owner is not running",
+            interaction_id=interaction_id,
+        ) from None
+    payload: dict[str, Any] = {"interactionId": interaction_id, "answer": answer}
+    if content is not None:
+        payload["content"] = content
+    with conn:
+        return conn.request("answer", payload)

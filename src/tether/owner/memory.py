@@ -1,0 +1,63 @@
+"""The owner's memory after a burst: given back to the system once the session is idle.
+
+A streamed turn allocates many short-lived objects (frames, entry lines, batches). Python
+frees them, but the C allocator keeps the freed pages mapped, so an owner that relayed
+one large turn would sit at its peak for the rest of the session's life. Once the owner
+has been idle a moment, a collection and ``malloc_trim`` return those pages: a warm
+owner stays small however busy its past.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import gc
+from collections.abc import Callable
+
+__all__ = ["MemoryTrim"]
+
+SETTLE_S = 1.0  # idle this long before trimming: a next prompt right away pays nothing
+
+
+def _libc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where there is none (musl, other platforms)."""
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6", use_errno=True)
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):
+        return None
+    return trim
+
+
+class MemoryTrim:
+    """Trim once per burst, ``SETTLE_S`` after the owner goes idle (if it still is)."""
+
+    def __init__(self, idle: Callable[[], bool], *, shrink: Callable[[], None]) -> None:
+        self._idle = idle
+        self._shrink = shrink  # drop caches that are only worth keeping while busy
+        self._handle: asyncio.TimerHandle | None = None
+        self._trim = _libc_trim()
+        self.trims = 0
+
+    def soon(self) -> None:
+        """The owner just went idle: trim after it settles."""
+        if self._handle is not None:
+            self._handle.cancel()
+        self._handle = asyncio.get_running_loop().call_later(SETTLE_S, self._run)
+
+    def _run(self) -> None:
+        self._handle = None
+        if not self._idle():
+            return  # busy again: the next idle moment trims
+        self._shrink()
+        gc.collect()
+        if self._trim is not None:
+            self._trim(0)
+        self.trims += 1
+
+    def cancel(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None

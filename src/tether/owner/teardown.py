@@ -1,0 +1,150 @@
+"""The owner's teardown: how it ends, and the one ordered shutdown.
+
+:class:`Ending` is what a ``close`` or ``terminate`` request decided (who asked, the
+immediate teardown under way, whether to discard the agent's session, the requests
+it superseded); :func:`shut_down` carries it out once the FIFO loop has stopped: the
+queue drained, the agent run ended (or the terminate's teardown awaited), the
+registry updated, the session's end recorded and told (:mod:`.ending`), the journal
+stored, the last frames flushed, the lock released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tether import _log
+from tether.errors import OwnerShuttingDown, SessionClosed, StateError
+from tether.owner.ending import end_session
+from tether.owner.lifecycle import OwnerInput
+from tether.supervise.run_state import TerminationReason
+
+if TYPE_CHECKING:
+    from tether.owner.agent_slot import RunEnd
+    from tether.owner.compose import Owner
+    from tether.owner.job import Job
+
+__all__ = ["LAST_FRAMES_S", "Ending", "shut_down", "terminate"]
+
+LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
+logger = logging.getLogger("tether.owner")
+
+
+@dataclass
+class Ending:
+    """How the owner is ending, as the requests that end it decided."""
+
+    closer: Job | None = None  # the close / terminate request, answered at the end
+    close_session: bool = False  # the session ends (not just this owner)
+    # terminate (seed 004): who asked, and the immediate teardown under way
+    terminate_by: dict[str, Any] | None = None
+    terminating: asyncio.Task[RunEnd | None] | None = None
+    discard: bool = False  # close --discard: session/delete the agent's session too
+    held: list[Job] = field(default_factory=list)  # superseded by a close: answered last
+    done: bool = False  # the teardown ran (it runs once)
+
+
+def terminate(owner: Owner, job: Job) -> None:
+    """The operator's immediate end: no new turn, no waiting on the agent.
+
+    Like ``close`` the session ends (recorded once, every caller told), but the tree
+    is ended at once -- the keeper's TERM -> grace -> KILL, not ``session/close`` and
+    a cancel grace -- while the queue is drained and the running turn superseded.
+    """
+    by: dict[str, Any] = dict(job.outbox.peer)
+    asked = job.env.payload.get("by")
+    if isinstance(asked, dict):
+        by.update({str(k): v for k, v in list(asked.items())[:8]})
+    ending = owner.ending
+    ending.closer = job
+    ending.close_session = True
+    ending.terminate_by = by
+    owner.request_shutdown("terminate")
+    ending.terminating = asyncio.get_running_loop().create_task(owner.slot.terminate())
+
+
+async def shut_down(owner: Owner) -> None:
+    """Tear everything down; runs once, after the FIFO loop has stopped."""
+    ending = owner.ending
+    if ending.done:
+        return
+    ending.done = True
+    owner.memory.cancel()
+    owner.set_status("stopping")
+    owner.lock.stop_listening()
+    closing = ending.close_session
+    waiting = owner.admission.drain(
+        SessionClosed("the session was closed before this request ran")
+        if closing
+        else OwnerShuttingDown(f"the owner is shutting down ({owner.stop_reason})")
+    )
+    reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
+    if owner.stop_reason in ("idle-ttl", "max-lifetime"):
+        reason = TerminationReason.CLOSE
+    discard = closing and ending.discard
+    if ending.terminating is not None:
+        end = await ending.terminating  # started at once by the terminate request
+    else:
+        end = await owner.slot.end_current(reason=reason, close_session=closing, discard=discard)
+    if discard and end is None:
+        await owner.slot.discard_offline()
+    fields: dict[str, Any] = {
+        "owner_status": "stopped",
+        "owner_pid": None,
+        "owner_socket": None,
+        "queue_depth": 0,
+        "current_request": None,
+    }
+    if closing:
+        fields.update(state="closed", closed_at=time.time())
+    try:
+        owner.registry.update_session(owner.key, **fields)
+    except StateError as exc:
+        # A full or failing disk must not cost the callers their answers or leave
+        # this process behind: the tree is already proven gone; say what was lost.
+        logger.error("could not record the session's end: %s", exc)
+        if ending.closer is not None:
+            ending.closer.state_error = str(exc)
+    if closing:
+        end_session(
+            owner.record,
+            owner.server,
+            owner.key,
+            generation=owner.generation,
+            end=end,
+            superseded=[j for j in ending.held if not j.done],
+            closer=ending.closer,
+            terminated_by=ending.terminate_by,
+            discarded=owner.slot.discarded if discard else None,
+        )
+    await _close_journal(owner)
+    # Last frames (a terminal, session_ended) must reach callers that read slowly
+    # behind a stream; bounded, so a caller that never reads cannot hold us.
+    await owner.server.close_all(LAST_FRAMES_S)
+    owner.heartbeat.stop()
+    owner.lock.release()
+    owner.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
+    _log.event(
+        "owner_stopped", session_key=owner.key, reason=owner.stop_reason, answered=len(waiting)
+    )
+
+
+async def _close_journal(owner: Owner) -> None:
+    """The session's end or the owner's retirement: tell every watcher, store it all.
+
+    The journal is stored before the lock is released, so the next owner continues
+    the sequence from the right place.
+    """
+    if owner.journal is None or owner.fanout is None:
+        return
+    if owner.ending.close_session:
+        owner.fanout.end_all("session-ended")  # its session_ended is journaled already
+    else:
+        owner.record("owner_stopped", {"reason": owner.stop_reason})
+        owner.fanout.end_all("owner-stopped")
+    journal, owner.journal = owner.journal, None
+    if not await asyncio.to_thread(journal.close):
+        logger.warning("journal: the last batch could not be stored before exit")

@@ -1,0 +1,98 @@
+"""Starting a run's keeper (``python -m tether.supervise.keeper``) around the agent.
+
+The agent's pipes (or a PTY) are the keeper's stdio, which it hands on to the agent; the
+lease marker and who is asking are in the environment; one end of a socketpair is the
+control channel (:mod:`tether.supervise.keeper_channel`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from typing import Any
+
+from tether.errors import SpawnError
+from tether.supervise.run_types import SpawnSpec
+
+__all__ = ["launch_keeper"]
+
+
+def launch_keeper(
+    spec: SpawnSpec, argv: list[str], *, lease_id: str, instance_id: str, cgroup: str | None
+) -> tuple[subprocess.Popen[bytes], socket.socket, int | None]:
+    """Start the keeper of one run: (its Popen, our control socket, the PTY master or None).
+
+    Call it on the event loop's thread, blocking: ``PR_SET_PDEATHSIG`` follows the forking
+    thread (a worker thread would kill the keeper when it ended), and asyncio's child
+    watcher must not reap the keeper behind our back.
+
+    Raises:
+        SpawnError: the keeper could not be started; nothing is left open.
+    """
+    env = dict(os.environ if spec.env is None else spec.env)
+    env["TETHER_LEASE_ID"] = lease_id
+    env["TETHER_INSTANCE_ID"] = instance_id
+    # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
+    if spec.session_key:
+        env["TETHER_SESSION_KEY"] = spec.session_key
+    else:
+        env.pop("TETHER_SESSION_KEY", None)
+    parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    keeper_argv = [
+        sys.executable,
+        "-m",
+        "tether.supervise.keeper",
+        "--supervisor-pid",
+        str(os.getpid()),
+        "--control-fd",
+        str(child_sock.fileno()),
+        "--grace-ms",
+        str(int(spec.grace * 1000)),
+        "--cgroup",
+        cgroup or "",
+    ]
+    if spec.pty:
+        keeper_argv += ["--pty", "1"]
+    keeper_argv += ["--", *argv]
+    master_fd: int | None = None
+    stdio: dict[str, Any] = {}
+    try:
+        if spec.pty:
+            import pty
+            import termios
+
+            master_fd, slave_fd = pty.openpty()
+            # We are a program, not a person at a keyboard: without this the line
+            # discipline would echo everything we write back into the agent's stdout.
+            attrs = termios.tcgetattr(slave_fd)
+            attrs[3] &= ~termios.ECHO
+            termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
+            stdio = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
+        else:
+            stdio = {
+                "stdin": subprocess.PIPE,
+                "stdout": subprocess.PIPE,
+                "stderr": subprocess.STDOUT if spec.merge_stderr else subprocess.PIPE,
+            }
+        keeper = subprocess.Popen(
+            keeper_argv,
+            cwd=spec.cwd,
+            env=env,
+            pass_fds=(child_sock.fileno(),),
+            start_new_session=True,
+            close_fds=True,
+            **stdio,
+        )
+    except OSError as exc:
+        child_sock.close()
+        parent_sock.close()
+        if master_fd is not None:
+            os.close(master_fd)
+        raise SpawnError(f"cannot start the keeper: {exc}", argv=argv) from exc
+    finally:
+        child_sock.close()
+        if spec.pty:
+            os.close(stdio["stdin"])
+    return keeper, parent_sock, master_fd

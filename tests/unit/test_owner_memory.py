@@ -1,0 +1,64 @@
+"""The owner gives a burst's memory back once idle, and never while busy."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from tether.owner import memory
+
+
+def test_trims_once_after_settling_and_only_when_idle(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(memory, "SETTLE_S", 0.01)
+    busy = [True]
+    shrunk: list[int] = []
+
+    async def main() -> memory.MemoryTrim:
+        trim = memory.MemoryTrim(lambda: not busy[0], shrink=lambda: shrunk.append(1))
+        trim.soon()
+        await asyncio.sleep(0.05)
+        assert trim.trims == 0  # busy again when it fired: nothing done
+        busy[0] = False
+        trim.soon()
+        trim.soon()  # a second idle moment before settling replaces the first
+        await asyncio.sleep(0.05)
+        trim.soon()
+        trim.cancel()  # shutting down: no trim after it
+        await asyncio.sleep(0.05)
+        return trim
+
+    trim = asyncio.run(main())
+    assert trim.trims == 1
+    assert shrunk == [1]
+
+
+def test_the_journal_ring_keeps_only_unstored_entries_after_shrink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import threading
+
+    from tether import paths
+    from tether.journal import store
+    from tether.journal.writer import JournalWriter
+    from tether.registry import Registry
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    disk = threading.Event()
+    real = store.write_batch
+
+    def slow_disk(*args: object) -> None:
+        disk.wait(10)
+        real(*args)  # type: ignore[arg-type]  # the real signature, passed through
+
+    monkeypatch.setattr(store, "write_batch", slow_disk)
+    journal = JournalWriter(paths.state_db(), "k")
+    for i in range(100):
+        journal.append("turn_ended", {"i": i})
+    journal.shrink()
+    assert len(journal.ring) == 100  # nothing stored yet: a watcher needs them all
+    disk.set()
+    assert journal.close()
+    journal.shrink()
+    assert not journal.ring  # all stored: the database serves them
