@@ -104,3 +104,13 @@ async def peer_prompt(url: str, server: str, session: str, rid: int) -> None:
             raise RuntimeError(f"sandbox-agent answered {status}: {answer!r:.200}")
     finally:
         conn.close()
+
+
+async def sequential(calls: Iterable[Awaitable[None]]) -> list[float]:
+    """Run the calls one after the other; each one's seconds."""
+    out = []
+    for call in calls:
+        t0 = time.perf_counter()
+        await call
+        out.append(time.perf_counter() - t0)
+    return out

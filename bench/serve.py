@@ -10,17 +10,15 @@ mock agent:
 
 * warm prompt round trip over HTTP: POST the prompt, then read the SSE stream from the
   returned ``fromSeq`` until the turn ends (a new stream per prompt), and the same with
-  one stream kept open; next to the CLI's warm prompt (``tether mock prompt``) on the
-  same session;
+  one stream kept open (httpx), and with ``bench/rawhttp.py`` (as the peer's
+  ``http_rtt_raw_client``); next to the CLI's warm prompt on the same session;
 * SSE relay throughput: a 100,000-chunk turn read live by one stream client (updates/s
   from the first event to the turn's end; bounded by how fast the owner produces, so
-  next to the prompting CLI's own rate), and the same 100,000 entries replayed from the
-  journal (the gateway's own relay capacity);
+  next to the prompting CLI's own rate, and the gateway's CPU seconds for it), and the
+  same 100,000 entries replayed from the journal (the gateway's own relay capacity);
 * N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99,
-  next to the same N prompts at once through the CLI (N processes). The sessions are
-  created and each has had a prompt before the clock starts; the client is the minimal
-  one of ``bench/rawhttp.py`` for both servers (httpx's own CPU, 100 requests at once
-  from one process, was most of the latency);
+  next to the same N prompts at once through the CLI (N processes). Sessions created and
+  warmed first; both servers with ``bench/rawhttp.py`` (httpx's own CPU was most of it);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
 * idle SSE connections held (1,000; --quick 200): all connected, counted by the gateway.
 
@@ -287,6 +285,10 @@ def peer_figures(
         lat = stage("rtt", lambda: serve_peer.rtt(peer, "warm", session, runs))
         if lat:
             out["http_rtt_ms_p50"] = round(statistics.median(lat) * 1000, 1)
+        calls = (rawhttp.peer_prompt(peer.url, "warm", session, 900 + i) for i in range(runs))
+        lat = stage("rtt_raw", lambda: asyncio.run(rawhttp.sequential(calls)))
+        if lat:
+            out["http_rtt_raw_client_ms_p50"] = round(statistics.median(lat) * 1000, 1)
         pairs = stage(
             "sessions", lambda: [(f"s{i}", peer.session(f"s{i}", cwd)) for i in range(n_sessions)]
         )
@@ -355,13 +357,20 @@ def main() -> int:
             sid = gw.ensure(cwd)
             gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo warm"})
             fresh, kept = round_trips(gw, sid, 3)  # warm-up
+            cpu0 = cpu_s(gw.proc.pid)  # CPU time: the machine is shared, wall time is noisy
             fresh, kept = round_trips(gw, sid, runs)
+            report["gateway_cpu_ms_per_rtt"] = round((cpu_s(gw.proc.pid) - cpu0) * 500 / runs, 2)
             cli = cli_warm(home, cwd, runs)
             report["http_rtt_ms_p50"] = round(statistics.median(fresh) * 1000, 1)
             report["http_rtt_kept_stream_ms_p50"] = round(statistics.median(kept) * 1000, 1)
+            calls = (rawhttp.tether_prompt(gw.url, gw.headers, sid) for _ in range(runs))
+            raw = asyncio.run(rawhttp.sequential(calls))  # httpx's own time left out
+            report["http_rtt_raw_client_ms_p50"] = round(statistics.median(raw) * 1000, 1)
             report["cli_warm_prompt_ms_p50"] = round(statistics.median(cli) * 1000, 1)
             before = gw.http.get(f"/v1/sessions/{sid}").json()["status"]["journalSeq"]
+            cpu0 = cpu_s(gw.proc.pid)
             sse_rate, cli_rate = relay(gw, sid, home, cwd, 100_000)
+            report["gateway_cpu_s_per_100k_live"] = round(cpu_s(gw.proc.pid) - cpu0, 2)
             report["sse_live_updates_per_s"] = round(sse_rate)
             report["cli_prompt_updates_per_s"] = round(cli_rate)
             report["sse_replay_updates_per_s"] = round(replay(gw, sid, before + 1, 100_000))
