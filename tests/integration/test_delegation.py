@@ -57,7 +57,9 @@ def keys(project: Path) -> dict[str, str]:
 
 
 def listed(output: str) -> list[str]:
-    data: dict[str, Any] = json.loads(output.strip().splitlines()[-1])
+    # the JSON answer is the last JSON line (warnings on stderr may follow it)
+    last = [line for line in output.strip().splitlines() if line.startswith("{")][-1]
+    data: dict[str, Any] = json.loads(last)
     return sorted(s["name"] for s in data["sessions"])
 
 
@@ -119,8 +121,17 @@ def test_child_cannot_reach_its_parent_under_tree(
     assert code == 5, out
 
 
-def test_visibility_all_widens_to_the_same_agent(family: dict[str, str], project_dir: Path) -> None:
+def test_visibility_all_widens_to_the_same_agent(
+    family: dict[str, str], project_dir: Path, tether_home: Path
+) -> None:
+    # The project's file may not widen the operator's policy: still `tree` ...
     (project_dir / ".tether.toml").write_text('[sessions]\nvisibility = "all"\n')
+    code, out = as_agent(project_dir, "child", "--format json mock sessions list")
+    assert code == 0, out
+    assert listed(out) == ["child"]
+    assert "is wider than 'tree' and is ignored" in out
+    # ... the operator's (user) file does.
+    (tether_home / "config.toml").write_text('[sessions]\nvisibility = "all"\n')
     code, out = as_agent(project_dir, "child", "--format json mock sessions list")
     assert code == 0, out
     assert listed(out) == ["child", "parent", "stranger"]

@@ -280,3 +280,19 @@ def test_issue9_item5_a_busy_owner_is_never_fenced(
     assert "done" in out
     assert c.status()["ownerPid"] == active["ownerPid"]
     assert c.history("owner_takeover") == []
+
+
+def test_closing_after_the_owner_was_killed_clears_its_stale_record(mock: Cli) -> None:
+    """The owner SIGKILLed leaves its pid and "idle" in the session's row; an offline
+    close (which holds the session's lock, so no owner runs) must not keep showing them."""
+    mock.run("prompt", "echo hi")
+    before = mock.status()
+    signal_descendant(before["ownerPid"], signal.SIGKILL)
+    wait_for(lambda: not alive(before["ownerPid"]), "the owner to die")
+    wait_for(lambda: not alive(before["agentPid"]), "the agent tree to end")
+    closed = mock.json("sessions", "close")
+    assert closed["survivors"] == []
+    listed = mock.json("sessions", "list", "--all")["sessions"]
+    assert [(s["state"], s["ownerPid"], s["ownerStatus"]) for s in listed] == [
+        ("closed", None, "stopped")
+    ]

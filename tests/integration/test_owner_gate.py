@@ -9,6 +9,7 @@ check; the mock agent's ``run`` verb runs it from inside the agent's own process
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -167,10 +168,10 @@ def test_a_requester_closing_its_child_closes_the_grandchild_too(
 # --- sandboxed sessions ---------------------------------------------------------------------
 
 
-def test_a_sandboxed_session_is_clamped_to_its_tree(project_dir: Path) -> None:
+def test_a_sandboxed_session_is_clamped_to_its_tree(project_dir: Path, tether_home: Path) -> None:
     """With visibility = all, a plain session sees every mock session; a sandboxed one sees
     only itself and what it spawned -- and what it spawns is sandboxed too."""
-    (project_dir / ".tether.toml").write_text('[sessions]\nvisibility = "all"\n')
+    (tether_home / "config.toml").write_text('[sessions]\nvisibility = "all"\n')
     tether("mock", "sessions", "new", "-s", "open", cwd=project_dir)
     tether("mock", "sessions", "new", "-s", "box", "--sandboxed", cwd=project_dir)
     try:
@@ -214,9 +215,13 @@ def test_sandboxed_cannot_be_added_to_an_open_session(project_dir: Path) -> None
 # --- the agent-to-agent policy limits spawning ----------------------------------------------
 
 
-def _other_agent_config(project: Path, a2a: str) -> None:
+def _other_agent_config(project: Path, a2a: str, *, operator: bool = True) -> None:
+    """The agent `other` in the project's file; the agent-to-agent policy in the
+    operator's (user) file, or (``operator=False``) in the project's, which cannot widen."""
     argv = json.dumps([sys.executable, "-m", "tether.testing.mock_agent"])
-    (project / ".tether.toml").write_text(f"[agents.other]\nargv = {argv}\n{a2a}")
+    agents = f"[agents.other]\nargv = {argv}\n"
+    (project / ".tether.toml").write_text(agents if operator else agents + a2a)
+    (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text(a2a if operator else "")
 
 
 def test_spawning_another_agents_session_needs_agent_to_agent(project_dir: Path) -> None:
@@ -228,6 +233,11 @@ def test_spawning_another_agents_session_needs_agent_to_agent(project_dir: Path)
         assert "agentToAgent" in out
         code, out = as_agent(project_dir, "lead", "mock sessions new -s same")
         assert code == 0, out  # the same agent is always allowed
+        policy = '[agentToAgent]\nenabled = true\nallow = ["mock", "oth*"]\n'
+        _other_agent_config(project_dir, policy, operator=False)
+        code, out = as_agent(project_dir, "lead", "other sessions new -s helper")
+        assert code == 5, out  # the project (the agent's own tree) cannot grant it
+        assert "agentToAgent.enabled is ignored" in out
         _other_agent_config(
             project_dir, '[agentToAgent]\nenabled = true\nallow = ["mock", "oth*"]\n'
         )

@@ -12,6 +12,7 @@ another agent's session is agent-to-agent delegation, so the project's config al
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,7 +33,7 @@ def test_claude_spawns_and_prompts_a_child_through_the_bridge(
     cli = Cli(claude_agent_cmd[0], tether_env(claude_agent_env), project_dir)
     # Claude spawning a mock session is agent-to-agent: the policy must allow both agents
     # (the claude session's agent id is its command, as given to --agent).
-    (project_dir / ".tether.toml").write_text(
+    (Path(os.environ["TETHER_HOME"]) / "config.toml").write_text(
         '[agentToAgent]\nenabled = true\nallow = ["*claude-agent-acp*", "mock"]\n'
     )
     ensured = cli.ok("--approve-all", "--mcp-bridge", "--format", "json", "sessions", "new")

@@ -118,6 +118,16 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
     if lock_fd is None:
         return
     try:
+        # We hold the lock, so no owner runs: whatever a killed one left in its row
+        # (its pid, "idle") is stale, and `sessions list` must not show it.
+        registry.update_session(
+            key,
+            owner_status="stopped",
+            owner_pid=None,
+            owner_socket=None,
+            queue_depth=0,
+            current_request=None,
+        )
         store.append_now(
             registry._db,
             key,
