@@ -220,6 +220,24 @@ def test_blocks_in_the_ring_serve_a_cursor_inside_them() -> None:
     asyncio.run(run())
 
 
+def test_a_block_larger_than_the_ring_is_cut_to_its_bound() -> None:
+    """Entries arriving in big blocks are kept to the ring's bound all the same: a
+    client more than ``ring_entries`` behind is past the ring, whatever the blocks."""
+
+    async def run() -> None:
+        hub = _ring_hub(ring_entries=64)
+        _block(hub, 1, 500)
+        _block(hub, 501, 500)
+        assert hub.ring_count == 48
+        assert hub.first == 1000 - 48 + 1
+        assert [(c.first, c.last) for c in hub.chunks] == [(953, 1000)]
+        data, cursor = hub.slice_from(1) or (b"", 0)
+        assert data.startswith(b"id: 953\n")
+        assert cursor == 1001
+
+    asyncio.run(run())
+
+
 async def _take(gen: Any, until: bytes) -> bytes:
     out = b""
     while until not in out:

@@ -173,21 +173,33 @@ class Hub:
         self._wake()
 
     def _trim(self) -> None:
-        """Drop the oldest chunks in bulk, to 3/4 of the bound, keeping the newest."""
+        """Drop the oldest entries in bulk, to 3/4 of the bound: whole chunks, then the
+        head of the oldest chunk kept (one relayed block can outgrow the whole ring)."""
         if self.ring_count <= self.ring_entries and self.ring_bytes <= RING_BYTES:
             return
         keep_count = self.ring_entries - self.ring_entries // 4
         keep_bytes = RING_BYTES - RING_BYTES // 4
+        chunks = self.chunks
         cut, count, size = 0, self.ring_count, self.ring_bytes
-        while cut < len(self.chunks) - 1 and (count > keep_count or size > keep_bytes):
-            chunk = self.chunks[cut]
-            count -= chunk.last - chunk.first + 1
-            size -= len(chunk.data)
+        while cut < len(chunks) - 1:
+            entries = chunks[cut].last - chunks[cut].first + 1
+            if count - entries < keep_count and size <= keep_bytes:
+                break
+            count -= entries
+            size -= len(chunks[cut].data)
             cut += 1
-        del self.chunks[:cut]
+        del chunks[:cut]
         del self.lasts[:cut]
+        head = chunks[0]
+        at = event_offset(head.data, head.first + count - keep_count)
+        if count > keep_count and 0 < at < len(head.data):
+            data = head.data[at:]
+            first = int(data[4 : data.index(b"\n")])  # "id: <seq>"
+            count -= first - head.first
+            size -= at
+            chunks[0] = Chunk(first, head.last, data, head.end)
         self.ring_count, self.ring_bytes = count, size
-        self.first = self.chunks[0].first if self.chunks else self.next_seq
+        self.first = chunks[0].first
 
     def _finish(self, error: TetherError | None) -> None:
         self._drain()
