@@ -79,6 +79,51 @@ def _key(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ",".join(f"{k}={v}" for k, v in sorted(labels.items())) + "}"
 
 
+# One change kept for later: ("incr", name, by, None, labels) or
+# ("observe", name, seconds, bucket edges, labels).
+MetricOp = tuple[str, str, float, "tuple[float, ...] | None", dict[str, str]]
+
+
+class Deferred:
+    """A sink that keeps changes until they are taken, for a process whose event loop
+    must not wait on a database write per change (an owner: its status writer takes them
+    into its next write, one transaction for all). ``on_change`` is told of each one."""
+
+    def __init__(self, on_change: Any = None) -> None:
+        self._ops: list[MetricOp] = []
+        self._lock = threading.Lock()
+        self.on_change = on_change
+
+    def incr(self, name: str, by: int = 1, **labels: str) -> None:
+        self._add(("incr", name, by, None, labels))
+
+    def observe(self, name: str, value: float, bounds: tuple[float, ...], **labels: str) -> None:
+        self._add(("observe", name, value, bounds, labels))
+
+    def _add(self, op: MetricOp) -> None:
+        with self._lock:
+            self._ops.append(op)
+        if self.on_change is not None:
+            self.on_change()
+
+    def take(self) -> list[MetricOp]:
+        """Everything kept so far (the caller writes it, or gives it back)."""
+        with self._lock:
+            ops, self._ops = self._ops, []
+        return ops
+
+    def give_back(self, ops: list[MetricOp]) -> None:
+        """A write failed: keep ``ops`` (first) for the next one."""
+        with self._lock:
+            self._ops[:0] = ops
+
+
+def kept() -> Deferred | None:
+    """The attached sink if it keeps changes for later (an owner's), else None."""
+    sink = _sink
+    return sink if isinstance(sink, Deferred) else None
+
+
 def attach(sink: _Sink | None) -> None:
     """Persist every later change to ``sink`` (a Registry) as well; ``None`` detaches."""
     global _sink

@@ -24,15 +24,19 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
 from tether import paths
-from tether._registry_runs import ANY_OWNER, Lease, RunStore
+from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
 from tether.schema import MIGRATIONS
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.metrics import MetricOp
 
 __all__ = ["ANY_OWNER", "Lease", "Registry", "Session"]
 
@@ -268,7 +272,11 @@ class Registry(RunStore):
         rows = self._db.execute(query, (key, key, key, key)).fetchall()
         return [_session_from_row(r) for r in rows]
 
-    def update_session(self, key: str, **fields: Any) -> None:
+    def update_session(
+        self, key: str, *, metric_ops: Iterable[MetricOp] = (), **fields: Any
+    ) -> None:
+        """Set columns of a session's row; ``metric_ops`` (kept metric changes) are
+        written in the same transaction."""
         for name in ("desired_config", "options", "last_end"):
             if name in fields and not isinstance(fields[name], str) and fields[name] is not None:
                 fields[name] = json.dumps(fields[name])
@@ -276,6 +284,13 @@ class Registry(RunStore):
         sets = ", ".join(f"{k} = ?" for k in fields)
         with self.transaction() as db:
             db.execute(f"UPDATE sessions SET {sets} WHERE key = ?", (*fields.values(), key))  # noqa: S608 -- column names are ours
+            apply_metric_ops(db, metric_ops)
+
+    def record_metrics(self, ops: Iterable[MetricOp]) -> None:
+        """Write kept metric changes (:class:`tether.metrics.Deferred`), in one
+        transaction."""
+        with self.transaction() as db:
+            apply_metric_ops(db, ops)
 
     def begin_owner(
         self,

@@ -46,7 +46,7 @@ module                    job                                                   
 ``requests``              running prompt / set_mode / set_config_option /        yes
                           start_agent (fork, --resume-session: the agent now)
 ``session_info``          the agent's usage_update / session_info_update        no
-``heartbeat``             the registry heartbeat, from a thread nothing starves  yes
+``heartbeat``             heartbeat, status row and kept metrics, from a thread  yes
 ``memory``                a burst's memory given back once idle (malloc_trim)    yes
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes

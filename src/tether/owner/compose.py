@@ -9,7 +9,6 @@ policy (:mod:`.lifecycle`), the agent slot (:mod:`.agent_slot`) and the request 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -108,8 +107,12 @@ class Owner:
         self.ending = Ending()  # how it ends: set by close / terminate, read by the teardown
         self._retire_timer: asyncio.TimerHandle | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._status = "starting"
         self.heartbeat = Heartbeat(
-            key, unresponsive_after=self.settings.unresponsive_after, depth=lambda: len(self.queue)
+            key,
+            unresponsive_after=self.settings.unresponsive_after,
+            fields=self._status_fields,
+            kept=metrics.kept(),
         )
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
@@ -211,14 +214,22 @@ class Owner:
         task.add_done_callback(self._tasks.discard)
 
     def set_status(self, status: str) -> None:
-        with contextlib.suppress(Exception):
-            self.registry.update_session(
-                self.key,
-                owner_status=status,
-                queue_depth=len(self.queue),
-                owner_heartbeat_at=time.time(),
-                current_request=self.active.request_id if self.active else None,
-            )
+        """The owner's status changed: its writer thread records it (the loop never waits
+        on the database for it)."""
+        self._status = status
+        self.heartbeat.poke()
+
+    def _status_fields(self) -> dict[str, Any]:
+        """The status columns as they are now (called from the heartbeat's thread)."""
+        active = self.active
+        fields: dict[str, Any] = {
+            "owner_status": self._status,
+            "queue_depth": len(self.queue),
+            "current_request": active.request_id if active else None,
+        }
+        if self.runner.last_prompt_at is not None:
+            fields["last_prompt_at"] = self.runner.last_prompt_at
+        return fields
 
     # --- retirement (idle TTL, max lifetime) ----------------------------------------
 

@@ -42,7 +42,10 @@ async def _amain(key: str, ready: Ready) -> int:
     except TetherError as exc:  # a damaged, full or foreign state directory: say which
         ready({"ready": False, "error": str(exc), "errorWire": exc.to_wire()})
         return 1
-    metrics.attach(registry)
+    # The owner's metrics are written by its status writer (owner.heartbeat), with its
+    # status, never one transaction per change on the event loop.
+    kept = metrics.Deferred()
+    metrics.attach(kept)
     try:
         owner = Owner(key, registry)
     except UsageError as exc:
@@ -55,6 +58,8 @@ async def _amain(key: str, ready: Ready) -> int:
         await owner.start()
     except BaseException as exc:
         metrics.incr("owner_spawn_failure_total")
+        owner.heartbeat.stop()
+        _write_kept(registry, kept)
         wire = exc.to_wire() if isinstance(exc, TetherError) else None
         ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
         raise
@@ -75,8 +80,16 @@ async def _amain(key: str, ready: Ready) -> int:
         await owner.shutdown()
         raise
     finally:
+        _write_kept(registry, kept)  # anything counted after the teardown's last write
         registry.close()
     return 0
+
+
+def _write_kept(registry: Registry, kept: metrics.Deferred) -> None:
+    ops = kept.take()
+    if ops:
+        with contextlib.suppress(Exception):  # a metrics failure never breaks a lifecycle path
+            registry.record_metrics(ops)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,4 +1,5 @@
-"""The owner's heartbeat: a thread, so that no blocking work can starve it.
+"""The owner's heartbeat and status writer: a thread, so that no blocking work can
+starve it and the event loop never waits on the database for its own status.
 
 Callers judge an owner that does not answer by its heartbeat (``owner_heartbeat_at``
 in the registry): after ``unresponsive_after`` seconds of silence the next caller may
@@ -6,6 +7,14 @@ fence it (see :mod:`tether.operations`). A busy owner must never look silent, so
 beat does not run on the event loop -- a blocking call there (a SQLite lock wait, a
 ``time.sleep``) would stop it -- but in its own thread, with its own database
 connection. Only a stopped (SIGSTOP) or wholly hung process stops beating.
+
+The same thread writes the owner's status row (status, queue depth, current request,
+last prompt time) and the metrics the owner kept (:class:`tether.metrics.Deferred`):
+the loop changes them in memory and *pokes* the thread, which writes whatever is
+current in one transaction. A turn used to cost its owner's loop half a dozen write
+transactions; with a hundred owners at once they queued on SQLite's write lock. The
+row trails the truth by at most ``COALESCE_S`` plus one write (live status comes from
+the owner itself, over IPC).
 
 The beat comes at least three times per ``unresponsive_after`` (and at most every
 ``HEARTBEAT_S``), so one late beat never makes a live owner look dead.
@@ -17,44 +26,77 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
+from tether import metrics
 from tether.registry import Registry
 
 __all__ = ["HEARTBEAT_S", "Heartbeat"]
 
 HEARTBEAT_S = 5.0  # as acpx
+COALESCE_S = 0.02  # how long a status change may wait to share its write with the next
 
 
 class Heartbeat:
-    """Writes ``owner_heartbeat_at`` (and the queue depth) from a daemon thread."""
+    """Writes ``owner_heartbeat_at``, the status fields and kept metrics, from a thread."""
 
-    def __init__(self, key: str, *, unresponsive_after: float, depth: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        key: str,
+        *,
+        unresponsive_after: float,
+        fields: Callable[[], dict[str, Any]],
+        kept: metrics.Deferred | None = None,
+    ) -> None:
         self.key = key
         self.interval = max(0.05, min(HEARTBEAT_S, unresponsive_after / 3))
-        self._depth = depth
+        self._fields = fields  # the status columns as they are now (read under the GIL)
+        self.kept = kept
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
+    def poke(self) -> None:
+        """The status changed: write it now (coalesced with any write pending)."""
+        self._wake.set()
+
     def stop(self) -> None:
-        """Stop beating (and wait for the thread, briefly). Idempotent."""
+        """Stop beating (and wait for the thread, briefly). Idempotent. After it, the
+        caller writes the final status itself (with :meth:`take_kept`)."""
         self._stop.set()
+        self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
+
+    def take_kept(self) -> list[metrics.MetricOp]:
+        return self.kept.take() if self.kept is not None else []
 
     def _run(self) -> None:
         registry: Registry | None = None
         try:
             registry = Registry()
-            while not self._stop.wait(self.interval):
-                with contextlib.suppress(Exception):  # a missed beat is not fatal; silence is
+            while True:
+                if self._wake.wait(self.interval):
+                    # Poked: let the rest of the change come first (a quick turn moves
+                    # queued -> running -> idle in a few ms), then write once.
+                    self._stop.wait(COALESCE_S)
+                self._wake.clear()
+                if self._stop.is_set():
+                    break
+                ops = self.take_kept()
+                try:
                     registry.update_session(
-                        self.key, owner_heartbeat_at=time.time(), queue_depth=self._depth()
+                        self.key, metric_ops=ops, owner_heartbeat_at=time.time(), **self._fields()
                     )
+                except Exception:  # a missed beat is not fatal; silence is
+                    if self.kept is not None:
+                        self.kept.give_back(ops)
         except Exception:  # no database: the owner's own writes will fail loudly
             return
         finally:
             if registry is not None:
-                registry.close()
+                with contextlib.suppress(Exception):
+                    registry.close()

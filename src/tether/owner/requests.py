@@ -9,7 +9,6 @@ result never waits on a SQLite commit (or on another owner holding the write loc
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -233,10 +232,8 @@ class RequestRunner:
         )
 
     def _record_turn(self, job: Job, stop_reason: str) -> None:
+        # last_prompt_at reaches the registry with the owner's next status write
         self.last_stop_reason = stop_reason
-        with contextlib.suppress(Exception):
-            if self.last_prompt_at is not None:
-                self.registry.update_session(self.key, last_prompt_at=self.last_prompt_at)
 
 
 def _ms_since(start: float) -> float:

@@ -100,8 +100,13 @@ async def shut_down(owner: Owner) -> None:
     }
     if closing:
         fields.update(state="closed", closed_at=time.time())
+    if owner.runner.last_prompt_at is not None:
+        fields["last_prompt_at"] = owner.runner.last_prompt_at
+    # The status writer stops first, so nothing it writes can land after "stopped"; the
+    # metrics it kept go into this last write.
+    owner.heartbeat.stop()
     try:
-        owner.registry.update_session(owner.key, **fields)
+        owner.registry.update_session(owner.key, metric_ops=owner.heartbeat.take_kept(), **fields)
     except StateError as exc:
         # A full or failing disk must not cost the callers their answers or leave
         # this process behind: the tree is already proven gone; say what was lost.

@@ -1,0 +1,81 @@
+"""The owner's status writer: status and kept metrics written from a thread, together."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from tether import metrics
+from tether.owner.heartbeat import Heartbeat
+from tether.registry import Registry
+
+
+def _session(reg: Registry) -> str:
+    reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    return "k"
+
+
+def test_kept_metrics_are_taken_once_and_given_back_first() -> None:
+    kept = metrics.Deferred()
+    kept.incr("cancel_total", outcome="success")
+    kept.observe("prompt_turn_seconds", 0.2, metrics.BUCKETS)
+    ops = kept.take()
+    assert [op[0] for op in ops] == ["incr", "observe"]
+    assert kept.take() == []
+    kept.incr("owner_spawn_total")
+    kept.give_back(ops)
+    assert [op[1] for op in kept.take()] == [
+        "cancel_total",
+        "prompt_turn_seconds",
+        "owner_spawn_total",
+    ]
+
+
+def test_a_status_write_carries_the_kept_metrics() -> None:
+    kept = metrics.Deferred()
+    kept.incr("cancel_total", outcome="success")
+    kept.incr("cancel_total", outcome="success")
+    kept.observe("prompt_turn_seconds", 0.03, metrics.BUCKETS)
+    with Registry() as reg:
+        key = _session(reg)
+        reg.update_session(key, metric_ops=kept.take(), owner_status="idle")
+        assert reg.counters()["cancel_total{outcome=success}"] == 2
+        (hist,) = [h for h in reg.histograms() if h[0] == "prompt_turn_seconds"]
+        assert hist[2] == 1
+        session = reg.session(key)
+        assert session is not None
+        assert session.owner_status == "idle"
+
+
+def test_the_writer_thread_records_each_change_and_stops_for_good() -> None:
+    state: dict[str, Any] = {"owner_status": "idle", "queue_depth": 0}
+    kept = metrics.Deferred()
+    with Registry() as reg:
+        key = _session(reg)
+    beat = Heartbeat(key, unresponsive_after=300.0, fields=lambda: dict(state), kept=kept)
+    beat.start()
+    try:
+
+        def row() -> Any:
+            with Registry() as reg:
+                return reg.session(key)
+
+        def wait_for(check: Any) -> None:
+            deadline = time.monotonic() + 10
+            while not check():
+                assert time.monotonic() < deadline, "the writer did not write"
+                time.sleep(0.01)
+
+        state.update(owner_status="running", queue_depth=1)
+        kept.incr("owner_spawn_total")
+        beat.poke()  # the interval is 5 s: only the poke can make this quick
+        wait_for(lambda: row().owner_status == "running")
+        assert row().queue_depth == 1
+        with Registry() as reg:
+            wait_for(lambda: reg.counters().get("owner_spawn_total") == 1)
+    finally:
+        beat.stop()
+    state["owner_status"] = "after-stop"
+    beat.poke()
+    time.sleep(0.1)
+    assert row().owner_status == "running"  # nothing lands after stop
