@@ -73,6 +73,11 @@ class AcpChannel:
             self._task = asyncio.get_running_loop().create_task(self._door.serve(self._input.get))
 
     @property
+    def late_answers(self) -> int:
+        """The client's answers that came after the door stopped waiting (dropped)."""
+        return self._door.to_client.late_answers
+
+    @property
     def last_event_id(self) -> str | None:
         return self._ring[-1][1] if self._ring else None
 
