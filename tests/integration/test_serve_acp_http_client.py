@@ -12,17 +12,15 @@ what it got and every envelope both ways, which are checked against the schema h
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 from tests.acp_schema import schema_errors
 from tests.conftest import python_env
+from tests.integration._bench import bench_run
 from tests.integration._serve import Gateway, gateway
 
 __all__ = ["gateway"]
@@ -37,19 +35,9 @@ SCRIPT = Path(__file__).with_name("acp_http_client.mjs")
 SERVER = "/v1/acp/js-1"
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bench_run", ROOT / "bench" / "run.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("_bench_run", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def acp_http_client() -> Path:
-    bench = _bench()
+    bench = bench_run()
     tool = bench.Tool(ROOT / "bench")
     bench.npm_install(tool, CLIENT_DIR, "acp-http-client", VERSION, ENTRY)
     if not tool.available:
