@@ -237,3 +237,27 @@ def test_elicitations_go_to_a_client_that_advertised_them(
     assert texts(notes) == ["elicitation: decline"]
     assert not [f for f in q.seen if "method" in f and "id" in f]  # nothing was asked
     q.disconnect()
+
+
+def test_a_url_elicitation_and_its_completion_reach_the_client(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """A client that advertised url elicitations gets the agent's elicitation/create
+    (its elicitationId and url) and, once it accepted, the agent's
+    elicitation/complete for it."""
+    p = peer()
+    p.initialize({"elicitation": {"url": {}}})
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "elicit url sign-in")
+    ask = p.until_request("elicitation/create")
+    assert ask["params"]["sessionId"] == sid
+    assert ask["params"]["mode"] == "url"
+    assert ask["params"]["url"] == "https://example.invalid/sign-in"
+    p.answer(ask, {"action": "accept"})
+    done = p.until("elicitation/complete")
+    assert done == {"elicitationId": ask["params"]["elicitationId"]}
+    answer, _ = p.wait(rid)
+    assert answer["result"]["stopReason"] == "end_turn"
+    said = [t for t in texts(p.seen) if t.startswith("elicitation:")]
+    assert said == ["elicitation: accept {}"]
+    p.disconnect()

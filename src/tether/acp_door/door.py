@@ -268,6 +268,10 @@ class AcpDoor:
         """An agent's question the owner offered this client (a controller): put it to
         the client (:mod:`.questions`)."""
         modes = questions.elicitation_modes(self.client_capabilities)
+        if item.get("question") == "elicitation_completed":
+            if "url" in modes:  # only such a client was shown the URL elicitation
+                self.notify("elicitation/complete", {"elicitationId": item["elicitationId"]})
+            return
         self._spawn(questions.put_question(self.to_client.ask, key, item, modes))
 
     # --- methods -----------------------------------------------------------------------

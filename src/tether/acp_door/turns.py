@@ -69,7 +69,8 @@ async def run_prompt(
     """Run one turn through the owner, relaying its updates; returns the ACP answer.
 
     The door is a controller of the turn: the agent's questions the policy leaves open
-    (``interaction`` frames) go to ``on_question(session key, interaction)``. With
+    (``interaction`` frames) go to ``on_question(session key, interaction)``, and so
+    does an ``elicitation_completed`` (``question`` says which). With
     ``relay`` (the prompt's ``relay`` payload: the methods this client serves, the
     door's token; and a handler) the agent's requests for those methods come as
     ``client_request`` frames (``relay_expired`` when the owner stops waiting), to the
@@ -109,6 +110,13 @@ async def run_prompt(
                     notify("session/update", relayed, origin)
             elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
                 on_question(att.key, frame["interaction"])
+            elif kind == "elicitation_completed" and isinstance(frame.get("elicitationId"), str):
+                # a URL elicitation the agent says is done: the question's follow-up
+                done = {
+                    "question": "elicitation_completed",
+                    "elicitationId": frame["elicitationId"],
+                }
+                on_question(att.key, done)
             elif kind in ("client_request", "relay_expired") and relay is not None:
                 relay[1].on_owner_frame(att.key, conn, frame)
             elif kind == "result":
