@@ -117,6 +117,46 @@ def test_posts_get_their_answers_and_updates_go_to_the_stream(project_dir: Path)
     _run(main())
 
 
+def test_a_lagging_follower_never_lets_the_doors_turn_overtake_older_entries(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other parties' entries come through the journal follower, the door's own turn
+    through its IPC stream: the turn waits for the follower to pass what was journaled
+    before it, so events go out in journal order and each id is a plain seq."""
+    from tether.acp_door import attach
+
+    real = attach.follow_session
+
+    def slow_follow(key: str, emit: Any, **kw: Any) -> int:
+        def lagging(seq: int, line: str) -> None:
+            time.sleep(0.05)  # a follower thread starved of CPU
+            emit(seq, line)
+
+        return real(key, lagging, **kw)
+
+    monkeypatch.setattr(attach, "follow_session", slow_follow)
+
+    async def main() -> None:
+        channel = _channel()
+        await channel.post(_req(1, "initialize", {"protocolVersion": 1}))
+        sid = await _open(channel, project_dir)
+        events: Events = []
+        stream = asyncio.ensure_future(_collect(channel, None, events))
+        await asyncio.sleep(0)
+        answer = await channel.post(_prompt(2, sid, "echo in order"))
+        assert answer is not None
+        assert answer["result"]["stopReason"] == "end_turn"
+        await channel.aclose()
+        await stream
+        ids = [i for i, _ in events]
+        assert all(i.isdigit() for i in ids), ids
+        assert [int(i) for i in ids] == sorted({int(i) for i in ids})
+        kinds = [f["params"]["update"]["sessionUpdate"] for _, f in events if "params" in f]
+        assert kinds.index("available_commands_update") < kinds.index("agent_message_chunk")
+
+    _run(main())
+
+
 def test_last_event_id_resumes_without_gap_or_duplicate(project_dir: Path) -> None:
     """Each event's id is its journal seq. A stream reopened after any event gets the
     rest, each once: from the ring when it holds the id, from the journal when it does

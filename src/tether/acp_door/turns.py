@@ -83,6 +83,9 @@ async def run_prompt(
     Cancellation: the connection is closed (shielded), so the owner cancels the turn.
     """
     conn = await connect(att.key)
+    journaled = conn.hello.get("journalSeq")
+    if isinstance(journaled, int):
+        await att.caught_up(journaled)  # others' entries before this turn go out first
     rid = new_request_id()
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)

@@ -5,7 +5,7 @@ Theory of operation
 A caller connects to the owner's Unix socket (0600, in a 0700 directory). The owner
 speaks first::
 
-    owner -> {"type":"hello","v":2,"generation":G,"ownerPid":P,"sessionKey":K}
+    owner -> {"type":"hello","v":2,"generation":G,"ownerPid":P,"sessionKey":K,…}
 
 Then each request is one line, an envelope::
 
