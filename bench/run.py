@@ -242,33 +242,40 @@ class Acpx(Tool):
 
 def install_acpx(tool: Acpx) -> None:
     """npm install acpx@0.19.1 into bench/.acpx (pinned), unless it is already there."""
+    npm_install(tool, ACPX_DIR, "acpx", ACPX_VERSION, ACPX_CLI)
+
+
+def npm_install(tool: Tool, directory: Path, package: str, version: str, entry: Path) -> None:
+    """npm install ``package@version`` into ``directory`` (pinned, cached: nothing is
+    fetched when that version is there). Without Node or npm, or when the install
+    fails, ``tool.available`` is False and ``tool.reason`` says why."""
     node, npm = shutil.which("node"), shutil.which("npm")
     if node is None or npm is None:
         tool.available = False
         tool.reason = f"{'node' if node is None else 'npm'} not found on PATH"
         return
-    pkg = ACPX_DIR / "node_modules" / "acpx" / "package.json"
+    pkg = directory / "node_modules" / package / "package.json"
     try:
-        if json.loads(pkg.read_text()).get("version") == ACPX_VERSION:
+        if json.loads(pkg.read_text()).get("version") == version:
             return
     except (OSError, ValueError):
         pass
-    ACPX_DIR.mkdir(parents=True, exist_ok=True)
-    manifest = ACPX_DIR / "package.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    manifest = directory / "package.json"
     if not manifest.exists():
-        manifest.write_text('{"name": "tether-bench-acpx", "private": true}\n')
-    print(f"installing acpx@{ACPX_VERSION} into {ACPX_DIR} ...", flush=True)
+        manifest.write_text(f'{{"name": "tether-{package}", "private": true}}\n')
+    print(f"installing {package}@{version} into {directory} ...", flush=True)
     r = subprocess.run(
-        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", f"acpx@{ACPX_VERSION}"],
-        cwd=ACPX_DIR,
+        [npm, "install", "--no-audit", "--no-fund", "--loglevel=error", f"{package}@{version}"],
+        cwd=directory,
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
     )
-    if r.returncode != 0 or not ACPX_CLI.exists():
+    if r.returncode != 0 or not entry.exists():
         tool.available = False
-        tool.reason = f"npm install acpx@{ACPX_VERSION} failed: {r.stderr.strip()[-300:]}"
+        tool.reason = f"npm install {package}@{version} failed: {r.stderr.strip()[-300:]}"
 
 
 # --- running commands -----------------------------------------------------------------

@@ -31,10 +31,19 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
             operations.close_session(record["key"])
 
 
-def _channel(ring: int = 1024) -> AcpChannel:
+def _channel(ring: int = 1024, **owner: Any) -> AcpChannel:
     label = " ".join(MOCK)
     scope = sessions.agent_scope(label, MOCK, named=False)
-    return AcpChannel(DoorOptions(label, MOCK, scope), ring=ring)
+    return AcpChannel(DoorOptions(label, MOCK, scope, owner_options=owner), ring=ring)
+
+
+def _journal(key: str) -> list[dict[str, Any]]:
+    from tether.journal import store
+    from tether.journal.entry import parse_line
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        return [parse_line(line) for _, line in store.iter_lines(registry._db, key)]
 
 
 def _req(rid: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -104,6 +113,46 @@ def test_posts_get_their_answers_and_updates_go_to_the_stream(project_dir: Path)
         await channel.aclose()  # idempotent
         with pytest.raises(ClosedResourceError):
             await channel.post(_req(9, "session/list", {}))
+
+    _run(main())
+
+
+def test_a_lagging_follower_never_lets_the_doors_turn_overtake_older_entries(
+    project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Other parties' entries come through the journal follower, the door's own turn
+    through its IPC stream: the turn waits for the follower to pass what was journaled
+    before it, so events go out in journal order and each id is a plain seq."""
+    from tether.acp_door import attach
+
+    real = attach.follow_session
+
+    def slow_follow(key: str, emit: Any, **kw: Any) -> int:
+        def lagging(seq: int, line: str) -> None:
+            time.sleep(0.05)  # a follower thread starved of CPU
+            emit(seq, line)
+
+        return real(key, lagging, **kw)
+
+    monkeypatch.setattr(attach, "follow_session", slow_follow)
+
+    async def main() -> None:
+        channel = _channel()
+        await channel.post(_req(1, "initialize", {"protocolVersion": 1}))
+        sid = await _open(channel, project_dir)
+        events: Events = []
+        stream = asyncio.ensure_future(_collect(channel, None, events))
+        await asyncio.sleep(0)
+        answer = await channel.post(_prompt(2, sid, "echo in order"))
+        assert answer is not None
+        assert answer["result"]["stopReason"] == "end_turn"
+        await channel.aclose()
+        await stream
+        ids = [i for i, _ in events]
+        assert all(i.isdigit() for i in ids), ids
+        assert [int(i) for i in ids] == sorted({int(i) for i in ids})
+        kinds = [f["params"]["update"]["sessionUpdate"] for _, f in events if "params" in f]
+        assert kinds.index("available_commands_update") < kinds.index("agent_message_chunk")
 
     _run(main())
 
@@ -197,5 +246,54 @@ def test_an_abandoned_prompt_post_cancels_its_turn(project_dir: Path) -> None:
             await asyncio.sleep(0.05)
         assert [t["stopReason"] for t in operations.history(sid)] == ["cancelled", "end_turn"]
         await channel.aclose()
+
+    _run(main())
+
+
+def test_the_doors_wait_for_a_relayed_answer_ends_with_the_owners(project_dir: Path) -> None:
+    """The client never answers the agent's fs/read_text_file: when the owner gives up
+    (its timeout) the agent gets an error and the door stops waiting too -- it tells the
+    client ``$/cancel_request`` while the turn still runs; the client's late answer is
+    then dropped and counted, and never reaches the agent."""
+
+    async def main() -> None:
+        channel = _channel(permission_timeout=0.5)
+        caps = {"fs": {"readTextFile": True, "writeTextFile": False}}
+        init = {"protocolVersion": 1, "clientCapabilities": caps}
+        await channel.post(_req(1, "initialize", init))
+        new = await channel.post(
+            _req(2, "session/new", {"cwd": str(project_dir), "mcpServers": []})
+        )
+        assert new is not None
+        sid = new["result"]["sessionId"]
+        turn = asyncio.ensure_future(channel.post(_prompt(3, sid, "read notes.txt ; sleep 60000")))
+        asked: dict[str, Any] = {}
+        async with asyncio.timeout(60):  # a bound on a hang, not a timing
+            async for _, frame in channel.events(from_start=True):
+                assert schema_errors(frame, "agent") == []
+                if frame.get("method") == "fs/read_text_file":
+                    asked = frame
+                if frame.get("method") == "$/cancel_request":
+                    assert frame["params"] == {"requestId": asked["id"]}
+                    break
+        assert not turn.done()  # the door's wait ended with the owner's, not the turn's
+        assert channel.late_answers == 0
+        late = {"jsonrpc": "2.0", "id": asked["id"], "result": {"content": "too late"}}
+        assert schema_errors(late, "client", "fs/read_text_file") == []
+        assert await channel.post(late) is None
+        await channel.post(_req(4, "session/list", {}))  # the late answer was read before
+        assert channel.late_answers == 1
+        cancel = {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": sid}}
+        await channel.post(cancel)
+        answer = await turn
+        assert answer is not None
+        assert answer["result"]["stopReason"] == "cancelled"
+        await channel.aclose()
+        agent_got = [
+            e for e in _journal(sid) if e.get("kind") == "acp" and e.get("direction") == "out"
+        ]
+        assert "too late" not in str(agent_got)
+        errors = [e["frame"]["error"]["message"] for e in agent_got if "error" in e["frame"]]
+        assert any("did not answer fs/read_text_file" in m for m in errors), errors
 
     _run(main())

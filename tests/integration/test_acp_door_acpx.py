@@ -15,7 +15,6 @@ starttime; a survivor is SIGKILLed through a pidfd and fails the test).
 from __future__ import annotations
 
 import ctypes
-import importlib.util
 import os
 import subprocess
 import sys
@@ -23,9 +22,9 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from tests.integration._bench import bench_run
 
 from tether import operations
 
@@ -37,19 +36,9 @@ MARK = "TETHER_ACPX_TEST_RUN"
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("_bench_run", ROOT / "bench" / "run.py")
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("_bench_run", module)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def acpx_cli() -> Path:
-    bench = _bench()
+    bench = bench_run()
     tool = bench.Acpx(ROOT / "bench")
     bench.install_acpx(tool)
     if not tool.available:
@@ -97,7 +86,7 @@ def _set_subreaper(on: bool) -> None:
 
 @pytest.fixture
 def acpx(acpx_cli: Path, tmp_path: Path, project_dir: Path) -> Iterator[Acpx]:
-    bench = _bench()
+    bench = bench_run()
     marker = uuid.uuid4().hex
     tool = Acpx(acpx_cli, tmp_path / "acpx-home", project_dir)
     tool.env[MARK] = marker

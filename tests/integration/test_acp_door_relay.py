@@ -205,3 +205,59 @@ def test_the_official_sdk_client_serves_the_agents_terminal(project_dir: Path) -
             assert "client ran it" in report
 
     asyncio.run(main())
+
+
+def test_elicitations_go_to_a_client_that_advertised_them(
+    peer: Callable[..., AcpPeer], project_dir: Path
+) -> None:
+    """A client that advertised form elicitations gets the agent's elicitation/create
+    (the door's session id, the agent's message and schema) and its accepted content
+    reaches the agent; a url elicitation, a mode it did not advertise, is declined at
+    the door, and so is every elicitation of a client that advertised none."""
+    p = peer()
+    p.initialize({"elicitation": {"form": {}}})
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "elicit form your name ; elicit url page")
+    ask = p.until_request("elicitation/create")
+    assert ask["params"]["sessionId"] == sid
+    assert ask["params"]["mode"] == "form"
+    assert ask["params"]["message"] == "your name"
+    assert ask["params"]["requestedSchema"]["required"] == ["name"]
+    p.answer(ask, {"action": "accept", "content": {"name": "Ada"}})
+    answer, notes = p.wait(rid)
+    assert answer["result"]["stopReason"] == "end_turn"
+    assert texts(notes) == ['elicitation: accept {"name": "Ada"}', "elicitation: decline"]
+    assert [f["method"] for f in p.seen if "method" in f and "id" in f] == ["elicitation/create"]
+    p.disconnect()
+
+    q = peer()
+    q.initialize()
+    q.request("session/resume", {"sessionId": sid, "cwd": str(project_dir)})
+    _, notes = q.prompt(sid, "elicit form again")
+    assert texts(notes) == ["elicitation: decline"]
+    assert not [f for f in q.seen if "method" in f and "id" in f]  # nothing was asked
+    q.disconnect()
+
+
+def test_a_url_elicitation_and_its_completion_reach_the_client(
+    peer: Callable[..., AcpPeer],
+) -> None:
+    """A client that advertised url elicitations gets the agent's elicitation/create
+    (its elicitationId and url) and, once it accepted, the agent's
+    elicitation/complete for it."""
+    p = peer()
+    p.initialize({"elicitation": {"url": {}}})
+    sid = p.new_session()
+    rid = p.start_prompt(sid, "elicit url sign-in")
+    ask = p.until_request("elicitation/create")
+    assert ask["params"]["sessionId"] == sid
+    assert ask["params"]["mode"] == "url"
+    assert ask["params"]["url"] == "https://example.invalid/sign-in"
+    p.answer(ask, {"action": "accept"})
+    done = p.until("elicitation/complete")
+    assert done == {"elicitationId": ask["params"]["elicitationId"]}
+    answer, _ = p.wait(rid)
+    assert answer["result"]["stopReason"] == "end_turn"
+    said = [t for t in texts(p.seen) if t.startswith("elicitation:")]
+    assert said == ["elicitation: accept {}"]
+    p.disconnect()

@@ -177,3 +177,42 @@ def test_an_http_client_serves_the_agents_file_reads(gateway: Gateway, project_d
     assert chunks == ["via http"]
     assert answered[0]["result"]["stopReason"] == "end_turn"
     assert gw.http.delete(SERVER).status_code == 204
+
+
+def test_a_stream_opened_before_its_server_waits_for_it(
+    gateway: Gateway, project_dir: Path
+) -> None:
+    """sandbox-agent's client opens its stream together with its first POST: a stream
+    of a server not created yet waits for it and gets its events from the first one;
+    once the server is deleted, a stream is 204."""
+    gw = gateway
+    early = "/v1/acp/srv-early"
+    seen: list[dict[str, Any]] = []
+    connected, done = threading.Event(), threading.Event()
+
+    def read() -> None:
+        with gw.http.stream("GET", early) as r:
+            assert r.status_code == 200
+            connected.set()
+            for _, frame in _events(r.iter_lines()):
+                seen.append(frame)
+                if "early bird" in json.dumps(frame):
+                    break
+        done.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert connected.wait(30)  # the headers came before the server exists
+    frame = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}
+    assert gw.http.post(f"{early}?agent=mock", json=frame).status_code == 200
+    params = {"cwd": str(project_dir), "mcpServers": []}
+    new = {"jsonrpc": "2.0", "id": 2, "method": "session/new", "params": params}
+    sid = gw.http.post(early, json=new).json()["result"]["sessionId"]
+    text = [{"type": "text", "text": "echo early bird"}]
+    prompt = {"jsonrpc": "2.0", "id": 3, "method": "session/prompt"}
+    r = gw.http.post(early, json={**prompt, "params": {"sessionId": sid, "prompt": text}})
+    assert r.json()["result"]["stopReason"] == "end_turn"
+    assert done.wait(30)
+    assert all(schema_errors(f, "agent") == [] for f in seen)
+    assert gw.http.delete(early).status_code == 204
+    assert gw.http.get(early).status_code == 204

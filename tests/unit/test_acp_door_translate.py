@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from tests.acp_schema import schema_errors
+from tests.acp_schema import schema_errors, validate_def
 
-from tether.acp_door import translate
+from tether.acp_door import questions, translate
 from tether.errors import AgentRequestError, NoSession, TetherError, UsageError
 from tether.ipc import protocol
 
@@ -195,3 +195,40 @@ def test_terminate_requests_take_an_optional_requester_object() -> None:
     with pytest.raises(protocol.IpcRejected) as err:
         protocol.parse_request(protocol.request_frame("r-2", "terminate", {"by": "me"}))
     assert err.value.detail_code == "QUEUE_PROTOCOL_MALFORMED_MESSAGE"
+
+
+def test_elicitations_are_put_only_in_a_mode_the_client_advertised() -> None:
+    assert questions.elicitation_modes({}) == frozenset()
+    assert questions.elicitation_modes({"elicitation": None}) == frozenset()
+    assert questions.elicitation_modes({"elicitation": {"form": {}, "url": None}}) == {"form"}
+    item = {
+        "id": "i-1",
+        "question": "elicitation",
+        "mode": "form",
+        "message": "name?",
+        "requestedSchema": {"type": "object", "properties": {}},
+        "turn": "r-1",
+        "openedAt": 1.0,
+    }
+    params = questions.elicitation_request("s-1", item, frozenset({"form"}))
+    assert params == {
+        "sessionId": "s-1",
+        "mode": "form",
+        "message": "name?",
+        "requestedSchema": {"type": "object", "properties": {}},
+    }
+    assert validate_def("CreateElicitationRequest", params) == []
+    assert questions.elicitation_request("s-1", item, frozenset({"url"})) is None
+    assert (
+        questions.elicitation_request(
+            "s-1", {**item, "question": "permission"}, frozenset({"form"})
+        )
+        is None
+    )
+    assert questions.elicitation_answer({"action": "accept", "content": {"a": 1}}) == (
+        "accept",
+        {"a": 1},
+    )
+    assert questions.elicitation_answer({"action": "decline"}) == ("decline", None)
+    assert questions.elicitation_answer({"action": "something new"}) == ("cancel", None)
+    assert questions.elicitation_answer(None) == ("cancel", None)

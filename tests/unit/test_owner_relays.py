@@ -117,14 +117,28 @@ def test_a_silent_client_times_out_and_a_gone_one_fails_at_once() -> None:
         answer = await relays.call("fs/read_text_file", {})
         assert answer["error"]["code"] == -32603
         assert "did not answer" in answer["error"]["message"]
+        await asyncio.sleep(0)  # the outbox flushes at the end of the loop pass
+        asked = await _asked(writer)
+        expired = [f for f in writer.frames if f.get("type") == "relay_expired"]
+        # the prompter is told, so that its own wait for its client ends too
+        assert expired == [
+            {"type": "relay_expired", "requestId": "r-1", "relayId": asked["relayId"]}
+        ]
+        writer.frames.clear()
+        late = _answer(relays, job, asked["relayId"], result={"content": "late"})
+        assert late.done
+        await asyncio.sleep(0)
+        errors = [f["error"]["detailCode"] for f in writer.frames if f.get("type") == "error"]
+        assert errors == [AlreadyAnswered.default_detail_code]  # refused: not the agent's
+        writer.frames.clear()
         relays.timeout = 0  # forever: only the client leaving ends it
         call = asyncio.ensure_future(relays.call("fs/read_text_file", {}))
-        await _asked(writer)
         await _asked(writer)
         relays.detach(job.outbox)
         gone = await call
         assert "went away" in gone["error"]["message"]
         assert relays.pending() == 0
+        assert not [f for f in writer.frames if f.get("type") == "relay_expired"]  # it left
 
     asyncio.run(main())
 

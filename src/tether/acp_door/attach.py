@@ -38,6 +38,7 @@ JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuc
 # A replay waits this long at most for entries the owner has handed out but not yet
 # stored (it follows the live owner for them); they were relayed, so they do come.
 REPLAY_WAIT_S = 10.0
+CATCH_UP_S = 1.0  # how long a turn may wait for the follower to pass what came before it
 
 # (attachment, parsed entry) -> None, called on the loop
 EntryHandler = Callable[["Attachment", dict[str, Any]], None]
@@ -51,6 +52,7 @@ class Attachment:
         self.own_requests: set[str] = set()  # IPC request ids of this door's turns
         self.running: list[str] = []  # those still waiting for their answer
         self.ended = False  # _tether/session/ended was sent
+        self.cursor = 0  # the next seq the follower delivers (written by its thread)
         self._stop = threading.Event()
         self._followers: list[Follower] = []
         self._thread: threading.Thread | None = None
@@ -64,10 +66,11 @@ class Attachment:
         loop = asyncio.get_running_loop()
 
         cursor = from_seq
+        self.cursor = from_seq
 
         def emit(seq: int, line: str) -> None:
             nonlocal cursor
-            cursor = seq + 1
+            cursor = self.cursor = seq + 1
             # Only what the client can use crosses to the loop: the session's end, and
             # ACP frames (of which the handler keeps the other parties' updates).
             if is_session_end(line) or '"kind":"acp"' in line[:120]:
@@ -98,6 +101,22 @@ class Attachment:
 
         self._thread = threading.Thread(target=work, name=f"acp-follow-{self.key}", daemon=True)
         self._thread.start()
+
+    async def caught_up(self, through: int, timeout: float = CATCH_UP_S) -> None:
+        """Wait (bounded) until every entry up to ``through`` has reached the loop.
+
+        A turn of this door is relayed from its own IPC stream, other parties' entries
+        from this follower: so that the client sees them in journal order (and each
+        event's id is its seq), a turn starts only once the follower has passed
+        everything journaled before it (e.g. the agent's notes after ``session/new``).
+        """
+        deadline = asyncio.get_running_loop().time() + timeout
+        while self.cursor <= through and self.following:
+            if asyncio.get_running_loop().time() >= deadline:
+                logger.warning("session %s: the journal follower lags; going on", self.key)
+                return
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0)  # what the follower handed over runs first
 
     async def stop(self) -> None:
         """Stop following (idempotent); returns once the thread has let go."""

@@ -73,6 +73,11 @@ class AcpChannel:
             self._task = asyncio.get_running_loop().create_task(self._door.serve(self._input.get))
 
     @property
+    def late_answers(self) -> int:
+        """The client's answers that came after the door stopped waiting (dropped)."""
+        return self._door.to_client.late_answers
+
+    @property
     def last_event_id(self) -> str | None:
         return self._ring[-1][1] if self._ring else None
 
@@ -138,17 +143,22 @@ class AcpChannel:
             more.set()
 
     async def events(
-        self, after: str | None = None, *, idle: float | None = None
+        self,
+        after: str | None = None,
+        *,
+        idle: float | None = None,
+        from_start: bool = False,
     ) -> AsyncIterator[tuple[str, dict[str, Any]] | None]:
-        """(event id, frame) after the event ``after`` (``Last-Event-ID``), else live;
-        ends when the channel closes. With ``idle``, None is yielded after that many
-        seconds without an event (the caller's heartbeat).
+        """(event id, frame) after the event ``after`` (``Last-Event-ID``), else live --
+        or, ``from_start``, from the oldest event the ring holds; ends when the channel
+        closes. With ``idle``, None is yielded after that many seconds without an event
+        (the caller's heartbeat).
 
         Raises:
             UsageError: ``after`` is not an event id of this form (checked before the
                 first event: :func:`check_event_id` lets a caller check it first).
         """
-        cursor = self._next_event
+        cursor = self._ring[0][0] if from_start and self._ring else self._next_event
         if after is not None:
             found = next((n for n, eid, _ in self._ring if eid == after), None)
             positions = check_event_id(after)

@@ -34,13 +34,12 @@ a caller that leaves -- and its sessions stay warm for the next client, unless
 ``close_on_exit``.
 
 The client is a *controller* of the turns it prompts: a permission request the
-session's policy leaves open is put to it as ``session/request_permission``
+session's policy leaves open is put to it as ``session/request_permission``, an
+elicitation as ``elicitation/create`` when it advertised elicitations
 (:mod:`.questions`, :meth:`AcpDoor.controller_hook`); the first answer from any
 controller wins. A client that advertised ``fs.readTextFile``, ``fs.writeTextFile``
-or ``terminal`` serves those itself for the turns it prompts: the owner relays the
-agent's requests to the door (:mod:`tether.owner.relays`), the door asks its client
-(the session id rewritten to the door's) and hands back the answer or the client's
-JSON-RPC error. Otherwise the owner serves them, as for any caller.
+or ``terminal`` serves those itself for the turns it prompts (:mod:`.relays`).
+Otherwise the owner serves them, as for any caller.
 """
 
 from __future__ import annotations
@@ -48,7 +47,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import time
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,7 +54,7 @@ from typing import Any
 from tether import operations
 from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
-from tether.errors import NoSession, RemoteProtocolError, UsageError
+from tether.errors import NoSession, UsageError
 from tether.jsonrpc import (
     EOF,
     METHOD_NOT_FOUND,
@@ -100,14 +98,11 @@ class AcpDoor:
         self._attached: dict[str, Attachment] = {}
         self._own_requests: dict[str, set[str]] = {}  # session -> this door's turn ids
         self._inflight: set[asyncio.Task[None]] = set()
-        self._asked: dict[int, asyncio.Future[Response]] = {}  # our requests to the client
+        self.to_client = relays.ClientRequests(self._rpc, self._send, self._spawn)
         self._tg: asyncio.TaskGroup | None = None
         self._auth_method: str | None = None
         self.client_info: dict[str, Any] = {}
         self.client_capabilities: dict[str, Any] = {}
-        # Names this door to the owners over all the turns it prompts (each on its own
-        # connection), so a terminal its client created is found in a later turn.
-        self._relay_token = os.urandom(8).hex()
         # Told the journal origin of each notification that relays an entry, just
         # before it is written (the HTTP channel's event ids: .event_ids).
         self.on_origin: Callable[[Origin], None] | None = None
@@ -175,9 +170,7 @@ class AcpDoor:
                 error = {"code": PARSE_ERROR, "message": message}
                 self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))
             elif isinstance(event, Response):
-                waiter = self._asked.pop(event.id, None) if isinstance(event.id, int) else None
-                if waiter is not None and not waiter.done():
-                    waiter.set_result(event)
+                self.to_client.answered(event)
 
     def _start(self, req: Request) -> None:
         handler = self._handlers.get(req.method)
@@ -188,11 +181,14 @@ class AcpDoor:
             return
         self._spawn(self._answer(req, handler))
 
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        assert self._tg is not None
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> asyncio.Task[None] | None:
+        if self._tg is None:  # closing: nobody is left to hear it
+            coro.close()
+            return None
         task = self._tg.create_task(coro)
         self._inflight.add(task)
         task.add_done_callback(self._inflight.discard)
+        return task
 
     async def _answer(self, req: Request, handler: Handler) -> None:
         params = req.params if isinstance(req.params, dict) else {}
@@ -270,38 +266,13 @@ class AcpDoor:
 
     def controller_hook(self, key: str, item: dict[str, Any]) -> None:
         """An agent's question the owner offered this client (a controller): put it to
-        the client as ``session/request_permission`` (:mod:`.questions`)."""
-        if self._tg is not None:
-            self._spawn(questions.put_question(self._ask_client, key, item))
-
-    def _relay_spec(self) -> tuple[dict[str, Any], turns.OnClientRequest] | None:
-        methods = translate.relay_methods(self.client_capabilities)
-        if not methods:
-            return None
-        return {"methods": methods, "client": self._relay_token}, self._on_client_request
-
-    def _on_client_request(self, key: str, conn: Any, frame: dict[str, Any]) -> None:
-        """An agent request the owner relayed to this client: ask it, answer the owner."""
-        if self._tg is not None:
-            self._spawn(relays.relay_request(self._request_client, key, conn, frame))
-
-    async def _request_client(self, method: str, params: dict[str, Any]) -> Response:
-        """Send the client a request; its response (a result or a JSON-RPC error)."""
-        rid, data = self._rpc.send_request(method, params, now=time.monotonic())
-        answer: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
-        self._asked[rid] = answer
-        self._send(data)
-        try:
-            return await answer
-        finally:
-            self._asked.pop(rid, None)
-
-    async def _ask_client(self, method: str, params: dict[str, Any]) -> Any:
-        """Send the client a request; its result (a JSON-RPC error raises)."""
-        response = await self._request_client(method, params)
-        if response.error is not None:
-            raise RemoteProtocolError(f"the client refused {method}: {response.error}")
-        return response.result
+        the client (:mod:`.questions`)."""
+        modes = questions.elicitation_modes(self.client_capabilities)
+        if item.get("question") == "elicitation_completed":
+            if "url" in modes:  # only such a client was shown the URL elicitation
+                self.notify("elicitation/complete", {"elicitationId": item["elicitationId"]})
+            return
+        self._spawn(questions.put_question(self.to_client.ask, key, item, modes))
 
     # --- methods -----------------------------------------------------------------------
 
@@ -400,6 +371,5 @@ class AcpDoor:
         blocks = params.get("prompt")
         if not (isinstance(blocks, list) and blocks and all(isinstance(b, dict) for b in blocks)):
             raise UsageError("prompt must be a non-empty list of content blocks")
-        return await turns.run_prompt(
-            att, blocks, self.notify, self.controller_hook, self._relay_spec()
-        )
+        relay = self.to_client.relay_spec(self.client_capabilities)
+        return await turns.run_prompt(att, blocks, self.notify, self.controller_hook, relay)

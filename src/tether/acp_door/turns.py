@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from tether import operations
 from tether.acp_door import translate
@@ -24,12 +24,20 @@ from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
 
-__all__ = ["answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
+__all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
-# (session key, the connection, the client_request frame): relay it, answer on conn
-OnClientRequest = Callable[[str, _Connection, dict[str, Any]], None]
+
+
+class Relayer(Protocol):
+    """Who serves a turn's relayed requests (:class:`tether.acp_door.relays.ClientRequests`)."""
+
+    def on_owner_frame(self, key: str, conn: _Connection, frame: dict[str, Any]) -> None:
+        """A ``client_request`` or ``relay_expired`` frame of session ``key``'s turn."""
+
+    def turn_ended(self, conn: _Connection) -> None:
+        """The turn on ``conn`` ended: its relays can no longer be answered."""
 
 
 async def connect(key: str) -> _Connection:
@@ -56,15 +64,17 @@ async def run_prompt(
     blocks: list[dict[str, Any]],
     notify: Notify,
     on_question: OnQuestion,
-    relay: tuple[dict[str, Any], OnClientRequest] | None = None,
+    relay: tuple[dict[str, Any], Relayer] | None = None,
 ) -> dict[str, Any]:
     """Run one turn through the owner, relaying its updates; returns the ACP answer.
 
     The door is a controller of the turn: the agent's questions the policy leaves open
-    (``interaction`` frames) go to ``on_question(session key, interaction)``. With
+    (``interaction`` frames) go to ``on_question(session key, interaction)``, and so
+    does an ``elicitation_completed`` (``question`` says which). With
     ``relay`` (the prompt's ``relay`` payload: the methods this client serves, the
     door's token; and a handler) the agent's requests for those methods come as
-    ``client_request`` frames, to the handler -- when the owner understands relays.
+    ``client_request`` frames (``relay_expired`` when the owner stops waiting), to the
+    handler -- when the owner understands relays.
 
     Raises:
         TetherError subclasses: the owner's error for the turn (re-raised as its class),
@@ -73,6 +83,9 @@ async def run_prompt(
     Cancellation: the connection is closed (shielded), so the owner cancels the turn.
     """
     conn = await connect(att.key)
+    journaled = conn.hello.get("journalSeq")
+    if isinstance(journaled, int):
+        await att.caught_up(journaled)  # others' entries before this turn go out first
     rid = new_request_id()
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)
@@ -100,8 +113,15 @@ async def run_prompt(
                     notify("session/update", relayed, origin)
             elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
                 on_question(att.key, frame["interaction"])
-            elif kind == "client_request" and relay is not None:
-                relay[1](att.key, conn, frame)
+            elif kind == "elicitation_completed" and isinstance(frame.get("elicitationId"), str):
+                # a URL elicitation the agent says is done: the question's follow-up
+                done = {
+                    "question": "elicitation_completed",
+                    "elicitationId": frame["elicitationId"],
+                }
+                on_question(att.key, done)
+            elif kind in ("client_request", "relay_expired") and relay is not None:
+                relay[1].on_owner_frame(att.key, conn, frame)
             elif kind == "result":
                 result = frame.get("result") or {}
                 return {
@@ -113,6 +133,8 @@ async def run_prompt(
         raise OwnerLost("the owner ended the turn without an answer")
     finally:
         att.running.remove(rid)
+        if relay is not None:
+            relay[1].turn_ended(conn)
         await asyncio.shield(conn.aclose())
 
 

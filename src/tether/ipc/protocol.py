@@ -5,7 +5,7 @@ Theory of operation
 A caller connects to the owner's Unix socket (0600, in a 0700 directory). The owner
 speaks first::
 
-    owner -> {"type":"hello","v":2,"generation":G,"ownerPid":P,"sessionKey":K}
+    owner -> {"type":"hello","v":2,"generation":G,"ownerPid":P,"sessionKey":K,…}
 
 Then each request is one line, an envelope::
 
@@ -22,6 +22,9 @@ and the owner answers, for *every* request, in this order::
     {"type":"client_request","requestId":R,"relayId":X,      to a prompter that serves
      "method":M,"params":{...}}                              fs/terminal: answer it with
                                                              a ``relay_answer`` request
+    {"type":"relay_expired","requestId":R,"relayId":X}     the owner stopped waiting for
+                                                             that answer (timeout, the
+                                                             agent's $/cancel_request)
     {"type":"agent_run_ended","requestId":null,"event":{...}} the agent run ended meanwhile
     {"type":"session_ended","requestId":null,"event":{...}}   the session was closed: it comes
                                                                before the SESSION_CLOSED error

@@ -22,7 +22,9 @@ The same promises as the interactions room (:mod:`.interactions`):
 * *Timeout.* A relayed request waits ``permissionTimeout`` at most (0 = forever) --
   except ``terminal/wait_for_exit``, which lasts as long as the command does; the turn's
   cancel and the client leaving bound it. Then the agent gets a JSON-RPC error: the
-  client may have acted (a write), so Tether does not redo the request itself.
+  client may have acted (a write), so Tether does not redo the request itself. The
+  prompter is told (``relay_expired``), so that its own wait for its client ends too;
+  an answer after that is refused.
 * *Client gone.* The prompter's connection closes (the door exited, the HTTP client
   left): every relay sent to it is answered with an error at once, never left hanging.
 
@@ -137,6 +139,10 @@ class ClientRelays:
             return _error(INTERNAL_ERROR, f"the client did not answer {method} in {timeout:g} s")
         finally:
             self._pending.pop(relay_id, None)
+            if not relay.future.done():  # given up: the prompter stops waiting too
+                job.send(
+                    {"type": "relay_expired", "requestId": job.request_id, "relayId": relay_id}
+                )
         if method == "terminal/create" and "result" in answer:
             answer = self._adopt_terminal(job, answer)
         elif method == "terminal/release" and "result" in answer:

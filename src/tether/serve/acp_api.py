@@ -10,14 +10,21 @@ cursor after the event -- with one session, its journal ``seq``
 (:mod:`tether.acp_door.event_ids`); ``Last-Event-ID`` resumes from the server's ring of
 recent events, or from the journal when the ring no longer holds the id (no gap, no
 duplicate; only live-only events, the server's requests to the client, cannot come
-back from the journal); a comment line every ``heartbeat`` seconds. ``DELETE``: close
-the server (idempotent, 204): its running turns are cancelled, its sessions stay warm.
+back from the journal); a comment line every ``heartbeat`` seconds. A stream may open
+before the server exists: sandbox-agent's client opens its stream together with its
+first POST, and the two race; the stream then waits for the server (heartbeats
+meanwhile) and starts from its first event, rather than answering 204, which ends that
+client's stream until its next POST. A stream of a closed server is 204 (nothing will
+come: an EventSource stops). ``DELETE``: close the server (idempotent, 204): its running
+turns are cancelled, its sessions stay warm.
 The core, with no HTTP in it, is
 :class:`tether.acp_door.channel.AcpChannel`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -33,11 +40,50 @@ from tether.serve.app import Gateway, endpoint
 __all__ = ["acp_routes"]
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
-_CHANNELS: dict[int, dict[str, AcpChannel]] = {}  # per gateway (by id): server id -> channel
+CLOSED_KEPT = 4096  # closed server ids remembered (their streams: 204, not a wait)
 
 
-def _channels(gateway: Gateway) -> dict[str, AcpChannel]:
-    return _CHANNELS.setdefault(id(gateway), {})
+class _Servers:
+    """One gateway's ACP servers: the open ones, the recently closed ids, and the
+    streams waiting for a server to be created."""
+
+    def __init__(self) -> None:
+        self.open: dict[str, AcpChannel] = {}
+        self._closed: collections.OrderedDict[str, None] = collections.OrderedDict()
+        self._born: dict[str, asyncio.Event] = {}
+
+    def create(self, server_id: str, channel: AcpChannel) -> AcpChannel:
+        self.open[server_id] = channel
+        self._closed.pop(server_id, None)
+        self._tell(server_id)
+        return channel
+
+    def close(self, server_id: str) -> AcpChannel | None:
+        channel = self.open.pop(server_id, None)
+        self._closed[server_id] = None
+        while len(self._closed) > CLOSED_KEPT:
+            self._closed.popitem(last=False)
+        self._tell(server_id)
+        return channel
+
+    def was_closed(self, server_id: str) -> bool:
+        return server_id in self._closed
+
+    def _tell(self, server_id: str) -> None:
+        born = self._born.pop(server_id, None)
+        if born is not None:
+            born.set()
+
+    def born(self, server_id: str) -> asyncio.Event:
+        """Set when the server is created (or closed): what a waiting stream waits on."""
+        return self._born.setdefault(server_id, asyncio.Event())
+
+
+_SERVERS: dict[int, _Servers] = {}  # per gateway (by id)
+
+
+def _servers(gateway: Gateway) -> _Servers:
+    return _SERVERS.setdefault(id(gateway), _Servers())
 
 
 def _options(gateway: Gateway, agent: str | None) -> Any:
@@ -67,19 +113,32 @@ async def post_message(request: Request) -> Response:
         raise UsageError("the body is not JSON: one JSON-RPC message is expected") from None
     if not isinstance(message, dict):
         raise UsageError("the body must be one JSON-RPC message (an object)")
-    channels = _channels(gateway)
-    channel = channels.get(server_id)
+    servers = _servers(gateway)
+    channel = servers.open.get(server_id)
     if channel is None or channel.closed:
-        channel = AcpChannel(_options(gateway, request.query_params.get("agent")))
-        channels[server_id] = channel
+        options = _options(gateway, request.query_params.get("agent"))
+        channel = servers.create(server_id, AcpChannel(options))
     answer = await channel.post(message)
     if answer is None:
         return Response(status_code=202)
     return JSONResponse(answer)
 
 
-async def _sse(channel: AcpChannel, after: str | None, heartbeat: float) -> AsyncIterator[bytes]:
-    async for item in channel.events(after, idle=heartbeat):
+async def _sse(
+    servers: _Servers, server_id: str, after: str | None, heartbeat: float
+) -> AsyncIterator[bytes]:
+    channel = servers.open.get(server_id)
+    from_start = False
+    while channel is None:  # not created yet: wait for it (see the module docstring)
+        try:
+            async with asyncio.timeout(heartbeat):
+                await servers.born(server_id).wait()
+        except TimeoutError:
+            yield b": heartbeat\n\n"
+        if servers.was_closed(server_id):
+            return
+        channel, from_start = servers.open.get(server_id), after is None
+    async for item in channel.events(after, idle=heartbeat, from_start=from_start):
         if item is None:
             yield b": heartbeat\n\n"
             continue
@@ -92,14 +151,17 @@ async def _sse(channel: AcpChannel, after: str | None, heartbeat: float) -> Asyn
 async def events(request: Request) -> Response:
     """Everything the server says that is not an answer, as Server-Sent Events."""
     gateway: Gateway = request.app.state.gateway
-    channel = _channels(gateway).get(request.path_params["serverId"])
-    if channel is None or channel.closed:
+    servers, server_id = _servers(gateway), request.path_params["serverId"]
+    channel = servers.open.get(server_id)
+    if (channel is None and servers.was_closed(server_id)) or (
+        channel is not None and channel.closed
+    ):
         return Response(status_code=204)  # nothing will come: an EventSource stops
     header = request.headers.get("last-event-id", "").strip()
     after = header or None
     if after is not None:
         check_event_id(after)  # a bad one is a 400 now, not a broken stream
-    body = _sse(channel, after, gateway.heartbeat)
+    body = _sse(servers, server_id, after, gateway.heartbeat)
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 
 
@@ -107,7 +169,7 @@ async def events(request: Request) -> Response:
 async def close_server(request: Request) -> Response:
     """Close the server (idempotent)."""
     gateway: Gateway = request.app.state.gateway
-    channel = _channels(gateway).pop(request.path_params["serverId"], None)
+    channel = _servers(gateway).close(request.path_params["serverId"])
     if channel is not None:
         await channel.aclose()
     return Response(status_code=204)
