@@ -77,13 +77,20 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
     flush = ctx.output.flush
+    emit_block = None
     if ctx.fmt == "json":
-        out = sys.stdout
+        # Bytes straight to stdout: a live block of entries is written as it came, with
+        # no work per entry (three watchers of a 50,000-updates/s turn are three
+        # processes competing with the turn for the CPU).
+        out = sys.stdout.buffer
         write = out.write
         flush = out.flush  # once per batch: before the follower waits for more
 
         def emit(_seq: int, line: str) -> None:
-            write(line + "\n")
+            write(line.encode() + b"\n")
+
+        def emit_block(_first: int, _last: int, entries: list[bytes]) -> None:
+            write(b"\n".join(entries) + b"\n")
 
     else:
         view = _TextView(ctx)
@@ -107,6 +114,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                 tail=inv.tail,
                 follow=not inv.no_follow,
                 flush=flush,
+                emit_block=emit_block,
             )
         else:
             with asker:

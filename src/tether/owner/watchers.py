@@ -56,6 +56,17 @@ class Watch:
         self.job.outbox.write(self.frame(line))
         self.cursor = seq + 1
 
+    def deliver_run(self, first: int, last: int, lines: list[bytes]) -> None:
+        """Entries ``first..last`` (consecutive), as one write: one join, not a frame
+        and a queued write per entry."""
+        if self.ended or last < self.cursor:
+            return
+        if first < self.cursor:
+            lines = lines[self.cursor - first :]
+        prefix = self._prefix
+        self.job.outbox.write(prefix + (b"}\n" + prefix).join(lines) + b"}\n")
+        self.cursor = last + 1
+
     def _on_lagged(self) -> bytes | None:
         if self.ended:
             return None
@@ -78,14 +89,36 @@ class Fanout:
     def __init__(self, journal: JournalWriter) -> None:
         self.journal = journal
         self.watches: set[Watch] = set()
+        # Entries of this loop pass, handed to every watcher together at its end: a
+        # streamed turn journals many per pass, and per entry per watcher the Python
+        # work was most of what watching cost the owner.
+        self._run: list[bytes] = []
+        self._run_first = 0
         journal.listeners.append(self._on_entry)
 
     def _on_entry(self, seq: int, line: bytes) -> None:
+        if not self.watches:
+            return
+        run = self._run
+        if run and seq != self._run_first + len(run):
+            self._flush()  # not consecutive (never, with one writer): keep them apart
+            run = self._run
+        if not run:
+            self._run_first = seq
+            asyncio.get_running_loop().call_soon(self._flush)
+        run.append(line)
+
+    def _flush(self) -> None:
+        run, self._run = self._run, []
+        if not run:
+            return
+        first = self._run_first
+        last = first + len(run) - 1
         for watch in tuple(self.watches):
             if watch.ended or watch.job.outbox.detached:
                 self.watches.discard(watch)  # lagged, or the watcher left
             else:
-                watch.deliver(seq, line)
+                watch.deliver_run(first, last, run)
 
     async def attach(self, watch: Watch, from_seq: int, *, follow: bool) -> None:
         """Replay from ``from_seq``, then (``follow``) go live; see the module docstring."""
@@ -129,6 +162,7 @@ class Fanout:
 
     def end_all(self, reason: str) -> None:
         """The session ended or the owner retires: every watch gets its terminal frame."""
+        self._flush()  # the entries of this pass (the session's end among them) first
         for watch in tuple(self.watches):
             watch.end(reason)
         self.watches.clear()
