@@ -80,9 +80,11 @@ async def tether_prompt(url: str, headers: dict[str, str], sid: str) -> None:
     """Tether: POST the prompt, then its SSE stream from ``fromSeq`` until the turn ends."""
     conn = await Conn.open(url)
     try:
-        _status, r = await conn.json(
+        status, r = await conn.json(
             "POST", f"/v1/sessions/{sid}/prompt", headers, {"prompt": "echo hi"}
         )
+        if status != 202 or "requestId" not in r:
+            raise RuntimeError(f"the prompt was refused: {status} {r}")
         marker = b'"kind":"turn_ended","requestId":"' + r["requestId"].encode()
         await conn.stream_until(f"/v1/sessions/{sid}/events?from={r['fromSeq']}", headers, marker)
     finally:
