@@ -10,6 +10,26 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def _readable(key: str) -> Any:
+    """The open registry, once ``key`` exists and the requester may read its history.
+
+    Raises:
+        NoSession: no such session.
+        VisibilityDenied: the requester may not read this session's history.
+    """
+    from tether.registry import Registry
+
+    registry = Registry()
+    try:
+        if registry.session(key) is None:
+            raise NoSession("no such session", session_key=key)
+        access.authorize(key, "history", registry=registry)
+    except BaseException:
+        registry.close()
+        raise
+    return registry
+
+
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
     """One summary per turn (request id, times, duration, stop reason, preview), oldest
     first; the last ``limit`` when given. Reads the journal; needs no owner.
@@ -19,12 +39,8 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
-    from tether.registry import Registry
 
-    with Registry() as registry:
-        if registry.session(key) is None:
-            raise NoSession("no such session", session_key=key)
-        access.authorize(key, "history", registry=registry)
+    with _readable(key) as registry:
         turns = render.turns(store.turn_rows(registry._db, key))
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
@@ -40,12 +56,8 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
         VisibilityDenied: the requester may not read this session's history.
     """
     from tether.journal import render, store
-    from tether.registry import Registry
 
-    with Registry() as registry:
-        if registry.session(key) is None:
-            raise NoSession("no such session", session_key=key)
-        access.authorize(key, "history", registry=registry)
+    with _readable(key) as registry:
         start = store.turns_start(registry._db, key, tail)
         return render.transcript(store.iter_lines(registry._db, key, start))
 
