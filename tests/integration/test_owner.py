@@ -796,6 +796,12 @@ def test_owner_metrics_and_log_fields(mock: Cli, tether_home: Path) -> None:
     assert mock.json("cancel")["cancelled"] is True
     rc, _, err = finish(caller)
     assert rc == 0, err
+    # The owner's metrics reach the registry from its status writer thread, a few ms
+    # after the turn: wait for the second turn's, then check every figure exactly.
+    wait_for(
+        lambda: mock.json("metrics")["histograms"].get("prompt_turn_seconds", {}).get("count") == 2,
+        "the owner's metrics to be written",
+    )
     m = mock.json("metrics")
     counters, hists = m["counters"], m["histograms"]
     assert counters["owner_spawn_total"] == 1

@@ -268,7 +268,12 @@ def test_agents_health_metrics_and_openapi(gateway: Gateway, project_dir: Path) 
     sid = gateway.ensure(project_dir)
     turn = gateway.prompt(sid, "echo counted")  # the agent starts: run_spawn_total
     gateway.until_turn_end(sid, turn["requestId"], query=f"?from={turn['fromSeq']}")
-    metrics = gateway.http.get("/metrics")
+    # An owner's counters reach the registry from its status writer, a few ms after
+    # the turn (never on its event loop): a scrape right after may precede them.
+    deadline = time.monotonic() + 10
+    while "run_spawn_total" not in (metrics := gateway.http.get("/metrics")).text:
+        assert time.monotonic() < deadline, "the owner's counters never reached /metrics"
+        time.sleep(0.02)
     assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4")
     assert "tether_serve_requests_total " in metrics.text
     assert "run_spawn_total" in metrics.text  # the registry's counters
