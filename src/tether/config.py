@@ -407,8 +407,11 @@ def _no_wider(
         if kept.get("enabled") and not user["agentToAgent"]["enabled"]:
             warn(f"{path}: agentToAgent.enabled is ignored: enable it in {user_path}")
             del kept["enabled"]
+        # An empty list allows every id: any project list is within it, and an empty
+        # project list is wider than any non-empty one.
         allowed = set(user["agentToAgent"]["allow"])
-        if "allow" in kept and not set(kept["allow"]) <= allowed:
+        mine = set(kept.get("allow", ()))
+        if "allow" in kept and allowed and (not mine or not mine <= allowed):
             warn(f"{path}: agentToAgent.allow may only narrow {user_path}'s list; ignored")
             del kept["allow"]
         out["agentToAgent"] = kept

@@ -87,12 +87,11 @@ MetricOp = tuple[str, str, float, "tuple[float, ...] | None", dict[str, str]]
 class Deferred:
     """A sink that keeps changes until they are taken, for a process whose event loop
     must not wait on a database write per change (an owner: its status writer takes them
-    into its next write, one transaction for all). ``on_change`` is told of each one."""
+    into its next write, one transaction for all)."""
 
-    def __init__(self, on_change: Any = None) -> None:
+    def __init__(self) -> None:
         self._ops: list[MetricOp] = []
         self._lock = threading.Lock()
-        self.on_change = on_change
 
     def incr(self, name: str, by: int = 1, **labels: str) -> None:
         self._add(("incr", name, by, None, labels))
@@ -103,8 +102,6 @@ class Deferred:
     def _add(self, op: MetricOp) -> None:
         with self._lock:
             self._ops.append(op)
-        if self.on_change is not None:
-            self.on_change()
 
     def take(self) -> list[MetricOp]:
         """Everything kept so far (the caller writes it, or gives it back)."""

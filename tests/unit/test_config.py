@@ -165,8 +165,9 @@ def test_a_project_file_may_narrow_visibility_but_never_widen_it(
     )
     merged, warnings = _load(tmp_path, tether_home, '[sessions]\nvisibility = "agent"\n')
     assert merged["sessions"] == {"visibility": "agent", "closeChildren": False}
-    assert merged["agentToAgent"] == {"enabled": False, "allow": ()}
-    assert len(warnings) == 3
+    # `allow = ["*"]` stays: the user's empty list already allows every id
+    assert merged["agentToAgent"] == {"enabled": False, "allow": ("*",)}
+    assert len(warnings) == 2
     assert "sessions.visibility = 'all' is wider than 'agent'" in warnings[0]
     assert str(tether_home / "config.toml") in warnings[0]
     (tmp_path / ".tether.toml").write_text(
@@ -180,3 +181,18 @@ def test_a_project_file_may_narrow_visibility_but_never_widen_it(
     assert warnings == []
     assert merged["sessions"]["visibility"] == "self"
     assert merged["agentToAgent"] == {"enabled": False, "allow": ("a*",)}
+
+
+def test_a_project_allow_list_is_narrower_than_the_users_empty_one(
+    tmp_path: Path, tether_home: Path
+) -> None:
+    """An empty ``allow`` allows every id: a project's list narrows it; an empty project
+    list under a non-empty user list would widen it, and is ignored."""
+    (tmp_path / ".tether.toml").write_text('[agentToAgent]\nallow = ["x"]\n')
+    merged, warnings = _load(tmp_path, tether_home, "")
+    assert warnings == []
+    assert merged["agentToAgent"]["allow"] == ("x",)
+    (tmp_path / ".tether.toml").write_text("[agentToAgent]\nallow = []\n")
+    merged, warnings = _load(tmp_path, tether_home, '[agentToAgent]\nallow = ["x"]\n')
+    assert len(warnings) == 1
+    assert merged["agentToAgent"]["allow"] == ("x",)
