@@ -37,7 +37,7 @@ from typing import Any
 from tether.acp_door import translate, turns
 from tether.client import _Connection
 from tether.errors import RemoteProtocolError
-from tether.jsonrpc import JsonRpcConnection, Response
+from tether.jsonrpc import INVALID_PARAMS, JsonRpcConnection, Response
 
 __all__ = ["ClientRequests"]
 
@@ -138,7 +138,9 @@ class ClientRequests:
     ) -> None:
         """Put one relayed request to the client; send its answer back to the owner."""
         method, params = frame.get("method"), frame.get("params")
-        if not isinstance(method, str):
+        if not isinstance(method, str):  # answered at once: the agent must not wait it out
+            error = {"code": INVALID_PARAMS, "message": "the relayed request names no method"}
+            await turns.answer_relay(conn, relay_id, {"error": error})
             return
         params = {**(params if isinstance(params, dict) else {}), "sessionId": key}
         response = await self.request(method, params)

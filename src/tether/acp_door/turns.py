@@ -85,7 +85,11 @@ async def run_prompt(
     conn = await connect(att.key)
     journaled = conn.hello.get("journalSeq")
     if isinstance(journaled, int):
-        await att.caught_up(journaled)  # others' entries before this turn go out first
+        try:  # others' entries before this turn go out first
+            await att.caught_up(journaled)
+        except BaseException:  # cancelled while waiting: the connection must not linger
+            await asyncio.shield(conn.aclose())
+            raise
     rid = new_request_id()
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)

@@ -190,8 +190,8 @@ class Follower:
             if not block.startswith(head):
                 return 0
             entries = block.split(joint)
-            whole = b"".join(entries)  # its one newline is the last byte if all are entries
-            if whole.find(b"\n") != len(whole) - 1:
+            # All entries: the splits took every newline but the block's last one.
+            if block.count(b"\n") != len(entries) or not block.endswith(b"\n"):
                 # Other frames follow the entries (or an entry lacks its seq): the
                 # leading run of entries only.
                 if not run:

@@ -41,6 +41,9 @@ __all__ = ["acp_routes"]
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 CLOSED_KEPT = 4096  # closed server ids remembered (their streams: 204, not a wait)
+# How long a stream opened before its server waits for the first POST to create it
+# (a client's GET races its first POST); an id nobody creates ends its stream after it.
+BIRTH_WAIT_S = 60.0
 
 
 class _Servers:
@@ -51,6 +54,7 @@ class _Servers:
         self.open: dict[str, AcpChannel] = {}
         self._closed: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._born: dict[str, asyncio.Event] = {}
+        self._waiting: dict[str, int] = {}  # streams waiting on each _born event
 
     def create(self, server_id: str, channel: AcpChannel) -> AcpChannel:
         self.open[server_id] = channel
@@ -74,9 +78,20 @@ class _Servers:
         if born is not None:
             born.set()
 
-    def born(self, server_id: str) -> asyncio.Event:
-        """Set when the server is created (or closed): what a waiting stream waits on."""
+    def wait_for_birth(self, server_id: str) -> asyncio.Event:
+        """Set when the server is created (or closed): what a waiting stream waits on.
+        Each call is paired with :meth:`stop_waiting`."""
+        self._waiting[server_id] = self._waiting.get(server_id, 0) + 1
         return self._born.setdefault(server_id, asyncio.Event())
+
+    def stop_waiting(self, server_id: str) -> None:
+        """A waiting stream left: the last one takes the event along (an id no client
+        ever creates must not stay here)."""
+        left = self._waiting.pop(server_id, 1) - 1
+        if left > 0:
+            self._waiting[server_id] = left
+        else:
+            self._born.pop(server_id, None)
 
 
 _SERVERS: dict[int, _Servers] = {}  # per gateway (by id)
@@ -129,15 +144,23 @@ async def _sse(
 ) -> AsyncIterator[bytes]:
     channel = servers.open.get(server_id)
     from_start = False
-    while channel is None:  # not created yet: wait for it (see the module docstring)
+    if channel is None:  # not created yet: wait for it (see the module docstring)
+        born = servers.wait_for_birth(server_id)
+        deadline = asyncio.get_running_loop().time() + BIRTH_WAIT_S
         try:
-            async with asyncio.timeout(heartbeat):
-                await servers.born(server_id).wait()
-        except TimeoutError:
-            yield b": heartbeat\n\n"
-        if servers.was_closed(server_id):
-            return
-        channel, from_start = servers.open.get(server_id), after is None
+            while channel is None:
+                if asyncio.get_running_loop().time() >= deadline:
+                    return  # never created: the stream ends; a client may open it again
+                try:
+                    async with asyncio.timeout(heartbeat):
+                        await born.wait()
+                except TimeoutError:
+                    yield b": heartbeat\n\n"
+                if servers.was_closed(server_id):
+                    return
+                channel, from_start = servers.open.get(server_id), after is None
+        finally:
+            servers.stop_waiting(server_id)
     async for item in channel.events(after, idle=heartbeat, from_start=from_start):
         if item is None:
             yield b": heartbeat\n\n"

@@ -322,9 +322,9 @@ class Hubs:
 
 
 def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
-    from tether.registry import Registry
+    from tether.serve import lookups
 
-    with Registry() as registry:
+    with lookups.registry() as registry:  # this worker thread's connection, reused
         rows = store.read(registry._db, key, cursor, limit=limit)
     return [(seq, line.decode()) for seq, line in rows]
 
