@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,8 +16,23 @@ from tests import _proctree
 LEAK_GRACE_S = 10.0
 
 
+# Signals whose disposition the tests rely on in the processes they start. A run started
+# as a background job of a non-interactive shell inherits SIGINT ignored (and `nohup`
+# ignores SIGHUP); an ignored disposition survives exec, so every `tether` child would
+# ignore the Ctrl-C a test sends it. The suite sets what it relies on instead of
+# inheriting it.
+_DEFAULT_DISPOSITIONS = {
+    signal.SIGINT: signal.default_int_handler,
+    signal.SIGTERM: signal.SIG_DFL,
+    signal.SIGHUP: signal.SIG_DFL,
+    signal.SIGQUIT: signal.SIG_DFL,
+}
+
+
 def pytest_configure(config: pytest.Config) -> None:
     _proctree.become_subreaper()
+    for signum, handler in _DEFAULT_DISPOSITIONS.items():
+        signal.signal(signum, handler)
 
 
 @pytest.fixture(autouse=True)

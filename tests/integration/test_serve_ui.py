@@ -1,8 +1,9 @@
 """The dashboard at /ui in a real browser: Debian's headless Chromium driven by
 Playwright (never a downloaded browser), against a real gateway and real owners.
 
-Skipped, with the reason, where ``/usr/bin/chromium`` is absent: install it with
-``apt-get install chromium``.
+Skipped, with the reason, where ``/usr/bin/chromium`` is absent (install it with
+``apt-get install chromium``); failed instead where the run requires the browser tier
+(``.ci/run`` does, after installing it).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests import _tiers
 from tests.integration._serve import Gateway, gateway
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
@@ -25,10 +27,10 @@ CHROMIUM = os.environ.get("TETHER_TEST_CHROMIUM") or shutil.which("chromium") or
 UI_TIMEOUT_MS = 30_000  # a shared 2-core machine: generous, and never a timed assertion
 
 if not os.access(CHROMIUM, os.X_OK):
-    pytest.skip(
+    _tiers.unavailable(
+        "browser",
         f"no Chromium at {CHROMIUM}: `apt-get install chromium` (Debian's package) to run"
         " the dashboard's browser tests",
-        allow_module_level=True,
     )
 
 

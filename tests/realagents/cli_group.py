@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from tests import _tiers
 
 TETHER = Path(sys.executable).with_name("tether")
 
@@ -19,7 +19,9 @@ TETHER = Path(sys.executable).with_name("tether")
 def tether(args: list[str], env: dict[str, str], cwd: Path) -> Iterator[subprocess.Popen[str]]:
     """Start ``tether <args>`` in its own process group; kill that group if it outlives us."""
     if not TETHER.exists():
-        pytest.skip(f"realagents: {TETHER} is not installed (pip install -e .)")
+        _tiers.unavailable(
+            "realagents", f"realagents: {TETHER} is not installed (pip install -e .)"
+        )
     proc = subprocess.Popen(
         [str(TETHER), *args],
         stdin=subprocess.DEVNULL,

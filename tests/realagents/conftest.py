@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from tests import _tiers
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
 from tests.realagents.fake_anthropic import FakeAnthropic
@@ -113,7 +114,7 @@ def report_invalid_agent_frame(
 
 def _need(comp: install.Component | install.SkipReason) -> install.Component:
     if isinstance(comp, install.SkipReason):
-        pytest.skip(f"realagents: {comp}")
+        _tiers.unavailable("realagents", f"realagents: {comp}")
     return comp
 
 
@@ -347,7 +348,9 @@ def sdk_echo_agent_cmd(sdk_echo_install: install.Component | install.SkipReason)
     try:
         import acp  # noqa: F401
     except ImportError as e:  # pragma: no cover - the dev extra pins it
-        pytest.skip(f"realagents: agent-client-protocol is not importable: {e}")
+        _tiers.unavailable(
+            "realagents", f"realagents: agent-client-protocol is not importable: {e}"
+        )
     return [sys.executable, str(comp.path)]
 
 

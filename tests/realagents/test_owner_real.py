@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from tests import _proctree
+from tests import _proctree, _tiers
 from tests._proctree import marker_carriers
 from tests.acp_schema import _method_defs, _schema, schema_errors
 from tests.realagents.blackhole import BlackHole
@@ -97,7 +97,9 @@ class Cli:
 
     def __init__(self, agent: str, env: dict[str, str], cwd: Path) -> None:
         if not TETHER.exists():
-            pytest.skip(f"realagents: {TETHER} is not installed (pip install -e .)")
+            _tiers.unavailable(
+                "realagents", f"realagents: {TETHER} is not installed (pip install -e .)"
+            )
         self.agent = agent
         self.env = env
         self.cwd = cwd

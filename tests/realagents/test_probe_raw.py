@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from tests import _tiers
 from tests.acp_schema import schema_errors
 from tests.realagents import install
 from tests.realagents.blackhole import BlackHole
@@ -445,7 +446,7 @@ def test_sdk_echo_agent_echoes(
 def test_install_is_idempotent() -> None:
     first = install.ensure_installed()
     if isinstance(first, install.SkipReason):
-        pytest.skip(f"realagents: {first}")
+        _tiers.unavailable("realagents", f"realagents: {first}")
     again = install.ensure_installed()
     assert not isinstance(again, install.SkipReason)
     assert set(again.components) == set(first.components)
