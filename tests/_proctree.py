@@ -130,3 +130,8 @@ def is_alive(pid: int, starttime: int) -> bool:
     """Is that very process (pid and starttime) still running? Zombies are dead."""
     st = _stat(pid)
     return st is not None and st[0] != "Z" and st[1] == starttime
+
+
+def live_descendants_of(root: int) -> dict[int, tuple[str, int]]:
+    """The live descendants of one process we started (not including it)."""
+    return {p: s for p, s in descendants(root).items() if s[0] != "Z"}

@@ -41,6 +41,10 @@
     │   ├── GenerationMismatch          the request named another owner generation
     │   ├── WatchLagged                 a watcher fell behind and was dropped (resume at lastSeq+1)
     │   └── AlreadyAnswered             an interaction was resolved before this answer arrived
+    ├── FleetError                      the fleet's shared index or a host cannot serve this
+    │   ├── IndexUnavailable            retryable: the index (PostgreSQL) cannot be reached
+    │   ├── HostSuperseded              this host's epoch is stale: another registration won
+    │   └── HostUnavailable             retryable: the session's host is down or unresponsive
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
     │   ├── StateFull                   the disk is full (or failed) under the state directory
@@ -83,10 +87,14 @@ __all__ = [
     "ClosedResourceError",
     "ConfigError",
     "EscalationFailed",
+    "FleetError",
     "FrameTooLarge",
     "GenerationMismatch",
     "HandshakeTimeout",
+    "HostSuperseded",
+    "HostUnavailable",
     "IdentityUnverified",
+    "IndexUnavailable",
     "InternalError",
     "Interrupted",
     "InvalidTransition",
@@ -478,6 +486,37 @@ class GenerationMismatch(SessionError):
 
     retryable = True
     default_detail_code = "QUEUE_OWNER_GENERATION_MISMATCH"
+
+
+# --- the fleet -----------------------------------------------------------------------
+# Raised by ``tether.fleet`` (psycopg errors are translated at its one boundary).
+
+
+class FleetError(TetherError):
+    """The fleet's shared index or one of its hosts cannot serve this request."""
+
+    default_origin = "fleet"
+    default_detail_code = "FLEET_ERROR"
+
+
+class IndexUnavailable(FleetError):
+    """The fleet index (PostgreSQL) cannot be reached; retry once it is back."""
+
+    retryable = True
+    default_detail_code = "INDEX_UNAVAILABLE"
+
+
+class HostSuperseded(FleetError):
+    """This host's registration epoch is stale: it was fenced or registered again elsewhere."""
+
+    default_detail_code = "HOST_SUPERSEDED"
+
+
+class HostUnavailable(FleetError):
+    """The host that owns this session is down or unresponsive; retry later."""
+
+    retryable = True
+    default_detail_code = "HOST_UNAVAILABLE"
 
 
 # --- the state directory -------------------------------------------------------------

@@ -1,0 +1,630 @@
+"""The fleet index: hosts, sessions and shipped journal chunks in PostgreSQL.
+
+One :class:`FleetIndex` wraps one ``psycopg`` connection (autocommit; every multi-statement
+change is one explicit transaction). It is the only module that speaks SQL to the index,
+and the one place where ``psycopg`` errors become Tether's (:class:`IndexUnavailable`
+for a server that cannot be reached, :class:`HostSuperseded` for a stale epoch).
+
+The rules it keeps, each enforced by the database rather than by a lock in a router:
+
+- **Epochs fence hosts.** Registering a host bumps its epoch; every write a host makes
+  (heartbeat, session rows, shipped chunks) carries the epoch it holds and changes
+  nothing once a newer one exists. A fence (marking a host down) is one compare-and-set
+  on the epoch: of two routers racing to fence, one wins.
+- **Liveness by the index's clock.** A host's heartbeat age is ``now() - heartbeat_at``
+  computed by PostgreSQL, so no two machines' clocks are ever compared.
+- **``ensure`` is idempotent fleet-wide.** A partial unique index over open sessions'
+  (scope, agent, cwd, name) means racing creators insert one row; the losers read it.
+- **Shipping is idempotent and ordered.** A chunk is keyed (session, first seq); a retry
+  of a shipped chunk is a no-op; ``durable_seq`` only moves forward, and only for the
+  host and epoch that own the session.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from tether.errors import FleetError, HostSuperseded, IndexUnavailable
+from tether.fleet.schema import MIGRATIONS
+
+# pg_advisory_xact_lock key for migrations: any constant shared by every Tether.
+_MIGRATION_LOCK = 0x7E7E_0001
+# How long one statement may run before the index counts as unavailable. A frozen
+# server must not hang a router's request: routing falls back to its cached host table.
+DEFAULT_STATEMENT_TIMEOUT_MS = 5_000
+DEFAULT_CONNECT_TIMEOUT_S = 3
+
+
+@dataclass(frozen=True, slots=True)
+class HostRow:
+    host_id: str
+    url: str
+    epoch: int
+    state: str  # up | draining | down
+    labels: Mapping[str, str]
+    sessions: int
+    max_sessions: int | None
+    memory_total: int | None
+    memory_available: int | None
+    heartbeat_age_s: float  # by the index's clock
+    down_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "hostId": self.host_id,
+            "url": self.url,
+            "epoch": self.epoch,
+            "state": self.state,
+            "labels": dict(self.labels),
+            "sessions": self.sessions,
+            "maxSessions": self.max_sessions,
+            "memoryTotal": self.memory_total,
+            "memoryAvailable": self.memory_available,
+            "heartbeatAgeS": round(self.heartbeat_age_s, 3),
+            "downReason": self.down_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What a host reports with each heartbeat."""
+
+    sessions: int = 0
+    max_sessions: int | None = None
+    memory_total: int | None = None
+    memory_available: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionRow:
+    session_id: str
+    scope: str
+    agent: str
+    cwd: str
+    name: str
+    state: str  # open | closed | lost
+    host_id: str
+    host_epoch: int
+    local_key: str | None
+    durable_seq: int
+    owner_session_id: str | None = None
+    spawned_by: str | None = None
+    parent_session_id: str | None = None
+    sandboxed: bool = False
+    end_reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "sessionId": self.session_id,
+            "scope": self.scope,
+            "agent": self.agent,
+            "cwd": self.cwd,
+            "name": self.name,
+            "state": self.state,
+            "hostId": self.host_id,
+            "hostEpoch": self.host_epoch,
+            "localKey": self.local_key,
+            "durableSeq": self.durable_seq,
+            "ownerSessionId": self.owner_session_id,
+            "spawnedBy": self.spawned_by,
+            "parentSessionId": self.parent_session_id,
+            "sandboxed": self.sandboxed,
+            "endReason": self.end_reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Ownership:
+    """Seed 000's ownership fields of a new session (all optional: the operator's)."""
+
+    owner_session_id: str | None = None
+    spawned_by: str | None = None
+    parent_session_id: str | None = None
+    sandboxed: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ShippedChunk:
+    first_seq: int
+    last_seq: int
+    entries: int
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ShipResult:
+    durable_seq: int
+    stored: bool  # False: this chunk was already shipped (a retry)
+
+
+def new_session_id() -> str:
+    """A fleet-global session id: random, never derived from a host, a cwd or a name."""
+    return "s-" + secrets.token_hex(12)
+
+
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """The one boundary where psycopg's errors become Tether's."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        raise IndexUnavailable(f"the fleet index cannot be reached ({what}): {e}") from e
+    except psycopg.errors.QueryCanceled as e:
+        raise IndexUnavailable(f"the fleet index did not answer in time ({what})") from e
+    except psycopg.Error as e:
+        raise FleetError(f"the fleet index refused {what}: {e}") from e
+
+
+def migrate(conn: psycopg.Connection[Any]) -> int:
+    """Bring the index's schema up to date; returns the version. Safe to race."""
+    with _translated("migrate"), conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS fleet_migrations ("
+            " version INTEGER PRIMARY KEY, applied_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )
+        row = conn.execute("SELECT count(*) FROM fleet_migrations").fetchone()
+        version = int(row[0]) if row else 0
+        if version > len(MIGRATIONS):
+            raise FleetError(
+                f"the fleet index is at schema version {version}, newer than this Tether"
+                f" knows ({len(MIGRATIONS)}): upgrade Tether on this machine"
+            )
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            conn.execute(script.encode())
+            conn.execute("INSERT INTO fleet_migrations (version) VALUES (%s)", (number,))
+        return len(MIGRATIONS)
+
+
+class FleetIndex:
+    """The fleet index over one connection. Not thread-safe: one per thread."""
+
+    def __init__(self, conn: psycopg.Connection[Any]) -> None:
+        self._conn = conn
+
+    @classmethod
+    def connect(
+        cls,
+        dsn: str,
+        *,
+        statement_timeout_ms: int = DEFAULT_STATEMENT_TIMEOUT_MS,
+        connect_timeout_s: int = DEFAULT_CONNECT_TIMEOUT_S,
+        migrate_schema: bool = True,
+    ) -> FleetIndex:
+        with _translated("connect"):
+            conn = psycopg.connect(
+                dsn,
+                autocommit=True,
+                connect_timeout=connect_timeout_s,
+                options=f"-c statement_timeout={int(statement_timeout_ms)}",
+                application_name="tether",
+            )
+        try:
+            if migrate_schema:
+                migrate(conn)
+        except BaseException:
+            conn.close()
+            raise
+        return cls(conn)
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> FleetIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def schema_version(self) -> int:
+        with _translated("schema version"):
+            row = self._conn.execute("SELECT count(*) FROM fleet_migrations").fetchone()
+        return int(row[0]) if row else 0
+
+    # --- hosts -------------------------------------------------------------------------
+
+    def register_host(
+        self,
+        host_id: str,
+        url: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        capacity: Capacity | None = None,
+    ) -> int:
+        """Register (or re-register) a host; returns its new epoch.
+
+        Every registration bumps the epoch, so whatever an earlier incarnation of this host
+        id still tries to write afterwards (a late heartbeat, a ship) changes nothing.
+        """
+        cap = capacity or Capacity()
+        with _translated("register host"):
+            row = self._conn.execute(
+                """
+                INSERT INTO hosts (host_id, url, epoch, state, labels, sessions,
+                                   max_sessions, memory_total, memory_available)
+                VALUES (%s, %s, 1, 'up', %s, %s, %s, %s, %s)
+                ON CONFLICT (host_id) DO UPDATE SET
+                    url = EXCLUDED.url, epoch = hosts.epoch + 1, state = 'up',
+                    labels = EXCLUDED.labels, sessions = EXCLUDED.sessions,
+                    max_sessions = EXCLUDED.max_sessions,
+                    memory_total = EXCLUDED.memory_total,
+                    memory_available = EXCLUDED.memory_available,
+                    registered_at = now(), heartbeat_at = now(), down_reason = NULL
+                RETURNING epoch
+                """,
+                (
+                    host_id,
+                    url,
+                    json.dumps(dict(labels or {})),
+                    cap.sessions,
+                    cap.max_sessions,
+                    cap.memory_total,
+                    cap.memory_available,
+                ),
+            ).fetchone()
+        assert row is not None  # INSERT ... RETURNING always returns the row
+        return int(row[0])
+
+    def heartbeat(self, host_id: str, epoch: int, capacity: Capacity | None = None) -> None:
+        """Renew a host's heartbeat; raises :class:`HostSuperseded` if its epoch is stale.
+
+        A draining host keeps beating (it is alive, it just takes no new sessions); a host
+        marked down does not come back by beating: it must register again.
+        """
+        cap = capacity or Capacity()
+        with _translated("heartbeat"):
+            row = self._conn.execute(
+                """
+                UPDATE hosts SET heartbeat_at = now(), sessions = %s, max_sessions = %s,
+                                 memory_total = %s, memory_available = %s
+                WHERE host_id = %s AND epoch = %s AND state <> 'down'
+                RETURNING epoch
+                """,
+                (
+                    cap.sessions,
+                    cap.max_sessions,
+                    cap.memory_total,
+                    cap.memory_available,
+                    host_id,
+                    epoch,
+                ),
+            ).fetchone()
+        if row is None:
+            raise HostSuperseded(
+                f"host {host_id} epoch {epoch} is no longer current", host=host_id, epoch=epoch
+            )
+
+    def set_draining(self, host_id: str, epoch: int, draining: bool = True) -> None:
+        """Stop (or resume) placing new sessions on this host; its sessions keep routing."""
+        state = "draining" if draining else "up"
+        with _translated("drain"):
+            row = self._conn.execute(
+                "UPDATE hosts SET state = %s WHERE host_id = %s AND epoch = %s"
+                " AND state <> 'down' RETURNING 1",
+                (state, host_id, epoch),
+            ).fetchone()
+        if row is None:
+            raise HostSuperseded(
+                f"host {host_id} epoch {epoch} is no longer current", host=host_id, epoch=epoch
+            )
+
+    def deregister_host(self, host_id: str, epoch: int, reason: str = "deregistered") -> bool:
+        """A host leaving on purpose: marked down under its own epoch (no bump)."""
+        with _translated("deregister host"):
+            row = self._conn.execute(
+                "UPDATE hosts SET state = 'down', down_reason = %s"
+                " WHERE host_id = %s AND epoch = %s RETURNING 1",
+                (reason, host_id, epoch),
+            ).fetchone()
+        return row is not None
+
+    def fence_host(self, host_id: str, seen_epoch: int, reason: str) -> int | None:
+        """Mark a host down and bump its epoch, if it still holds ``seen_epoch``.
+
+        One compare-and-set: of several routers that saw the same stale host, exactly one
+        gets the new epoch back; the others get ``None``. Nothing is signalled: whatever
+        the fenced host still writes with its old epoch is refused by the index.
+        """
+        with _translated("fence host"):
+            row = self._conn.execute(
+                "UPDATE hosts SET state = 'down', epoch = epoch + 1, down_reason = %s"
+                " WHERE host_id = %s AND epoch = %s RETURNING epoch",
+                (reason, host_id, seen_epoch),
+            ).fetchone()
+        return int(row[0]) if row else None
+
+    def hosts(self) -> list[HostRow]:
+        with _translated("list hosts"), self._conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                "SELECT *, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS age"
+                " FROM hosts ORDER BY host_id"
+            ).fetchall()
+        return [_host(r) for r in rows]
+
+    def host(self, host_id: str) -> HostRow | None:
+        with _translated("read host"), self._conn.cursor(row_factory=dict_row) as cur:
+            r = cur.execute(
+                "SELECT *, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS age"
+                " FROM hosts WHERE host_id = %s",
+                (host_id,),
+            ).fetchone()
+        return _host(r) if r else None
+
+    # --- sessions ----------------------------------------------------------------------
+
+    def ensure_session(
+        self,
+        *,
+        scope: str,
+        agent: str,
+        cwd: str,
+        name: str,
+        host_id: str,
+        host_epoch: int,
+        ownership: Ownership | None = None,
+    ) -> tuple[SessionRow, bool]:
+        """The open session of (scope, agent, cwd, name), created on ``host_id`` if none.
+
+        Returns ``(row, created)``. Racing callers get the same row and exactly one of
+        them ``created=True`` (the partial unique index decides, not a lock here). A new
+        row is only written while ``host_id`` is up with ``host_epoch``: placement on a
+        host that was fenced or is draining in the meantime raises
+        :class:`HostSuperseded`, and the caller places again.
+        """
+        own = ownership or Ownership()
+        for _ in range(3):  # an open row closed between our insert and read: look again
+            with _translated("ensure session"), self._conn.cursor(row_factory=dict_row) as cur:
+                created = cur.execute(
+                    """
+                    INSERT INTO sessions (session_id, scope, agent, cwd, name, state,
+                                          host_id, host_epoch, owner_session_id,
+                                          spawned_by, parent_session_id, sandboxed)
+                    SELECT %s, %s, %s, %s, %s, 'open', host_id, epoch, %s, %s, %s, %s
+                    FROM hosts WHERE host_id = %s AND epoch = %s AND state = 'up'
+                    ON CONFLICT (scope, agent, cwd, name) WHERE state = 'open' DO NOTHING
+                    RETURNING *
+                    """,
+                    (
+                        new_session_id(),
+                        scope,
+                        agent,
+                        cwd,
+                        name,
+                        own.owner_session_id,
+                        own.spawned_by,
+                        own.parent_session_id,
+                        own.sandboxed,
+                        host_id,
+                        host_epoch,
+                    ),
+                ).fetchone()
+                if created is not None:
+                    return _session(created), True
+                existing = cur.execute(
+                    "SELECT * FROM sessions WHERE scope = %s AND agent = %s AND cwd = %s"
+                    " AND name = %s AND state = 'open'",
+                    (scope, agent, cwd, name),
+                ).fetchone()
+            if existing is not None:
+                return _session(existing), False
+            host = self.host(host_id)
+            if host is None or host.epoch != host_epoch or host.state != "up":
+                raise HostSuperseded(
+                    f"host {host_id} epoch {host_epoch} can take no new session"
+                    f" (it is {'unknown' if host is None else host.state},"
+                    f" epoch {None if host is None else host.epoch})",
+                    host=host_id,
+                    epoch=host_epoch,
+                )
+        raise FleetError("the session kept changing while it was ensured; try again")
+
+    def bind_local_key(self, session_id: str, host_id: str, host_epoch: int, key: str) -> None:
+        """Record the host's own key for a session it now owns (epoch-checked)."""
+        with _translated("bind session"):
+            row = self._conn.execute(
+                "UPDATE sessions SET local_key = %s, updated_at = now()"
+                " WHERE session_id = %s AND host_id = %s AND host_epoch = %s RETURNING 1",
+                (key, session_id, host_id, host_epoch),
+            ).fetchone()
+        if row is None:
+            raise HostSuperseded(
+                f"session {session_id} is not owned by {host_id} epoch {host_epoch}",
+                session_id=session_id,
+                host=host_id,
+            )
+
+    def adopt_sessions(self, host_id: str, host_epoch: int) -> list[SessionRow]:
+        """A host that registered again takes back its open sessions under its new epoch.
+
+        Returns the sessions it still owns. A session of its local state that is not in
+        the list was superseded while it was away (re-homed, or ended): the host closes it
+        locally, by its own proof, and never serves it again.
+        """
+        with _translated("adopt sessions"), self._conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                """
+                UPDATE sessions s SET host_epoch = h.epoch, updated_at = now()
+                FROM hosts h
+                WHERE s.host_id = %s AND s.state = 'open' AND h.host_id = s.host_id
+                  AND h.epoch = %s AND h.state <> 'down'
+                RETURNING s.*
+                """,
+                (host_id, host_epoch),
+            ).fetchall()
+        return [_session(r) for r in rows]
+
+    def session(self, session_id: str) -> SessionRow | None:
+        with _translated("read session"), self._conn.cursor(row_factory=dict_row) as cur:
+            r = cur.execute(
+                "SELECT * FROM sessions WHERE session_id = %s", (session_id,)
+            ).fetchone()
+        return _session(r) if r else None
+
+    def sessions(
+        self, *, host_id: str | None = None, state: str | None = "open"
+    ) -> list[SessionRow]:
+        clauses, args = [], []
+        if host_id is not None:
+            clauses.append("host_id = %s")
+            args.append(host_id)
+        if state is not None:
+            clauses.append("state = %s")
+            args.append(state)
+        where = (" WHERE " + " AND ".join(clauses)) if clauses else ""
+        with _translated("list sessions"), self._conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                f"SELECT * FROM sessions{where} ORDER BY created_at, session_id",  # noqa: S608 -- fixed clauses, values bound
+                args,
+            ).fetchall()
+        return [_session(r) for r in rows]
+
+    def end_session(self, session_id: str, state: str, reason: str) -> bool:
+        """Close an open session (``closed``) or mark it ``lost``; False if it was not open."""
+        if state not in ("closed", "lost"):
+            raise ValueError(f"a session ends closed or lost, not {state!r}")
+        with _translated("end session"):
+            row = self._conn.execute(
+                "UPDATE sessions SET state = %s, end_reason = %s, closed_at = now(),"
+                " updated_at = now() WHERE session_id = %s AND state = 'open' RETURNING 1",
+                (state, reason, session_id),
+            ).fetchone()
+        return row is not None
+
+    # --- shipped journal ---------------------------------------------------------------
+
+    def ship(
+        self, session_id: str, host_id: str, host_epoch: int, chunk: ShippedChunk
+    ) -> ShipResult:
+        """Store one committed journal batch off-host; returns the new ``durableSeq``.
+
+        Idempotent by (session, first seq): shipping the same chunk again stores nothing
+        and answers the current ``durableSeq``. Only the host and epoch that own the
+        session may ship; a chunk that would go backwards (overlapping what is durable
+        without being the same chunk) is refused.
+        """
+        with _translated("ship journal"), self._conn.transaction():
+            # The session row is locked for the ship; the host row is share-locked so a
+            # fence cannot commit between this check and the insert.
+            owner = self._conn.execute(
+                "SELECT s.host_id, s.host_epoch, s.durable_seq, h.epoch, h.state"
+                " FROM sessions s JOIN hosts h ON h.host_id = s.host_id"
+                " WHERE s.session_id = %s FOR UPDATE OF s FOR SHARE OF h",
+                (session_id,),
+            ).fetchone()
+            if (
+                owner is None
+                or owner[0] != host_id
+                or int(owner[1]) != host_epoch
+                or int(owner[3]) != host_epoch
+                or owner[4] == "down"
+            ):
+                raise HostSuperseded(
+                    f"session {session_id} is not owned by {host_id} epoch {host_epoch}",
+                    session_id=session_id,
+                    host=host_id,
+                )
+            durable = int(owner[2])
+            same = self._conn.execute(
+                "SELECT last_seq FROM journal_chunks WHERE session_id = %s AND first_seq = %s",
+                (session_id, chunk.first_seq),
+            ).fetchone()
+            if same is not None:
+                if int(same[0]) != chunk.last_seq:
+                    raise FleetError(
+                        f"a different chunk at seq {chunk.first_seq} was already shipped",
+                        session_id=session_id,
+                    )
+                return ShipResult(durable_seq=durable, stored=False)
+            if chunk.first_seq <= durable:
+                raise FleetError(
+                    f"chunk {chunk.first_seq}-{chunk.last_seq} overlaps what is durable"
+                    f" (through {durable})",
+                    session_id=session_id,
+                )
+            self._conn.execute(
+                "INSERT INTO journal_chunks (session_id, first_seq, last_seq, entries,"
+                " host_id, host_epoch, data) VALUES (%s, %s, %s, %s, %s, %s, %s)",
+                (
+                    session_id,
+                    chunk.first_seq,
+                    chunk.last_seq,
+                    chunk.entries,
+                    host_id,
+                    host_epoch,
+                    chunk.data,
+                ),
+            )
+            self._conn.execute(
+                "UPDATE sessions SET durable_seq = %s, updated_at = now() WHERE session_id = %s",
+                (chunk.last_seq, session_id),
+            )
+        return ShipResult(durable_seq=chunk.last_seq, stored=True)
+
+    def shipped(
+        self, session_id: str, *, after_seq: int = 0, limit: int = 1000
+    ) -> list[ShippedChunk]:
+        """Shipped chunks holding seqs after ``after_seq``, in seq order."""
+        with _translated("read shipped journal"):
+            rows = self._conn.execute(
+                "SELECT first_seq, last_seq, entries, data FROM journal_chunks"
+                " WHERE session_id = %s AND last_seq > %s ORDER BY first_seq LIMIT %s",
+                (session_id, after_seq, limit),
+            ).fetchall()
+        return [ShippedChunk(int(a), int(b), int(c), bytes(d)) for a, b, c, d in rows]
+
+
+def _host(r: Mapping[str, Any]) -> HostRow:
+    return HostRow(
+        host_id=r["host_id"],
+        url=r["url"],
+        epoch=int(r["epoch"]),
+        state=r["state"],
+        labels=dict(r["labels"] or {}),
+        sessions=int(r["sessions"]),
+        max_sessions=r["max_sessions"],
+        memory_total=r["memory_total"],
+        memory_available=r["memory_available"],
+        heartbeat_age_s=float(r["age"]),
+        down_reason=r["down_reason"],
+    )
+
+
+def _session(r: Mapping[str, Any]) -> SessionRow:
+    return SessionRow(
+        session_id=r["session_id"],
+        scope=r["scope"],
+        agent=r["agent"],
+        cwd=r["cwd"],
+        name=r["name"],
+        state=r["state"],
+        host_id=r["host_id"],
+        host_epoch=int(r["host_epoch"]),
+        local_key=r["local_key"],
+        durable_seq=int(r["durable_seq"]),
+        owner_session_id=r["owner_session_id"],
+        spawned_by=r["spawned_by"],
+        parent_session_id=r["parent_session_id"],
+        sandboxed=bool(r["sandboxed"]),
+        end_reason=r["end_reason"],
+    )
+
+
+__all__: Sequence[str] = (
+    "Capacity",
+    "FleetIndex",
+    "HostRow",
+    "Ownership",
+    "SessionRow",
+    "ShipResult",
+    "ShippedChunk",
+    "migrate",
+    "new_session_id",
+)
