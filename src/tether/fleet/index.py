@@ -146,8 +146,12 @@ class ShipResult:
 
 
 def new_session_id() -> str:
-    """A fleet-global session id: random, never derived from a host, a cwd or a name."""
-    return "s-" + secrets.token_hex(12)
+    """A fleet-global session id: random, never derived from a host, a cwd or a name.
+
+    The same shape as a host's own session key (64 hex digits), so a host can keep a
+    fleet session under this id and every path derived from a key stays as it is.
+    """
+    return secrets.token_hex(32)
 
 
 @contextmanager
@@ -370,6 +374,7 @@ class FleetIndex:
         host_id: str,
         host_epoch: int,
         ownership: Ownership | None = None,
+        session_id: str | None = None,
     ) -> tuple[SessionRow, bool]:
         """The open session of (scope, agent, cwd, name), created on ``host_id`` if none.
 
@@ -380,6 +385,7 @@ class FleetIndex:
         :class:`HostSuperseded`, and the caller places again.
         """
         own = ownership or Ownership()
+        new_id = session_id or new_session_id()
         for _ in range(3):  # an open row closed between our insert and read: look again
             with _translated("ensure session"), self._conn.cursor(row_factory=dict_row) as cur:
                 created = cur.execute(
@@ -393,7 +399,7 @@ class FleetIndex:
                     RETURNING *
                     """,
                     (
-                        new_session_id(),
+                        new_id,
                         scope,
                         agent,
                         cwd,

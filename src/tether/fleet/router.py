@@ -1,0 +1,422 @@
+"""The router: ``tether serve --router``. Stateless; any number of replicas.
+
+Each request for a session (``/v1/sessions/{id}/...``) goes to the host that owns the
+session, found in a cached host table, and the host's answer comes back byte for byte
+(:mod:`tether.fleet.relay`). The router never signals anything and holds nothing a
+replica would need: its cache is rebuilt from the index.
+
+The host table is refreshed from the index by a thread every ``refresh_s``; a session's
+host is looked up once and cached. Routing itself reads only memory, so while
+PostgreSQL is down, existing sessions keep routing from the cache.
+
+A host is unavailable to the router when the index says it is down, when its heartbeat
+is older than ``ttl_s`` (by the index's clock, aged locally since the last refresh), or
+when a connection to it is refused. Requests for its sessions then get ``503
+HOST_UNAVAILABLE`` (retryable) without anything being sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+
+from tether.errors import FleetError
+from tether.fleet import http1
+from tether.fleet.index import FleetIndex, HostRow
+from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
+
+DEFAULT_REFRESH_S = 0.25
+DEFAULT_TTL_S = 5.0
+SESSION_CACHE_S = 5.0
+HEAD_MAX = 64 * 1024  # a request head larger than this is refused
+
+
+@dataclass(slots=True)
+class RouterSettings:
+    dsn: str
+    token: str | None  # users' bearer token (None: no check, loopback only)
+    fleet_token: str | None  # the credential the router presents to hosts
+    ttl_s: float = DEFAULT_TTL_S
+    refresh_s: float = DEFAULT_REFRESH_S
+    connect_timeout_s: float = 1.0
+    first_byte_timeout_s: float = DEFAULT_TTL_S + 1.0
+
+
+class HostTable:
+    """What the router knows of hosts and sessions: refreshed from the index, read from
+    memory on every request."""
+
+    def __init__(self, connect: Callable[[], FleetIndex], refresh_s: float) -> None:
+        self._connect = connect
+        self._refresh_s = refresh_s
+        self._hosts: dict[str, HostRow] = {}
+        self._refreshed_at = 0.0
+        self._sessions: dict[str, tuple[str, float]] = {}  # id -> (host id, cached at)
+        self._index: FleetIndex | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.index_up = False
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="fleet-hosts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+    def _with_index(self, fn: Callable[[FleetIndex], Any]) -> Any:
+        with self._lock:
+            try:
+                if self._index is None:
+                    self._index = self._connect()
+                result = fn(self._index)
+                self.index_up = True
+                return result
+            except FleetError:
+                self.index_up = False
+                if self._index is not None:
+                    self._index.close()
+                    self._index = None
+                raise
+
+    def refresh(self) -> None:
+        try:
+            rows = self._with_index(lambda ix: ix.hosts())
+        except FleetError:
+            return  # keep routing from what we have
+        self._hosts = {h.host_id: h for h in rows}
+        self._refreshed_at = time.monotonic()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._refresh_s):
+            self.refresh()
+
+    def hosts(self) -> list[HostRow]:
+        return list(self._hosts.values())
+
+    def host(self, host_id: str) -> HostRow | None:
+        return self._hosts.get(host_id)
+
+    def age(self, host: HostRow) -> float:
+        return host.heartbeat_age_s + (time.monotonic() - self._refreshed_at)
+
+    def cached_session_host(self, session_id: str) -> str | None:
+        hit = self._sessions.get(session_id)
+        if hit is not None and time.monotonic() - hit[1] < SESSION_CACHE_S:
+            return hit[0]
+        return None
+
+    def lookup_session(self, session_id: str) -> str | None:
+        """The owning host of an open session, from the index (blocking: run in a thread)."""
+        row = self._with_index(lambda ix: ix.session(session_id))
+        if row is None or row.state != "open":
+            self._sessions.pop(session_id, None)
+            return None
+        self._sessions[session_id] = (row.host_id, time.monotonic())
+        return str(row.host_id)
+
+    def durable_seq(self, session_id: str) -> int | None:
+        try:
+            row = self._with_index(lambda ix: ix.session(session_id))
+        except FleetError:
+            return None
+        return None if row is None else int(row.durable_seq)
+
+    def forget_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+
+class _RequestWatch:
+    """httptools callbacks for a client's requests: heads, then body parts."""
+
+    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        self._queue = queue
+        self._url = b""
+        self._headers: list[http1.Header] = []
+        self.parser: httptools.HttpRequestParser | None = None
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        head = http1.RequestHead(
+            method=self.parser.get_method(),
+            target=self._url,
+            headers=self._headers,
+            keep_alive=self.parser.should_keep_alive(),
+        )
+        self._queue.put_nowait(("head", head))
+        self._url, self._headers = b"", []
+
+    def on_body(self, body: bytes) -> None:
+        self._queue.put_nowait(("body", body))
+
+    def on_message_complete(self) -> None:
+        self._queue.put_nowait(("end", None))
+
+
+class _RequestBody:
+    """One request's body parts as they arrive; drained whole whatever its reader did,
+    so the next request on the connection starts at its head."""
+
+    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        self._queue = queue
+        self.done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while not self.done:
+            kind, part = await self._queue.get()
+            if kind == "body":
+                yield part
+            elif kind == "end":
+                self.done = True
+            else:
+                raise ConnectionError("the client went away mid-request")
+
+    async def drain(self) -> None:
+        async for _ in self:
+            pass
+
+
+class Router:
+    def __init__(self, settings: RouterSettings) -> None:
+        self.settings = settings
+        self.table = HostTable(lambda: FleetIndex.connect(settings.dsn), settings.refresh_s)
+        self.pool = HostConnections(settings.connect_timeout_s)
+        self._auth = b"Bearer " + settings.fleet_token.encode() if settings.fleet_token else None
+        self.requests_total = 0
+        self.routed_total = 0
+
+    def start(self) -> None:
+        self.table.start()
+
+    def stop(self) -> None:
+        """Stop refreshing the host table (after :func:`serve_router` has returned)."""
+        self.table.stop()
+
+    # --- connections -------------------------------------------------------------------
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
+        watch = _RequestWatch(queue)
+        parser = httptools.HttpRequestParser(watch)
+        watch.parser = parser
+        link = ClientLink()
+        feeder = asyncio.get_running_loop().create_task(self._feed(reader, parser, queue, link))
+        try:
+            while True:
+                kind, head = await queue.get()
+                if kind != "head":
+                    break  # eof or a malformed request
+                self.requests_total += 1
+                keep = await self._serve_one(head, queue, writer, link)
+                if not keep or not head.keep_alive:
+                    break
+        except (OSError, ConnectionError):
+            pass
+        finally:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _feed(
+        self,
+        reader: asyncio.StreamReader,
+        parser: httptools.HttpRequestParser,
+        queue: asyncio.Queue[tuple[str, Any]],
+        link: ClientLink,
+    ) -> None:
+        try:
+            while data := await reader.read(256 * 1024):
+                parser.feed_data(data)
+        except (httptools.HttpParserError, OSError, ConnectionError):
+            pass
+        queue.put_nowait(("eof", None))
+        link.client_gone()
+
+    async def _drain_body(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+        await _RequestBody(queue).drain()
+
+    # --- one request -------------------------------------------------------------------
+
+    def _authorized(self, head: http1.RequestHead) -> bool:
+        token = self.settings.token
+        if token is None:
+            return True
+        got = head.header(b"authorization") or b""
+        return hmac.compare_digest(got, b"Bearer " + token.encode())
+
+    async def _serve_one(
+        self,
+        head: http1.RequestHead,
+        queue: asyncio.Queue[tuple[str, Any]],
+        out: asyncio.StreamWriter,
+        link: ClientLink,
+    ) -> bool:
+        path = head.path
+        if path == "/v1/health":
+            await self._drain_body(queue)
+            out.write(http1.json_response(200, self.health()))
+            return True
+        if not self._authorized(head):
+            await self._drain_body(queue)
+            out.write(http1.problem(401, "Unauthorized", "a bearer token is needed",
+                                    code="UNAUTHORIZED", retryable=False))  # fmt: skip
+            return True
+        if path == "/v1/fleet/hosts" and head.method == b"GET":
+            await self._drain_body(queue)
+            hosts = [
+                {**h.to_dict(), "available": self.unavailable_reason(h) is None}
+                for h in self.table.hosts()
+            ]
+            out.write(http1.json_response(200, {"hosts": hosts}))
+            return True
+        sid = http1.session_id_of(path)
+        if sid is None:
+            await self._drain_body(queue)
+            out.write(http1.problem(404, "Not Found", f"the router does not serve {path}",
+                                    code="NOT_FOUND", retryable=False))  # fmt: skip
+            return True
+        return await self._route(sid, head, queue, out, link)
+
+    def unavailable_reason(self, host: HostRow) -> str | None:
+        if host.state == "down":
+            return f"host {host.host_id} is down ({host.down_reason or 'fenced'})"
+        age = self.table.age(host)
+        if age > self.settings.ttl_s:
+            return f"host {host.host_id} has not been heard from for {age:.1f} s"
+        return None
+
+    async def _route(
+        self,
+        sid: str,
+        head: http1.RequestHead,
+        queue: asyncio.Queue[tuple[str, Any]],
+        out: asyncio.StreamWriter,
+        link: ClientLink,
+    ) -> bool:
+        host_id = self.table.cached_session_host(sid)
+        if host_id is None:
+            try:
+                host_id = await asyncio.to_thread(self.table.lookup_session, sid)
+            except FleetError as e:
+                await self._drain_body(queue)
+                out.write(http1.problem(503, "Service Unavailable", str(e),
+                                        code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
+                return True
+        host = None if host_id is None else self.table.host(host_id)
+        if host is None:
+            await self._drain_body(queue)
+            out.write(http1.problem(404, "Not Found", f"no open session {sid} in the fleet",
+                                    code="NO_SESSION", retryable=False))  # fmt: skip
+            return True
+        why = self.unavailable_reason(host)
+        if why is not None:
+            await self._drain_body(queue)
+            out.write(self._unavailable(host, why))
+            return True
+        url = urlsplit(host.url)
+        address, port = url.hostname or "127.0.0.1", url.port or 80
+        extra = [(b"authorization", self._auth)] if self._auth else []
+        extra.append((b"x-tether-router", b"1"))
+        request = http1.encode_request_head(head, url.netloc.encode(), extra)
+
+        async def on_lost(_last: int | None) -> dict[str, Any]:
+            durable = await asyncio.to_thread(self.table.durable_seq, sid)
+            return {"durableSeq": durable, "hostId": host.host_id}
+
+        body = _RequestBody(queue)
+        try:
+            outcome = await exchange(
+                self.pool, address, port, request, body.__aiter__(), out,
+                first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
+                link=link,
+            )  # fmt: skip
+        except HostRefused as e:
+            self.pool.forget(address, port)
+            await body.drain()
+            out.write(self._unavailable(host, str(e)))
+            return True  # nothing is wrong with the client's connection
+        except HostSilent as e:
+            retry = head.method in (b"GET", b"HEAD")
+            out.write(http1.problem(
+                504, "Gateway Timeout",
+                f"{e}; whether it acted on the request is unknown",
+                code="HOST_TIMEOUT", retryable=retry, hostId=host.host_id, keep_alive=False,
+            ))  # fmt: skip
+            return False
+        self.routed_total += 1
+        # A client that got a whole answer keeps its connection, whatever becomes of the
+        # host connection (a host saying `connection: close` said it to the client).
+        return outcome.client_whole
+
+    def _unavailable(self, host: HostRow, why: str) -> bytes:
+        return http1.problem(
+            503,
+            "Service Unavailable",
+            f"the session's host is unavailable: {why}",
+            code="HOST_UNAVAILABLE",
+            retryable=True,
+            hostId=host.host_id,
+        )
+
+    def health(self) -> dict[str, Any]:
+        hosts = self.table.hosts()
+        up = sum(1 for h in hosts if self.unavailable_reason(h) is None)
+        return {"ok": True, "role": "router", "indexUp": self.table.index_up,
+                "hosts": len(hosts), "hostsAvailable": up}  # fmt: skip
+
+
+async def serve_router(router: Router, sock: Any, stop: asyncio.Event) -> None:
+    """Serve on an already bound listening socket until ``stop`` is set; then end every
+    open connection (relayed streams included) and close the pooled host connections."""
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            await router.handle(reader, writer)
+        except asyncio.CancelledError:
+            # Only our own shutdown cancels a connection's task; asyncio's server would
+            # log the cancellation of its callback's task as an error.
+            writer.close()
+        finally:
+            handlers.discard(task)
+
+    server = await asyncio.start_server(handle, sock=sock, limit=HEAD_MAX)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        for task in list(handlers):
+            task.cancel()
+        if handlers:
+            await asyncio.wait(list(handlers), timeout=5)
+        await server.wait_closed()
+        await router.pool.aclose()

@@ -1,0 +1,297 @@
+"""The router in front of real ``tether serve`` hosts: requests reach the host that owns
+the session, byte for byte; a killed host answers 503 at once and its streams get
+``host_lost``; a frozen host never hangs a client past the first-byte timeout.
+
+Hosts are real processes with their own ``TETHER_HOME`` and a membership in a real
+PostgreSQL; faults are injected by the pids we started, nothing else."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration._serve import Gateway, parse_sse, spawn_gateway
+from tether.fleet.index import FleetIndex
+from tether.fleet.membership import HostMembership
+from tether.fleet.router import Router, RouterSettings, serve_router
+
+pytest.importorskip("starlette", reason="tether serve needs the serve extra")
+pytestmark = [pytest.mark.fleet, pytest.mark.integration, pytest.mark.slow]
+
+TTL = 1.5
+FIRST_BYTE = 1.0
+
+
+class RunningRouter:
+    def __init__(self, settings: RouterSettings) -> None:
+        self.router = Router(settings)
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self._loop = asyncio.new_event_loop()
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def main() -> None:
+            self._stop = asyncio.Event()
+            self._ready.set()
+            await serve_router(self.router, self.sock, self._stop)
+
+        self._loop.run_until_complete(main())
+        self._loop.close()
+
+    def start(self) -> RunningRouter:
+        self.router.start()
+        self._thread.start()
+        assert self._ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        stop = self._stop
+        if stop is not None:
+            self._loop.call_soon_threadsafe(stop.set)
+        self._thread.join(10)
+        self.router.stop()
+        self.sock.close()
+
+
+class Fleet:
+    """Hosts (real gateways, each with its home and membership) and one router."""
+
+    def __init__(self, dsn: str, base: Path) -> None:
+        self.dsn = dsn
+        self.base = base
+        self.hosts: dict[str, Gateway] = {}
+        self.members: dict[str, HostMembership] = {}
+        self.token = "user-token-for-the-router"
+        self.fleet_token = "fleet-credential-shared-by-router-and-hosts"
+        self.router: RunningRouter | None = None
+        self.index = FleetIndex.connect(dsn)
+
+    def add_host(self, host_id: str) -> Gateway:
+        home = self.base / host_id
+        home.mkdir()
+        gw = spawn_gateway(home, "--token", self.fleet_token)
+        gw.token = self.fleet_token
+        gw.http.headers["Authorization"] = f"Bearer {self.fleet_token}"
+        self.hosts[host_id] = gw
+        member = HostMembership(
+            lambda: FleetIndex.connect(self.dsn), host_id, gw.url, interval_s=0.2
+        )
+        member.start()
+        self.members[host_id] = member
+        return gw
+
+    def start_router(self) -> str:
+        self.router = RunningRouter(
+            RouterSettings(
+                dsn=self.dsn,
+                token=self.token,
+                fleet_token=self.fleet_token,
+                ttl_s=TTL,
+                refresh_s=0.1,
+                first_byte_timeout_s=FIRST_BYTE,
+            )
+        ).start()
+        return self.router.url
+
+    def session_on(self, host_id: str, cwd: Path, name: str) -> str:
+        gw = self.hosts[host_id]
+        sid = gw.ensure(cwd, name)
+        epoch = self.members[host_id].epoch
+        row, created = self.index.ensure_session(
+            scope="u", agent="mock", cwd=str(cwd), name=name, host_id=host_id,
+            host_epoch=epoch, session_id=sid,
+        )  # fmt: skip
+        assert created
+        assert row.session_id == sid
+        return sid
+
+    def client(self) -> httpx.Client:
+        """A client of the router, with the user's token (not the hosts' credential)."""
+        assert self.router is not None
+        return httpx.Client(
+            base_url=self.router.url,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30.0,
+        )
+
+    def close(self) -> None:
+        if self.router is not None:
+            self.router.stop()
+        for member in self.members.values():
+            member.stop()
+        for host_id, gw in self.hosts.items():
+            try:
+                if gw.proc.poll() is not None:
+                    # A host the test killed: it comes back on its storage to close what
+                    # its owners still run (they outlive a gateway, as they should).
+                    gw.stop()
+                    gw = self.hosts[host_id] = spawn_gateway(gw.home, "--token", self.fleet_token)
+                    gw.http.headers["Authorization"] = f"Bearer {self.fleet_token}"
+                gw.close_all()
+            finally:
+                gw.stop()
+        self.index.close()
+
+
+@pytest.fixture
+def fleet(fleet_dsn: str, tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(fleet_dsn, tmp_path / "hosts")
+    (tmp_path / "hosts").mkdir()
+    try:
+        yield f
+    finally:
+        f.close()
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _turn(client: httpx.Client, sid: str, text: str) -> list[dict[str, Any]]:
+    """Prompt through the router and read the turn's entries from its relayed stream."""
+    r = client.post(f"/v1/sessions/{sid}/prompt", json={"prompt": text})
+    assert r.status_code == 202, r.text
+    rid = r.json()["requestId"]
+    out = []
+    with client.stream("GET", f"/v1/sessions/{sid}/events") as stream:
+        assert stream.status_code == 200
+        for event, data in parse_sse(stream.iter_lines()):
+            if event == "message":
+                out.append(data)
+                if data["kind"] == "turn_ended" and data.get("requestId") == rid:
+                    return out
+    raise AssertionError("the stream ended before the turn did")
+
+
+def _echoed(entries: list[dict[str, Any]]) -> str:
+    text = []
+    for e in entries:
+        update = (e.get("frame") or {}).get("params", {}).get("update", {})
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            text.append(update["content"].get("text", ""))
+    return "".join(text)
+
+
+def test_every_request_reaches_the_host_that_owns_the_session(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    fleet.add_host("h1")
+    fleet.add_host("h2")
+    a = fleet.session_on("h1", project_dir, "a")
+    b = fleet.session_on("h2", project_dir, "b")
+    fleet.start_router()
+    with fleet.client() as client:
+        assert "routed to h1" in _echoed(_turn(client, a, "echo routed to h1"))
+        assert "routed to h2" in _echoed(_turn(client, b, "echo routed to h2"))
+        # The hosts' own records say where each turn ran.
+        for host_id, sid in (("h1", a), ("h2", b)):
+            direct = fleet.hosts[host_id].http.get(f"/v1/sessions/{sid}/history").json()
+            routed = client.get(f"/v1/sessions/{sid}/history").json()
+            assert routed == direct
+        other = fleet.hosts["h2"].http.get(f"/v1/sessions/{a}")
+        assert other.status_code == 404  # the session lives on h1 only
+        assert client.get("/v1/sessions/" + "0" * 64).status_code == 404
+        unauthorized = httpx.get(f"{fleet.router.url}/v1/sessions/{a}") if fleet.router else None
+        assert unauthorized is not None
+        assert unauthorized.status_code == 401
+        # the user's token is the router's; the hosts never see it
+        assert (
+            httpx.get(
+                f"{fleet.hosts['h1'].url}/v1/sessions/{a}",
+                headers={"Authorization": f"Bearer {fleet.token}"},
+            ).status_code
+            == 401
+        )
+
+
+def test_a_killed_host_answers_503_at_once_and_its_streams_get_host_lost(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    fleet.add_host("h1")
+    doomed = fleet.add_host("h2")
+    a = fleet.session_on("h1", project_dir, "a")
+    b = fleet.session_on("h2", project_dir, "b")
+    fleet.start_router()
+    with fleet.client() as client:
+        _turn(client, b, "echo before")
+        lost: list[tuple[str, Any]] = []
+        opened = threading.Event()
+
+        def follow() -> None:
+            with client.stream("GET", f"/v1/sessions/{b}/events?from=1") as stream:
+                opened.set()
+                for event, data in parse_sse(stream.iter_lines()):
+                    if event != "comment":
+                        lost.append((event, data))
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert opened.wait(10)
+        wait_for(lambda: any(e == "message" for e, _ in lost), "the replay to reach the stream")
+        doomed.proc.kill()  # the host process we started: SIGKILL by its pid
+        doomed.proc.wait(10)
+        reader.join(20)
+        assert not reader.is_alive()
+        assert lost[-1][0] == "host_lost"
+        info = lost[-1][1]
+        assert info["hostId"] == "h2"
+        assert info["lastSeq"] == max(d["seq"] for e, d in lost if e == "message")
+        started = time.monotonic()
+        r = client.post(f"/v1/sessions/{b}/prompt", json={"prompt": "echo after"})
+        elapsed = time.monotonic() - started
+        assert r.status_code == 503, r.text
+        problem = r.json()
+        assert (problem["code"], problem["retryable"], problem["hostId"]) == (
+            "HOST_UNAVAILABLE", True, "h2",
+        )  # fmt: skip
+        assert elapsed < FIRST_BYTE  # refused, not waited out (a figure for bench/, not a limit)
+        assert "still here" in _echoed(_turn(client, a, "echo still here"))
+
+
+def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    frozen = fleet.add_host("h1")
+    a = fleet.session_on("h1", project_dir, "a")
+    fleet.start_router()
+    with fleet.client() as client:
+        _turn(client, a, "echo warm")
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            started = time.monotonic()
+            r = client.get(f"/v1/sessions/{a}/history")
+            assert r.status_code == 504, r.text
+            assert r.json()["code"] == "HOST_TIMEOUT"
+            assert r.json()["retryable"] is True  # a read
+            assert time.monotonic() - started < FIRST_BYTE + 5
+            # Its membership has stopped beating too, once the TTL passes the router
+            # refuses at once: an unresponsive host, never re-homed automatically.
+            fleet.members["h1"].stop(deregister=False)
+            wait_for(
+                lambda: client.get(f"/v1/sessions/{a}/history").status_code == 503,
+                "the router to call the silent host unavailable",
+            )
+            r = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo no"})
+            assert (r.status_code, r.json()["code"]) == (503, "HOST_UNAVAILABLE")
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
