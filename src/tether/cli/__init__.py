@@ -55,6 +55,7 @@ class Context:
         self.output = output  # output.Output
         self.auth_policy = "skip"  # --auth-policy / authPolicy
         self.prompt_retries = 0  # --prompt-retries / promptRetries
+        self.resolved_key: str | None = None  # --key, once looked up
 
 
 def _read_prompt(inv: Any) -> str:

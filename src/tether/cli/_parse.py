@@ -54,6 +54,7 @@ class Invocation:
         self.no_fs = False
         self.no_terminal = False  # --no-terminal: no terminal/* for the agent
         self.session: str | None = None
+        self.key: str | None = None  # --key KEY: the session by its key (or a prefix)
         self.no_wait = False
         self.file: str | None = None
         self.dry_run = False
@@ -200,6 +201,10 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
     flag = _SAME.get(flag, flag)
     if flag == "-s":
         inv.session = value
+    elif flag == "--key":
+        if not value:
+            raise UsageError("--key needs a session key (or a unique prefix of one)")
+        inv.key = value
     elif flag == "--no-wait":
         inv.no_wait = True
     elif flag == "-f":
@@ -415,9 +420,12 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         and inv.subcommand
         in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
         and not inv.session
+        and not inv.key
     ):
         inv.session = rest[0]
         rest = rest[1:]
+    if inv.key is not None and inv.session is not None:
+        raise UsageError("--key and a session name (-s) name the session twice: give one")
     inv.words = rest
     return inv
 

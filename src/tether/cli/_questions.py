@@ -172,7 +172,9 @@ class Asker:
             self.hold(False)  # interrupted with a question open: release the output
 
     def _say(self, text: str) -> None:
-        self.err.write(text + "\n")
+        from tether.names import escape  # the agent's titles and messages, never raw
+
+        self.err.write(escape(text, field=False) + "\n")
         self.err.flush()
 
     def on_frame(self, frame: dict[str, Any]) -> bool:

@@ -66,16 +66,28 @@ def sessions_cmd(ctx: Any) -> int:
 
 
 def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
-    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest."""
+    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest.
+
+    Every field is escaped: a name (or cwd) from the state never forges a row."""
+    from tether.names import escape
+
     if not tree:
         return "\n".join(
-            f"{s['name'] or '(default)'}\t{s['state']}\t{s['agentId']}\t{s['cwd']}"
-            f"\t{_owner_text(s)}"
+            "\t".join(
+                escape(str(field))
+                for field in (
+                    s["name"] or "(default)",
+                    s["state"],
+                    s["agentId"],
+                    s["cwd"],
+                    _owner_text(s),
+                )
+            )
             for s in items
         )
     from tether.ownership import tree_lines
 
-    return "\n".join(tree_lines(items))
+    return "\n".join(escape(line) for line in tree_lines(items))
 
 
 def _owner_text(item: dict[str, Any]) -> str:
@@ -85,6 +97,8 @@ def _owner_text(item: dict[str, Any]) -> str:
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
+    from tether.names import escape
+
     key = _key(ctx)
     name = ctx.inv.session or sessions.DEFAULT_NAME
     conn, created = operations.ensure_session(
@@ -123,7 +137,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             **({"acpSessionId": resumed.get("acpSessionId")} if resumed else {}),
         },
         text=(
-            f"session {name or '(default)'} {'created' if created else 'ready'}"
+            f"session {escape(name) or '(default)'} {'created' if created else 'ready'}"
             f" · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}"
             + (f" · resumed {resumed.get('acpSessionId')}" if resumed else "")
         ),

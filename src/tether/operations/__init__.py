@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     )
     from tether.operations.ensure import ensure_session
     from tether.operations.journal_reads import history, transcript, watch
-    from tether.operations.listing import describe, list_sessions
+    from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.session_status import offline_status, status
     from tether.operations.terminating import terminate
@@ -58,6 +58,7 @@ __all__ = [
     "list_sessions",
     "logout",
     "offline_status",
+    "resolve_key",
     "resume_agent_session",
     "serving_generation",
     "status",
@@ -82,6 +83,7 @@ _HOME = {
     "terminate": "terminating",
     "list_sessions": "listing",
     "describe": "listing",
+    "resolve_key": "listing",
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",

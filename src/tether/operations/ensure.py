@@ -46,8 +46,13 @@ def ensure_session(
         VisibilityDenied: the requester may not replace or reuse this session, or may
             not spawn a session of this agent (the agent-to-agent policy).
         UsageError: ``sandboxed`` for an open session that is not sandboxed.
+        InvalidName: ``name`` holds characters that would forge output
+            (:func:`tether.names.check_name`; every door's names come here).
     """
+    from tether.names import check_name
     from tether.registry import Registry
+
+    check_name(name)
 
     with Registry() as registry:
         existing = registry.session(key)
