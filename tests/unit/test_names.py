@@ -21,7 +21,8 @@ def test_check_name_refuses_what_is_not_printable(name: str) -> None:
         check_name(name)
     assert caught.value.exit_code == 2
     assert caught.value.detail_code == "BAD_VALUE"
-    assert "\n" not in str(caught.value) and "\x1b" not in str(caught.value)
+    assert "\n" not in str(caught.value)
+    assert "\x1b" not in str(caught.value)
 
 
 @pytest.mark.parametrize("name", ["", "work", "pr 42", "revue-été", "日本語", "a" * MAX_NAME])

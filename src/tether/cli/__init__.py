@@ -100,6 +100,8 @@ def _context(inv: Any) -> Context:
         label = inv.agent or str(cfg.get("defaultAgent") or agents.DEFAULT_AGENT)
         argv = agents.resolve(label, cfg.get("agents"))
         named = agents.is_agent_name(label, cfg.get("agents"))
+        if inv.agent and not named:
+            raise _unknown_agent(inv.agent, cfg.get("agents"))
     if not argv:
         raise UsageError("empty agent command")
     fmt = inv.format or str(cfg.get("format") or "text")
@@ -129,6 +131,22 @@ def _context(inv: Any) -> Context:
     return ctx
 
 
+def _unknown_agent(word: str, configured: Any) -> Exception:
+    """``tether nosuchagent sessions new``: a positional agent is a name, never a command."""
+    import difflib
+
+    from tether import agents
+    from tether.errors import UsageError
+
+    names = sorted({*agents.builtin_names(), *(configured or {})})
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.7)
+    hint = f"did you mean `{close[0]}`? " if close else ""
+    return UsageError(
+        f"unknown agent {word!r}: {hint}an agent is a built-in name (`tether --help`), one"
+        f" from your config ([agents.NAME]), or a raw command given as --agent CMD"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
@@ -140,6 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
+    if args[:1] == ["mcp"]:  # its own small grammar (and help): `tether mcp [--session-key KEY]`
+        from tether.errors import TetherError
+        from tether.mcp.cli import main as mcp_main
+
+        try:
+            return mcp_main(args[1:])
+        except TetherError as exc:
+            sys.stderr.write(f"[error] {exc}\n")
+            return exc.exit_code
     from tether.cli import _help
 
     help_text = _help.help_for(args)
@@ -149,14 +176,6 @@ def main(argv: list[str] | None = None) -> int:
     from tether.cli import _parse
     from tether.errors import OutputClosed, TetherError
 
-    if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
-        from tether.mcp.cli import main as mcp_main
-
-        try:
-            return mcp_main(args[1:])
-        except TetherError as exc:
-            sys.stderr.write(f"[error] {exc}\n")
-            return exc.exit_code
     ctx: Context | None = None
     try:
         inv = _parse.parse(args, _agent_name)

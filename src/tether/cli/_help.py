@@ -27,7 +27,7 @@ commands:
   set-mode [-s NAME] MODE              session/set_mode
   set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
-  answer [-s NAME] ID allow|always|deny|OPTION_ID
+  answer [-s NAME] ID allow|always|deny|deny-always|OPTION_ID
                                        answer a question the agent asked (first answer wins)
   sessions new|ensure [-s NAME] [--sandboxed] [--resume-session ID]
                                        create (new: fresh) or reuse a session; starts its owner
@@ -47,7 +47,8 @@ commands:
                                        HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
-  `tether <command> --help` lists a command's own options.
+  `tether <command> --help` lists a command's own options. A command on an existing
+  session takes `--key KEY` (a session key, or a unique prefix) instead of `-s NAME`.
 
 agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
         a name from config, or any command (`--agent "node agent.js"`)
@@ -83,7 +84,8 @@ global options:
 options after `--` are text, never options (`tether mock prompt -- --not-a-flag`).
 
 exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
-            5 permission denied, 130 interrupted
+            5 permission denied, 6 rate limited by the agent's provider, 130 interrupted,
+            141 stdout closed by its reader (`| head`)
 """
 
 
@@ -98,7 +100,8 @@ def _command_help(spec: str) -> str:
         lines += ["", "subcommands:"]
         subs: tuple[str, ...] = ("show", "init") if spec == "config" else ("new", "ensure")
         if spec == "sessions":
-            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune", "close")
+            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune")
+            subs += ("close", "terminate")
         for sub in subs:
             sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
             lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")

@@ -82,6 +82,7 @@ class Invocation:
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
+        self.implicit = False  # an implicit prompt: no command word was typed
         self.words: list[str] = []
         # acpx's session options and output flags (docs/acpx-parity.md)
         self.auth_policy: str | None = None
@@ -112,6 +113,8 @@ def _number(flag: str, value: str) -> float:
         number = float(value)
     except ValueError:
         raise UsageError(f"{flag} expects a number of seconds, got {value!r}") from None
+    if number != number:  # NaN
+        raise UsageError(f"{flag} expects a number of seconds, got {value!r}")
     if number < 0:
         raise UsageError(f"{flag} must not be negative")
     return number
@@ -183,6 +186,8 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.format = value
     elif flag == "--timeout":
         inv.timeout = _number(flag, value or "")
+        if inv.timeout == 0:  # as `timeout = 0` in the config: no time at all is no timeout
+            raise UsageError("--timeout must be more than 0 seconds (leave it out for none)")
     elif flag == "--ttl":
         inv.ttl = _number(flag, value or "")
     elif flag == "--verbose":
@@ -272,10 +277,7 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
     elif flag == "--discard":
         inv.discard = True
     elif flag == "--limit":
-        try:
-            inv.limit = int(value or "")
-        except ValueError:
-            raise UsageError(f"--limit expects an integer, got {value!r}") from None
+        inv.limit = _count(flag, value or "", 1)
 
 
 def _is_option(token: str) -> bool:
@@ -320,6 +322,13 @@ def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> Non
     known = sorted({*allowed, *_GLOBAL_FLAGS})
     for token in unknown:
         _refused(f"{spec} {token.partition('=')[0]}")
+        if inv.implicit:
+            # No command was typed: the words taken for a prompt may be the unknown
+            # option's value (`--formt json mock status`), so name no command.
+            raise UsageError(
+                f"unknown option {token}{_nearest(token, known)}"
+                " (see `tether --help`; text after `--` is never an option)"
+            )
         raise UsageError(
             f"unknown option {token} for {where}{_nearest(token, known)}"
             f" (see `tether {spec} --help`; text after `--` is never an option)"
@@ -347,6 +356,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
     unknown: list[str] = []
     i = 0
     literal = False
+    literal_from: int | None = None  # positional words from here on came after `--`
     while i < len(argv):
         token = argv[i]
         if literal:
@@ -355,6 +365,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             continue
         if token == "--":
             literal = True
+            literal_from = len(positional)
             i += 1
             continue
         if not _is_option(token):
@@ -385,6 +396,8 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         i += 1
 
     rest = _command(inv, positional, is_agent_name, unknown)
+    if inv.implicit and not unknown:
+        _near_command(inv, positional, len(positional) if literal_from is None else literal_from)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
     if inv.permissions and inv.permission_policy:
@@ -448,6 +461,7 @@ def _command(
     if positional:
         # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
         inv.command = "prompt"
+        inv.implicit = True
         if callable(is_agent_name) and is_agent_name(positional[0], inv.cwd):
             inv.agent = positional[0]
             return positional[1:]
@@ -457,3 +471,23 @@ def _command(
             f"unknown option {unknown[0]}{_nearest(unknown[0], sorted(_GLOBAL_FLAGS))}"
         )
     raise UsageError("no command given; try `tether --help`")
+
+
+def _near_command(inv: Invocation, positional: list[str], literal_from: int) -> None:
+    """An implicit prompt whose first word is a near miss of a command (`tether mock promt
+    hi`) is a typo, not a prompt: refuse it, with the way to send it as text."""
+    first = 1 if inv.agent else 0
+    if first >= min(len(positional), literal_from):
+        return
+    word = positional[first]
+    import difflib  # only for implicit prompts, which start an agent's turn anyway
+
+    close = difflib.get_close_matches(word.lower(), sorted(COMMANDS), n=1, cutoff=0.8)
+    if not close:
+        return
+    agent = f"{inv.agent} " if inv.agent else ""
+    text = " ".join(positional[first:])
+    raise UsageError(
+        f"{word!r} is not a command; did you mean `{close[0]}`? To send it to the agent"
+        f" as text: `tether {agent}prompt -- {text}`"
+    )

@@ -209,6 +209,12 @@ class Output:
             self.flush()
             self._err_write(f"[tether] {text}\n")
 
+    def notice(self, text: str) -> None:
+        """Something the user must know whatever the format (stderr; not with --json-strict)."""
+        if not self.json_strict:
+            self.flush()
+            self._err_write(f"[tether] {text}\n")
+
     def error(self, exc: TetherError) -> None:
         """Report ``exc``: a JSON-RPC shaped envelope on stdout in json, a line on stderr.
 

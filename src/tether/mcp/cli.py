@@ -8,6 +8,18 @@ import sys
 from tether.errors import UsageError
 
 USAGE = "usage: tether mcp [--session-key KEY]"
+HELP = f"""tether mcp: serve Tether's session tools over MCP on stdin/stdout
+
+{USAGE}
+
+An MCP server for agents (`--mcp-bridge` hands it to a session's agent): the tools
+sessions_list, sessions_spawn, sessions_send, session_status and sessions_history,
+limited to what the calling session may see (README: sessions owned by sessions).
+
+options:
+  --session-key KEY                    the session this server speaks for (a claim,
+                                       proved against the kernel or clamped to `self`)
+"""
 
 
 def main(args: list[str]) -> int:
@@ -21,7 +33,7 @@ def main(args: list[str]) -> int:
         elif word.startswith("--session-key="):
             key = word.split("=", 1)[1]
         elif word in ("-h", "--help"):
-            sys.stdout.write(USAGE + "\n")
+            sys.stdout.write(HELP)
             return 0
         else:
             raise UsageError(f"tether mcp: unexpected {word!r}; {USAGE}")

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
         serving_generation,
     )
     from tether.operations.ensure import ensure_session
-    from tether.operations.journal_reads import history, transcript, watch
+    from tether.operations.journal_reads import first_seq, history, transcript, watch
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.session_status import offline_status, status
@@ -53,6 +53,7 @@ __all__ = [
     "connect_or_start",
     "describe",
     "ensure_session",
+    "first_seq",
     "fork_session",
     "history",
     "list_sessions",
@@ -84,6 +85,7 @@ _HOME = {
     "list_sessions": "listing",
     "describe": "listing",
     "resolve_key": "listing",
+    "first_seq": "journal_reads",
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",
