@@ -158,7 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
-    if args[:1] == ["mcp"]:  # its own small grammar (and help): `tether mcp [--session-key KEY]`
+    from tether.cli import _help
+
+    help_text = _help.help_for(args)
+    if help_text is not None:
+        sys.stdout.write(help_text)
+        return 0
+    if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
         from tether.errors import TetherError
         from tether.mcp.cli import main as mcp_main
 
@@ -167,12 +173,6 @@ def main(argv: list[str] | None = None) -> int:
         except TetherError as exc:
             sys.stderr.write(f"[error] {exc}\n")
             return exc.exit_code
-    from tether.cli import _help
-
-    help_text = _help.help_for(args)
-    if help_text is not None:
-        sys.stdout.write(help_text)
-        return 0
     from tether.cli import _parse
     from tether.errors import OutputClosed, TetherError
 

@@ -113,6 +113,36 @@ def _command_help(spec: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+MCP_HELP = """\
+tether mcp: serve Tether's session tools over MCP on stdin/stdout
+
+usage: tether mcp [--session-key KEY]
+
+An MCP server for agents (`--mcp-bridge` hands it to a session's agent): the tools
+sessions_list, sessions_spawn, sessions_send, session_status and sessions_history,
+limited to what the calling session may see (README: sessions owned by sessions).
+
+options:
+  --session-key KEY                    the session this server speaks for (a claim,
+                                       proved against the kernel or clamped to `self`)
+"""
+
+
+def words(argv: list[str]) -> list[str]:
+    """The words of ``argv`` that are neither options nor their values (up to ``--``)."""
+    flags = argv[: argv.index("--")] if "--" in argv else argv
+    out: list[str] = []
+    skip = 0
+    for token in flags:
+        if skip:
+            skip -= 1
+        elif not token.startswith("-"):
+            out.append(token)
+        elif "=" not in token:
+            skip = _arity(token)
+    return out
+
+
 def help_for(argv: list[str]) -> str | None:
     """The help text ``argv`` asks for (``--help``, ``-h``, ``help [COMMAND]``), or None.
 
@@ -120,24 +150,18 @@ def help_for(argv: list[str]) -> str | None:
     global help. Never raises: asking for help is not a usage error.
     """
     flags = argv[: argv.index("--")] if "--" in argv else argv
-    words: list[str] = []
-    skip = 0
-    for token in flags:
-        if skip:
-            skip -= 1
-        elif not token.startswith("-"):
-            words.append(token)
-        elif "=" not in token:
-            skip = _arity(token)
-    if words[:1] == ["help"]:
-        words = words[1:]
+    given = words(argv)
+    if given[:1] == ["help"]:
+        given = given[1:]
     elif argv and "--help" not in flags and "-h" not in flags:
         return None
+    if given[:1] == ["mcp"]:
+        return MCP_HELP  # its own small grammar (tether.mcp.cli)
     spec: str | None = None
-    for index, word in enumerate(words[:2]):
+    for index, word in enumerate(given[:2]):
         if word in COMMANDS:
             spec = word
-            following = words[index + 1 : index + 2]
+            following = given[index + 1 : index + 2]
             if word == "sessions" and following and following[0] in SESSION_SUBCOMMANDS:
                 spec = f"sessions {following[0]}"
             elif word == "config" and following and following[0] in CONFIG_SUBCOMMANDS:

@@ -8,18 +8,6 @@ import sys
 from tether.errors import UsageError
 
 USAGE = "usage: tether mcp [--session-key KEY]"
-HELP = f"""tether mcp: serve Tether's session tools over MCP on stdin/stdout
-
-{USAGE}
-
-An MCP server for agents (`--mcp-bridge` hands it to a session's agent): the tools
-sessions_list, sessions_spawn, sessions_send, session_status and sessions_history,
-limited to what the calling session may see (README: sessions owned by sessions).
-
-options:
-  --session-key KEY                    the session this server speaks for (a claim,
-                                       proved against the kernel or clamped to `self`)
-"""
 
 
 def main(args: list[str]) -> int:
@@ -33,7 +21,9 @@ def main(args: list[str]) -> int:
         elif word.startswith("--session-key="):
             key = word.split("=", 1)[1]
         elif word in ("-h", "--help"):
-            sys.stdout.write(HELP)
+            from tether.cli._help import MCP_HELP
+
+            sys.stdout.write(MCP_HELP)
             return 0
         else:
             raise UsageError(f"tether mcp: unexpected {word!r}; {USAGE}")
