@@ -211,9 +211,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_S, "--sandboxed", "--resume-session"),
     ),
     "sessions fork": (
-        "[-s NAME | --key KEY] NEW_NAME",
+        "[-s NAME] NEW_NAME",
         "a new warm session continuing NAME's conversation (session/fork)",
-        _SK,
+        _S,
     ),
     "sessions list": (
         "[--all] [--tree] [--filter-cwd DIR] [--agent-sessions [--cursor C]]",
