@@ -60,11 +60,10 @@ def ensure_session(
     from tether.names import check_name
 
     check_name(name)
-    started = time.time()
-    with _creating(key):
+    with _creating(key, time.time()) as since:
         return _ensure_locked(
             key,
-            started=started,
+            since=since,
             name=name,
             argv=argv,
             label=label,
@@ -81,7 +80,7 @@ def ensure_session(
 def _ensure_locked(
     key: str,
     *,
-    started: float,
+    since: float,
     name: str,
     argv: list[str],
     label: str,
@@ -101,11 +100,11 @@ def _ensure_locked(
             fresh
             and existing is not None
             and existing.state != "closed"
-            and existing.created_at >= started
+            and existing.created_at >= since
         ):
-            # Created after this call began: by a concurrent `sessions new` of the same
-            # key, which held the lock first. It is as fresh as ours would be; replacing
-            # it would end what that caller was just told it created.
+            # Created by a concurrent call of the same key that held the lock first
+            # (while this one started, or waited for it). It is as fresh as ours would
+            # be; replacing it would end what that caller was just told it created.
             fresh = False
         reused = existing is not None and existing.state != "closed" and not fresh
         if existing is not None and existing.state != "closed":
@@ -153,14 +152,20 @@ LOCK_POLL_S = 0.02
 
 
 @contextlib.contextmanager
-def _creating(key: str) -> Iterator[None]:
+def _creating(key: str, started: float) -> Iterator[float]:
     """Hold the key's creation lock (a file lock beside the owner's, never the owner's):
-    deciding whether to create, replacing and recording happen as one step."""
+    deciding whether to create, replacing and recording happen as one step.
+
+    Yields the time from which a session of the key counts as created concurrently with
+    this call: when this call started, or -- if it had to wait -- when the holder it
+    waited for took the lock (each holder writes that time into the lock file).
+    """
     import fcntl
 
     from tether.errors import CallTimeout
 
     fd = os.open(sessions.create_lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    since = started
     try:
         deadline = time.monotonic() + LOCK_WAIT_S
         while True:
@@ -168,6 +173,7 @@ def _creating(key: str) -> Iterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
+                since = min(since, _holder_since(fd))
                 if time.monotonic() >= deadline:
                     raise CallTimeout(
                         f"another caller has been creating this session for {LOCK_WAIT_S:.0f} s",
@@ -175,6 +181,16 @@ def _creating(key: str) -> Iterator[None]:
                         session_key=key,
                     ) from None
                 time.sleep(LOCK_POLL_S)
-        yield
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, repr(time.time()).encode(), 0)
+        yield since
     finally:
         os.close(fd)  # releases the lock
+
+
+def _holder_since(fd: int) -> float:
+    """When the lock's current holder took it (what it wrote; +inf if unreadable)."""
+    try:
+        return float(os.pread(fd, 64, 0).decode() or "inf")
+    except (OSError, ValueError):
+        return float("inf")
