@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return mcp_main(args[1:])
         except TetherError as exc:
-            sys.stderr.write(f"[error] {exc}\n")
+            sys.stderr.write(_for_stderr(f"[error] {exc}\n"))
             return exc.exit_code
     from tether.cli import _parse
     from tether.errors import OutputClosed, TetherError
@@ -263,13 +263,24 @@ def _show_error(exc: Any, ctx: Context | None, args: list[str]) -> None:
 
         Output("json", json_strict=strict).error(exc)
         return
-    sys.stderr.write(f"[error] {exc}\n")
+    sys.stderr.write(_for_stderr(f"[error] {exc}\n"))
     if (
         isinstance(exc, UsageError)
         and not isinstance(exc, ConfigError)
         and "--help" not in str(exc)
     ):
         sys.stderr.write("try `tether --help`\n")
+
+
+def _for_stderr(text: str) -> str:
+    """``text`` as it may reach stderr: on a terminal, no control character raw."""
+    from tether.names import escape
+
+    try:
+        tty = sys.stderr.isatty()
+    except (OSError, ValueError):
+        tty = False
+    return escape(text, field=False) if tty else text
 
 
 def _requested_format(args: list[str]) -> tuple[str | None, bool]:

@@ -104,7 +104,11 @@ def _command_help(spec: str) -> str:
             subs += ("close", "terminate")
         for sub in subs:
             sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
-            lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
+            left = f"{sub} {sub_args}"
+            if len(left) > 36:  # a long usage gets its own line; the text goes below it
+                lines += [f"  {left}", f"  {'':36} {sub_what}"]
+            else:
+                lines.append(f"  {left.ljust(36)} {sub_what}")
     shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]
     if shown:
         lines += ["", "options:"]

@@ -9,9 +9,9 @@ errors (exit 2) for everything it rejects.
 
 Global options may stand anywhere. Each command takes only the options listed for it
 in ``_grammar._COMMAND_SPECS``: any other option -- unknown, or another command's -- is a usage
-error naming it and the nearest option the command has (``difflib``, imported only
-then), unless it comes after ``--``. ``-`` and negative numbers are words. The same
-table gives each command its own ``--help`` (:func:`help_for`).
+error naming it and the nearest option the command has (``_usage_errors``; ``difflib``,
+imported only then), unless it comes after ``--``. ``-`` and negative numbers are words.
+The same table gives each command its own ``--help`` (:func:`help_for`).
 
 Adding an option: one entry in ``_grammar._COMMAND_FLAGS`` (arity, how help shows it, what it
 does), its name in the commands' tuples in ``_grammar._COMMAND_SPECS``, and where it lands in
@@ -22,15 +22,14 @@ from __future__ import annotations
 
 from tether.cli._grammar import (
     _COMMAND_FLAGS,
-    _COMMAND_SPECS,
     _GLOBAL_FLAGS,
     _SAME,
     COMMANDS,
     CONFIG_SUBCOMMANDS,
-    REFUSED,
     SESSION_SUBCOMMANDS,
     _arity,
 )
+from tether.cli._usage_errors import check_options, near_command, nearest, refused
 from tether.errors import UsageError
 
 
@@ -291,58 +290,6 @@ def _is_option(token: str) -> bool:
     return False
 
 
-def _nearest(token: str, candidates: list[str]) -> str:
-    import difflib  # only on this error path: it costs milliseconds
-
-    # Compare without the dashes, which every candidate shares and which would make
-    # any two long options look alike (`--model` is not `--name`).
-    name = token.partition("=")[0].lstrip("-")
-    bare = {c.lstrip("-"): c for c in candidates}
-    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.7)
-    return f"; did you mean {bare[close[0]]}?" if close else ""
-
-
-def _spec_key(inv: Invocation) -> str:
-    if inv.command in ("sessions", "config") and inv.subcommand:
-        return f"{inv.command} {inv.subcommand}"
-    return inv.command
-
-
-def _refused(key: str) -> None:
-    """acpx commands and options Tether does not have: the way Tether does it instead."""
-    if key in REFUSED:
-        raise UsageError(f"{key}: {REFUSED[key]}" if " --" in key else REFUSED[key])
-
-
-def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> None:
-    """Refuse options that ``inv``'s command does not take, naming the nearest it does."""
-    spec = _spec_key(inv)
-    allowed = _COMMAND_SPECS[spec][2]
-    where = f"`tether {spec}`"
-    known = sorted({*allowed, *_GLOBAL_FLAGS})
-    for token in unknown:
-        _refused(f"{spec} {token.partition('=')[0]}")
-        if inv.implicit:
-            # No command was typed: the words taken for a prompt may be the unknown
-            # option's value (`--formt json mock status`), so name no command.
-            raise UsageError(
-                f"unknown option {token}{_nearest(token, known)}"
-                " (see `tether --help`; text after `--` is never an option)"
-            )
-        raise UsageError(
-            f"unknown option {token} for {where}{_nearest(token, known)}"
-            f" (see `tether {spec} --help`; text after `--` is never an option)"
-        )
-    for flag in given:
-        if flag not in allowed:
-            _refused(f"{spec} {flag}")
-            owners = [name for name, (_, _, opts) in _COMMAND_SPECS.items() if flag in opts]
-            belongs = f"; it is an option of `{'`, `'.join(owners)}`" if owners else ""
-            raise UsageError(
-                f"{flag} is not an option of {where}{belongs} (see `tether {spec} --help`)"
-            )
-
-
 def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
     """Parse ``argv`` (without the program name) into an :class:`Invocation`.
 
@@ -397,7 +344,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
 
     rest = _command(inv, positional, is_agent_name, unknown)
     if inv.implicit and not unknown:
-        _near_command(inv, positional, len(positional) if literal_from is None else literal_from)
+        near_command(inv, positional, len(positional) if literal_from is None else literal_from)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
     if inv.permissions and inv.permission_policy:
@@ -410,7 +357,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             inv.subcommand = rest[0]
             rest = rest[1:]
         elif rest:
-            _refused(f"sessions {rest[0]}")
+            refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
                 "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork"
@@ -424,7 +371,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             raise UsageError(f"unknown config command {rest[0]!r}: use show or init")
         else:
             inv.subcommand = "show"
-    _check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
+    check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
     for flag, value in given:
         _apply_command(inv, flag, value)
     if (
@@ -448,7 +395,7 @@ def _command(
 ) -> list[str]:
     """Find the agent and the command among the positional words; return the rest."""
     for word in positional[:2]:
-        _refused(word)  # `compare`, `flow`: acpx commands Tether does not have
+        refused(word)  # `compare`, `flow`: acpx commands Tether does not have
         if word in COMMANDS:
             break
     if positional and positional[0] in COMMANDS:
@@ -467,27 +414,5 @@ def _command(
             return positional[1:]
         return positional
     if unknown:
-        raise UsageError(
-            f"unknown option {unknown[0]}{_nearest(unknown[0], sorted(_GLOBAL_FLAGS))}"
-        )
+        raise UsageError(f"unknown option {unknown[0]}{nearest(unknown[0], sorted(_GLOBAL_FLAGS))}")
     raise UsageError("no command given; try `tether --help`")
-
-
-def _near_command(inv: Invocation, positional: list[str], literal_from: int) -> None:
-    """An implicit prompt whose first word is a near miss of a command (`tether mock promt
-    hi`) is a typo, not a prompt: refuse it, with the way to send it as text."""
-    first = 1 if inv.agent else 0
-    if first >= min(len(positional), literal_from):
-        return
-    word = positional[first]
-    import difflib  # only for implicit prompts, which start an agent's turn anyway
-
-    close = difflib.get_close_matches(word.lower(), sorted(COMMANDS), n=1, cutoff=0.8)
-    if not close:
-        return
-    agent = f"{inv.agent} " if inv.agent else ""
-    text = " ".join(positional[first:])
-    raise UsageError(
-        f"{word!r} is not a command; did you mean `{close[0]}`? To send it to the agent"
-        f" as text: `tether {agent}prompt -- {text}`"
-    )
