@@ -98,6 +98,8 @@ def test_key_prefix_addresses_a_session(project_dir: Path) -> None:
         assert status.returncode == 0, status.stderr
         history = tether("sessions", "history", "--key", key[:8], cwd=project_dir)
         assert (history.returncode, history.stdout) == (0, "no turns yet\n"), history.stderr
+        sent = tether("--format", "quiet", "prompt", "--key", key, "echo by key", cwd=project_dir)
+        assert (sent.returncode, sent.stdout) == (0, "by key\n"), sent.stderr
         both = tether("mock", "status", "-s", "work", "--key", key[:8], cwd=project_dir)
         assert both.returncode == 2
         missing = tether("sessions", "close", "--key", "0" * 64, cwd=project_dir)

@@ -33,7 +33,11 @@ def _key(ctx: Any) -> str:
             ctx.agent_scope, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
         )
     if ctx.resolved_key is None:
-        ctx.resolved_key = operations.resolve_key(ctx.inv.key)
+        given = ctx.inv.key.lower()
+        if len(given) == 64 and all(c in "0123456789abcdef" for c in given):
+            ctx.resolved_key = given  # a whole key: no lookup (the warm path stays thin)
+        else:
+            ctx.resolved_key = operations.resolve_key(ctx.inv.key)
     return str(ctx.resolved_key)
 
 
