@@ -616,6 +616,12 @@ class UsageError(TetherError):
     default_detail_code = "USAGE"
 
 
+class InvalidName(UsageError):
+    """A session name holds characters that would forge output (``tether.names``)."""
+
+    default_detail_code = "BAD_VALUE"
+
+
 class ConfigError(UsageError):
     """A configuration file is malformed or holds a value that is not allowed."""
 

@@ -217,7 +217,13 @@ class Registry(RunStore):
         ``parent_session_key``, ``sandboxed`` -- is recorded when the row is created or
         reopened (a reopened session is a new one, so its creator owns it); an open
         session keeps the ownership it was created with.
+
+        Raises:
+            InvalidName: ``name`` would forge output (:func:`tether.names.check_name`).
         """
+        from tether.names import check_name
+
+        check_name(name)  # under every door, including those that write the row first
         now = time.time()
         ownership = _ownership_fields(agent_label, owner)
         with self.transaction() as db:

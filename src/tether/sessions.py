@@ -44,6 +44,11 @@ def lock_path(key: str) -> str:
     return os.path.join(paths.run_dir(), f"{key[:24]}.lock")
 
 
+def create_lock_path(key: str) -> str:
+    """Held while a session of ``key`` is created or replaced (``operations.ensure_session``)."""
+    return os.path.join(paths.run_dir(), f"{key[:24]}.create.lock")
+
+
 def log_path(key: str) -> str:
     return os.path.join(paths.logs_dir(), f"owner-{key[:24]}.log")
 

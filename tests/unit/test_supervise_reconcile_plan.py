@@ -178,3 +178,13 @@ def test_our_own_expired_lease_is_never_stolen_by_ourselves() -> None:
     mine = lease(owner_alive=True, lease_expires_at=1.0, owner_instance_id="S1", held_by_us=True)
     assert [type(a) for a in plan(t, mine)] == [Skip]
     assert t.signals == []
+
+
+def test_a_healthy_lease_of_ours_is_called_in_use_not_foreign() -> None:
+    """Issue 21 item 16: `reap --dry-run` called the operator's own live sessions' leases
+    "not ours"; they are this instance's, in use by their owner."""
+    t = table_with_root()
+    out = plan(t, lease(owner_alive=True, lease_expires_at=201.0, owner_instance_id="S1"))
+    assert isinstance(out[0], Skip)
+    assert "not ours" not in out[0].why
+    assert "in use" in out[0].why

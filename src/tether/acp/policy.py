@@ -190,6 +190,10 @@ def load_policy(spec: str) -> PermissionPolicy:
             data = tomllib.load(f)
     except OSError as exc:
         raise PolicyInvalid(f"cannot read the permission policy {spec}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:  # tomllib decodes the bytes as UTF-8
+        raise PolicyInvalid(
+            f"the permission policy {spec} is not UTF-8 text ({exc.reason} at byte {exc.start})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise PolicyInvalid(f"the permission policy {spec} is not valid TOML: {exc}") from None
     try:

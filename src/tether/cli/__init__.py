@@ -55,6 +55,7 @@ class Context:
         self.output = output  # output.Output
         self.auth_policy = "skip"  # --auth-policy / authPolicy
         self.prompt_retries = 0  # --prompt-retries / promptRetries
+        self.resolved_key: str | None = None  # --key, once looked up
 
 
 def _read_prompt(inv: Any) -> str:
@@ -99,6 +100,8 @@ def _context(inv: Any) -> Context:
         label = inv.agent or str(cfg.get("defaultAgent") or agents.DEFAULT_AGENT)
         argv = agents.resolve(label, cfg.get("agents"))
         named = agents.is_agent_name(label, cfg.get("agents"))
+        if inv.agent and not named:
+            raise _unknown_agent(inv.agent, cfg.get("agents"))
     if not argv:
         raise UsageError("empty agent command")
     fmt = inv.format or str(cfg.get("format") or "text")
@@ -128,6 +131,22 @@ def _context(inv: Any) -> Context:
     return ctx
 
 
+def _unknown_agent(word: str, configured: Any) -> Exception:
+    """``tether nosuchagent sessions new``: a positional agent is a name, never a command."""
+    import difflib
+
+    from tether import agents
+    from tether.errors import UsageError
+
+    names = sorted({*agents.builtin_names(), *(configured or {})})
+    close = difflib.get_close_matches(word, names, n=1, cutoff=0.7)
+    hint = f"did you mean `{close[0]}`? " if close else ""
+    return UsageError(
+        f"unknown agent {word!r}: {hint}an agent is a built-in name (`tether --help`), one"
+        f" from your config ([agents.NAME]), or a raw command given as --agent CMD"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
@@ -145,17 +164,18 @@ def main(argv: list[str] | None = None) -> int:
     if help_text is not None:
         sys.stdout.write(help_text)
         return 0
-    from tether.cli import _parse
-    from tether.errors import OutputClosed, TetherError
-
     if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
+        from tether.errors import TetherError
         from tether.mcp.cli import main as mcp_main
 
         try:
             return mcp_main(args[1:])
         except TetherError as exc:
-            sys.stderr.write(f"[error] {exc}\n")
+            sys.stderr.write(_for_stderr(f"[error] {exc}\n"))
             return exc.exit_code
+    from tether.cli import _parse
+    from tether.errors import OutputClosed, TetherError
+
     ctx: Context | None = None
     try:
         inv = _parse.parse(args, _agent_name)
@@ -243,13 +263,24 @@ def _show_error(exc: Any, ctx: Context | None, args: list[str]) -> None:
 
         Output("json", json_strict=strict).error(exc)
         return
-    sys.stderr.write(f"[error] {exc}\n")
+    sys.stderr.write(_for_stderr(f"[error] {exc}\n"))
     if (
         isinstance(exc, UsageError)
         and not isinstance(exc, ConfigError)
         and "--help" not in str(exc)
     ):
         sys.stderr.write("try `tether --help`\n")
+
+
+def _for_stderr(text: str) -> str:
+    """``text`` as it may reach stderr: on a terminal, no control character raw."""
+    from tether.names import escape
+
+    try:
+        tty = sys.stderr.isatty()
+    except (OSError, ValueError):
+        tty = False
+    return escape(text, field=False) if tty else text
 
 
 def _requested_format(args: list[str]) -> tuple[str | None, bool]:

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from tether import operations
-from tether.cli._session_cmds import _call_deadline, _key, _remaining_ms, connect_or_start
+from tether.cli._session_cmds import (
+    _call_deadline,
+    _key,
+    _no_session_hint,
+    _remaining_ms,
+    connect_or_start,
+)
 from tether.errors import (
+    NoSession,
     UsageError,
 )
 
@@ -19,13 +26,17 @@ def control(ctx: Any) -> int:
     if command == "status":
         return _status(ctx, key)
     if command == "cancel":
-        result = operations.cancel(key, ctx.inv.request)
+        try:
+            result = operations.cancel(key, ctx.inv.request)
+        except NoSession:
+            raise _no_session_hint(ctx) from None
+        reason = result.get("reason")
         if result.get("cancelled"):
             text = "cancelled"
-        elif result.get("reason") == "no running owner":
+        elif reason in (None, "", "no running owner", "nothing to cancel"):
             text = "nothing to cancel"
         else:
-            text = f"nothing to cancel ({result.get('reason')})"
+            text = f"nothing to cancel ({reason})"
         ctx.output.control(
             result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing"
         )

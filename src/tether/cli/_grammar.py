@@ -93,6 +93,11 @@ _GLOBAL_FLAGS = {
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
     "-s": (1, "-s, --session NAME", "the session's name (default: the unnamed session)"),
+    "--key": (
+        1,
+        "--key KEY",
+        "address the session by its key (or a unique prefix; `sessions list --format json`)",
+    ),
     "--session": (1, "", ""),
     "--name": (1, "", ""),
     "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
@@ -156,6 +161,7 @@ _SAME = {
 
 _S = ("-s", "--session", "--name")
 _F = ("-f", "--file")
+_SK = (*_S, "--key")  # commands on an existing session: by name, or by key
 # "command" or "sessions SUB" -> (arguments, what it does, the command options it takes)
 _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "exec": (
@@ -164,30 +170,30 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_F, "--config-option"),
     ),
     "prompt": (
-        "[-s NAME] [--no-wait] [-f FILE|-] [TEXT...]",
+        "[-s NAME | --key KEY] [--no-wait] [-f FILE|-] [TEXT...]",
         "prompt a saved session through its warm owner (never creates one: exit 4)",
-        (*_S, "--no-wait", *_F),
+        (*_SK, "--no-wait", *_F),
     ),
     "cancel": (
-        "[-s NAME] [--request ID]",
+        "[-s NAME | --key KEY] [--request ID]",
         "cancel the session's running turn (the session stays), or remove a queued request",
-        (*_S, "--request"),
+        (*_SK, "--request"),
     ),
-    "set-mode": ("[-s NAME] MODE", "set the session's mode (session/set_mode)", _S),
+    "set-mode": ("[-s NAME | --key KEY] MODE", "set the session's mode (session/set_mode)", _SK),
     "set": (
-        "[-s NAME] KEY VALUE",
+        "[-s NAME | --key KEY] KEY VALUE",
         "set a session config option (session/set_config_option; `set model X` too)",
-        _S,
+        _SK,
     ),
     "status": (
-        "[-s NAME]",
+        "[-s NAME | --key KEY]",
         "owner health, pids, queue, current turn, lease state, open questions",
-        _S,
+        _SK,
     ),
     "answer": (
-        "[-s NAME] ID allow|always|deny|deny-always|OPTION_ID",
+        "[-s NAME | --key KEY] ID allow|always|deny|deny-always|OPTION_ID",
         "answer a question the agent asked (elicitations: accept [JSON]|decline|cancel)",
-        _S,
+        _SK,
     ),
     "sessions": (
         "new|ensure|fork|list|show|history|read|watch|export|prune|close|terminate [NAME]",
@@ -214,26 +220,26 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "list the sessions you may see (--agent-sessions: the agent's own)",
         ("--all", "--tree", "--filter-cwd", "--local", "--agent-sessions", "--cursor"),
     ),
-    "sessions show": ("[-s NAME | NAME]", "one session's record", _S),
+    "sessions show": ("[-s NAME | NAME | --key KEY]", "one session's record", _SK),
     "sessions history": (
-        "[-s NAME | NAME] [--limit N]",
+        "[-s NAME | NAME | --key KEY] [--limit N]",
         "one line per turn: request id, start, duration, stop reason, preview",
-        (*_S, "--limit"),
+        (*_SK, "--limit"),
     ),
     "sessions read": (
-        "[-s NAME | NAME] [--tail N]",
+        "[-s NAME | NAME | --key KEY] [--tail N]",
         "the conversation: prompts, answers, tool calls, stop reasons (last N turns)",
-        (*_S, "--tail"),
+        (*_SK, "--tail"),
     ),
     "sessions watch": (
-        "[-s NAME | NAME] [--from SEQ | --tail N] [--no-follow] [--control]",
+        "[-s NAME | NAME | --key KEY] [--from SEQ | --tail N] [--no-follow] [--control]",
         "follow the session's journal live (replay first with --from/--tail)",
-        (*_S, "--from", "--tail", "--no-follow", "--control"),
+        (*_SK, "--from", "--tail", "--no-follow", "--control"),
     ),
     "sessions export": (
-        "[-s NAME | NAME] [-o FILE]",
+        "[-s NAME | NAME | --key KEY] [-o FILE]",
         "the whole journal as NDJSON, one entry per line",
-        (*_S, "-o", "--output"),
+        (*_SK, "-o", "--output"),
     ),
     "sessions prune": (
         "[--older-than DURATION] [--closed]",
@@ -241,14 +247,14 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed"),
     ),
     "sessions close": (
-        "[-s NAME | NAME] [--discard]",
+        "[-s NAME | NAME | --key KEY] [--discard]",
         "end the session and prove its process tree gone",
-        (*_S, "--discard"),
+        (*_SK, "--discard"),
     ),
     "sessions terminate": (
-        "[-s NAME | NAME]",
+        "[-s NAME | NAME | --key KEY]",
         "end the session now: no new turn, no waiting on the agent; idempotent",
-        _S,
+        _SK,
     ),
     "acp": (
         "[--close-on-exit]",

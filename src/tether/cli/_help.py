@@ -27,7 +27,7 @@ commands:
   set-mode [-s NAME] MODE              session/set_mode
   set [-s NAME] KEY VALUE              session/set_config_option (`set model X` too)
   status [-s NAME]                     owner health, pids, queue, lease state, open questions
-  answer [-s NAME] ID allow|always|deny|OPTION_ID
+  answer [-s NAME] ID allow|always|deny|deny-always|OPTION_ID
                                        answer a question the agent asked (first answer wins)
   sessions new|ensure [-s NAME] [--sandboxed] [--resume-session ID]
                                        create (new: fresh) or reuse a session; starts its owner
@@ -47,7 +47,8 @@ commands:
                                        HTTP gateway: JSON API, SSE event streams, /ui
   mcp [--session-key KEY]              serve the session tools over MCP (stdio)
 
-  `tether <command> --help` lists a command's own options.
+  `tether <command> --help` lists a command's own options. A command on an existing
+  session takes `--key KEY` (a session key, or a unique prefix) instead of `-s NAME`.
 
 agents: claude, codex, gemini, opencode, cursor, copilot, qwen, kimi, ..., mock (bundled),
         a name from config, or any command (`--agent "node agent.js"`)
@@ -83,7 +84,8 @@ global options:
 options after `--` are text, never options (`tether mock prompt -- --not-a-flag`).
 
 exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
-            5 permission denied, 130 interrupted
+            5 permission denied, 6 rate limited by the agent's provider, 130 interrupted,
+            141 stdout closed by its reader (`| head`)
 """
 
 
@@ -98,16 +100,51 @@ def _command_help(spec: str) -> str:
         lines += ["", "subcommands:"]
         subs: tuple[str, ...] = ("show", "init") if spec == "config" else ("new", "ensure")
         if spec == "sessions":
-            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune", "close")
+            subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune")
+            subs += ("close", "terminate")
         for sub in subs:
             sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
-            lines.append(f"  {(sub + ' ' + sub_args).ljust(36)} {sub_what}")
+            left = f"{sub} {sub_args}"
+            if len(left) > 36:  # a long usage gets its own line; the text goes below it
+                lines += [f"  {left}", f"  {'':36} {sub_what}"]
+            else:
+                lines.append(f"  {left.ljust(36)} {sub_what}")
     shown = [_COMMAND_FLAGS[flag] for flag in options if _COMMAND_FLAGS[flag][1]]
     if shown:
         lines += ["", "options:"]
         lines += [f"  {usage.ljust(36)} {text}" for _, usage, text in shown]
     lines += ["", "global options (`tether --help`) are accepted too."]
     return "\n".join(lines) + "\n"
+
+
+MCP_HELP = """\
+tether mcp: serve Tether's session tools over MCP on stdin/stdout
+
+usage: tether mcp [--session-key KEY]
+
+An MCP server for agents (`--mcp-bridge` hands it to a session's agent): the tools
+sessions_list, sessions_spawn, sessions_send, session_status and sessions_history,
+limited to what the calling session may see (README: sessions owned by sessions).
+
+options:
+  --session-key KEY                    the session this server speaks for (a claim,
+                                       proved against the kernel or clamped to `self`)
+"""
+
+
+def words(argv: list[str]) -> list[str]:
+    """The words of ``argv`` that are neither options nor their values (up to ``--``)."""
+    flags = argv[: argv.index("--")] if "--" in argv else argv
+    out: list[str] = []
+    skip = 0
+    for token in flags:
+        if skip:
+            skip -= 1
+        elif not token.startswith("-"):
+            out.append(token)
+        elif "=" not in token:
+            skip = _arity(token)
+    return out
 
 
 def help_for(argv: list[str]) -> str | None:
@@ -117,24 +154,18 @@ def help_for(argv: list[str]) -> str | None:
     global help. Never raises: asking for help is not a usage error.
     """
     flags = argv[: argv.index("--")] if "--" in argv else argv
-    words: list[str] = []
-    skip = 0
-    for token in flags:
-        if skip:
-            skip -= 1
-        elif not token.startswith("-"):
-            words.append(token)
-        elif "=" not in token:
-            skip = _arity(token)
-    if words[:1] == ["help"]:
-        words = words[1:]
+    given = words(argv)
+    if given[:1] == ["help"]:
+        given = given[1:]
     elif argv and "--help" not in flags and "-h" not in flags:
         return None
+    if given[:1] == ["mcp"]:
+        return MCP_HELP  # its own small grammar (tether.mcp.cli)
     spec: str | None = None
-    for index, word in enumerate(words[:2]):
+    for index, word in enumerate(given[:2]):
         if word in COMMANDS:
             spec = word
-            following = words[index + 1 : index + 2]
+            following = given[index + 1 : index + 2]
             if word == "sessions" and following and following[0] in SESSION_SUBCOMMANDS:
                 spec = f"sessions {following[0]}"
             elif word == "config" and following and following[0] in CONFIG_SUBCOMMANDS:

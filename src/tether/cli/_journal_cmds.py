@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from tether import sessions
+from tether import operations, sessions
 from tether.errors import TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
@@ -100,6 +100,14 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
 
     if inv.control and inv.no_follow:
         raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
+    if inv.from_seq is not None:
+        last = store.last_seq(registry._db, key)
+        if inv.from_seq > last + 1:  # last + 1 is simply the next entry
+            waiting = f": waiting for an entry numbered {inv.from_seq} or more"
+            ctx.output.notice(
+                f"--from {inv.from_seq} is past the end of the journal (its last entry is"
+                f" {last}){'' if inv.no_follow else waiting}"
+            )
     asker = None
     if inv.control:
         from tether.cli._questions import Asker
@@ -135,7 +143,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
 def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
     db = registry._db
-    cursor = store.turns_start(db, key, ctx.inv.tail)
+    cursor = max(store.turns_start(db, key, ctx.inv.tail), operations.first_seq(registry, key))
     if ctx.fmt == "json":
         transcript = render.transcript(store.iter_lines(db, key, cursor))
         ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
@@ -154,7 +162,8 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
 
 
 def _history(ctx: Any, registry: Registry, key: str) -> int:
-    turns = render.turns(store.turn_rows(registry._db, key))
+    first = operations.first_seq(registry, key)  # not what an earlier session of this key did
+    turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
     limit = ctx.inv.limit if ctx.inv.limit is not None else 20
     shown = turns[-limit:] if limit > 0 else []
     items = [t.to_json() for t in shown]
@@ -248,7 +257,7 @@ def _remove_run_files(key: str) -> None:
         os.close(fd)
         return  # an owner holds it: not ours to remove
     try:
-        for path in (sessions.socket_path(key), lock):
+        for path in (sessions.socket_path(key), sessions.create_lock_path(key), lock):
             try:
                 os.unlink(path)
             except FileNotFoundError:

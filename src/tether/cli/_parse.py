@@ -9,9 +9,9 @@ errors (exit 2) for everything it rejects.
 
 Global options may stand anywhere. Each command takes only the options listed for it
 in ``_grammar._COMMAND_SPECS``: any other option -- unknown, or another command's -- is a usage
-error naming it and the nearest option the command has (``difflib``, imported only
-then), unless it comes after ``--``. ``-`` and negative numbers are words. The same
-table gives each command its own ``--help`` (:func:`help_for`).
+error naming it and the nearest option the command has (``_usage_errors``; ``difflib``,
+imported only then), unless it comes after ``--``. ``-`` and negative numbers are words.
+The same table gives each command its own ``--help`` (:func:`help_for`).
 
 Adding an option: one entry in ``_grammar._COMMAND_FLAGS`` (arity, how help shows it, what it
 does), its name in the commands' tuples in ``_grammar._COMMAND_SPECS``, and where it lands in
@@ -22,15 +22,14 @@ from __future__ import annotations
 
 from tether.cli._grammar import (
     _COMMAND_FLAGS,
-    _COMMAND_SPECS,
     _GLOBAL_FLAGS,
     _SAME,
     COMMANDS,
     CONFIG_SUBCOMMANDS,
-    REFUSED,
     SESSION_SUBCOMMANDS,
     _arity,
 )
+from tether.cli._usage_errors import check_options, near_command, nearest, refused
 from tether.errors import UsageError
 
 
@@ -54,6 +53,7 @@ class Invocation:
         self.no_fs = False
         self.no_terminal = False  # --no-terminal: no terminal/* for the agent
         self.session: str | None = None
+        self.key: str | None = None  # --key KEY: the session by its key (or a prefix)
         self.no_wait = False
         self.file: str | None = None
         self.dry_run = False
@@ -81,6 +81,7 @@ class Invocation:
         self.mcp_bridge = False  # --mcp-bridge: hand agents `tether mcp`
         self.mcp_config: str | None = None  # --mcp-config FILE: MCP servers for agents
         self.subcommand: str | None = None
+        self.implicit = False  # an implicit prompt: no command word was typed
         self.words: list[str] = []
         # acpx's session options and output flags (docs/acpx-parity.md)
         self.auth_policy: str | None = None
@@ -111,6 +112,8 @@ def _number(flag: str, value: str) -> float:
         number = float(value)
     except ValueError:
         raise UsageError(f"{flag} expects a number of seconds, got {value!r}") from None
+    if number != number:  # NaN
+        raise UsageError(f"{flag} expects a number of seconds, got {value!r}")
     if number < 0:
         raise UsageError(f"{flag} must not be negative")
     return number
@@ -182,6 +185,8 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.format = value
     elif flag == "--timeout":
         inv.timeout = _number(flag, value or "")
+        if inv.timeout == 0:  # as `timeout = 0` in the config: no time at all is no timeout
+            raise UsageError("--timeout must be more than 0 seconds (leave it out for none)")
     elif flag == "--ttl":
         inv.ttl = _number(flag, value or "")
     elif flag == "--verbose":
@@ -200,6 +205,10 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
     flag = _SAME.get(flag, flag)
     if flag == "-s":
         inv.session = value
+    elif flag == "--key":
+        if not value:
+            raise UsageError("--key needs a session key (or a unique prefix of one)")
+        inv.key = value
     elif flag == "--no-wait":
         inv.no_wait = True
     elif flag == "-f":
@@ -267,10 +276,7 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
     elif flag == "--discard":
         inv.discard = True
     elif flag == "--limit":
-        try:
-            inv.limit = int(value or "")
-        except ValueError:
-            raise UsageError(f"--limit expects an integer, got {value!r}") from None
+        inv.limit = _count(flag, value or "", 1)
 
 
 def _is_option(token: str) -> bool:
@@ -282,51 +288,6 @@ def _is_option(token: str) -> bool:
     except ValueError:
         return True
     return False
-
-
-def _nearest(token: str, candidates: list[str]) -> str:
-    import difflib  # only on this error path: it costs milliseconds
-
-    # Compare without the dashes, which every candidate shares and which would make
-    # any two long options look alike (`--model` is not `--name`).
-    name = token.partition("=")[0].lstrip("-")
-    bare = {c.lstrip("-"): c for c in candidates}
-    close = difflib.get_close_matches(name, list(bare), n=1, cutoff=0.7)
-    return f"; did you mean {bare[close[0]]}?" if close else ""
-
-
-def _spec_key(inv: Invocation) -> str:
-    if inv.command in ("sessions", "config") and inv.subcommand:
-        return f"{inv.command} {inv.subcommand}"
-    return inv.command
-
-
-def _refused(key: str) -> None:
-    """acpx commands and options Tether does not have: the way Tether does it instead."""
-    if key in REFUSED:
-        raise UsageError(f"{key}: {REFUSED[key]}" if " --" in key else REFUSED[key])
-
-
-def _check_options(inv: Invocation, given: list[str], unknown: list[str]) -> None:
-    """Refuse options that ``inv``'s command does not take, naming the nearest it does."""
-    spec = _spec_key(inv)
-    allowed = _COMMAND_SPECS[spec][2]
-    where = f"`tether {spec}`"
-    known = sorted({*allowed, *_GLOBAL_FLAGS})
-    for token in unknown:
-        _refused(f"{spec} {token.partition('=')[0]}")
-        raise UsageError(
-            f"unknown option {token} for {where}{_nearest(token, known)}"
-            f" (see `tether {spec} --help`; text after `--` is never an option)"
-        )
-    for flag in given:
-        if flag not in allowed:
-            _refused(f"{spec} {flag}")
-            owners = [name for name, (_, _, opts) in _COMMAND_SPECS.items() if flag in opts]
-            belongs = f"; it is an option of `{'`, `'.join(owners)}`" if owners else ""
-            raise UsageError(
-                f"{flag} is not an option of {where}{belongs} (see `tether {spec} --help`)"
-            )
 
 
 def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
@@ -342,6 +303,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
     unknown: list[str] = []
     i = 0
     literal = False
+    literal_from: int | None = None  # positional words from here on came after `--`
     while i < len(argv):
         token = argv[i]
         if literal:
@@ -350,6 +312,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             continue
         if token == "--":
             literal = True
+            literal_from = len(positional)
             i += 1
             continue
         if not _is_option(token):
@@ -380,6 +343,8 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         i += 1
 
     rest = _command(inv, positional, is_agent_name, unknown)
+    if inv.implicit and not unknown:
+        near_command(inv, positional, len(positional) if literal_from is None else literal_from)
     if inv.agent and inv.agent_cmd:
         raise UsageError("--agent cannot be combined with a positional agent name")
     if inv.permissions and inv.permission_policy:
@@ -392,7 +357,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             inv.subcommand = rest[0]
             rest = rest[1:]
         elif rest:
-            _refused(f"sessions {rest[0]}")
+            refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
                 "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork"
@@ -406,7 +371,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             raise UsageError(f"unknown config command {rest[0]!r}: use show or init")
         else:
             inv.subcommand = "show"
-    _check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
+    check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
     for flag, value in given:
         _apply_command(inv, flag, value)
     if (
@@ -415,9 +380,12 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         and inv.subcommand
         in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
         and not inv.session
+        and not inv.key
     ):
         inv.session = rest[0]
         rest = rest[1:]
+    if inv.key is not None and inv.session is not None:
+        raise UsageError("--key and a session name (-s) name the session twice: give one")
     inv.words = rest
     return inv
 
@@ -427,7 +395,7 @@ def _command(
 ) -> list[str]:
     """Find the agent and the command among the positional words; return the rest."""
     for word in positional[:2]:
-        _refused(word)  # `compare`, `flow`: acpx commands Tether does not have
+        refused(word)  # `compare`, `flow`: acpx commands Tether does not have
         if word in COMMANDS:
             break
     if positional and positional[0] in COMMANDS:
@@ -440,12 +408,11 @@ def _command(
     if positional:
         # Implicit prompt: `tether <agent> "text"` or `tether "text"` (default agent).
         inv.command = "prompt"
+        inv.implicit = True
         if callable(is_agent_name) and is_agent_name(positional[0], inv.cwd):
             inv.agent = positional[0]
             return positional[1:]
         return positional
     if unknown:
-        raise UsageError(
-            f"unknown option {unknown[0]}{_nearest(unknown[0], sorted(_GLOBAL_FLAGS))}"
-        )
+        raise UsageError(f"unknown option {unknown[0]}{nearest(unknown[0], sorted(_GLOBAL_FLAGS))}")
     raise UsageError("no command given; try `tether --help`")

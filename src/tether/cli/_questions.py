@@ -24,7 +24,7 @@ import sys
 import threading
 
 from tether import _fastjson, operations
-from tether.errors import AlreadyAnswered, TetherError, UsageError
+from tether.errors import AlreadyAnswered, NoSession, TetherError, UsageError
 
 TYPE_CHECKING = False  # typing costs milliseconds; mypy reads the name
 if TYPE_CHECKING:
@@ -172,7 +172,9 @@ class Asker:
             self.hold(False)  # interrupted with a question open: release the output
 
     def _say(self, text: str) -> None:
-        self.err.write(text + "\n")
+        from tether.names import escape  # the agent's titles and messages, never raw
+
+        self.err.write(escape(text, field=False) + "\n")
         self.err.flush()
 
     def on_frame(self, frame: dict[str, Any]) -> bool:
@@ -275,7 +277,12 @@ def answer_cmd(ctx: Any, key: str) -> int:
             raise UsageError(f"the answer's content is not JSON: {words[2]!r}") from None
         if not isinstance(content, dict):
             raise UsageError("the answer's content must be a JSON object")
-    result = operations.answer(key, words[0], words[1], content=content)
+    try:
+        result = operations.answer(key, words[0], words[1], content=content)
+    except NoSession:
+        from tether.cli._session_cmds import _no_session_hint
+
+        raise _no_session_hint(ctx) from None
     question = result.get("interaction") or {}
     ctx.output.control(result, text=resolved_text(question), quiet=str(question.get("answer")))
     return 0

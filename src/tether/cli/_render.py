@@ -113,7 +113,9 @@ def _question(q: Mapping[str, Any]) -> str:
 def fields(record: Mapping[str, Any], *, now: float | None = None) -> str:
     """A record as aligned ``label: value`` lines (the ``action`` key is left out)."""
     now = time.time() if now is None else now
-    rows = [(words(k), value(k, v, now)) for k, v in record.items() if k != "action"]
+    from tether.names import escape  # a value from the state never forges a line
+
+    rows = [(words(k), escape(value(k, v, now))) for k, v in record.items() if k != "action"]
     width = max((len(label) for label, _ in rows), default=0) + 1
     return "\n".join(f"{(label + ':').ljust(width)} {text}" for label, text in rows)
 

@@ -26,9 +26,19 @@ if TYPE_CHECKING:
 
 
 def _key(ctx: Any) -> str:
-    return sessions.session_key(
-        ctx.agent_scope, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
-    )
+    """The session's key: ``--key`` (a key or a unique prefix, looked up once), else the
+    agent, working directory and name."""
+    if ctx.inv.key is None:
+        return sessions.session_key(
+            ctx.agent_scope, str(ctx.cwd), ctx.inv.session or sessions.DEFAULT_NAME
+        )
+    if ctx.resolved_key is None:
+        given = ctx.inv.key.lower()
+        if len(given) == 64 and all(c in "0123456789abcdef" for c in given):
+            ctx.resolved_key = given  # a whole key: no lookup (the warm path stays thin)
+        else:
+            ctx.resolved_key = operations.resolve_key(ctx.inv.key)
+    return str(ctx.resolved_key)
 
 
 session_key_of = _key
@@ -59,6 +69,8 @@ def _policy(ctx: Any) -> str | None:
 
 
 def _no_session_hint(ctx: Any) -> NoSession:
+    if ctx.inv.key is not None:
+        return NoSession(f"no session has the key {ctx.inv.key} (see `tether sessions list --all`)")
     name = f" -s {ctx.inv.session}" if ctx.inv.session else ""
     return NoSession(
         f"no session for {ctx.agent_label} in {ctx.cwd}{name}; "

@@ -66,16 +66,28 @@ def sessions_cmd(ctx: Any) -> int:
 
 
 def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
-    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest."""
+    """``sessions list`` as text: a table, or with ``--tree`` the ownership forest.
+
+    Every field is escaped: a name (or cwd) from the state never forges a row."""
+    from tether.names import escape
+
     if not tree:
         return "\n".join(
-            f"{s['name'] or '(default)'}\t{s['state']}\t{s['agentId']}\t{s['cwd']}"
-            f"\t{_owner_text(s)}"
+            "\t".join(
+                escape(str(field))
+                for field in (
+                    s["name"] or "(default)",
+                    s["state"],
+                    s["agentId"],
+                    s["cwd"],
+                    _owner_text(s),
+                )
+            )
             for s in items
         )
     from tether.ownership import tree_lines
 
-    return "\n".join(tree_lines(items))
+    return "\n".join(escape(line) for line in tree_lines(items))
 
 
 def _owner_text(item: dict[str, Any]) -> str:
@@ -85,6 +97,8 @@ def _owner_text(item: dict[str, Any]) -> str:
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
+    from tether.names import escape
+
     key = _key(ctx)
     name = ctx.inv.session or sessions.DEFAULT_NAME
     conn, created = operations.ensure_session(
@@ -123,13 +137,21 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             **({"acpSessionId": resumed.get("acpSessionId")} if resumed else {}),
         },
         text=(
-            f"session {name or '(default)'} {'created' if created else 'ready'}"
-            f" · {ctx.agent_label} · {ctx.cwd} · owner {owner_pid}"
+            f"session {escape(name) or '(default)'} {_ensured_word(created, fresh)}"
+            f" · {escape(ctx.agent_label)} · {escape(str(ctx.cwd))} · owner {owner_pid}"
             + (f" · resumed {resumed.get('acpSessionId')}" if resumed else "")
         ),
         quiet=key,
     )
     return 0
+
+
+def _ensured_word(created: bool, fresh: bool) -> str:
+    if created:
+        return "created"
+    # `sessions new` always replaces, unless a concurrent `sessions new` of the same
+    # session created it after this one began (tether.operations.ensure_session).
+    return "exists (created just now by a concurrent `sessions new`)" if fresh else "ready"
 
 
 def _close(ctx: Any) -> int:
@@ -155,12 +177,22 @@ def _close(ctx: Any) -> int:
         key_text = str(child["sessionKey"])[:12]
         text += f"\nspawned session {key_text} could not be closed: {child['error']}"
     if result.get("stateError"):
-        text += (
-            "\nthe session's end could not be recorded: "
-            f"{result['stateError']} (free space, then `tether doctor`)"
-        )
+        text += f"\nthe session's end could not be recorded: {state_error_text(result)}"
     ctx.output.control(result, text=text, quiet="closed")
     return 1 if survivors or failed or result.get("stateError") else 0
+
+
+def state_error_text(result: dict[str, Any]) -> str:
+    """Why a close could not be recorded, with what to do about that cause (only a full
+    disk is helped by freeing space)."""
+    code = result.get("stateErrorCode")
+    if code == "STATE_FULL":
+        advice = "free space, then `tether doctor`"
+    elif code == "STATE_CORRUPT":
+        advice = "the state database is damaged: `tether doctor --repair` sets it aside"
+    else:
+        advice = "`tether doctor` checks the state database"
+    return f"{result['stateError']} ({advice})"
 
 
 def _terminate(ctx: Any) -> int:

@@ -26,6 +26,7 @@ import sys
 
 from tether import _fastjson
 from tether.errors import OutputClosed, TetherError
+from tether.names import escape
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -74,6 +75,11 @@ class Output:
         self._read_ids: set[Any] = set()  # ids of the agent's fs/read_text_file requests
         self._read_calls: set[str] = set()  # toolCallIds of kind "read"
         self.spinner: Any = None  # tether.cli._spinner.Spinner on a terminal, else None
+        # On a terminal, text from an agent or the state never reaches it raw: control
+        # characters (escape sequences, carriage returns) are shown as \xNN escapes.
+        # JSON escapes them itself; a pipe or a file gets the text as it is.
+        self._tty_out = fmt != "json" and _isatty(self.out)
+        self._tty_err = _isatty(self.err)
 
     # --- frames ---------------------------------------------------------------------
 
@@ -203,6 +209,12 @@ class Output:
             self.flush()
             self._err_write(f"[tether] {text}\n")
 
+    def notice(self, text: str) -> None:
+        """Something the user must know whatever the format (stderr; not with --json-strict)."""
+        if not self.json_strict:
+            self.flush()
+            self._err_write(f"[tether] {text}\n")
+
     def error(self, exc: TetherError) -> None:
         """Report ``exc``: a JSON-RPC shaped envelope on stdout in json, a line on stderr.
 
@@ -246,6 +258,8 @@ class Output:
     def _write(self, text: str) -> None:
         if self.closed:
             return
+        if self._tty_out:
+            text = escape(text, field=False)
         if self.batch:
             self._pending.append(text)
             return
@@ -290,11 +304,20 @@ class Output:
         if self.spinner is not None:
             self.spinner.clear()
             self.spinner.activity()
+        if self._tty_err:
+            text = escape(text, field=False)
         try:
             self.err.write(text)
             self.err.flush()
         except BrokenPipeError:
             _to_devnull(self.err)
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (OSError, ValueError, AttributeError):  # closed, or not a real file
+        return False
 
 
 def _to_devnull(stream: TextIO) -> None:

@@ -240,6 +240,19 @@ def last_of_kind(db: sqlite3.Connection, key: str, kind: str) -> Row | None:
     return row
 
 
+def incarnation_start(db: sqlite3.Connection, key: str, created_at: float) -> int:
+    """The first ``seq`` of the session as it is now, created (or re-created, by
+    ``sessions new`` or a reopen after close) at ``created_at``: the journal goes on under
+    the same key, and what an earlier session of that key did ended with its
+    ``session_ended`` before then. History and transcripts start here."""
+    row = db.execute(
+        "SELECT max(seq) FROM journal_marks WHERE session_key = ? AND kind = 'session_ended'"
+        " AND at < ?",
+        (key, created_at),
+    ).fetchone()
+    return int(row[0]) + 1 if row and row[0] is not None else 1
+
+
 def turns_start(db: sqlite3.Connection, key: str, tail: int | None) -> int:
     """The first ``seq`` of the last ``tail`` turns (1 for all; past the end for 0)."""
     if tail is None:

@@ -21,7 +21,9 @@ def main(args: list[str]) -> int:
         elif word.startswith("--session-key="):
             key = word.split("=", 1)[1]
         elif word in ("-h", "--help"):
-            sys.stdout.write(USAGE + "\n")
+            from tether.cli._help import MCP_HELP
+
+            sys.stdout.write(MCP_HELP)
             return 0
         else:
             raise UsageError(f"tether mcp: unexpected {word!r}; {USAGE}")

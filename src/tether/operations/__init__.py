@@ -37,8 +37,8 @@ if TYPE_CHECKING:
         serving_generation,
     )
     from tether.operations.ensure import ensure_session
-    from tether.operations.journal_reads import history, transcript, watch
-    from tether.operations.listing import describe, list_sessions
+    from tether.operations.journal_reads import first_seq, history, transcript, watch
+    from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.session_status import offline_status, status
     from tether.operations.terminating import terminate
@@ -53,11 +53,13 @@ __all__ = [
     "connect_or_start",
     "describe",
     "ensure_session",
+    "first_seq",
     "fork_session",
     "history",
     "list_sessions",
     "logout",
     "offline_status",
+    "resolve_key",
     "resume_agent_session",
     "serving_generation",
     "status",
@@ -82,6 +84,8 @@ _HOME = {
     "terminate": "terminating",
     "list_sessions": "listing",
     "describe": "listing",
+    "resolve_key": "listing",
+    "first_seq": "journal_reads",
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tether import access
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+
+from tether import access, sessions
 from tether.errors import UsageError
 from tether.ipc.client import OwnerConnection
 from tether.operations.closing import _close_live, _close_offline
@@ -40,17 +45,67 @@ def ensure_session(
             own tree (``--sandboxed``). Recorded when the session is created.
 
     Returns:
-        (a connection to the serving owner, whether the session was created).
+        (a connection to the serving owner, whether the session was created). Creating
+        a session of one key is serialized: of concurrent calls, one creates it; a
+        ``fresh`` call that finds it created after the call began (by a concurrent
+        ``fresh`` call) keeps it and answers ``created`` false.
 
     Raises:
         VisibilityDenied: the requester may not replace or reuse this session, or may
             not spawn a session of this agent (the agent-to-agent policy).
         UsageError: ``sandboxed`` for an open session that is not sandboxed.
+        InvalidName: ``name`` holds characters that would forge output
+            (:func:`tether.names.check_name`; every door's names come here).
     """
+    from tether.names import check_name
+
+    check_name(name)
+    with _creating(key, time.time()) as since:
+        return _ensure_locked(
+            key,
+            since=since,
+            name=name,
+            argv=argv,
+            label=label,
+            cwd=cwd,
+            options=options,
+            fresh=fresh,
+            env=env,
+            override=override,
+            sandboxed=sandboxed,
+            resume_session=resume_session,
+        )
+
+
+def _ensure_locked(
+    key: str,
+    *,
+    since: float,
+    name: str,
+    argv: list[str],
+    label: str,
+    cwd: str,
+    options: dict[str, Any],
+    fresh: bool,
+    env: dict[str, str] | None,
+    override: dict[str, Any] | None,
+    sandboxed: bool,
+    resume_session: str | None,
+) -> tuple[OwnerConnection, bool]:
     from tether.registry import Registry
 
     with Registry() as registry:
         existing = registry.session(key)
+        if (
+            fresh
+            and existing is not None
+            and existing.state != "closed"
+            and existing.created_at >= since
+        ):
+            # Created by a concurrent call of the same key that held the lock first
+            # (while this one started, or waited for it). It is as fresh as ours would
+            # be; replacing it would end what that caller was just told it created.
+            fresh = False
         reused = existing is not None and existing.state != "closed" and not fresh
         if existing is not None and existing.state != "closed":
             # Reusing (ensure) or replacing (new) a session is driving it.
@@ -90,3 +145,52 @@ def ensure_session(
             merged = {**_session.options, "resume_session": resume_session}
             registry.update_session(key, acp_session_id=resume_session, options=merged)
     return connect_or_start(key, env=env, options=override), created
+
+
+LOCK_WAIT_S = 60.0  # for a concurrent creation of the same key (it may close a live owner)
+LOCK_POLL_S = 0.02
+
+
+@contextlib.contextmanager
+def _creating(key: str, started: float) -> Iterator[float]:
+    """Hold the key's creation lock (a file lock beside the owner's, never the owner's):
+    deciding whether to create, replacing and recording happen as one step.
+
+    Yields the time from which a session of the key counts as created concurrently with
+    this call: when this call started, or -- if it had to wait -- when the holder it
+    waited for took the lock (each holder writes that time into the lock file).
+    """
+    import fcntl
+
+    from tether.errors import CallTimeout
+
+    fd = os.open(sessions.create_lock_path(key), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    since = started
+    try:
+        deadline = time.monotonic() + LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                since = min(since, _holder_since(fd))
+                if time.monotonic() >= deadline:
+                    raise CallTimeout(
+                        f"another caller has been creating this session for {LOCK_WAIT_S:.0f} s",
+                        phase="create",
+                        session_key=key,
+                    ) from None
+                time.sleep(LOCK_POLL_S)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, repr(time.time()).encode(), 0)
+        yield since
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder_since(fd: int) -> float:
+    """When the lock's current holder took it (what it wrote; +inf if unreadable)."""
+    try:
+        return float(os.pread(fd, 64, 0).decode() or "inf")
+    except (OSError, ValueError):
+        return float("inf")

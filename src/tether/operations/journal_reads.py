@@ -30,6 +30,15 @@ def _readable(key: str) -> Any:
     return registry
 
 
+def first_seq(registry: Any, key: str) -> int:
+    """The session's first seq as it is now: a session that ``sessions new`` replaced
+    left its turns under the same key, before this one's creation."""
+    from tether.journal import store
+
+    session = registry.session(key)
+    return 1 if session is None else store.incarnation_start(registry._db, key, session.created_at)
+
+
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
     """One summary per turn (request id, times, duration, stop reason, preview), oldest
     first; the last ``limit`` when given. Reads the journal; needs no owner.
@@ -41,7 +50,8 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
     from tether.journal import render, store
 
     with _readable(key) as registry:
-        turns = render.turns(store.turn_rows(registry._db, key))
+        first = first_seq(registry, key)
+        turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
     return [t.to_json() for t in turns]
@@ -58,7 +68,7 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
     from tether.journal import render, store
 
     with _readable(key) as registry:
-        start = store.turns_start(registry._db, key, tail)
+        start = max(store.turns_start(registry._db, key, tail), first_seq(registry, key))
         return render.transcript(store.iter_lines(registry._db, key, start))
 
 

@@ -42,3 +42,33 @@ def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
         record["forkedFrom"] = fork  # {sessionKey, acpSessionId}: where `sessions fork` began
     record.update(ownership_json(session, instance_id or ""))
     return record
+
+
+def resolve_key(prefix: str) -> str:
+    """The full key of the one session (open or closed) the requester may see whose key
+    starts with ``prefix``: how a caller addresses a session by key (the CLI's ``--key``)
+    whatever its name, agent or door.
+
+    Raises:
+        UsageError: ``prefix`` is not hexadecimal, or several sessions' keys start with it.
+        NoSession: no session the requester may see has such a key.
+    """
+    from tether.errors import NoSession, UsageError
+    from tether.names import escape
+    from tether.registry import Registry
+
+    wanted = prefix.strip().lower()
+    if not wanted or any(c not in "0123456789abcdef" for c in wanted):
+        raise UsageError(f"--key takes a session key or its prefix (hex), got {escape(prefix)!r}")
+    with Registry() as registry:
+        rows = access.visible_sessions(registry, registry.sessions(include_closed=True))
+    keys = [s.key for s in rows if s.key.startswith(wanted)]
+    if not keys:
+        raise NoSession(f"no session has a key starting with {wanted}")
+    if len(keys) > 1:
+        shown = ", ".join(k[:16] for k in keys[:5])
+        raise UsageError(
+            f"{len(keys)} sessions have keys starting with {wanted} ({shown}"
+            f"{', ...' if len(keys) > 5 else ''}): give more of the key"
+        )
+    return keys[0]

@@ -11,12 +11,30 @@ if TYPE_CHECKING:
     from typing import Any
 
 
+def _must_exist(key: str) -> None:
+    """No owner answers: a session that does not exist (or was closed) is ``NoSession``,
+    as for every other command (exit 4), not "nothing to cancel". Only on this path is the
+    state database read."""
+    from tether.errors import NoSession
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        session = registry.session(key)
+    if session is None or session.state == "closed":
+        raise NoSession("no such session" if session is None else "the session is closed")
+
+
 def cancel(key: str, target: str | None = None) -> dict[str, Any]:
-    """Cancel the running turn, or remove the queued request ``target``."""
+    """Cancel the running turn, or remove the queued request ``target``.
+
+    Raises:
+        NoSession: no owner runs and the session does not exist or is closed.
+    """
     access.authorize(key, "cancel")
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
+        _must_exist(key)
         return {"action": "cancel_result", "cancelled": False, "reason": "no running owner"}
     with conn:
         return conn.request("cancel", {"targetRequestId": target} if target else {})
@@ -41,6 +59,7 @@ def answer(
     Raises:
         AlreadyAnswered: someone answered first (or a deadline, a cancel); not sent.
         UnknownInteraction: no such question is open (no owner runs: none can be).
+        NoSession: no owner runs and the session does not exist or is closed.
         UsageError: the answer names nothing the agent offered; the question stays open.
         VisibilityDenied: the requester may not answer this session's questions (the
             visibility rules), or it is inside the session's own agent tree (the owner
@@ -52,6 +71,7 @@ def answer(
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
+        _must_exist(key)
         raise UnknownInteraction(
             f"no question {interaction_id!r} is waiting: the session's owner is not running",
             interaction_id=interaction_id,

@@ -64,6 +64,7 @@ def end_session(
                 "teardownMs": report.elapsed_ms if report else 0.0,
                 "agentWasRunning": report is not None,
                 **({"stateError": closer.state_error} if closer.state_error else {}),
+                **({"stateErrorCode": closer.state_error_code} if closer.state_error_code else {}),
                 # close --discard: whether the agent deleted its session (session/delete)
                 **({"discarded": discarded} if discarded is not None else {}),
             }

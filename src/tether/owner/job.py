@@ -151,6 +151,7 @@ class Job:
         "last_seq",
         "outbox",
         "state_error",
+        "state_error_code",
         "superseded",
     )
 
@@ -170,6 +171,7 @@ class Job:
         self.last_seq = 0  # the journal seq of the last entry relayed to this caller
         self.lagged = False  # ended with `lagged`: the caller did not leave, it fell behind
         self.state_error: str | None = None  # the state database refused a write for it
+        self.state_error_code: str | None = None  # its detail code (STATE_FULL...)
 
     def __repr__(self) -> str:
         return f"Job({self.env.kind} {self.request_id}, done={self.done})"

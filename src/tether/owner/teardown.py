@@ -113,6 +113,7 @@ async def shut_down(owner: Owner) -> None:
         logger.error("could not record the session's end: %s", exc)
         if ending.closer is not None:
             ending.closer.state_error = str(exc)
+            ending.closer.state_error_code = exc.detail_code  # STATE_FULL, STATE_CORRUPT...
     if closing:
         end_session(
             owner.record,

@@ -233,7 +233,9 @@ def _plan_one(
     # A live holder with a current lease is tearing down or running its own tree; two
     # reapers racing on one tree is how foreign pids get signalled.
     if lease_is_healthy(lease, now):
-        return [Skip(lid, "held by a live supervisor whose lease has not expired: not ours")]
+        # (It is this instance's, often the operator's own warm session: "in use", not
+        # "not ours".)
+        return [Skip(lid, "in use: its live owner holds it and its lease is current")]
     if lease.held_by_us and lease.state in (LeaseState.OPEN, LeaseState.CLOSING):
         # Our own run (a late heartbeat is no reason to reap ourselves): the runner
         # that holds it ends it.
