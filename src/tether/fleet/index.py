@@ -26,13 +26,22 @@ import json
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
 from tether.errors import FleetError, HostSuperseded, IndexUnavailable
+from tether.fleet.rows import (
+    Capacity,
+    HostRow,
+    Ownership,
+    SessionRow,
+    ShippedChunk,
+    ShipResult,
+    host_row,
+    session_row,
+)
 from tether.fleet.schema import MIGRATIONS
 
 # pg_advisory_xact_lock key for migrations: any constant shared by every Tether.
@@ -41,108 +50,6 @@ _MIGRATION_LOCK = 0x7E7E_0001
 # server must not hang a router's request: routing falls back to its cached host table.
 DEFAULT_STATEMENT_TIMEOUT_MS = 5_000
 DEFAULT_CONNECT_TIMEOUT_S = 3
-
-
-@dataclass(frozen=True, slots=True)
-class HostRow:
-    host_id: str
-    url: str
-    epoch: int
-    state: str  # up | draining | down
-    labels: Mapping[str, str]
-    sessions: int
-    max_sessions: int | None
-    memory_total: int | None
-    memory_available: int | None
-    heartbeat_age_s: float  # by the index's clock
-    down_reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "hostId": self.host_id,
-            "url": self.url,
-            "epoch": self.epoch,
-            "state": self.state,
-            "labels": dict(self.labels),
-            "sessions": self.sessions,
-            "maxSessions": self.max_sessions,
-            "memoryTotal": self.memory_total,
-            "memoryAvailable": self.memory_available,
-            "heartbeatAgeS": round(self.heartbeat_age_s, 3),
-            "downReason": self.down_reason,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    """What a host reports with each heartbeat."""
-
-    sessions: int = 0
-    max_sessions: int | None = None
-    memory_total: int | None = None
-    memory_available: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class SessionRow:
-    session_id: str
-    scope: str
-    agent: str
-    cwd: str
-    name: str
-    state: str  # open | closed | lost
-    host_id: str
-    host_epoch: int
-    local_key: str | None
-    durable_seq: int
-    owner_session_id: str | None = None
-    spawned_by: str | None = None
-    parent_session_id: str | None = None
-    sandboxed: bool = False
-    end_reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "sessionId": self.session_id,
-            "scope": self.scope,
-            "agent": self.agent,
-            "cwd": self.cwd,
-            "name": self.name,
-            "state": self.state,
-            "hostId": self.host_id,
-            "hostEpoch": self.host_epoch,
-            "localKey": self.local_key,
-            "durableSeq": self.durable_seq,
-            "ownerSessionId": self.owner_session_id,
-            "spawnedBy": self.spawned_by,
-            "parentSessionId": self.parent_session_id,
-            "sandboxed": self.sandboxed,
-            "endReason": self.end_reason,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Ownership:
-    """Seed 000's ownership fields of a new session (all optional: the operator's)."""
-
-    owner_session_id: str | None = None
-    spawned_by: str | None = None
-    parent_session_id: str | None = None
-    sandboxed: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ShippedChunk:
-    first_seq: int
-    last_seq: int
-    entries: int
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ShipResult:
-    durable_seq: int
-    stored: bool  # False: this chunk was already shipped (a retry)
 
 
 def new_session_id() -> str:
@@ -351,7 +258,7 @@ class FleetIndex:
                 "SELECT *, EXTRACT(EPOCH FROM now() - heartbeat_at)::float8 AS age"
                 " FROM hosts ORDER BY host_id"
             ).fetchall()
-        return [_host(r) for r in rows]
+        return [host_row(r) for r in rows]
 
     def host(self, host_id: str) -> HostRow | None:
         with _translated("read host"), self._conn.cursor(row_factory=dict_row) as cur:
@@ -360,7 +267,7 @@ class FleetIndex:
                 " FROM hosts WHERE host_id = %s",
                 (host_id,),
             ).fetchone()
-        return _host(r) if r else None
+        return host_row(r) if r else None
 
     # --- sessions ----------------------------------------------------------------------
 
@@ -413,14 +320,14 @@ class FleetIndex:
                     ),
                 ).fetchone()
                 if created is not None:
-                    return _session(created), True
+                    return session_row(created), True
                 existing = cur.execute(
                     "SELECT * FROM sessions WHERE scope = %s AND agent = %s AND cwd = %s"
                     " AND name = %s AND state = 'open'",
                     (scope, agent, cwd, name),
                 ).fetchone()
             if existing is not None:
-                return _session(existing), False
+                return session_row(existing), False
             host = self.host(host_id)
             if host is None or host.epoch != host_epoch or host.state != "up":
                 raise HostSuperseded(
@@ -465,14 +372,14 @@ class FleetIndex:
                 """,
                 (host_id, host_epoch),
             ).fetchall()
-        return [_session(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def session(self, session_id: str) -> SessionRow | None:
         with _translated("read session"), self._conn.cursor(row_factory=dict_row) as cur:
             r = cur.execute(
                 "SELECT * FROM sessions WHERE session_id = %s", (session_id,)
             ).fetchone()
-        return _session(r) if r else None
+        return session_row(r) if r else None
 
     def sessions(
         self, *, host_id: str | None = None, state: str | None = "open"
@@ -490,7 +397,7 @@ class FleetIndex:
                 f"SELECT * FROM sessions{where} ORDER BY created_at, session_id",  # noqa: S608 -- fixed clauses, values bound
                 args,
             ).fetchall()
-        return [_session(r) for r in rows]
+        return [session_row(r) for r in rows]
 
     def end_session(self, session_id: str, state: str, reason: str) -> bool:
         """Close an open session (``closed``) or mark it ``lost``; False if it was not open."""
@@ -585,42 +492,6 @@ class FleetIndex:
                 (session_id, after_seq, limit),
             ).fetchall()
         return [ShippedChunk(int(a), int(b), int(c), bytes(d)) for a, b, c, d in rows]
-
-
-def _host(r: Mapping[str, Any]) -> HostRow:
-    return HostRow(
-        host_id=r["host_id"],
-        url=r["url"],
-        epoch=int(r["epoch"]),
-        state=r["state"],
-        labels=dict(r["labels"] or {}),
-        sessions=int(r["sessions"]),
-        max_sessions=r["max_sessions"],
-        memory_total=r["memory_total"],
-        memory_available=r["memory_available"],
-        heartbeat_age_s=float(r["age"]),
-        down_reason=r["down_reason"],
-    )
-
-
-def _session(r: Mapping[str, Any]) -> SessionRow:
-    return SessionRow(
-        session_id=r["session_id"],
-        scope=r["scope"],
-        agent=r["agent"],
-        cwd=r["cwd"],
-        name=r["name"],
-        state=r["state"],
-        host_id=r["host_id"],
-        host_epoch=int(r["host_epoch"]),
-        local_key=r["local_key"],
-        durable_seq=int(r["durable_seq"]),
-        owner_session_id=r["owner_session_id"],
-        spawned_by=r["spawned_by"],
-        parent_session_id=r["parent_session_id"],
-        sandboxed=bool(r["sandboxed"]),
-        end_reason=r["end_reason"],
-    )
 
 
 __all__: Sequence[str] = (

@@ -20,9 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-import threading
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,8 +29,10 @@ import httptools
 
 from tether.errors import FleetError
 from tether.fleet import http1
-from tether.fleet.index import FleetIndex, HostRow
+from tether.fleet.host_table import HostTable
+from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
+from tether.fleet.rows import HostRow
 
 DEFAULT_REFRESH_S = 0.25
 DEFAULT_TTL_S = 5.0
@@ -49,98 +49,6 @@ class RouterSettings:
     refresh_s: float = DEFAULT_REFRESH_S
     connect_timeout_s: float = 1.0
     first_byte_timeout_s: float = DEFAULT_TTL_S + 1.0
-
-
-class HostTable:
-    """What the router knows of hosts and sessions: refreshed from the index, read from
-    memory on every request."""
-
-    def __init__(self, connect: Callable[[], FleetIndex], refresh_s: float) -> None:
-        self._connect = connect
-        self._refresh_s = refresh_s
-        self._hosts: dict[str, HostRow] = {}
-        self._refreshed_at = 0.0
-        self._sessions: dict[str, tuple[str, float]] = {}  # id -> (host id, cached at)
-        self._index: FleetIndex | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.index_up = False
-
-    def start(self) -> None:
-        self.refresh()
-        self._thread = threading.Thread(target=self._loop, name="fleet-hosts", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        with self._lock:
-            if self._index is not None:
-                self._index.close()
-                self._index = None
-
-    def _with_index(self, fn: Callable[[FleetIndex], Any]) -> Any:
-        with self._lock:
-            try:
-                if self._index is None:
-                    self._index = self._connect()
-                result = fn(self._index)
-                self.index_up = True
-                return result
-            except FleetError:
-                self.index_up = False
-                if self._index is not None:
-                    self._index.close()
-                    self._index = None
-                raise
-
-    def refresh(self) -> None:
-        try:
-            rows = self._with_index(lambda ix: ix.hosts())
-        except FleetError:
-            return  # keep routing from what we have
-        self._hosts = {h.host_id: h for h in rows}
-        self._refreshed_at = time.monotonic()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._refresh_s):
-            self.refresh()
-
-    def hosts(self) -> list[HostRow]:
-        return list(self._hosts.values())
-
-    def host(self, host_id: str) -> HostRow | None:
-        return self._hosts.get(host_id)
-
-    def age(self, host: HostRow) -> float:
-        return host.heartbeat_age_s + (time.monotonic() - self._refreshed_at)
-
-    def cached_session_host(self, session_id: str) -> str | None:
-        hit = self._sessions.get(session_id)
-        if hit is not None and time.monotonic() - hit[1] < SESSION_CACHE_S:
-            return hit[0]
-        return None
-
-    def lookup_session(self, session_id: str) -> str | None:
-        """The owning host of an open session, from the index (blocking: run in a thread)."""
-        row = self._with_index(lambda ix: ix.session(session_id))
-        if row is None or row.state != "open":
-            self._sessions.pop(session_id, None)
-            return None
-        self._sessions[session_id] = (row.host_id, time.monotonic())
-        return str(row.host_id)
-
-    def durable_seq(self, session_id: str) -> int | None:
-        try:
-            row = self._with_index(lambda ix: ix.session(session_id))
-        except FleetError:
-            return None
-        return None if row is None else int(row.durable_seq)
-
-    def forget_session(self, session_id: str) -> None:
-        self._sessions.pop(session_id, None)
 
 
 class _RequestWatch:
@@ -174,6 +82,11 @@ class _RequestWatch:
 
     def on_message_complete(self) -> None:
         self._queue.put_nowait(("end", None))
+
+
+async def _once(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
 
 
 class _RequestBody:
@@ -295,6 +208,17 @@ class Router:
             ]
             out.write(http1.json_response(200, {"hosts": hosts}))
             return True
+        if path == "/v1/sessions":
+            from tether.fleet import router_sessions
+
+            if head.method == b"GET":
+                await self._drain_body(queue)
+                out.write(await router_sessions.list_sessions(self, head))
+                return True
+            if head.method == b"POST":
+                return await router_sessions.create_session(
+                    self, head, _RequestBody(queue), out, link
+                )
         sid = http1.session_id_of(path)
         if sid is None:
             await self._drain_body(queue)
@@ -337,30 +261,51 @@ class Router:
         why = self.unavailable_reason(host)
         if why is not None:
             await self._drain_body(queue)
-            out.write(self._unavailable(host, why))
+            out.write(self.unavailable(host, why))
             return True
+        keep, _status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
+        return keep
+
+    async def forward(
+        self,
+        host: HostRow,
+        head: http1.RequestHead,
+        body: Any,
+        out: asyncio.StreamWriter,
+        link: ClientLink,
+        *,
+        sid: str | None = None,
+        extra: Sequence[http1.Header] = (),
+    ) -> tuple[bool, int]:
+        """Relay one request to ``host``; answer the client for a host that fails.
+
+        ``body`` is a :class:`_RequestBody` (drained whatever happens) or an iterable of
+        bytes the router made itself. Returns whether the client's connection serves on,
+        and the status the client was answered (the host's, or the router's own).
+        """
         url = urlsplit(host.url)
         address, port = url.hostname or "127.0.0.1", url.port or 80
-        extra = [(b"authorization", self._auth)] if self._auth else []
-        extra.append((b"x-tether-router", b"1"))
-        request = http1.encode_request_head(head, url.netloc.encode(), extra)
+        headers = [(b"authorization", self._auth)] if self._auth else []
+        headers += [(b"x-tether-router", b"1"), *extra]
+        request = http1.encode_request_head(head, url.netloc.encode(), headers)
 
         async def on_lost(_last: int | None) -> dict[str, Any]:
-            durable = await asyncio.to_thread(self.table.durable_seq, sid)
+            durable = None if sid is None else await asyncio.to_thread(self.table.durable_seq, sid)
             return {"durableSeq": durable, "hostId": host.host_id}
 
-        body = _RequestBody(queue)
+        parts = body.__aiter__() if isinstance(body, _RequestBody) else _once(body)
         try:
             outcome = await exchange(
-                self.pool, address, port, request, body.__aiter__(), out,
+                self.pool, address, port, request, parts, out,
                 first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
                 link=link,
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
-            await body.drain()
-            out.write(self._unavailable(host, str(e)))
-            return True  # nothing is wrong with the client's connection
+            if isinstance(body, _RequestBody):
+                await body.drain()
+            out.write(self.unavailable(host, str(e)))
+            return True, 503  # nothing is wrong with the client's connection
         except HostSilent as e:
             retry = head.method in (b"GET", b"HEAD")
             out.write(http1.problem(
@@ -368,13 +313,13 @@ class Router:
                 f"{e}; whether it acted on the request is unknown",
                 code="HOST_TIMEOUT", retryable=retry, hostId=host.host_id, keep_alive=False,
             ))  # fmt: skip
-            return False
+            return False, 504
         self.routed_total += 1
         # A client that got a whole answer keeps its connection, whatever becomes of the
         # host connection (a host saying `connection: close` said it to the client).
-        return outcome.client_whole
+        return outcome.client_whole, outcome.status
 
-    def _unavailable(self, host: HostRow, why: str) -> bytes:
+    def unavailable(self, host: HostRow, why: str) -> bytes:
         return http1.problem(
             503,
             "Service Unavailable",

@@ -1,0 +1,162 @@
+"""A host of the fleet: ``tether serve --fleet-index DSN --host-id ID --advertise URL``.
+
+Beside the gateway, a host runs two threads:
+
+- its :class:`~tether.fleet.membership.HostMembership` (register, beat, drain, leave);
+- a sync loop that, every ``ship_interval_s``, ships the committed journal of every
+  fleet session it owns (:class:`~tether.fleet.shipper.JournalShipper`) and tells the
+  index which of them have ended locally (closed, terminated).
+
+A fleet session lives on its host under its fleet id as the local session key (the
+router asks the host to create it so), so its journal, owner, socket and lock are found
+the way every local session's are. A local session that the index does not know (made
+by an operator on the host itself) is never shipped or listed in the fleet.
+
+When the host finds itself superseded (fenced while frozen or partitioned, or its id
+registered again elsewhere), it stops shipping and closes its fleet sessions locally,
+with its own proof, through ``on_superseded`` -- it never serves them again.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tether import paths
+from tether.errors import HostSuperseded, TetherError
+from tether.fleet.index import FleetIndex, SessionRow
+from tether.fleet.membership import HostMembership
+from tether.fleet.shipper import JournalShipper
+
+DEFAULT_SHIP_INTERVAL_S = 0.2
+
+
+class FleetHost:
+    def __init__(
+        self,
+        dsn: str,
+        host_id: str,
+        url: str,
+        *,
+        labels: Mapping[str, str] | None = None,
+        max_sessions: int | None = None,
+        beat_interval_s: float = 1.0,
+        ship_interval_s: float = DEFAULT_SHIP_INTERVAL_S,
+        close_locally: Callable[[list[str]], None] = lambda _keys: None,
+        log: Callable[[str], None] = lambda _m: None,
+    ) -> None:
+        self.dsn = dsn
+        self.host_id = host_id
+        self._ship_interval = ship_interval_s
+        self._close_locally = close_locally
+        self._log = log
+        self._open_count = 0
+        self.membership = HostMembership(
+            self._connect,
+            host_id,
+            url,
+            labels=labels,
+            sessions=lambda: self._open_count,
+            max_sessions=max_sessions,
+            interval_s=beat_interval_s,
+            on_superseded=self._superseded,
+        )
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._owned: list[SessionRow] = []
+        self.shipped_total = 0
+        self.last_error: str | None = None
+
+    def _connect(self) -> FleetIndex:
+        return FleetIndex.connect(self.dsn)
+
+    def start(self) -> int:
+        """Register (raising :class:`IndexUnavailable` if the index cannot be reached),
+        re-adopt the sessions this host owned before, and start shipping."""
+        epoch = self.membership.start()
+        with self._connect() as index:
+            self._owned = index.adopt_sessions(self.host_id, epoch)
+        self._open_count = len(self._owned)
+        self._thread = threading.Thread(target=self._run, name="fleet-ship", daemon=True)
+        self._thread.start()
+        return epoch
+
+    def stop(self, *, deregister: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.membership.stop(deregister=deregister)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            **self.membership.status().to_dict(),
+            "sessions": self._open_count,
+            "shippedEntries": self.shipped_total,
+            "lastError": self.last_error,
+        }
+
+    def _superseded(self) -> None:
+        self._log(f"host {self.host_id}: superseded in the fleet index; closing its sessions")
+        self._stop.set()
+        keys = [row.session_id for row in self._owned]
+        try:
+            self._close_locally(keys)
+        except TetherError as e:
+            self._log(f"host {self.host_id}: closing superseded sessions failed: {e}")
+
+    def _run(self) -> None:
+        from tether.journal.writer import open_db
+        from tether.registry import Registry
+
+        db: sqlite3.Connection | None = None
+        registry: Registry | None = None
+        index: FleetIndex | None = None
+        shipper: JournalShipper | None = None
+        try:
+            while not self._stop.is_set():
+                try:
+                    if registry is None:
+                        registry = Registry()
+                    if index is None or db is None or shipper is None:
+                        index = self._connect()
+                        db = db or open_db(paths.state_db())
+                        shipper = JournalShipper(
+                            index, db, self.host_id, lambda: self.membership.epoch
+                        )
+                    self.sync_once(index, registry, shipper)
+                    self.last_error = None
+                except HostSuperseded:
+                    return  # the membership's beat says so and closes the sessions
+                except (TetherError, sqlite3.Error, OSError) as e:
+                    self.last_error = str(e)
+                    if index is not None:
+                        index.close()
+                    index = shipper = None
+                self._stop.wait(self._ship_interval)
+        finally:
+            if index is not None:
+                index.close()
+            if db is not None:
+                db.close()
+            if registry is not None:
+                registry.close()
+
+    def sync_once(self, index: FleetIndex, registry: Any, shipper: JournalShipper) -> None:
+        """One pass: ship what is committed, end in the index what ended here."""
+        owned = index.sessions(host_id=self.host_id, state="open")
+        self._owned = owned
+        open_here = 0
+        for row in owned:
+            local = registry.session(row.session_id)
+            if local is None:
+                continue  # not created here yet (the router is creating it)
+            state = local.state
+            shipped = shipper.ship_session(row.session_id, row.session_id)
+            self.shipped_total += shipped.entries
+            if state == "closed":
+                index.end_session(row.session_id, "closed", "closed on its host")
+            else:
+                open_here += 1
+        self._open_count = open_here

@@ -1,0 +1,129 @@
+"""What a router knows of hosts and sessions: refreshed from the index by a thread, read
+from memory on every request, so routing goes on from the cache while PostgreSQL is down.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tether.errors import FleetError
+from tether.fleet.index import FleetIndex
+from tether.fleet.rows import HostRow, SessionRow
+
+SESSION_CACHE_S = 5.0
+
+
+class HostTable:
+    """What the router knows of hosts and sessions: refreshed from the index, read from
+    memory on every request."""
+
+    def __init__(self, connect: Callable[[], FleetIndex], refresh_s: float) -> None:
+        self._connect = connect
+        self._refresh_s = refresh_s
+        self._hosts: dict[str, HostRow] = {}
+        self._refreshed_at = 0.0
+        self._sessions: dict[str, tuple[str, float]] = {}  # id -> (host id, cached at)
+        self._index: FleetIndex | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.index_up = False
+
+    def start(self) -> None:
+        self.refresh()
+        self._thread = threading.Thread(target=self._loop, name="fleet-hosts", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        with self._lock:
+            if self._index is not None:
+                self._index.close()
+                self._index = None
+
+    def _with_index(self, fn: Callable[[FleetIndex], Any]) -> Any:
+        with self._lock:
+            try:
+                if self._index is None:
+                    self._index = self._connect()
+                result = fn(self._index)
+                self.index_up = True
+                return result
+            except FleetError:
+                self.index_up = False
+                if self._index is not None:
+                    self._index.close()
+                    self._index = None
+                raise
+
+    def refresh(self) -> None:
+        try:
+            rows = self._with_index(lambda ix: ix.hosts())
+        except FleetError:
+            return  # keep routing from what we have
+        self._hosts = {h.host_id: h for h in rows}
+        self._refreshed_at = time.monotonic()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._refresh_s):
+            self.refresh()
+
+    def hosts(self) -> list[HostRow]:
+        return list(self._hosts.values())
+
+    def host(self, host_id: str) -> HostRow | None:
+        return self._hosts.get(host_id)
+
+    def age(self, host: HostRow) -> float:
+        return host.heartbeat_age_s + (time.monotonic() - self._refreshed_at)
+
+    def cached_session_host(self, session_id: str) -> str | None:
+        hit = self._sessions.get(session_id)
+        if hit is not None and time.monotonic() - hit[1] < SESSION_CACHE_S:
+            return hit[0]
+        return None
+
+    def lookup_session(self, session_id: str) -> str | None:
+        """The owning host of an open session, from the index (blocking: run in a thread)."""
+        row = self._with_index(lambda ix: ix.session(session_id))
+        if row is None or row.state != "open":
+            self._sessions.pop(session_id, None)
+            return None
+        self._sessions[session_id] = (row.host_id, time.monotonic())
+        return str(row.host_id)
+
+    def durable_seq(self, session_id: str) -> int | None:
+        try:
+            row = self._with_index(lambda ix: ix.session(session_id))
+        except FleetError:
+            return None
+        return None if row is None else int(row.durable_seq)
+
+    def forget_session(self, session_id: str) -> None:
+        self._sessions.pop(session_id, None)
+
+    def remember(self, session_id: str, host_id: str) -> None:
+        self._sessions[session_id] = (host_id, time.monotonic())
+
+    # Blocking calls on the index for the router's own routes (run them in a thread).
+
+    def list_sessions(self, state: str | None) -> list[SessionRow]:
+        rows: list[SessionRow] = self._with_index(lambda ix: ix.sessions(state=state))
+        return rows
+
+    def session_row(self, session_id: str) -> SessionRow | None:
+        row: SessionRow | None = self._with_index(lambda ix: ix.session(session_id))
+        return row
+
+    def ensure_session(self, **kwargs: Any) -> tuple[SessionRow, bool]:
+        result: tuple[SessionRow, bool] = self._with_index(lambda ix: ix.ensure_session(**kwargs))
+        return result
+
+    def end_session(self, session_id: str, reason: str) -> None:
+        self._with_index(lambda ix: ix.end_session(session_id, "closed", reason))
+        self.forget_session(session_id)

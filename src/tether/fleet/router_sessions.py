@@ -1,0 +1,208 @@
+"""The routes the router answers from the index: listing sessions, creating them.
+
+**Creating** (``POST /v1/sessions``, the body a host takes, plus the router's own
+``labels`` and ``parentSessionId``): the router places the session (least loaded host,
+labels as constraints, next to its parent), inserts its row in the index -- the partial
+unique index decides, fleet-wide, whether it is new -- and asks the owning host to
+create (or ensure) it under its fleet id (``x-tether-session-id``). The host's answer is
+relayed as it is. A row whose creation the host refused is ended at once, so the
+identity is free again; nothing is left half-made.
+
+Racing creators of one (scope, agent, cwd, name), through any routers, all reach the
+one host that owns the row, which serializes creation of that key itself: one session,
+one owner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from tether.errors import FleetError, HostSuperseded, HostUnavailable
+from tether.fleet import http1
+from tether.fleet.placement import PlacementRequest, place
+from tether.fleet.rows import HostRow, Ownership, SessionRow
+
+if TYPE_CHECKING:
+    from tether.fleet.relay import ClientLink
+    from tether.fleet.router import Router, _RequestBody
+
+BODY_MAX = 64 * 1024
+ROUTER_FIELDS = ("labels", "parentSessionId")
+DEFAULT_SCOPE = "default"  # one scope per router token, until tokens carry identities
+
+
+def record(row: SessionRow, host: HostRow | None, available: bool) -> dict[str, Any]:
+    """A session as the router lists it: the host's record's core fields and where it is."""
+    return {
+        "id": row.session_id,
+        "key": row.session_id,
+        "name": row.name,
+        "agent": row.agent,
+        "cwd": row.cwd,
+        "state": row.state,
+        "host": row.host_id,
+        "hostId": row.host_id,
+        "hostUrl": None if host is None else host.url,
+        "hostAvailable": available,
+        "durableSeq": row.durable_seq,
+        "parentSessionId": row.parent_session_id,
+    }
+
+
+async def list_sessions(router: Router, head: http1.RequestHead) -> bytes:
+    query = head.target.split(b"?", 1)[1].decode("latin-1") if b"?" in head.target else ""
+    state: str | None = "open"
+    for pair in query.split("&"):
+        key, _, value = pair.partition("=")
+        if key == "state" and value in ("open", "closed", "lost", "all"):
+            state = None if value == "all" else value
+    try:
+        rows = await asyncio.to_thread(router.table.list_sessions, state)
+    except FleetError as e:
+        return http1.problem(503, "Service Unavailable", str(e), code="INDEX_UNAVAILABLE",
+                             retryable=True)  # fmt: skip
+    items = []
+    for row in rows:
+        host = router.table.host(row.host_id)
+        available = host is not None and router.unavailable_reason(host) is None
+        items.append(record(row, host, available))
+    return http1.json_response(200, {"sessions": items})
+
+
+def _bad(detail: str, field: str) -> bytes:
+    return http1.problem(422, "Unprocessable Content", detail, code="BAD_VALUE",
+                         retryable=False, field=field)  # fmt: skip
+
+
+async def _read(body: _RequestBody) -> bytes | None:
+    parts: list[bytes] = []
+    size = 0
+    async for part in body:
+        size += len(part)
+        if size > BODY_MAX:
+            await body.drain()
+            return None
+        parts.append(part)
+    return b"".join(parts)
+
+
+async def create_session(
+    router: Router,
+    head: http1.RequestHead,
+    body: _RequestBody,
+    out: Any,
+    link: ClientLink,
+) -> bool:
+    raw = await _read(body)
+    if raw is None:
+        out.write(http1.problem(413, "Content Too Large", f"a body over {BODY_MAX} bytes",
+                                code="BODY_TOO_LARGE", retryable=False))  # fmt: skip
+        return True
+    try:
+        doc = json.loads(raw or b"{}")
+    except ValueError:
+        out.write(_bad("the body is not JSON", "body"))
+        return True
+    if not isinstance(doc, dict):
+        out.write(_bad("the body must be a JSON object", "body"))
+        return True
+    for field in ("agent", "cwd"):
+        if not isinstance(doc.get(field), str) or not doc[field]:
+            out.write(_bad(f"{field} is required (a string)", field))
+            return True
+    name = doc.get("name", "")
+    labels = doc.get("labels", {})
+    parent = doc.get("parentSessionId")
+    if not isinstance(name, str):
+        out.write(_bad("name must be a string", "name"))
+        return True
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        out.write(_bad("labels must be an object of strings", "labels"))
+        return True
+    if parent is not None and not isinstance(parent, str):
+        out.write(_bad("parentSessionId must be a string", "parentSessionId"))
+        return True
+    try:
+        row, created = await asyncio.to_thread(
+            _place_and_insert, router, doc["agent"], doc["cwd"], name, labels, parent
+        )
+    except (HostUnavailable, HostSuperseded) as e:
+        out.write(http1.problem(503, "Service Unavailable", str(e), code="HOST_UNAVAILABLE",
+                                retryable=True, hosts=e.fields.get("hosts", {})))  # fmt: skip
+        return True
+    except FleetError as e:
+        out.write(http1.problem(503, "Service Unavailable", str(e), code="INDEX_UNAVAILABLE",
+                                retryable=True))  # fmt: skip
+        return True
+    host = router.table.host(row.host_id)
+    if host is None:
+        await asyncio.to_thread(router.table.refresh)
+        host = router.table.host(row.host_id)
+    if host is None:
+        out.write(http1.problem(503, "Service Unavailable", f"host {row.host_id} is unknown",
+                                code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
+        return True
+    why = router.unavailable_reason(host)
+    if why is not None and not created:
+        out.write(router.unavailable(host, why))
+        return True
+    forward = {k: v for k, v in doc.items() if k not in ROUTER_FIELDS}
+    payload = json.dumps(forward, separators=(",", ":")).encode()
+    fwd_head = http1.RequestHead(
+        head.method,
+        head.target,
+        [(k, v) for k, v in head.headers if k not in (b"content-length", b"transfer-encoding")],
+        head.keep_alive,
+    )
+    extra = [
+        (b"content-length", str(len(payload)).encode()),
+        (b"x-tether-session-id", row.session_id.encode()),
+    ]
+    keep, status = await router.forward(host, fwd_head, [payload], out, link, extra=extra)
+    if created and not 200 <= status < 300:
+        await asyncio.to_thread(
+            router.table.end_session, row.session_id, f"its host refused to create it ({status})"
+        )
+    router.table.remember(row.session_id, row.host_id)
+    return keep
+
+
+def _place_and_insert(
+    router: Router,
+    agent: str,
+    cwd: str,
+    name: str,
+    labels: dict[str, str],
+    parent: str | None,
+) -> tuple[SessionRow, bool]:
+    parent_host = None
+    if parent is not None:
+        parent_row = router.table.session_row(parent)
+        parent_host = None if parent_row is None else parent_row.host_id
+    request = PlacementRequest(labels=labels, parent_host=parent_host)
+    for attempt in range(2):
+        hosts = [
+            dataclasses.replace(h, heartbeat_age_s=router.table.age(h))
+            for h in router.table.hosts()
+        ]
+        chosen = place(hosts, request, ttl_s=router.settings.ttl_s)
+        try:
+            return router.table.ensure_session(
+                scope=DEFAULT_SCOPE,
+                agent=agent,
+                cwd=cwd,
+                name=name,
+                host_id=chosen.host_id,
+                host_epoch=chosen.epoch,
+                ownership=Ownership(parent_session_id=parent, spawned_by=parent),
+            )
+        except HostSuperseded:
+            if attempt:
+                raise
+            router.table.refresh()  # the host drained or was fenced meanwhile: again
+    raise AssertionError("unreachable")
