@@ -38,19 +38,30 @@ import bisect
 import contextlib
 import itertools
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from tether import operations
 from tether.errors import TetherError
 from tether.journal import store
 from tether.journal.follow import SESSION_END, Follower, is_session_end
-from tether.serve.sse import Chunk, event_offset, merged, sse_block, sse_control, sse_event
+from tether.serve.memory import QuietTrim
+from tether.serve.sse import (
+    Chunk,
+    event_offset,
+    events_within,
+    merged,
+    next_event,
+    seq_at,
+    sse_block,
+    sse_control,
+    sse_event,
+)
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
 CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
-SEND_BYTES: Final = 1024 * 1024  # at most this much per write to one client
+SEND_BYTES: Final = 16 * 1024  # at most this much per write to one client (see slice_from)
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
 HEARTBEAT_S: Final = 15.0
 LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
@@ -66,8 +77,10 @@ class Hub:
         ring_entries: int = RING_ENTRIES,
         *,
         control: bool = False,
+        touch: Callable[[], None] = lambda: None,
     ) -> None:
         self.key = key
+        self.touch = touch  # entries relayed: the gateway's memory is trimmed after
         self.loop = loop
         self.ring_entries = ring_entries
         # A controller hub attaches to the owner as one (``control``): while it is
@@ -170,6 +183,7 @@ class Hub:
             self.next_seq = chunk.last + 1
             self.ended = self.ended or chunk.end
         self._trim()
+        self.touch()
         self._wake()
 
     def _trim(self) -> None:
@@ -224,23 +238,34 @@ class Hub:
         return True
 
     def slice_from(self, cursor: int, limit: int = SEND_BYTES) -> tuple[bytes, int] | None:
-        """The ring's events from ``cursor`` on (about ``limit`` bytes, whole chunks
-        after the first) and the cursor after them; None if there is nothing yet."""
+        """The ring's events from ``cursor`` on, at most ``limit`` bytes of whole events
+        (one event, if it alone is larger), and the cursor after them; None if there is
+        nothing yet. Small on purpose: what a client has been given but not read sits
+        in its own buffers, so each stream holds a bounded window, not its own copy of
+        a turn; the rest waits, shared, in the ring (see the module docstring)."""
         index = bisect.bisect_left(self.lasts, cursor)
         if index >= len(self.chunks):
             return None
-        chunk = self.chunks[index]
-        data = chunk.data
-        if chunk.first < cursor:
-            data = data[event_offset(data, cursor) :]
-        parts, size, last = [data], len(data), chunk.last
-        for chunk in itertools.islice(self.chunks, index + 1, None):
-            if size >= limit:
+        parts: list[bytes | memoryview] = []
+        size = 0
+        for chunk in itertools.islice(self.chunks, index, None):
+            data = chunk.data
+            start = event_offset(data, cursor) if chunk.first < cursor else 0
+            end = events_within(data, start, limit - size)
+            if end == start:
+                if parts:
+                    break
+                end = next_event(data, start)  # one event larger than the limit: whole
+            whole = start == 0 and end == len(data)
+            parts.append(data if whole else memoryview(data)[start:end])
+            size += end - start
+            cursor = chunk.last + 1 if end == len(data) else seq_at(data, end)
+            if end < len(data) or size >= limit:
                 break
-            parts.append(chunk.data)
-            size += len(chunk.data)
-            last = chunk.last
-        return b"".join(parts), last + 1
+        only = parts[0]
+        if len(parts) == 1 and isinstance(only, bytes):
+            return only, cursor  # a chunk as it is in the ring: shared, not copied
+        return b"".join(parts), cursor
 
     def close(self) -> None:
         """Stop following (from the loop); the thread ends on its own."""
@@ -269,6 +294,7 @@ class Hubs:
         self.by_key: dict[tuple[str, bool], Hub] = {}
         self.lagged_total = 0
         self.clients_total = 0
+        self.quiet = QuietTrim()  # memory given back after each burst (tether.serve.memory)
 
     def warm(self, key: str) -> Hub | None:
         """The session's following hub, if one is running and has not ended."""
@@ -280,7 +306,8 @@ class Hubs:
     def acquire(self, key: str, *, control: bool = False) -> Hub:
         hub = self.by_key.get((key, control))
         if hub is None or hub.ended or hub.closing:
-            hub = Hub(key, asyncio.get_running_loop(), self.ring_entries, control=control)
+            loop = asyncio.get_running_loop()
+            hub = Hub(key, loop, self.ring_entries, control=control, touch=self.quiet.touch)
             self.by_key[key, control] = hub
             hub.start()
         if hub.expiry is not None:
@@ -292,6 +319,7 @@ class Hubs:
 
     def release(self, hub: Hub) -> None:
         hub.clients -= 1
+        self.quiet.touch()
         if hub.clients > 0:
             return
         # A controller changes how the owner decides questions: it never lingers.
@@ -314,6 +342,7 @@ class Hubs:
         return sum(h.clients for h in self.by_key.values())
 
     def close_all(self) -> None:
+        self.quiet.cancel()
         for hub in list(self.by_key.values()):
             if hub.expiry is not None:
                 hub.expiry.cancel()
@@ -396,6 +425,7 @@ async def follow(
             if got is not None:
                 live = True
                 data, cursor = got
+                hubs.quiet.touch()
                 yield data
                 continue
             if hub.ended or hub.closing:
