@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tether.ipc.client import OwnerConnection
 from tether.ipc.lines import LineReader
 from tether.journal.follow import Follower
-from tether.serve import stream
+from tether.serve import stream, stream_clients
 
 RID = "r-0123456789abcdef"
 PREFIX = b'{"type":"entry","requestId":"' + RID.encode() + b'","entry":'
@@ -290,7 +290,7 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
         hubs.by_key[hub.key, False] = hub
         hub.clients = 1
         stopping = asyncio.Event()
-        gen = stream.follow(hubs, hub, 1, heartbeat=60, stopping=stopping)
+        gen = stream_clients.follow(hubs, hub, 1, heartbeat=60, stopping=stopping)
         _block(hub, 1, 100)
         got = await _take(gen, b"id: 100\n")
         assert got.count(b"id: ") == 100
@@ -307,7 +307,7 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
         assert hub.next_seq == 2001
         assert hub.first > 101
         last = await gen.__anext__()
-        assert last == stream.sse_control("lagged", {"lastSeq": 100}).encode()
+        assert last == stream_clients.sse_control("lagged", {"lastSeq": 100}).encode()
         assert hubs.lagged_total == 1
         await gen.aclose()
         assert hub.clients == 0
