@@ -163,7 +163,7 @@ def replay(gw: Gw, sid: str, first: int, count: int) -> float:
     sock = socket.create_connection((host, int(port)))
     t0 = time.perf_counter()
     sock.sendall(
-        f"GET /v1/sessions/{sid}/events?from={first} HTTP/1.1\r\nHost: x\r\n"
+        f"GET /v1/sessions/{sid}/events?from={first} HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
     )
     seen = 0
@@ -182,7 +182,7 @@ def relay(gw: Gw, sid: str, home: Path, cwd: Path, chunks: int) -> tuple[float, 
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(
-        f"GET /v1/sessions/{sid}/events?tail=0 HTTP/1.1\r\nHost: x\r\n"
+        f"GET /v1/sessions/{sid}/events?tail=0 HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
     )
     sock.recv(65536)  # headers and the first bytes
@@ -241,7 +241,7 @@ def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
         sock = socket.create_connection((host, int(port)))
         sid = sids[i % len(sids)]
         sock.sendall(
-            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: x\r\n"
+            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
         )
         socks.append(sock)
