@@ -122,6 +122,7 @@ class Hub:
                 on_start=self._on_start,
                 control=_offered if self.control else None,
                 emit_block=self._emit_block,
+                door="http",
             )
         except TetherError as exc:
             error = exc
