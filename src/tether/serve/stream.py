@@ -11,7 +11,9 @@ to a bounded in-memory **ring** (entries and bytes). Each client keeps its own c
 * a cursor older than the ring (a replay, ``Last-Event-ID`` or ``?from=``) is served
   from the database in chunks until it reaches the ring;
 * then from the ring, as entries arrive, each written as ``id: <seq>`` /
-  ``data: <entry JSON>``, as many as are there in one write;
+  ``data: <entry JSON>``, in windows of whole events up to ``SEND_BYTES``, the next
+  once the connection has taken the last: a client that does not read holds one small
+  window in the gateway, never its own copy of a turn (the ring is shared);
 * a client that was live and fell so far behind that the ring moved past its cursor
   gets ``event: lagged`` with its last ``seq`` and is disconnected: it reconnects with
   ``Last-Event-ID`` and replays the rest from the journal. Nobody waits for it: the
@@ -26,9 +28,11 @@ reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out e
 The hot path has no work per entry in Python: the follower hands over each run of live
 entries it read as one block (:meth:`tether.journal.follow.Follower._raw_block`), the
 hub's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes the
-event loop once per hand-over; the ring holds such chunks, and a client takes all it is
-behind by in one write. A hub outlives its last client by ``LINGER_S``, so the stream a
-client opens after each prompt finds the session followed already.
+event loop once per hand-over; the ring holds such chunks, and a client takes what it
+is behind by a window at a time (a chunk wanted whole is written as it is, not copied).
+After a burst the gateway gives freed memory back (:mod:`tether.serve.memory`). A hub
+outlives its last client by ``LINGER_S``, so the stream a client opens after each prompt
+finds the session followed already.
 """
 
 from __future__ import annotations
