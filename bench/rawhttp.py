@@ -20,18 +20,21 @@ from typing import Any
 class Conn:
     """One keep-alive connection to ``host:port``."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str = "bench"
+    ) -> None:
         self.reader = reader
         self.writer = writer
+        self.host = host  # the Host header (tether serve answers only its own names)
 
     @classmethod
     async def open(cls, url: str) -> Conn:
         host, port = url.removeprefix("http://").split(":")
         reader, writer = await asyncio.open_connection(host, int(port))
-        return cls(reader, writer)
+        return cls(reader, writer, f"{host}:{port}")
 
     def _send(self, method: str, path: str, headers: dict[str, str], body: bytes) -> None:
-        head = f"{method} {path} HTTP/1.1\r\nHost: bench\r\n"
+        head = f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
         head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         if body:
             head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"

@@ -21,6 +21,9 @@ mock agent:
   warmed first; both servers with ``bench/rawhttp.py`` (httpx's own CPU was most of it);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
 * idle SSE connections held (1,000; --quick 200): all connected, counted by the gateway.
+* ``--memory``: only the gateway's RSS around one 2,000-chunk turn relayed to 300 and to
+  1,000 idle streams (clients that never read): with the streams open, the peak (VmHWM),
+  and after the streams closed (issue 21: no copy of the turn per stream, memory back).
 
 With ``--sandbox-agent BIN`` the same figures for sandbox-agent 0.4.2 on the same mock
 agent follow in the same run (``bench/serve_peer.py`` says how it runs and what differs).
@@ -160,7 +163,7 @@ def replay(gw: Gw, sid: str, first: int, count: int) -> float:
     sock = socket.create_connection((host, int(port)))
     t0 = time.perf_counter()
     sock.sendall(
-        f"GET /v1/sessions/{sid}/events?from={first} HTTP/1.1\r\nHost: x\r\n"
+        f"GET /v1/sessions/{sid}/events?from={first} HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
     )
     seen = 0
@@ -179,7 +182,7 @@ def relay(gw: Gw, sid: str, home: Path, cwd: Path, chunks: int) -> tuple[float, 
     host, port = gw.url.removeprefix("http://").split(":")
     sock = socket.create_connection((host, int(port)))
     sock.sendall(
-        f"GET /v1/sessions/{sid}/events?tail=0 HTTP/1.1\r\nHost: x\r\n"
+        f"GET /v1/sessions/{sid}/events?tail=0 HTTP/1.1\r\nHost: {host}:{port}\r\n"
         f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
     )
     sock.recv(65536)  # headers and the first bytes
@@ -238,7 +241,7 @@ def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
         sock = socket.create_connection((host, int(port)))
         sid = sids[i % len(sids)]
         sock.sendall(
-            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: x\r\n"
+            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
             f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
         )
         socks.append(sock)
@@ -253,6 +256,59 @@ def idle_streams(gw: Gw, sids: list[str], count: int) -> tuple[int, int]:
     for sock in socks:
         sock.close()
     return held, rss
+
+
+def turn_to_idle_streams(gw: Gw, sid: str, count: int) -> dict[str, int]:
+    """RSS (KiB) around one 2,000-chunk turn relayed to ``count`` streams that never read."""
+    host, port = gw.url.removeprefix("http://").split(":")
+    socks = []
+    for _ in range(count):
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(
+            f"GET /v1/sessions/{sid}/events HTTP/1.1\r\nHost: {host}:{port}\r\n"
+            f"Authorization: Bearer {gw.token}\r\n\r\n".encode()
+        )
+        socks.append(sock)
+    deadline = time.monotonic() + 120
+    while gw.http.get("/v1/health").json()["sseClients"] < count:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the idle streams were not all held")
+        time.sleep(0.2)
+    out = {"rss_with_streams_kib": rss_kib(gw.proc.pid)}
+    r = gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "stream 2000 x"}).json()
+    with gw.http.stream("GET", f"/v1/sessions/{sid}/events?from={r['fromSeq']}") as s:
+        read_until_end(s.iter_lines(), r["requestId"])
+    time.sleep(1)
+    out["rss_after_turn_kib"] = rss_kib(gw.proc.pid)
+    out["rss_peak_kib"] = rss_kib(gw.proc.pid, "VmHWM")
+    for sock in socks:
+        sock.close()
+    while gw.http.get("/v1/health").json()["sseClients"] > 0:
+        if time.monotonic() > deadline + 60:
+            raise RuntimeError("the closed streams were still counted")
+        time.sleep(0.2)
+    time.sleep(3)  # the gateway trims its memory once the relay is quiet
+    out["rss_after_close_kib"] = rss_kib(gw.proc.pid)
+    return out
+
+
+def memory_only(home: Path, cwd: Path) -> dict[str, Any]:
+    """``--memory``: a fresh gateway per stream count, so each peak is its own."""
+    report: dict[str, Any] = {}
+    for count in (300, 1000):
+        gw = Gw(home)
+        try:
+            time.sleep(0.5)
+            sid = gw.ensure(cwd)
+            gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo warm"})
+            time.sleep(1)
+            report[f"streams_{count}"] = {
+                "rss_idle_kib": rss_kib(gw.proc.pid),
+                **turn_to_idle_streams(gw, sid, count),
+            }
+        finally:
+            gw.stop()
+    return report
 
 
 def peer_figures(
@@ -338,6 +394,7 @@ def main() -> int:
         metavar="BIN",
         help="also measure sandbox-agent 0.4.2 (its Linux binary) on the same mock agent",
     )
+    parser.add_argument("--memory", action="store_true", help="only the memory figures")
     args = parser.parse_args()
     runs = 10 if args.quick else 30
     n_sessions = 20 if args.quick else 100
@@ -350,6 +407,13 @@ def main() -> int:
         home.mkdir()
         cwd = Path(tmp) / "project"
         cwd.mkdir()
+        if args.memory:
+            report = memory_only(home, cwd)
+            time.sleep(2)
+            left = leftovers()
+            report["leftover_processes"] = left
+            print(json.dumps(report, indent=2))
+            return 1 if left else 0
         gw = Gw(home)
         try:
             time.sleep(0.5)

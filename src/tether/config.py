@@ -173,6 +173,12 @@ def _patterns(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _strings(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise ValueError("a list of non-empty strings")
+    return tuple(value)
+
+
 def _mcp_servers(value: Any) -> tuple[dict[str, Any], ...]:
     """ACP ``McpServer`` objects: ``{name, command, args, env}`` or ``{type, name, url}``."""
     allowed = "a list of tables, each with a name and a command (stdio) or a url (http, sse)"
@@ -191,6 +197,14 @@ _SESSIONS = {
         "tree", ("self", "tree", "agent", "all"), "which sessions a session may see and drive"
     ),
     "closeChildren": flag(True, "closing a session first closes the sessions it spawned"),
+}
+_SERVE = {
+    "allowedHosts": Key(
+        (),
+        "Host headers the gateway answers besides its own addresses (NAME, NAME:PORT, *)",
+        "a list of host names",
+        _strings,
+    ),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),
@@ -249,6 +263,8 @@ SCHEMA: dict[str, Key] = {
         1024 * 1024, "bytes of a terminal's newest output kept (agents may ask for less)"
     ),
     "terminalPty": flag(False, "run agents' terminals on a pseudo-terminal (else one pipe)"),
+    # tether serve, the HTTP gateway.
+    "serve": table("the HTTP gateway (tether serve)", keys=_SERVE),
 }
 
 _EXTRA_ALIASES = {"owner_idle_ttl": "ttl"}

@@ -124,3 +124,35 @@ def test_allow_on_a_pending_question_lets_the_turn_finish(
     expect(page.locator("#d-questions")).to_be_hidden()
     turns = gateway.http.get(f"/v1/sessions/{sid}/history").json()["turns"]
     assert turns[-1]["stopReason"] == "end_turn"
+
+
+def test_nothing_is_offered_before_a_session_is_selected_then_it_says_who_is_attached(
+    gateway: Gateway, project_dir: Path, page: Any
+) -> None:
+    """Before a session is selected the detail pane and its buttons are hidden (no
+    request ever names a ``null`` session); once one is, "agent started" names the
+    agent's pid and the status card lists who is attached -- this page's own stream
+    (the gateway's pid, door http, a watcher and a controller)."""
+    playwright.expect.set_options(timeout=UI_TIMEOUT_MS)
+    sid = gateway.ensure(project_dir)
+    gateway.until_turn_end(sid, gateway.prompt(sid, "echo hi")["requestId"], query="?from=1")
+    agent_pid = gateway.http.get(f"/v1/sessions/{sid}").json()["status"]["agentPid"]
+    requests: list[str] = []
+    page.on("request", lambda r: requests.append(r.url))
+    page.goto(f"{gateway.url}/ui/#token={gateway.token}")
+    row = page.locator(f'#sessions tr[data-id="{sid}"]')
+    expect(row).to_be_visible()
+    expect(page.locator("#detail-pane")).to_be_hidden()
+    for button in ("#btn-cancel", "#btn-close", "#btn-terminate", "#prompt-form button"):
+        expect(page.locator(button)).to_be_hidden()
+    assert not any("/null" in url for url in requests), requests
+
+    row.click()
+    expect(page.locator("#detail-pane")).to_be_visible()
+    expect(page.locator("#btn-terminate")).to_be_visible()  # the route is always there
+    expect(page.locator("#transcript")).to_contain_text(f"agent started (pid {agent_pid})")
+    health = gateway.http.get("/v1/health").json()
+    expect(page.locator("#d-status")).to_contain_text(
+        f"watcher+controller · pid {health['pid']} · uid {os.getuid()} · http"
+    )
+    assert not any("/null" in url for url in requests), requests

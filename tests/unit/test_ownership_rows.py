@@ -87,7 +87,8 @@ def test_close_order_survives_a_cycle() -> None:
         _new(reg, "y", spawned_by="x")
         rows = reg.sessions()
         assert ownership.close_order("x", rows) == ["y"]
-        assert len(ownership.tree_lines([operations.describe(s) for s in rows])) == 2
+        described = [operations.describe(s, reg.instance_id) for s in rows]
+        assert len(ownership.tree_lines(described)) == 2
 
 
 def test_descends_from_walks_the_lineage() -> None:

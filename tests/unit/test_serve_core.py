@@ -14,7 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether import errors
-from tether.serve import auth, bodies, problems, stream
+from tether.serve import auth, bodies, problems, sse, stream
 
 DETAIL_CODES = {
     "BAD_JSON",
@@ -183,7 +183,7 @@ def test_token_rules(tether_home: Path) -> None:
 def test_sse_lines_never_carry_a_carriage_return() -> None:
     """JSON allows CR only between tokens; SSE would read it as a line end."""
     assert stream.sse_event(3, '{"a":\r1}') == 'id: 3\ndata: {"a":1}\n\n'
-    assert stream.sse_control("lagged", {"lastSeq": 9}) == 'event: lagged\ndata: {"lastSeq":9}\n\n'
+    assert sse.sse_control("lagged", {"lastSeq": 9}) == 'event: lagged\ndata: {"lastSeq":9}\n\n'
 
 
 def test_the_ring_keeps_the_newest_entries_within_its_bounds() -> None:

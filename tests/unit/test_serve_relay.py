@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tether.ipc.client import OwnerConnection
 from tether.ipc.lines import LineReader
 from tether.journal.follow import Follower
-from tether.serve import stream
+from tether.serve import stream, stream_clients
 
 RID = "r-0123456789abcdef"
 PREFIX = b'{"type":"entry","requestId":"' + RID.encode() + b'","entry":'
@@ -215,7 +215,41 @@ def test_blocks_in_the_ring_serve_a_cursor_inside_them() -> None:
         ids = [int(x.split(b"\n")[0]) for x in data.split(b"id: ")[1:]]
         assert ids == list(range(hub.first + 150, 1001))
         data, cursor = hub.slice_from(hub.first, limit=1) or (b"", 0)
-        assert cursor == hub.chunks[0].last + 1  # about ``limit`` bytes: whole chunks
+        assert cursor == hub.first + 1  # one event larger than ``limit``: that event whole
+        assert data.startswith(b"id: %d\n" % hub.first)
+        assert data.count(b"id: ") == 1
+
+    asyncio.run(run())
+
+
+def test_a_client_is_given_bounded_windows_of_whole_events() -> None:
+    """What one write to a client holds is bounded (a stream that does not read keeps
+    at most that, never its own copy of a turn); windows cut inside a relayed block end
+    on an event boundary, and the windows together are the ring's events exactly."""
+
+    async def run() -> None:
+        hub = _ring_hub(ring_entries=4096)
+        _block(hub, 1, 700)  # one relayed block, far larger than a window
+        _block(hub, 701, 3)
+        limit = 4096
+        cursor, seen = 1, b""
+        for _ in range(1000):
+            got = hub.slice_from(cursor, limit=limit)
+            if got is None:
+                break
+            data, after = got
+            assert len(data) <= limit
+            assert data.startswith(b"id: %d\n" % cursor)
+            assert data.endswith(b"\n\n")
+            assert data.count(b"id: ") == after - cursor
+            seen += data
+            cursor = after
+        assert cursor == 704
+        want = b"".join(stream.sse_event(s, entry(s)).encode() for s in range(1, 704))
+        assert seen == want
+        whole = hub.slice_from(701)
+        assert whole is not None
+        assert whole[0] is hub.chunks[-1].data
 
     asyncio.run(run())
 
@@ -256,7 +290,7 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
         hubs.by_key[hub.key, False] = hub
         hub.clients = 1
         stopping = asyncio.Event()
-        gen = stream.follow(hubs, hub, 1, heartbeat=60, stopping=stopping)
+        gen = stream_clients.follow(hubs, hub, 1, heartbeat=60, stopping=stopping)
         _block(hub, 1, 100)
         got = await _take(gen, b"id: 100\n")
         assert got.count(b"id: ") == 100
@@ -273,7 +307,7 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
         assert hub.next_seq == 2001
         assert hub.first > 101
         last = await gen.__anext__()
-        assert last == stream.sse_control("lagged", {"lastSeq": 100}).encode()
+        assert last == stream_clients.sse_control("lagged", {"lastSeq": 100}).encode()
         assert hubs.lagged_total == 1
         await gen.aclose()
         assert hub.clients == 0
@@ -312,5 +346,29 @@ def test_a_hub_lingers_after_its_last_client_and_is_reused() -> None:
         hubs.release(control)
         assert control.closing
         assert len(started) == 2
+
+    asyncio.run(run())
+
+
+def test_memory_is_trimmed_once_after_a_burst_not_during_it() -> None:
+    """The gateway gives its memory back once the relay has been quiet a settle period:
+    activity since the last look defers it; one trim per burst. (The timer's ticks are
+    run by hand here: no wall time involved.)"""
+    from tether.serve.memory import QuietTrim
+
+    async def run() -> None:
+        quiet = QuietTrim(settle=3600)
+        quiet.touch()
+        for _ in range(3):  # a long burst: each look finds activity since the last one
+            quiet.touch()
+            quiet._run()
+            assert quiet.trims == 0
+            assert quiet._handle is not None
+        quiet._run()  # a settle period with nothing relayed
+        assert quiet.trims == 1
+        assert quiet._handle is None
+        quiet.touch()
+        quiet.cancel()
+        assert quiet._handle is None
 
     asyncio.run(run())

@@ -91,6 +91,7 @@ class Attachment:
                         follow=True,
                         stop=self._stop,
                         on_start=self._followers.append,
+                        door="acp",
                     )
                     return  # the session ended, or we were stopped
                 except NoSession:
@@ -187,7 +188,13 @@ def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str
     timer.start()
     try:
         follow_session(
-            key, emit, from_seq=after + 1, follow=True, stop=stop, on_start=followers.append
+            key,
+            emit,
+            from_seq=after + 1,
+            follow=True,
+            stop=stop,
+            on_start=followers.append,
+            door="acp",
         )
     except NoSession:
         pass  # removed meanwhile: nothing to replay

@@ -125,6 +125,11 @@ _COMMAND_FLAGS = {
     "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
+    "--allowed-host": (
+        1,
+        "--allowed-host HOST",
+        "also answer this Host header (NAME, NAME:PORT or *; repeatable)",
+    ),
     "--control": (0, "--control", "answer the agent's questions from here (stdin)"),
     "--sandboxed": (0, "--sandboxed", "its agent reaches only its own tree (whatever the config)"),
     # ACP's newer methods (issue 14)
@@ -271,9 +276,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "config show": ("", "the merged configuration, the files it came from, secrets masked", ()),
     "config init": ("", "write the user config template (only when there is none)", ()),
     "serve": (
-        "[--host H] [--port P | --unix PATH] [--token T]",
+        "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]...",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
-        ("--host", "--port", "--unix", "--token"),
+        ("--host", "--port", "--unix", "--token", "--allowed-host"),
     ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (

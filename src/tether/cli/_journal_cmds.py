@@ -123,6 +123,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                 follow=not inv.no_follow,
                 flush=flush,
                 emit_block=emit_block,
+                door="cli",
             )
         else:
             with asker:
@@ -133,6 +134,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                     tail=inv.tail,
                     control=asker.on_frame,
                     flush=flush,
+                    door="cli",
                 )
     except KeyboardInterrupt:
         pass

@@ -72,6 +72,7 @@ class Invocation:
         self.port: int | None = None
         self.unix: str | None = None
         self.token: str | None = None
+        self.allowed_hosts: list[str] = []  # serve --allowed-host (repeatable)
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
@@ -255,6 +256,10 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.repair = True
     elif flag == "--close-on-exit":
         inv.close_on_exit = True
+    elif flag == "--allowed-host":
+        if not value:
+            raise UsageError("--allowed-host needs a non-empty value")
+        inv.allowed_hosts.append(value)
     elif flag in ("--host", "--unix", "--token"):
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")

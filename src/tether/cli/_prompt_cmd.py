@@ -215,7 +215,9 @@ def _finish_from_journal(
             for follower in followers:
                 follower.interrupt()
 
-    follow_session(key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append)
+    follow_session(
+        key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append, door="cli"
+    )
     ctx.output.flush()
     if "stopReason" in outcome:
         return {"stopReason": outcome["stopReason"]}

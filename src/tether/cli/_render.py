@@ -85,6 +85,8 @@ def value(key: str, item: Any, now: float) -> str:
         return agent_end(item)
     if key == "interactions" and isinstance(item, list):  # open questions (`status`)
         return ", ".join(_question(q) for q in item if isinstance(q, dict)) or "none"
+    if key == "attached" and isinstance(item, list):  # watchers, controllers (`status`)
+        return "; ".join(party(p) for p in item if isinstance(p, dict)) or "none"
     is_number = isinstance(item, (int, float))
     if is_number and (key.endswith(("At", "Time"))) and item > _EPOCH_2001:
         return when(float(item), now)
@@ -102,6 +104,12 @@ def value(key: str, item: Any, now: float) -> str:
             else (", ".join(value(key, v, now) for v in item) or "none")
         )
     return str(item)
+
+
+def party(p: Mapping[str, Any]) -> str:
+    """A watcher or controller: ``watcher+controller pid 4242 uid 1000 (cli)``."""
+    roles = "+".join(str(r) for r in p.get("roles") or ()) or "attached"
+    return f"{roles} pid {p.get('pid', '?')} uid {p.get('uid', '?')} ({p.get('door') or '?'})"
 
 
 def _question(q: Mapping[str, Any]) -> str:

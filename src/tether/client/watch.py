@@ -57,6 +57,7 @@ async def watch_journal(
                 follow=follow,
                 stop=stop,
                 on_start=followers.append,
+                door="library",
             )
         except BaseException as exc:
             asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()

@@ -64,8 +64,10 @@ class Follower:
         control: OnFrame | None = None,
         flush: Callable[[], None] | None = None,
         emit_block: EmitBlock | None = None,
+        door: str | None = None,
     ) -> None:
         self.db = db
+        self.door = door  # which front door watches (cli, http...): the owner lists it
         # Set: runs of consecutive live entries go here as one block (a relay that
         # handles them with a few bytes operations), the rest to ``emit`` one by one.
         self.emit_block = emit_block
@@ -124,6 +126,8 @@ class Follower:
             payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
             if self.control is not None:
                 payload["control"] = True
+            if self.door:
+                payload["client"] = self.door  # as a prompt names its door
             rid = new_request_id()
             prefix = b'{"type":"entry","requestId":"' + rid.encode() + b'","entry":'
             conn.send("watch", payload, request_id=rid)
@@ -273,13 +277,15 @@ def follow_session(
     control: OnFrame | None = None,
     flush: Callable[[], None] | None = None,
     emit_block: EmitBlock | None = None,
+    door: str | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
     Returns the last ``seq`` delivered. ``on_start`` receives the follower (a library
     keeps it to :meth:`Follower.interrupt` it from another thread). ``control``: attach
     to live owners as a controller; their question frames (``interaction``,
-    ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`.
+    ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`. ``door``:
+    which front door watches (``cli``, ``http``, ``acp``, ``library``), shown in status.
 
     Raises:
         NoSession: no such session.
@@ -301,6 +307,7 @@ def follow_session(
             control=control,
             flush=flush,
             emit_block=emit_block,
+            door=door,
         )
         if on_start is not None:
             on_start(follower)

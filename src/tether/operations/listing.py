@@ -18,7 +18,7 @@ def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
         return [describe(s, registry.instance_id) for s in rows]
 
 
-def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
+def describe(session: Any, instance_id: str) -> dict[str, Any]:
     """A registry session as the documented record (``sessions list``/``show``)."""
     from tether.ownership import ownership_json
 
@@ -40,7 +40,7 @@ def describe(session: Any, instance_id: str | None = None) -> dict[str, Any]:
     fork = session.options.get("fork_from") if isinstance(session.options, dict) else None
     if isinstance(fork, dict):
         record["forkedFrom"] = fork  # {sessionKey, acpSessionId}: where `sessions fork` began
-    record.update(ownership_json(session, instance_id or ""))
+    record.update(ownership_json(session, instance_id))
     return record
 
 

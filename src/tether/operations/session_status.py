@@ -61,6 +61,7 @@ def offline_status(key: str) -> dict[str, Any]:
                 "currentKind": None,
                 "queueDepth": 0,
                 "leaseState": None,
+                "attached": [],
                 "sessionKey": key,
             }
         # The agent's runs: an agent's terminals (tether.terminals) have leases of their own.
@@ -84,6 +85,7 @@ def offline_status(key: str) -> dict[str, Any]:
             "acpSessionId": session.acp_session_id,
             "lastEnd": last_end or None,
             "exitCode": last_end.get("exitCode"),
+            "attached": [],  # no owner: nobody watches live
             "sessionKey": key,
             "name": session.name,
         }

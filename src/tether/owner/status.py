@@ -12,9 +12,11 @@ from tether.ipc import protocol
 if TYPE_CHECKING:
     from tether.owner.agent_slot import RunEnd
     from tether.owner.compose import Owner
+    from tether.owner.job import Job
     from tether.supervise.runner import ExtinctionReport
 
 __all__ = [
+    "attached",
     "end_event",
     "hello_frame",
     "session_end_event",
@@ -70,6 +72,7 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "stopping": owner.stopping,
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
+        "attached": attached(owner),  # who: each watcher's and controller's pid, uid, door
         "interactions": owner.interactions.pending(),
         "counters": _counters(owner),
         "rateLimit": owner.runner.rate_limit.snapshot(),
@@ -83,6 +86,33 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
             if live is not None and alive and live.session_result.get(k) is not None
         },
     }
+
+
+def attached(owner: Owner) -> list[dict[str, Any]]:
+    """The session's watchers and controllers: one item per request (a ``watch
+    --control`` is both), with the peer's pid and uid as the kernel gave them
+    (``SO_PEERCRED``) and the door it named (``cli``, ``http``, ``acp``, ``library``)."""
+    parties: dict[int, dict[str, Any]] = {}
+
+    def add(job: Job, role: str) -> None:
+        item = parties.get(id(job))
+        if item is None:
+            door = job.env.payload.get("client")
+            item = parties[id(job)] = {
+                "pid": job.outbox.peer.get("pid"),
+                "uid": job.outbox.peer.get("uid"),
+                "door": door[:40] if isinstance(door, str) and door else None,
+                "roles": [],
+            }
+        item["roles"].append(role)
+
+    watches = owner.fanout.watches if owner.fanout is not None else ()
+    for watch in watches:
+        if not watch.ended and not watch.job.outbox.detached:
+            add(watch.job, "watcher")
+    for job in owner.interactions.controllers():
+        add(job, "controller")
+    return list(parties.values())
 
 
 def _counters(owner: Owner) -> dict[str, int]:

@@ -32,9 +32,10 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from tether.errors import TetherError
+from tether.errors import TetherError, UsageError
 from tether.serve import problems
 from tether.serve.auth import authorized
+from tether.serve.hosts import HostRule
 from tether.serve.stream import Hubs
 from tether.serve.submit import Prompter
 
@@ -48,9 +49,16 @@ class Gateway:
     """What the application needs: the token, the config, the SSE hubs. No session state."""
 
     def __init__(
-        self, *, token: str, config: dict[str, Any], heartbeat: float, ring_entries: int
+        self,
+        *,
+        token: str,
+        config: dict[str, Any],
+        heartbeat: float,
+        ring_entries: int,
+        hosts: HostRule | None = None,
     ) -> None:
         self.token = token
+        self.hosts = hosts  # the Host headers answered (tether.serve.hosts); None: any
         self.config = config
         self.heartbeat = heartbeat
         self.hubs = Hubs(ring_entries)
@@ -107,8 +115,10 @@ def endpoint(fn: Handler) -> Handler:
 
 
 class AuthMiddleware:
-    """Every route but the dashboard's files needs ``Authorization: Bearer <token>``.
+    """Every request needs a ``Host:`` the gateway serves (:mod:`tether.serve.hosts`),
+    and every route but the dashboard's files ``Authorization: Bearer <token>``.
 
+    A refused Host is a 400 ``HOST_NOT_ALLOWED`` before anything else is looked at.
     A 401 says only "Unauthorized": no hint whether a token was missing or wrong.
     """
 
@@ -121,16 +131,22 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         self.gateway.requests_total += 1
+        hosts = self.gateway.hosts
+        if hosts is not None:
+            host = _header(scope, b"host")
+            if not hosts.allows(host):
+                refused = UsageError(
+                    f"Host {host!r} is not a name this gateway serves (DNS rebinding is"
+                    " refused); allow it with --allowed-host or serve.allowedHosts",
+                    detail_code="HOST_NOT_ALLOWED",
+                )
+                await error_response(self.gateway, refused)(scope, receive, send)
+                return
         path: str = scope.get("path", "")
         if path == "/" or path.startswith(PUBLIC_PREFIXES):
             await self.app(scope, receive, send)
             return
-        header = None
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                header = value.decode("latin-1")
-                break
-        if not authorized(header, self.gateway.token):
+        if not authorized(_header(scope, b"authorization"), self.gateway.token):
             self.gateway.problems_total[401] = self.gateway.problems_total.get(401, 0) + 1
             response = problem_response(
                 401, problems.plain(401, "Unauthorized"), {"WWW-Authenticate": "Bearer"}
@@ -138,6 +154,13 @@ class AuthMiddleware:
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+
+def _header(scope: Scope, wanted: bytes) -> str | None:
+    for name, value in scope.get("headers", ()):
+        if name == wanted:
+            return str(value.decode("latin-1"))
+    return None
 
 
 async def _http_problem(request: Request, exc: Exception) -> Response:

@@ -12,10 +12,12 @@ import os
 import socket
 import stat
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from tether.errors import UsageError
 from tether.serve import auth
+from tether.serve.hosts import host_rule
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -88,6 +90,16 @@ def _ring_entries() -> int:
     return int(raw)
 
 
+def _allowed_hosts(inv: Any, config: dict[str, Any]) -> list[str]:
+    """The Host entries given: the config's ``serve.allowedHosts``, ``--allowed-host``,
+    and the name ``--host`` was given as (its address is allowed anyway)."""
+    given = list((config.get("serve") or {}).get("allowedHosts") or ())
+    given += inv.allowed_hosts
+    if inv.host and not inv.unix:
+        given.append(inv.host)
+    return given
+
+
 def run_serve(ctx: Any) -> int:
     """Run the gateway; returns the exit code once it has stopped."""
     inv = ctx.inv
@@ -107,13 +119,25 @@ def run_serve(ctx: Any) -> int:
 
     host = inv.host or DEFAULT_HOST
     token, token_file = auth.choose_token(inv.token, None if inv.unix else host)
+    allowed = _allowed_hosts(inv, ctx.config)
+    host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
     sock = (
         _bind_unix(inv.unix)
         if inv.unix
         else _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
     )
+    bound = None if inv.unix else sock.getsockname()
     gateway = Gateway(
-        token=token, config=ctx.config, heartbeat=HEARTBEAT_S, ring_entries=_ring_entries()
+        token=token,
+        config=ctx.config,
+        heartbeat=HEARTBEAT_S,
+        ring_entries=_ring_entries(),
+        hosts=host_rule(
+            None if bound is None else str(bound[0]),
+            0 if bound is None else int(bound[1]),
+            allowed,
+            hostname=socket.gethostname(),
+        ),
     )
     config = uvicorn.Config(
         build_app(gateway),
@@ -123,7 +147,29 @@ def run_serve(ctx: Any) -> int:
         timeout_graceful_shutdown=GRACE_S,
     )
 
+    unix_path = os.path.abspath(inv.unix) if inv.unix else None
+    ours = os.stat(unix_path) if unix_path else None
+
+    def release() -> None:
+        """Close the listening socket; remove a Unix socket file if it is still ours."""
+        sock.close()
+        if unix_path is not None and ours is not None:
+            with contextlib.suppress(OSError):
+                now = os.lstat(unix_path)
+                if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):
+                    os.unlink(unix_path)
+
     class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            # When this context ends uvicorn raises again the signal that stopped it,
+            # and the process dies of it: what must happen before that happens here.
+            with super().capture_signals():
+                try:
+                    yield
+                finally:
+                    release()
+
         def handle_exit(self, sig: int, frame: Any) -> None:
             # Streams end at once: a server waiting for open SSE connections to finish
             # on their own would wait forever.
@@ -154,8 +200,5 @@ def run_serve(ctx: Any) -> int:
     try:
         Server(config).run(sockets=[sock])
     finally:
-        sock.close()
-        if inv.unix:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.abspath(inv.unix))
+        release()  # again, if the server stopped without a signal (or never started)
     return 0

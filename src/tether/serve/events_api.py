@@ -22,7 +22,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
-from tether.serve import bodies, lookups, stream
+from tether.serve import bodies, lookups, stream_clients
 from tether.serve.app import Gateway, endpoint
 from tether.serve.sessions_api import session_key
 
@@ -81,11 +81,11 @@ async def events(request: Request) -> Response:
         # 204, which tells a browser's EventSource not to reconnect.
         if cursor is None or cursor > last:
             return Response(status_code=204)
-        body: AsyncIterator[bytes] = stream.replay(key, cursor, last)
+        body: AsyncIterator[bytes] = stream_clients.replay(key, cursor, last)
     else:
         assert gateway.stopping is not None  # set by the lifespan before any request
         hub = gateway.hubs.acquire(key, control=control)
-        body = stream.follow(
+        body = stream_clients.follow(
             gateway.hubs, hub, cursor, heartbeat=heartbeat, stopping=gateway.stopping
         )
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
@@ -114,7 +114,8 @@ async def transcript(request: Request) -> Response:
 async def _ndjson(key: str, last: int) -> AsyncIterator[bytes]:
     cursor = 1
     while cursor <= last:
-        rows: list[tuple[int, str]] = await asyncio.to_thread(stream.read_rows, key, cursor, 5000)
+        read = stream_clients.read_rows
+        rows: list[tuple[int, str]] = await asyncio.to_thread(read, key, cursor, 5000)
         rows = [r for r in rows if r[0] <= last]
         if not rows:
             return

@@ -73,7 +73,6 @@ async def health(request: Request) -> Response:
             "home": paths.home_path(),
             "uptimeS": round(_uptime(gateway), 3),
             "sseClients": gateway.hubs.clients(),
-            "terminate": _has_terminate(),
         }
     )
 
@@ -82,10 +81,6 @@ def _uptime(gateway: Gateway) -> float:
     import time
 
     return time.time() - gateway.started_at
-
-
-def _has_terminate() -> bool:
-    return getattr(operations, "terminate", None) is not None
 
 
 def _labels(text: str) -> str:
@@ -169,7 +164,7 @@ async def openapi(request: Request) -> Response:
     """This API described (OpenAPI 3.1)."""
     from tether.serve.openapi import document
 
-    return JSONResponse(document(terminate=_has_terminate()))
+    return JSONResponse(document())
 
 
 def misc_routes() -> list[BaseRoute]:

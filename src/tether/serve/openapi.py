@@ -54,8 +54,8 @@ def _op(
     return op
 
 
-def document(*, terminate: bool) -> dict[str, Any]:
-    """The document; ``terminate`` says whether that route is served."""
+def document() -> dict[str, Any]:
+    """The document."""
     session = [_ID]
     paths: dict[str, Any] = {
         "/v1/sessions": {
@@ -163,10 +163,9 @@ def document(*, terminate: bool) -> dict[str, Any]:
         "/v1/openapi.json": {"get": _op("this document")},
         "/metrics": {"get": _op("counters, Prometheus text format", media="text/plain")},
     }
-    if terminate:
-        paths["/v1/sessions/{id}/terminate"] = {
-            "post": _op("the operator's immediate end of the session (idempotent)", params=session)
-        }
+    paths["/v1/sessions/{id}/terminate"] = {
+        "post": _op("the operator's immediate end of the session (idempotent)", params=session)
+    }
     return {
         "openapi": "3.1.0",
         "info": {"title": "Tether gateway", "version": __version__},

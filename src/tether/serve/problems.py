@@ -24,6 +24,7 @@ PROBLEM_JSON: Final = "application/problem+json"
 _BY_DETAIL: Final = {
     "BAD_JSON": 400,
     "USAGE": 400,
+    "HOST_NOT_ALLOWED": 400,  # a Host header the gateway does not serve (DNS rebinding)
     "BODY_TOO_LARGE": 413,
     "UNSUPPORTED_MEDIA_TYPE": 415,
     "UNKNOWN_FIELD": 422,

@@ -186,7 +186,7 @@ def _get(key: str) -> dict[str, Any]:
         session = registry.session(key)
         if session is None:
             raise NoSession("no such session", session_key=key)
-        record = _record(operations.describe(session))
+        record = _record(operations.describe(session, registry.instance_id))
         leases = registry.leases(session_key=key)
         lease = leases[-1] if leases else None
     record["status"] = operations.status(key)
@@ -310,22 +310,14 @@ async def set_config(request: Request) -> Response:
     return JSONResponse(await asyncio.to_thread(_control, key, "set_config_option", body))
 
 
-def _terminate_route() -> list[BaseRoute]:
-    """``POST /v1/sessions/{id}/terminate`` when the operations layer has ``terminate``."""
-    terminate = getattr(operations, "terminate", None)
-    if terminate is None:
-        return []
-
-    @endpoint
-    async def terminate_session(request: Request) -> Response:
-        """The operator's immediate end (TERM, grace, KILL through the keeper); idempotent."""
-        key = session_key(request)
-        await parse_body(request, {})
-        client = request.client
-        by = {"door": "http", "peer": f"{client.host}:{client.port}" if client else "unix"}
-        return JSONResponse(await asyncio.to_thread(terminate, key, by=by))
-
-    return [Route("/v1/sessions/{id}/terminate", terminate_session, methods=["POST"])]
+@endpoint
+async def terminate_session(request: Request) -> Response:
+    """The operator's immediate end (TERM, grace, KILL through the keeper); idempotent."""
+    key = session_key(request)
+    await parse_body(request, {})
+    client = request.client
+    by = {"door": "http", "peer": f"{client.host}:{client.port}" if client else "unix"}
+    return JSONResponse(await asyncio.to_thread(operations.terminate, key, by=by))
 
 
 def session_routes() -> list[BaseRoute]:
@@ -338,5 +330,5 @@ def session_routes() -> list[BaseRoute]:
         Route("/v1/sessions/{id}/cancel", cancel, methods=["POST"]),
         Route("/v1/sessions/{id}/mode", set_mode, methods=["POST"]),
         Route("/v1/sessions/{id}/config", set_config, methods=["POST"]),
-        *_terminate_route(),
+        Route("/v1/sessions/{id}/terminate", terminate_session, methods=["POST"]),
     ]

@@ -61,6 +61,26 @@ def event_offset(data: bytes, cursor: int) -> int:
     return len(data)
 
 
+def events_within(data: bytes, start: int, room: int) -> int:
+    """The end of the events of ``data`` from ``start`` (an event's head) that fit in
+    ``room`` bytes: an event boundary, ``start`` itself if not even one event fits."""
+    if len(data) - start <= room:
+        return len(data)
+    at = data.rfind(b"\n\nid: ", start, start + room + 4)  # its "\n\n" inside the room
+    return start if at < 0 else at + 2
+
+
+def next_event(data: bytes, start: int) -> int:
+    """Where the event after the one at ``start`` begins (``len(data)``: none does)."""
+    at = data.find(b"\n\nid: ", start)
+    return len(data) if at < 0 else at + 2
+
+
+def seq_at(data: bytes, offset: int) -> int:
+    """The seq of the event starting at ``offset`` (``id: <seq>``)."""
+    return int(data[offset + 4 : data.index(b"\n", offset)])
+
+
 class Chunk(NamedTuple):
     """Consecutive journal entries as SSE events, ``first..last`` (seqs)."""
 

@@ -11,7 +11,9 @@ to a bounded in-memory **ring** (entries and bytes). Each client keeps its own c
 * a cursor older than the ring (a replay, ``Last-Event-ID`` or ``?from=``) is served
   from the database in chunks until it reaches the ring;
 * then from the ring, as entries arrive, each written as ``id: <seq>`` /
-  ``data: <entry JSON>``, as many as are there in one write;
+  ``data: <entry JSON>``, in windows of whole events up to ``SEND_BYTES``, the next
+  once the connection has taken the last: a client that does not read holds one small
+  window in the gateway, never its own copy of a turn (the ring is shared);
 * a client that was live and fell so far behind that the ring moved past its cursor
   gets ``event: lagged`` with its last ``seq`` and is disconnected: it reconnects with
   ``Last-Event-ID`` and replays the rest from the journal. Nobody waits for it: the
@@ -26,9 +28,11 @@ reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out e
 The hot path has no work per entry in Python: the follower hands over each run of live
 entries it read as one block (:meth:`tether.journal.follow.Follower._raw_block`), the
 hub's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes the
-event loop once per hand-over; the ring holds such chunks, and a client takes all it is
-behind by in one write. A hub outlives its last client by ``LINGER_S``, so the stream a
-client opens after each prompt finds the session followed already.
+event loop once per hand-over; the ring holds such chunks, and a client takes what it
+is behind by a window at a time (a chunk wanted whole is written as it is, not copied).
+After a burst the gateway gives freed memory back (:mod:`tether.serve.memory`). A hub
+outlives its last client by ``LINGER_S``, so the stream a client opens after each prompt
+finds the session followed already.
 """
 
 from __future__ import annotations
@@ -38,19 +42,27 @@ import bisect
 import contextlib
 import itertools
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any, Final
 
 from tether import operations
 from tether.errors import TetherError
-from tether.journal import store
 from tether.journal.follow import SESSION_END, Follower, is_session_end
-from tether.serve.sse import Chunk, event_offset, merged, sse_block, sse_control, sse_event
+from tether.serve.memory import QuietTrim
+from tether.serve.sse import (
+    Chunk,
+    event_offset,
+    events_within,
+    merged,
+    next_event,
+    seq_at,
+    sse_block,
+    sse_event,
+)
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
-CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
-SEND_BYTES: Final = 1024 * 1024  # at most this much per write to one client
+SEND_BYTES: Final = 16 * 1024  # at most this much per write to one client (see slice_from)
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
 HEARTBEAT_S: Final = 15.0
 LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
@@ -66,8 +78,10 @@ class Hub:
         ring_entries: int = RING_ENTRIES,
         *,
         control: bool = False,
+        touch: Callable[[], None] = lambda: None,
     ) -> None:
         self.key = key
+        self.touch = touch  # entries relayed: the gateway's memory is trimmed after
         self.loop = loop
         self.ring_entries = ring_entries
         # A controller hub attaches to the owner as one (``control``): while it is
@@ -112,6 +126,7 @@ class Hub:
                 on_start=self._on_start,
                 control=_offered if self.control else None,
                 emit_block=self._emit_block,
+                door="http",
             )
         except TetherError as exc:
             error = exc
@@ -170,6 +185,7 @@ class Hub:
             self.next_seq = chunk.last + 1
             self.ended = self.ended or chunk.end
         self._trim()
+        self.touch()
         self._wake()
 
     def _trim(self) -> None:
@@ -224,23 +240,34 @@ class Hub:
         return True
 
     def slice_from(self, cursor: int, limit: int = SEND_BYTES) -> tuple[bytes, int] | None:
-        """The ring's events from ``cursor`` on (about ``limit`` bytes, whole chunks
-        after the first) and the cursor after them; None if there is nothing yet."""
+        """The ring's events from ``cursor`` on, at most ``limit`` bytes of whole events
+        (one event, if it alone is larger), and the cursor after them; None if there is
+        nothing yet. Small on purpose: what a client has been given but not read sits
+        in its own buffers, so each stream holds a bounded window, not its own copy of
+        a turn; the rest waits, shared, in the ring (see the module docstring)."""
         index = bisect.bisect_left(self.lasts, cursor)
         if index >= len(self.chunks):
             return None
-        chunk = self.chunks[index]
-        data = chunk.data
-        if chunk.first < cursor:
-            data = data[event_offset(data, cursor) :]
-        parts, size, last = [data], len(data), chunk.last
-        for chunk in itertools.islice(self.chunks, index + 1, None):
-            if size >= limit:
+        parts: list[bytes | memoryview] = []
+        size = 0
+        for chunk in itertools.islice(self.chunks, index, None):
+            data = chunk.data
+            start = event_offset(data, cursor) if chunk.first < cursor else 0
+            end = events_within(data, start, limit - size)
+            if end == start:
+                if parts:
+                    break
+                end = next_event(data, start)  # one event larger than the limit: whole
+            whole = start == 0 and end == len(data)
+            parts.append(data if whole else memoryview(data)[start:end])
+            size += end - start
+            cursor = chunk.last + 1 if end == len(data) else seq_at(data, end)
+            if end < len(data) or size >= limit:
                 break
-            parts.append(chunk.data)
-            size += len(chunk.data)
-            last = chunk.last
-        return b"".join(parts), last + 1
+        only = parts[0]
+        if len(parts) == 1 and isinstance(only, bytes):
+            return only, cursor  # a chunk as it is in the ring: shared, not copied
+        return b"".join(parts), cursor
 
     def close(self) -> None:
         """Stop following (from the loop); the thread ends on its own."""
@@ -269,6 +296,7 @@ class Hubs:
         self.by_key: dict[tuple[str, bool], Hub] = {}
         self.lagged_total = 0
         self.clients_total = 0
+        self.quiet = QuietTrim()  # memory given back after each burst (tether.serve.memory)
 
     def warm(self, key: str) -> Hub | None:
         """The session's following hub, if one is running and has not ended."""
@@ -280,7 +308,8 @@ class Hubs:
     def acquire(self, key: str, *, control: bool = False) -> Hub:
         hub = self.by_key.get((key, control))
         if hub is None or hub.ended or hub.closing:
-            hub = Hub(key, asyncio.get_running_loop(), self.ring_entries, control=control)
+            loop = asyncio.get_running_loop()
+            hub = Hub(key, loop, self.ring_entries, control=control, touch=self.quiet.touch)
             self.by_key[key, control] = hub
             hub.start()
         if hub.expiry is not None:
@@ -292,6 +321,7 @@ class Hubs:
 
     def release(self, hub: Hub) -> None:
         hub.clients -= 1
+        self.quiet.touch()
         if hub.clients > 0:
             return
         # A controller changes how the owner decides questions: it never lingers.
@@ -314,93 +344,9 @@ class Hubs:
         return sum(h.clients for h in self.by_key.values())
 
     def close_all(self) -> None:
+        self.quiet.cancel()
         for hub in list(self.by_key.values()):
             if hub.expiry is not None:
                 hub.expiry.cancel()
             hub.close()
         self.by_key.clear()
-
-
-def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
-    from tether.serve import lookups
-
-    with lookups.registry() as registry:  # this worker thread's connection, reused
-        rows = store.read(registry._db, key, cursor, limit=limit)
-    return [(seq, line.decode()) for seq, line in rows]
-
-
-def _chunk(items: list[tuple[int, str]]) -> bytes:
-    return "".join(sse_event(seq, line) for seq, line in items).encode()
-
-
-async def replay(key: str, cursor: int, upto: int) -> AsyncIterator[bytes]:
-    """Stored entries ``cursor..upto`` (a closed session's stream), then the end."""
-    try:
-        while cursor <= upto:
-            rows = await asyncio.to_thread(read_rows, key, cursor, CHUNK_ENTRIES)
-            rows = [r for r in rows if r[0] <= upto]
-            if not rows:
-                break
-            cursor = rows[-1][0] + 1
-            yield _chunk(rows)
-    except TetherError as exc:  # the headers are out: the error becomes the last event
-        yield sse_control("error", {"detail": exc.message, "lastSeq": cursor - 1}).encode()
-
-
-async def follow(
-    hubs: Hubs,
-    hub: Hub,
-    cursor: int | None,
-    *,
-    heartbeat: float,
-    stopping: asyncio.Event,
-) -> AsyncIterator[bytes]:
-    """One client's stream from ``cursor`` (None: live only) until the session ends.
-
-    The caller has acquired ``hub``; it is released here, whatever ends the stream.
-    """
-    try:
-        yield b"retry: 1000\n\n"
-        await hub.ready.wait()
-        if cursor is None:
-            cursor = hub.next_seq
-        live = False
-        while not stopping.is_set():
-            if hub.error is not None:
-                yield sse_control(
-                    "error", {"detail": hub.error.message, "lastSeq": cursor - 1}
-                ).encode()
-                return
-            if cursor < hub.first:
-                if live:
-                    hubs.lagged_total += 1
-                    yield sse_control("lagged", {"lastSeq": cursor - 1}).encode()
-                    return
-                try:
-                    rows = await asyncio.to_thread(read_rows, hub.key, cursor, CHUNK_ENTRIES)
-                except TetherError as exc:  # the headers are out: say it as the last event
-                    detail = {"detail": exc.message, "lastSeq": cursor - 1}
-                    yield sse_control("error", detail).encode()
-                    return
-                rows = [r for r in rows if r[0] < hub.first]
-                if rows:
-                    cursor = rows[-1][0] + 1
-                    yield _chunk(rows)
-                    continue
-                if cursor < hub.first:
-                    # Stored entries we need are not committed yet (the owner writes a
-                    # batch right after relaying it): they will be in a moment.
-                    await asyncio.sleep(0.02)
-                    continue
-            got = hub.slice_from(cursor)
-            if got is not None:
-                live = True
-                data, cursor = got
-                yield data
-                continue
-            if hub.ended or hub.closing:
-                return
-            if not await hub.changed(heartbeat):
-                yield b": heartbeat\n\n"
-    finally:
-        hubs.release(hub)

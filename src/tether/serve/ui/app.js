@@ -114,7 +114,6 @@ async function refresh() {
     state.health = health;
     state.sessions = list.sessions;
     $("gateway").textContent = `${health.host} · v${health.version} · ${list.sessions.length} session(s) · ${health.sseClients} stream(s)`;
-    $("btn-terminate").hidden = !health.terminate;
     renderList();
     if (state.selected) await refreshDetail();
   } catch (err) {
@@ -150,6 +149,7 @@ async function refreshDetail() {
   field(dl, "queue", st.queueDepth);
   field(dl, "current turn", st.currentRequest);
   field(dl, "watchers", st.watchers);
+  attachedField(dl, st.attached || []);
   field(dl, "journal seq", st.journalSeq);
   field(dl, "last prompt", st.lastPromptTime ? new Date(st.lastPromptTime * 1000).toLocaleString() : null);
   field(dl, "last end", lastEnd(s.lastEnd));
@@ -168,6 +168,19 @@ async function refreshDetail() {
   const closed = s.state === "closed";
   for (const b of ["btn-cancel", "btn-close", "btn-terminate"]) $(b).disabled = closed;
   renderQuestions(s);
+}
+
+// Who watches and who controls the session: pid and uid as the owner's kernel gave
+// them (SO_PEERCRED), and the door each came through (cli, http, acp, library).
+function attachedField(dl, parties) {
+  field(dl, "attached", parties.length ? "" : null);
+  const dd = dl.lastChild;
+  for (const p of parties) {
+    const line = document.createElement("span");
+    line.className = "party";
+    line.textContent = `${(p.roles || []).join("+") || "attached"} · pid ${p.pid ?? "?"} · uid ${p.uid ?? "?"} · ${p.door || "?"}`;
+    dd.append(line);
+  }
 }
 
 // The agent's open questions (pending interactions). While a session is open here its
@@ -242,13 +255,19 @@ function summary(res) {
   return "done";
 }
 
-$("btn-cancel").addEventListener("click", () => act("cancel", "POST", `/v1/sessions/${state.selected}/cancel`));
+// Every action names the selected session: with none selected there is nothing to do
+// (the detail pane, and so these buttons, are hidden until a session is selected).
+$("btn-cancel").addEventListener("click", () => {
+  if (state.selected) act("cancel", "POST", `/v1/sessions/${state.selected}/cancel`);
+});
 $("btn-close").addEventListener("click", () => {
+  if (!state.selected) return;
   if (confirm("Close this session? Its agent and every process it started are ended.")) {
     act("close", "DELETE", `/v1/sessions/${state.selected}`);
   }
 });
 $("btn-terminate").addEventListener("click", () => {
+  if (!state.selected) return;
   if (confirm("Terminate this session now (TERM, grace, KILL)?")) {
     act("terminate", "POST", `/v1/sessions/${state.selected}/terminate`);
   }
@@ -256,7 +275,7 @@ $("btn-terminate").addEventListener("click", () => {
 $("prompt-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
   const text = $("prompt-text").value;
-  if (!text.trim()) return;
+  if (!text.trim() || !state.selected) return;
   $("prompt-text").value = "";
   act("prompt", "POST", `/v1/sessions/${state.selected}/prompt`, { prompt: text });
 });
@@ -406,7 +425,7 @@ function showEntry(e) {
     case "cancel_result": append("sys", `cancel: ${e.cancelled ? "cancelled" : e.reason || "nothing"}`); break;
     case "owner_started": append("sys", `owner started (pid ${e.pid}, generation ${e.generation})`); break;
     case "owner_stopped": append("sys", `owner stopped${e.reason ? `: ${e.reason}` : ""}`); break;
-    case "agent_run_started": append("sys", `agent started${e.pid ? ` (pid ${e.pid})` : ""}`); break;
+    case "agent_run_started": append("sys", `agent started${e.agentPid ? ` (pid ${e.agentPid})` : ""}`); break;
     case "agent_run_ended": append("sys", `agent run ended: ${e.reason || ""} ${e.message || ""}`); break;
     case "interaction_opened":
       append("sys", `question ${e.id}: ${(e.toolCall && e.toolCall.title) || e.message || ""}`);

@@ -1,0 +1,105 @@
+"""One client's event stream: stored entries replayed, then the session's hub followed.
+
+The shared side -- one follower per session and its ring -- is :mod:`tether.serve.stream`
+(whose docstring tells the whole story); this is what each client runs on its own: a
+cursor, database reads while it is older than the ring, then windows of the ring.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Final
+
+from tether.errors import TetherError
+from tether.journal import store
+from tether.serve.sse import sse_control, sse_event
+from tether.serve.stream import Hub, Hubs
+
+CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
+
+
+def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
+    from tether.serve import lookups
+
+    with lookups.registry() as registry:  # this worker thread's connection, reused
+        rows = store.read(registry._db, key, cursor, limit=limit)
+    return [(seq, line.decode()) for seq, line in rows]
+
+
+def _chunk(items: list[tuple[int, str]]) -> bytes:
+    return "".join(sse_event(seq, line) for seq, line in items).encode()
+
+
+async def replay(key: str, cursor: int, upto: int) -> AsyncIterator[bytes]:
+    """Stored entries ``cursor..upto`` (a closed session's stream), then the end."""
+    try:
+        while cursor <= upto:
+            rows = await asyncio.to_thread(read_rows, key, cursor, CHUNK_ENTRIES)
+            rows = [r for r in rows if r[0] <= upto]
+            if not rows:
+                break
+            cursor = rows[-1][0] + 1
+            yield _chunk(rows)
+    except TetherError as exc:  # the headers are out: the error becomes the last event
+        yield sse_control("error", {"detail": exc.message, "lastSeq": cursor - 1}).encode()
+
+
+async def follow(
+    hubs: Hubs,
+    hub: Hub,
+    cursor: int | None,
+    *,
+    heartbeat: float,
+    stopping: asyncio.Event,
+) -> AsyncIterator[bytes]:
+    """One client's stream from ``cursor`` (None: live only) until the session ends.
+
+    The caller has acquired ``hub``; it is released here, whatever ends the stream.
+    """
+    try:
+        yield b"retry: 1000\n\n"
+        await hub.ready.wait()
+        if cursor is None:
+            cursor = hub.next_seq
+        live = False
+        while not stopping.is_set():
+            if hub.error is not None:
+                yield sse_control(
+                    "error", {"detail": hub.error.message, "lastSeq": cursor - 1}
+                ).encode()
+                return
+            if cursor < hub.first:
+                if live:
+                    hubs.lagged_total += 1
+                    yield sse_control("lagged", {"lastSeq": cursor - 1}).encode()
+                    return
+                try:
+                    rows = await asyncio.to_thread(read_rows, hub.key, cursor, CHUNK_ENTRIES)
+                except TetherError as exc:  # the headers are out: say it as the last event
+                    detail = {"detail": exc.message, "lastSeq": cursor - 1}
+                    yield sse_control("error", detail).encode()
+                    return
+                rows = [r for r in rows if r[0] < hub.first]
+                if rows:
+                    cursor = rows[-1][0] + 1
+                    yield _chunk(rows)
+                    continue
+                if cursor < hub.first:
+                    # Stored entries we need are not committed yet (the owner writes a
+                    # batch right after relaying it): they will be in a moment.
+                    await asyncio.sleep(0.02)
+                    continue
+            got = hub.slice_from(cursor)
+            if got is not None:
+                live = True
+                data, cursor = got
+                hubs.quiet.touch()
+                yield data
+                continue
+            if hub.ended or hub.closing:
+                return
+            if not await hub.changed(heartbeat):
+                yield b": heartbeat\n\n"
+    finally:
+        hubs.release(hub)
