@@ -124,7 +124,7 @@ class SignalLedger:
         self.counts: Counter[str] = Counter()
 
     def install(self) -> None:
-        from tether.supervise import reconcile, runner, verify
+        from tether.supervise import reconcile_reap, runner, verify
 
         real = verify.signal_verified
 
@@ -145,7 +145,7 @@ class SignalLedger:
             return ok
 
         runner.signal_verified = recording  # type: ignore[assignment]
-        reconcile.signal_verified = recording  # type: ignore[assignment]
+        reconcile_reap.signal_verified = recording  # type: ignore[assignment]
 
 
 # --- in-process paths ----------------------------------------------------------------------

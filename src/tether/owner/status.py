@@ -113,6 +113,8 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "survivors": list(report.survivors),
         "killMode": report.mode,
         "escaped": list(report.escaped),
+        # Marker carriers not proven members of the run: reported, never signalled
+        "unproven": list(report.unproven),
     }
 
 
@@ -124,6 +126,7 @@ def session_end_event(report: ExtinctionReport | None, *, generation: int | None
         "message": "the session was closed",
         "agentWasRunning": report is not None,
         "survivors": list(report.survivors) if report else [],
+        "unproven": list(report.unproven) if report else [],
         "ownerGeneration": generation,
     }
 
@@ -154,6 +157,7 @@ def terminate_result(
         "alreadyEnded": False,
         "sessionKey": key,
         "survivors": event["survivors"],
+        "unproven": event.get("unproven", []),
         "killMode": report.mode if report else None,
         "teardownMs": report.elapsed_ms if report else 0.0,
         "agentWasRunning": report is not None,

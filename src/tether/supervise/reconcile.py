@@ -30,9 +30,7 @@ a compare-and-set with us as the holder. Every decision is returned as a dict
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +46,13 @@ from tether.supervise.reconcile_plan import (
     MarkLost,
     Reap,
     Steal,
+    Unproven,
     plan_reconcile,
 )
-from tether.supervise.verify import marked_survivors, marker_for, signal_verified
+from tether.supervise.reconcile_reap import execute_reap
 
 RETENTION_S = 7 * 24 * 3600.0  # closed/lost lease records are kept a week for `reap` and audits
 REAP_GRACE_S = 1.5
-KILL_WAIT_S = 2.0
 
 
 def _owner_alive(
@@ -112,77 +110,6 @@ def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
             )
         )
     return records
-
-
-def _alive(table: _os.ProcessTable, ident: _os.ProcessIdentity) -> bool:
-    st = table.stat(ident.pid)
-    return st is not None and not st.is_zombie and st.starttime == ident.starttime
-
-
-def _execute_reap(
-    table: _os.ProcessTable, action: Reap, grace: float, exclude: list[int]
-) -> tuple[bool, int]:
-    """TERM -> grace -> KILL the planned identities; returns (extinct, signalled)."""
-    marker = marker_for(action.lease_id)
-    signalled = 0
-    for ident in action.pids_children_first:
-        if signal_verified(table, ident, signal.SIGTERM, marker=marker):
-            signalled += 1
-    planned = {ident.pid for ident in action.pids_children_first}
-    if action.cgroup_path:
-        with contextlib.suppress(OSError):
-            for pid in table.cgroup_procs(action.cgroup_path):
-                if pid in planned:
-                    continue  # already asked once, by identity: one TERM per process
-                st = table.stat(pid)
-                if st is not None and signal_verified(
-                    table, _os.ProcessIdentity(table.boot_id(), pid, st.starttime), signal.SIGTERM
-                ):
-                    signalled += 1
-    deadline = time.monotonic() + grace
-    remaining = list(action.pids_children_first)
-    while remaining and time.monotonic() < deadline:
-        remaining = [i for i in remaining if _alive(table, i)]
-        if remaining:
-            time.sleep(0.01)
-    if remaining or (action.cgroup_path and table.cgroup_populated(action.cgroup_path)):
-        metrics.incr("run_cleanup_kill_total", mode="cgroup" if action.cgroup_path else "pidfd")
-        if action.cgroup_path:
-            with contextlib.suppress(OSError):
-                table.cgroup_kill(action.cgroup_path)
-        for ident in remaining:
-            if signal_verified(table, ident, signal.SIGKILL, marker=marker):
-                signalled += 1
-    # Walk, kill, wait until nothing of the lease is left. The plan is a snapshot: a
-    # member may have forked after it (a TERM-ignoring shell loop starts a new `sleep`
-    # every turn), and that child carries the marker too, so scan for the marker again
-    # and kill (verified, through pidfds) whatever the plan could not know about. And
-    # wait for the cgroup to report `populated 0`: cgroup.kill only *sends* SIGKILL, so
-    # reading populated right after it would make a clean reap look like a leak (lost).
-    deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        remaining = [i for i in remaining if _alive(table, i)]
-        with contextlib.suppress(_os.ProcUnreadable):
-            boot = table.boot_id()
-            for pid in marked_survivors(table, marker, exclude=exclude):
-                st = table.stat(pid)
-                if st is None:
-                    continue
-                found = _os.ProcessIdentity(boot, pid, st.starttime)
-                if found not in remaining and signal_verified(
-                    table, found, signal.SIGKILL, marker=marker
-                ):
-                    signalled += 1
-                    remaining.append(found)
-        populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
-        if (not remaining and not populated) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.01)
-    populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
-    if action.cgroup_path and not populated:
-        with contextlib.suppress(OSError):
-            table.cgroup_remove(action.cgroup_path)
-    return (not remaining and not populated), signalled
 
 
 def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[str, Any]]:
@@ -371,9 +298,11 @@ def carry_out(
             decision["pids"] = [i.pid for i in action.pids_children_first]
             decision["cgroup"] = action.cgroup_path
             if not dry_run:
-                extinct, signalled = _execute_reap(table, action, grace, ancestry)
+                extinct, signalled, unproven = execute_reap(table, action, grace, ancestry)
                 decision["extinct"] = extinct
                 decision["signalled"] = signalled
+                if unproven:
+                    decision["unproven"] = unproven
                 metrics.incr("run_reconcile_orphans_total", by=len(action.pids_children_first))
                 if not extinct:
                     failed_reaps.add(action.lease_id)
@@ -413,6 +342,8 @@ def carry_out(
                 decision["raced"] = True
         elif isinstance(action, Expire) and not dry_run:
             registry.delete_lease(action.lease_id)
+        elif isinstance(action, Unproven):
+            decision["pids"] = list(action.pids)  # reported only: never signalled
         _log.event(
             "reconcile",
             runId=action.lease_id,

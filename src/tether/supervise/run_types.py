@@ -25,6 +25,8 @@ class ExtinctionReport:
     stderr_tail: str = ""
     keeper_ms: float | None = None  # the keeper's own TERM -> proof time, if it reported
     escaped: tuple[int, ...] = ()  # descendants found outside the run's boundary
+    # Processes that carry the run's marker but are not proven members: never signalled
+    unproven: tuple[int, ...] = ()
 
 
 @dataclass
