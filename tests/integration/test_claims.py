@@ -45,6 +45,7 @@ pytestmark = [
 
 FAKES = Path(__file__).parents[1] / "fake_agents"
 TERM_COUNTER = [sys.executable, str(FAKES / "term_counter.py")]
+ESCAPE_TREE_ARGV = [sys.executable, str(FAKES / "escape_tree.py")]
 
 
 def _terms(log: Path) -> Counter[int]:
@@ -150,4 +151,89 @@ def test_reap_reports_a_marker_claimant_and_never_signals_it(cgroup_mode: str) -
     finally:
         if claimant is not None:
             _end(claimant)
+        sup.close()
+
+
+# --- items 5 and 6: a stale lease stolen from a stopped supervisor ---------------------------
+
+
+def _expire_stopped(sup: Supervisor, lease_id: str) -> None:
+    """Stop the supervisor (alive but silent) and wait until its lease has expired."""
+    sup.signal(signal.SIGSTOP)
+    with Registry() as reg:
+        for _ in range(200):
+            lease = reg.lease(lease_id)
+            assert lease is not None
+            if lease.lease_expires_at is not None and lease.lease_expires_at <= time.time():
+                return
+            time.sleep(0.05)
+    raise AssertionError("the lease never expired")
+
+
+@pytest.fixture
+def short_lease(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TETHER_LEASE_HEARTBEAT_S", "0.1")
+    monkeypatch.setenv("TETHER_LEASE_TTL_S", "1.0")
+
+
+def _shebang_agent(tmp_path: Path) -> list[str]:
+    """The escape tree behind a shebang: the kernel runs `python script`, not `script`."""
+    script = tmp_path / "escape-tree-agent"
+    script.write_text(f"#!{sys.executable}\n" + (FAKES / "escape_tree.py").read_text())
+    script.chmod(0o755)
+    return [str(script)]
+
+
+@pytest.mark.usefixtures("short_lease")
+@pytest.mark.parametrize("wrapper", ["env", "shebang"])
+def test_stale_lease_of_an_exec_d_agent_is_stolen_and_reaped(
+    cgroup_mode: str, wrapper: str, tmp_path: Path
+) -> None:
+    """Item 5: an agent started through an exec'ing wrapper (`env FOO=1 agent`) or a
+    shebang script no longer has the argv Tether recorded; its stale lease is still
+    verified (its parent is the lease's keeper), stolen, and its tree ended."""
+    agent = ["env", "FOO=1", *ESCAPE_TREE_ARGV] if wrapper == "env" else _shebang_agent(tmp_path)
+    sup = Supervisor(1, "sess-exec", ["--members", "same,setsid"], agent=agent)
+    try:
+        (run_,) = sup.runs
+        lease_id = run_["lease_id"]
+        targets = [
+            (run_["tree"]["root"]["pid"], run_["tree"]["root"]["starttime"]),
+            *[(m["pid"], m["starttime"]) for m in run_["tree"]["members"].values()],
+            (run_["keeper"]["pid"], run_["keeper"]["starttime"]),
+        ]
+        _expire_stopped(sup, lease_id)
+        with Registry() as reg:
+            done = [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == lease_id]
+        assert [d["kind"] for d in done] == ["steal", "reap", "markclosed"], done
+        assert done[1]["extinct"] is True
+        assert not [t for t in targets if alive(*t)]
+        assert_lease(lease_id, state="closed")
+    finally:
+        sup.close()
+
+
+@pytest.mark.usefixtures("short_lease")
+def test_a_stolen_lease_gives_each_member_one_term(cgroup_mode: str, tmp_path: Path) -> None:
+    """Item 6: a stale lease whose keeper still lives is ended by that keeper -- the
+    reconciler asks it once -- so each member gets one SIGTERM, not the reaper's and
+    then the keeper's."""
+    log = tmp_path / "terms.log"
+    sup = Supervisor(1, "sess-one-term", [str(log)], agent=TERM_COUNTER)
+    try:
+        (run_,) = sup.runs
+        lease_id = run_["lease_id"]
+        tree: dict[str, int] = run_["tree"]
+        _expire_stopped(sup, lease_id)
+        with Registry() as reg:
+            done = [d for d in reconcile(reg, grace=GRACE) if d["lease_id"] == lease_id]
+        assert [d["kind"] for d in done] == ["steal", "reap", "markclosed"], done
+        assert done[1]["extinct"] is True
+        counts = _terms(log)
+        assert {kind: counts[pid] for kind, pid in tree.items()} == {
+            "root": 1,
+            "same": 1,
+            "setsid": 1,
+        }
+    finally:
         sup.close()

@@ -484,12 +484,19 @@ def test_keeper_killed_supervisor_sweeps(cgroup_mode: str, project_dir: Path) ->
 class Supervisor:
     """tests/fake_agents/supervisor.py as our child; killed through a pidfd."""
 
-    def __init__(self, trees: int, session_key: str | None, tree_args: list[str]) -> None:
+    def __init__(
+        self,
+        trees: int,
+        session_key: str | None,
+        tree_args: list[str],
+        *,
+        agent: list[str] = ESCAPE_TREE,
+    ) -> None:
         argv = [*SUPERVISOR, "--trees", str(trees), "--grace", str(GRACE)]
         if session_key:
             argv += ["--session-key", session_key]
         self.popen = subprocess.Popen(
-            [*argv, "--", *ESCAPE_TREE, *tree_args],
+            [*argv, "--", *agent, *tree_args],
             stdout=subprocess.PIPE,
             start_new_session=True,
         )

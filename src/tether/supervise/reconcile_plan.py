@@ -131,6 +131,8 @@ class LeaseRecord:
             pgid=self.pgid,
             command_hash=self.command_hash,
             pid_namespace=self.pid_namespace,
+            keeper_pid=self.keeper_pid,
+            keeper_starttime=self.keeper_starttime,
         )
 
 
