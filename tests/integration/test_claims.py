@@ -16,11 +16,13 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests._cli import run_tether
-from tests.integration.test_owner import Cli
+from tests.integration.test_owner import Cli, signal_descendant
 from tests.integration.test_supervise_real import (
     GRACE,
     Lines,
@@ -29,6 +31,7 @@ from tests.integration.test_supervise_real import (
     assert_lease,
     cgroup_mode,
     spec,
+    starttime_of,
 )
 
 from tether.registry import Registry
@@ -237,3 +240,52 @@ def test_a_stolen_lease_gives_each_member_one_term(cgroup_mode: str, tmp_path: P
         }
     finally:
         sup.close()
+
+
+@pytest.mark.usefixtures("short_lease")
+def test_a_stolen_run_s_end_is_reported_once_and_truly(cli: Callable[..., Cli]) -> None:
+    """Item 6: a session's owner is stopped past its lease; `tether reap` steals the lease
+    and ends the run, reporting that the owner went silent (not that it died); once the
+    owner continues, it does not report the same run's end a second time."""
+    c = cli()
+    c.run("sessions", "new")
+    c.run("prompt", "echo hi")
+    before = c.status()
+    owner, agent = before["ownerPid"], before["agentPid"]
+    lease_id = _lease_of(agent)
+    agent_ident = (agent, starttime_of(agent))
+    signal_descendant(owner, signal.SIGSTOP)
+    try:
+        with Registry() as reg:
+            for _ in range(200):
+                lease = reg.lease(lease_id)
+                assert lease is not None
+                if lease.lease_expires_at is not None and lease.lease_expires_at <= time.time():
+                    break
+                time.sleep(0.05)
+        reaped = run_tether("--format", "json", "reap", cwd=c.project)
+        assert reaped.returncode == 0, reaped.stderr
+        mine = [d for d in json.loads(reaped.stdout)["decisions"] if d["lease_id"] == lease_id]
+        assert [d["kind"] for d in mine] == ["steal", "reap", "markclosed"], mine
+        assert not alive(*agent_ident)
+    finally:
+        signal_descendant(owner, signal.SIGCONT)
+    # The continued owner notices its run ended; then it serves a new one.
+    assert "again" in c.run("prompt", "echo again").stdout
+    with Registry() as reg:
+        audit = list(reg.events(before["sessionKey"], kind="agent_run_ended"))
+    journal = [e["payload"] for e in c.history("agent_run_ended")]
+    ends = [e for e in [*audit, *journal] if _lease_id_of(e) == lease_id]
+    assert len(ends) == 1, ends
+    (end,) = ends
+    assert "stopped renewing its lease" in str(_payload(end)["message"])
+    assert "died" not in str(_payload(end)["message"])
+
+
+def _payload(entry: dict[str, Any]) -> dict[str, Any]:
+    payload = entry.get("payload", entry)
+    return payload if isinstance(payload, dict) else {}
+
+
+def _lease_id_of(entry: dict[str, Any]) -> object:
+    return _payload(entry).get("leaseId")

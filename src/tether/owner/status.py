@@ -101,11 +101,19 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         # Seed 003: a descendant left the run's boundary -- the run failed, whatever
         # its root's exit code (it was still reaped under the lease).
         outcome = "error"
+    by_agent = end.by_agent
+    message = f"agent run ended: {report.reason}" + (
+        f" ({stop_reason})" if not by_agent and stop_reason else ""
+    )
+    if report.lease_stolen:
+        # Issue 20, item 6: the SIGTERM the root died of came from the supervisor that
+        # stole our lapsed lease, not from the agent: tell the thief's story, not ours.
+        outcome, by_agent = "terminated", False
+        message = "agent run ended: another supervisor took over its lapsed lease and ended it"
     return {
         "reason": outcome,
-        "terminatedBy": "agent" if end.by_agent else "daemon",
-        "message": f"agent run ended: {report.reason}"
-        + (f" ({stop_reason})" if not end.by_agent and stop_reason else ""),
+        "terminatedBy": "agent" if by_agent else "daemon",
+        "message": message,
         "exitCode": code,
         "signal": report.exit_signal,
         "stderrTail": report.stderr_tail[-2000:],
@@ -115,6 +123,7 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "escaped": list(report.escaped),
         # Marker carriers not proven members of the run: reported, never signalled
         "unproven": list(report.unproven),
+        **({"leaseStolen": True} if report.lease_stolen else {}),
     }
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -198,6 +199,9 @@ class RunReaper(RunCore):
             note=_note(survivors, unproven),
         )
         self._heartbeat.remove(self.lease_id)
+        if not self._lease_held:
+            # The thief ended the lease and reported the run's end: say so, once.
+            report = dataclasses.replace(report, lease_stolen=True)
         self._log(
             "extinct",
             reason=reason.value,
@@ -205,6 +209,7 @@ class RunReaper(RunCore):
             escalated=escalated,
             survivors=list(survivors),
             elapsed_ms=report.elapsed_ms,
+            lease_stolen=report.lease_stolen,
         )
         return report
 

@@ -112,7 +112,9 @@ def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
     return records
 
 
-def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[str, Any]]:
+def _run_ended(
+    lease: Any, kind: LeaseInput, why: str, *, owner_alive: bool = False
+) -> tuple[str, str, dict[str, Any]]:
     if kind is LeaseInput.EXTINCTION_PROVEN:
         ended = "its tree was reaped"
     elif kind is LeaseInput.GONE_BEFORE_CLEANUP:
@@ -128,8 +130,8 @@ def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[s
         {
             "reason": "terminated",
             "terminatedBy": "daemon",
-            "message": f"owner-lost: the owner died; {'a terminal: ' if terminal else ''}"
-            f"{ended} ({why})",
+            "message": f"owner-lost: {_owner_lost(owner_alive)}; "
+            f"{'a terminal: ' if terminal else ''}{ended} ({why})",
             "exitCode": lease.exit_code,
             "signal": lease.exit_signal,
             "stderrTail": "",
@@ -139,6 +141,14 @@ def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[s
     )
 
 
+def _owner_lost(owner_alive: bool) -> str:
+    """How the lease's holder was lost: it died, or it lives but let its lease lapse (a
+    stopped or hung owner -- issue 20, item 6: it was reported as dead)."""
+    if owner_alive:
+        return "the owner stopped renewing its lease (alive but silent; the lease expired)"
+    return "the owner died"
+
+
 def _end_lease(
     registry: Any,
     lease: Any,
@@ -146,6 +156,8 @@ def _end_lease(
     note: str,
     why: str,
     reason: str | None = None,
+    *,
+    owner_alive: bool = False,
 ) -> tuple[bool, bool]:
     """Move a lease we hold (we stole it) from ``closing`` through the table, once.
 
@@ -165,7 +177,7 @@ def _end_lease(
         fields["reason"] = reason
     record = None
     if lease.session_key and lease.state in (LeaseState.OPEN.value, LeaseState.CLOSING.value):
-        record = _run_ended(lease, kind, why)
+        record = _run_ended(lease, kind, why, owner_alive=owner_alive)
     new = registry.advance_lease(
         lease.lease_id,
         kind,
@@ -276,6 +288,7 @@ def carry_out(
     decisions: list[dict[str, Any]] = []
     failed_reaps: set[str] = set()
     raced: set[str] = set()
+    silent: set[str] = set()  # leases stolen from a holder that is alive but let it lapse
     for action in actions:
         decision: dict[str, Any] = {
             "kind": type(action).__name__.lower(),
@@ -294,6 +307,8 @@ def carry_out(
             if not dry_run and not _steal(registry, action, lease, table):
                 raced.add(action.lease_id)
                 decision["raced"] = True
+            elif not action.holder_dead:
+                silent.add(action.lease_id)
         elif isinstance(action, Reap):
             decision["pids"] = [i.pid for i in action.pids_children_first]
             decision["cgroup"] = action.cgroup_path
@@ -310,7 +325,10 @@ def carry_out(
             if action.lease_id in failed_reaps:
                 decision["kind"] = "marklost"
                 note = "reap did not prove extinction"
-                if _end_lease(registry, lease, LeaseInput.UNVERIFIABLE, note, action.why)[0]:
+                alive = action.lease_id in silent
+                if _end_lease(
+                    registry, lease, LeaseInput.UNVERIFIABLE, note, action.why, owner_alive=alive
+                )[0]:
                     metrics.incr("run_lease_lost_total")
                 else:
                     decision["raced"] = True
@@ -323,6 +341,7 @@ def carry_out(
                     action.why[:500],
                     action.why,
                     reason,
+                    owner_alive=action.lease_id in silent,
                 )
                 if reported:
                     decision["session_ended"] = True
@@ -332,7 +351,13 @@ def carry_out(
             kind = LeaseInput.GONE_BEFORE_CLEANUP if action.gone else LeaseInput.UNVERIFIABLE
             reason = "owner-lost" if action.gone else None
             changed, reported = _end_lease(
-                registry, lease, kind, action.why[:500], action.why, reason
+                registry,
+                lease,
+                kind,
+                action.why[:500],
+                action.why,
+                reason,
+                owner_alive=action.lease_id in silent,
             )
             if changed:
                 metrics.incr("run_lease_lost_total")

@@ -341,12 +341,12 @@ def _plan_one(
         what = ", ".join(str(i.pid) for i in idents) or "none by pid"
         where = f" and cgroup {cgroup}" if cgroup is not None else ""
         if verification.verdict is Verdict.OWNED:
-            why = f"owner dead, tree verified ({because}); reaping pids {what}{where}"
+            why = f"{stale}, tree verified ({because}); reaping pids {what}{where}"
         else:
             why = f"root gone ({because}); reaping marked survivors {what}{where}"
         keeper_alive = keeper if keeper is not None and keeper in idents else None
         actions.append(Reap(lid, idents, cgroup, why, keeper=keeper_alive))
-        actions.append(MarkClosed(lid, "reaped after its owner died (once extinction is proven)"))
+        actions.append(MarkClosed(lid, f"reaped because {stale} (once extinction is proven)"))
         return [*actions, *claims]
     elif unproven:
         # Nothing proven is left, but processes claim the run: we cannot say its tree
