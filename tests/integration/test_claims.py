@@ -289,3 +289,28 @@ def _payload(entry: dict[str, Any]) -> dict[str, Any]:
 
 def _lease_id_of(entry: dict[str, Any]) -> object:
     return _payload(entry).get("leaseId")
+
+
+def test_offline_close_reports_a_marker_claimant_and_never_signals_it(mock: Cli) -> None:
+    """With the owner killed (its keeper ended the tree), an offline `close` reconciles
+    the stale lease: the claimant is listed under `unproven` and left running."""
+    mock.run("prompt", "echo hi")
+    before = mock.status()
+    lease_id = _lease_of(before["agentPid"])
+    agent = (before["agentPid"], starttime_of(before["agentPid"]))
+    signal_descendant(before["ownerPid"], signal.SIGKILL)
+    for _ in range(250):
+        if not alive(*agent):
+            break
+        time.sleep(0.02)
+    assert not alive(*agent)
+    claimant = _claimant(lease_id)
+    try:
+        closed = mock.json("sessions", "close")
+        assert "reconciled" in closed
+        assert claimant.poll() is None, "the claimant was signalled"
+        assert closed["survivors"] == []
+        assert closed["unproven"] == [claimant.pid]
+        assert_lease(lease_id, state="lost")
+    finally:
+        _end(claimant)

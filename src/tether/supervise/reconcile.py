@@ -259,6 +259,16 @@ def plan(
     return Plan(actions, before, ancestry, table)
 
 
+def unproven_of(decisions: list[dict[str, Any]]) -> list[int]:
+    """Every pid the decisions report as unproven (a claimant: never signalled)."""
+    pids: set[int] = set()
+    for d in decisions:
+        if d.get("kind") == "unproven":
+            pids.update(d.get("pids") or [])
+        pids.update(d.get("unproven") or [])
+    return sorted(pids)
+
+
 def reconcile(
     registry: Any,
     *,
