@@ -314,3 +314,31 @@ def test_offline_close_reports_a_marker_claimant_and_never_signals_it(mock: Cli)
         assert_lease(lease_id, state="lost")
     finally:
         _end(claimant)
+
+
+def test_keeper_killed_claimant_leaves_the_run_unproven(mock: Cli) -> None:
+    """The keeper is SIGKILLed, so no ECHILD proof comes: the owner's sweep leaves a
+    marker claimant alone, reports it, and -- unable to prove the run extinct -- ends
+    the lease lost rather than closed."""
+    mock.run("prompt", "echo hi")
+    agent = mock.status()["agentPid"]
+    lease_id = _lease_of(agent)
+    agent_ident = (agent, starttime_of(agent))
+    with Registry() as reg:
+        lease = reg.lease(lease_id)
+    assert lease is not None
+    assert lease.keeper_pid is not None
+    claimant = _claimant(lease_id)
+    try:
+        signal_descendant(lease.keeper_pid, signal.SIGKILL)
+        for _ in range(250):
+            with Registry() as reg:
+                now = reg.lease(lease_id)
+            if now is not None and now.state in ("closed", "lost") and not alive(*agent_ident):
+                break
+            time.sleep(0.02)
+        ended = assert_lease(lease_id, state="lost")
+        assert f"unproven=[{claimant.pid}]" in (ended.note or "")
+        assert claimant.poll() is None, "the claimant was signalled"
+    finally:
+        _end(claimant)

@@ -181,8 +181,11 @@ class RunReaper(RunCore):
             escaped=tuple(escaped),
             unproven=tuple(unproven),
         )
+        # Without the keeper's ECHILD proof, claimants we cannot prove (nor disprove)
+        # members leave the run's extinction unproven: the lease ends lost.
+        unverified = bool(survivors) or (keeper_report is None and bool(unproven))
         self._lease_write(
-            LeaseInput.UNVERIFIABLE if survivors else LeaseInput.EXTINCTION_PROVEN,
+            LeaseInput.UNVERIFIABLE if unverified else LeaseInput.EXTINCTION_PROVEN,
             LeaseState.CLOSING,
             reason=reason.value,
             failure=reason.value if escaped else None,
