@@ -160,9 +160,8 @@ def test_reap_reports_a_marker_claimant_and_never_signals_it(cgroup_mode: str) -
 # --- items 5 and 6: a stale lease stolen from a stopped supervisor ---------------------------
 
 
-def _expire_stopped(sup: Supervisor, lease_id: str) -> None:
-    """Stop the supervisor (alive but silent) and wait until its lease has expired."""
-    sup.signal(signal.SIGSTOP)
+def wait_expired(lease_id: str) -> None:
+    """Wait (bounded) until the lease's expiry has passed: its holder stopped renewing."""
     with Registry() as reg:
         for _ in range(200):
             lease = reg.lease(lease_id)
@@ -171,6 +170,12 @@ def _expire_stopped(sup: Supervisor, lease_id: str) -> None:
                 return
             time.sleep(0.05)
     raise AssertionError("the lease never expired")
+
+
+def _expire_stopped(sup: Supervisor, lease_id: str) -> None:
+    """Stop the supervisor (alive but silent) and wait until its lease has expired."""
+    sup.signal(signal.SIGSTOP)
+    wait_expired(lease_id)
 
 
 @pytest.fixture
@@ -256,13 +261,7 @@ def test_a_stolen_run_s_end_is_reported_once_and_truly(cli: Callable[..., Cli]) 
     agent_ident = (agent, starttime_of(agent))
     signal_descendant(owner, signal.SIGSTOP)
     try:
-        with Registry() as reg:
-            for _ in range(200):
-                lease = reg.lease(lease_id)
-                assert lease is not None
-                if lease.lease_expires_at is not None and lease.lease_expires_at <= time.time():
-                    break
-                time.sleep(0.05)
+        wait_expired(lease_id)
         reaped = run_tether("--format", "json", "reap", cwd=c.project)
         assert reaped.returncode == 0, reaped.stderr
         mine = [d for d in json.loads(reaped.stdout)["decisions"] if d["lease_id"] == lease_id]

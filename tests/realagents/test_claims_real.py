@@ -9,33 +9,20 @@ Offline: gemini-cli against the loopback fake Gemini API.
 
 from __future__ import annotations
 
-import os
 import shlex
 import signal
-import time
 from pathlib import Path
 
 import pytest
 
-from tests import _proctree
+from tests.integration.test_claims import wait_expired
+from tests.integration.test_owner import signal_descendant
 from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.test_owner_real import Cli, alive_of, owner_session, record_tree, tether_env
 from tether.registry import Registry
 from tether.supervise.verify import command_hash
 
 pytestmark = pytest.mark.realagents
-
-
-def _signal_descendant(pid: int, sig: signal.Signals) -> None:
-    """Signal ``pid`` only if it is one of the test's descendants, pinned by a pidfd."""
-    before = _proctree.descendants().get(pid)
-    assert before is not None, f"pid {pid} is not a descendant of the test"
-    fd = os.pidfd_open(pid)
-    try:
-        assert _proctree.descendants().get(pid, ("", -1))[1] == before[1]
-        signal.pidfd_send_signal(fd, sig)
-    finally:
-        os.close(fd)
 
 
 def _proc(pid: int, name: str) -> bytes:
@@ -71,15 +58,9 @@ def test_npm_agent_stale_lease_is_stolen_and_its_tree_ended(
         # The premise: the shim exec'd, so the live argv is not the one recorded.
         live_argv = [a for a in _proc(agent, "cmdline").split(b"\0") if a]
         assert recorded.command_hash != command_hash(live_argv)
-        _signal_descendant(owner, signal.SIGSTOP)
+        signal_descendant(owner, signal.SIGSTOP)
         try:
-            for _ in range(200):
-                with Registry() as reg:
-                    lease = reg.lease(lease_id)
-                assert lease is not None
-                if lease.lease_expires_at is not None and lease.lease_expires_at <= time.time():
-                    break
-                time.sleep(0.05)
+            wait_expired(lease_id)
             reaped = cli.ok("--format", "json", "reap").json_last()
             mine = [d for d in reaped["decisions"] if d["lease_id"] == lease_id]
             assert [d["kind"] for d in mine] == ["steal", "reap", "markclosed"], mine
@@ -90,4 +71,4 @@ def test_npm_agent_stale_lease_is_stolen_and_its_tree_ended(
             assert closed is not None
             assert closed.state == "closed"
         finally:
-            _signal_descendant(owner, signal.SIGCONT)
+            signal_descendant(owner, signal.SIGCONT)
