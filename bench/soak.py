@@ -124,7 +124,7 @@ class SignalLedger:
         self.counts: Counter[str] = Counter()
 
     def install(self) -> None:
-        from tether.supervise import reconcile, runner, verify
+        from tether.supervise import reconcile_reap, runner, verify
 
         real = verify.signal_verified
 
@@ -145,7 +145,7 @@ class SignalLedger:
             return ok
 
         runner.signal_verified = recording  # type: ignore[assignment]
-        reconcile.signal_verified = recording  # type: ignore[assignment]
+        reconcile_reap.signal_verified = recording  # type: ignore[assignment]
 
 
 # --- in-process paths ----------------------------------------------------------------------
@@ -369,7 +369,8 @@ def run_mode(mode: str, args: argparse.Namespace, ledger: SignalLedger) -> dict[
         leases = {lease.lease_id: lease for lease in reg.leases()}
         events = Counter(
             e["sessionKey"]
-            for e in reg.events(kind="session_ended", limit=100000)
+            # A lost run's end is recorded as agent_run_ended (the session lives on).
+            for e in reg.events(kind="agent_run_ended", limit=100000)
             if e.get("sessionKey")
         )
     lease_ids = {r["lease_id"] for rs in per_path.values() for r in rs}
@@ -521,13 +522,13 @@ def report(
         n_crash = len(res["per_path"]["supervisor-crash"])
         if res["crash_session_ended"] != n_crash:
             failures.append(
-                f"{res['mode']}: {res['crash_session_ended']} session_ended for {n_crash} crashes"
+                f"{res['mode']}: {res['crash_session_ended']} agent_run_ended for {n_crash} crashes"
             )
         lines.append(
             f"- {res['mode']}: final /proc marker scan {res['final_marker_survivors']} live, "
             f"populated cgroups {res['populated_cgroups']}, leftover cgroup dirs "
             f"{res['leftover_cgroup_dirs']}; leases {states} (lost {lost}); reconcile "
-            f"decisions {dict(res['decisions'])}; session_ended for crashed runs "
+            f"decisions {dict(res['decisions'])}; agent_run_ended for crashed runs "
             f"{res['crash_session_ended']}/{n_crash}; {res['elapsed_s']:.0f} s"
         )
     # A refusal is the fail-closed outcome (nothing was sent); only a delivered signal

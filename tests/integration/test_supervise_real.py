@@ -38,12 +38,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests._proctree import descendants, marker_carriers
+from tests._proctree import descendants, kill_verified, marker_carriers
 
 from tether import _os, metrics
 from tether._os import UNREADABLE
 from tether.registry import Registry
-from tether.supervise import reconcile as reconcile_mod
+from tether.supervise import reconcile_reap as reconcile_mod
 from tether.supervise.cgroups import CgroupProbe
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
@@ -484,12 +484,19 @@ def test_keeper_killed_supervisor_sweeps(cgroup_mode: str, project_dir: Path) ->
 class Supervisor:
     """tests/fake_agents/supervisor.py as our child; killed through a pidfd."""
 
-    def __init__(self, trees: int, session_key: str | None, tree_args: list[str]) -> None:
+    def __init__(
+        self,
+        trees: int,
+        session_key: str | None,
+        tree_args: list[str],
+        *,
+        agent: list[str] = ESCAPE_TREE,
+    ) -> None:
         argv = [*SUPERVISOR, "--trees", str(trees), "--grace", str(GRACE)]
         if session_key:
             argv += ["--session-key", session_key]
         self.popen = subprocess.Popen(
-            [*argv, "--", *ESCAPE_TREE, *tree_args],
+            [*argv, "--", *agent, *tree_args],
             stdout=subprocess.PIPE,
             start_new_session=True,
         )
@@ -626,6 +633,17 @@ def test_supervisor_and_keeper_killed_reconcile_reaps(cgroup_mode: str) -> None:
         with Registry() as reg:
             decisions = reconcile(reg, grace=GRACE)
         mine = [d for d in decisions if d["lease_id"] == run_["lease_id"]]
+        if cgroup_mode == "no-cgroup":
+            # Issue 20, item 2: with no keeper and no cgroup left, nothing proves the
+            # escaped members belong to the run -- the marker is only a claim. They are
+            # reported as unproven, never signalled, and the lease is lost.
+            assert [d["kind"] for d in mine] == ["steal", "marklost", "unproven"], mine
+            assert {p for p, _ in survivors} <= set(mine[2]["pids"])
+            assert all(alive(p, s) for p, s in survivors)
+            assert_lease(run_["lease_id"], state="lost")
+            assert len(_session_ended_events("sess-both-dead")) == 1
+            _kill_our_carriers(run_["lease_id"])
+            return
         assert [d["kind"] for d in mine] == ["steal", "reap", "markclosed"], mine
         assert mine[1]["extinct"] is True
         assert {p for p, _ in survivors} <= set(mine[1]["pids"])
@@ -705,6 +723,9 @@ def test_lease_contention_two_reconcilers(
             t.join(30)
         assert errors == []
         assert len(results) == 2
+        if cgroup_mode == "no-cgroup":
+            _contention_without_proof(lease_id, run_["tree"], results, delivered)
+            return
         # Every signal went to a process carrying this lease's marker; none to a decoy.
         assert delivered
         wrong = [d for d in delivered if d[1] not in (lease_id.encode(), True)]
@@ -749,6 +770,44 @@ def test_lease_contention_two_reconcilers(
         for d in decoys:
             d.kill()  # our own unreaped children: Popen signals the exact process
             d.wait()
+
+
+def _kill_our_carriers(lease_id: str) -> None:
+    """SIGKILL what carries the lease's marker and is provably ours: a descendant of this
+    test (the suite is a subreaper) with its starttime re-checked through a pidfd."""
+    for _ in range(100):
+        current = descendants()
+        ours = {p: current[p] for p in marker_carriers(lease_id) if p in current}
+        if not ours:
+            return
+        kill_verified(ours)
+        time.sleep(0.02)
+
+
+def _contention_without_proof(
+    lease_id: str,
+    tree: dict[str, Any],
+    results: list[list[dict[str, Any]]],
+    delivered: list[tuple[int, bytes | None, int]],
+) -> None:
+    """The race with no keeper and no cgroup left: nothing proves the escaped members
+    belong to the run (issue 20, item 2), so neither reconciler signals anything; one
+    steals the lease, reports the claimants as unproven, and ends the lease once."""
+    assert delivered == []
+    members = {k: (m["pid"], m["starttime"]) for k, m in tree["members"].items()}
+    long_lived = {k: v for k, v in members.items() if k != "shell" and alive(*v)}
+    assert long_lived
+    decisions = [d for out in results for d in out if d["lease_id"] == lease_id]
+    won = [d for d in decisions if d["kind"] == "steal" and not d.get("raced")]
+    assert len(won) == 1, decisions
+    (claims,) = [d for d in decisions if d["kind"] == "unproven" and not d.get("raced")]
+    assert {p for p, _ in long_lived.values()} <= set(claims["pids"])
+    assert all(alive(*v) for v in long_lived.values())
+    lease = assert_lease(lease_id, state="lost")
+    assert lease.stolen_from is not None
+    assert len([d for d in decisions if d.get("session_ended")]) == 1
+    assert len(_session_ended_events("sess-contention")) == 1
+    _kill_our_carriers(lease_id)
 
 
 def test_healthy_lease_left_alone_then_expired_lease_stolen(

@@ -32,6 +32,7 @@ from tether.supervise.reconcile_plan import (
     Reap,
     Skip,
     Steal,
+    Unproven,
     plan_reconcile,
 )
 from tether.supervise.verify import command_hash, marker_for, signal_verified
@@ -104,6 +105,22 @@ def _orphan_tree_with_escapee(t: FakeProcessTable) -> None:
 def _gone_root_with_survivor(t: FakeProcessTable) -> None:
     t.add(1003, ppid=1, starttime=53, env=OURS)  # the root is gone, its daemon lives on
     t.add(1000, starttime=80, env={})  # and the pid went to an unrelated process
+
+
+def _tree_and_claimant(t: FakeProcessTable) -> None:
+    _orphan_tree(t)
+    # `env TETHER_LEASE_ID=L1 setsid sleep 3600 &`, started by the user's shell (300).
+    t.add(1005, ppid=300, starttime=60, env=OURS)
+
+
+def _gone_root_survivor_below_keeper(t: FakeProcessTable) -> None:
+    t.add(900, ppid=1, starttime=40, env=OURS)  # the keeper lives (its owner is stopped)
+    t.add(1003, ppid=900, starttime=53, env=OURS)  # an orphan it adopted as subreaper
+
+
+def _gone_root_survivor_in_cgroup(t: FakeProcessTable) -> None:
+    _gone_root_with_survivor(t)
+    t.cgroups["/cg/tether/L1"] = [1003]
 
 
 def _root_then_proc_unreadable(t: FakeProcessTable) -> None:
@@ -188,17 +205,31 @@ ROWS = {
         kinds=(Steal, Reap, MarkClosed),
         order=(1002, 1001, 1000),
     ),
+    # Issue 20, item 2: the marker alone is a claim. An escapee reparented to init, with
+    # no live keeper above it and no cgroup, cannot be proven a member: reported as
+    # unproven, never signalled (recorded run membership may prove it one day).
     "orphan-tree-with-setsid-escapee-and-adopted-stranger": Row(
         build=_orphan_tree_with_escapee,
-        owned=(1000, 1001, 1002, 1003),
-        kinds=(Steal, Reap, MarkClosed),
-        order=(1002, 1001, 1003, 1000),
+        owned=(1000, 1001, 1002),
+        kinds=(Steal, Reap, MarkClosed, Unproven),
+        order=(1002, 1001, 1000),
     ),
-    "root-gone-marked-survivor-lives-on": Row(
+    "root-gone-marker-only-survivor-is-unproven": Row(
         build=_gone_root_with_survivor,
-        owned=(1003,),
+        kinds=(Steal, MarkLost, Unproven),
+    ),
+    "claimant-started-next-to-a-live-tree": Row(
+        build=_tree_and_claimant,
+        owned=(1000, 1001, 1002),
+        kinds=(Steal, Reap, MarkClosed, Unproven),
+        order=(1002, 1001, 1000),
+    ),
+    "survivor-below-the-live-keeper-is-reaped": Row(
+        build=_gone_root_survivor_below_keeper,
+        lease=lease(keeper_pid=900, keeper_starttime=40),
+        owned=(900, 1003),
         kinds=(Steal, Reap, MarkClosed),
-        order=(1003,),
+        order=(1003, 900),
     ),
     "lease-of-another-instance": Row(
         build=_orphan_tree,
@@ -221,12 +252,10 @@ ROWS = {
         lease=lease(state=LeaseState.LOST),
         kinds=(),
     ),
-    "lost-lease-with-marked-survivor-is-stolen-and-reaped": Row(
+    "lost-lease-with-marker-only-survivor-is-reported-not-reaped": Row(
         build=_gone_root_with_survivor,
         lease=lease(state=LeaseState.LOST),
-        owned=(1003,),
-        kinds=(Steal, Reap, MarkClosed),
-        order=(1003,),
+        kinds=(Skip, Unproven),
     ),
 }
 
@@ -283,6 +312,24 @@ def test_pid_reused_between_plan_and_execution_is_not_signalled() -> None:
     assert table.signalled == [table.identity(1002), ProcessIdentity(BOOT, 1000, 50)]
     assert table.process(1001) is not None
     assert table.process(1001).state == "S"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("state", [LeaseState.OPEN, LeaseState.LOST])
+def test_marker_carrier_in_the_leases_cgroup_is_proven(state: LeaseState) -> None:
+    """Issue 20, item 2: with the root gone and no keeper, a marker carrier in the
+    lease's own cgroup is proven a member (reaped); one outside it is only reported."""
+    table = FakeProcessTable(kill_effect=True)
+    _foreign(table)
+    _gone_root_survivor_in_cgroup(table)
+    table.add(1005, ppid=300, starttime=60, env=OURS)  # a claimant outside the cgroup
+    rec = lease(state=state, cgroup_path="/cg/tether/L1")
+    plan = plan_reconcile([rec], table, our_instance_id=US, now=10.0, retention_s=3600)
+    assert [type(a) for a in plan] == [Steal, Reap, MarkClosed, Unproven]
+    reap, claims = plan[1], plan[3]
+    assert isinstance(reap, Reap)
+    assert [i.pid for i in reap.pids_children_first] == [1003]
+    assert isinstance(claims, Unproven)
+    assert claims.pids == [1005]
 
 
 def test_owned_lease_with_cgroup_kills_only_its_cgroup() -> None:

@@ -176,3 +176,31 @@ def test_signal_verified_rechecks_after_opening() -> None:
     assert signal_verified(table, ProcessIdentity(BOOT, 1000, 50), signal.SIGKILL) is False
     assert table.signals == []
     assert table.open_fds == []
+
+
+EXECED = [b"/usr/bin/python3", b"/venv/bin/tether-mock-agent"]  # what `env FOO=1 …` became
+
+
+@pytest.mark.parametrize(
+    ("keeper", "ppid", "ev", "verdict"),
+    [
+        pytest.param({}, 900, {}, Verdict.OWNED, id="parent-is-the-verified-keeper"),
+        pytest.param(None, 900, {}, Verdict.LOST, id="keeper-gone"),
+        pytest.param({"starttime": 41}, 900, {}, Verdict.LOST, id="keeper-pid-reused"),
+        pytest.param({"state": "Z"}, 900, {}, Verdict.LOST, id="keeper-a-zombie"),
+        pytest.param({"env": {}}, 900, {}, Verdict.LOST, id="keeper-unmarked"),
+        pytest.param({}, 1, {}, Verdict.LOST, id="parent-is-not-the-keeper"),
+        pytest.param({}, 900, {"keeper_pid": None}, Verdict.LOST, id="keeper-not-recorded"),
+    ],
+)
+def test_an_agent_that_exec_d_is_verified_by_its_keeper(
+    keeper: dict[str, object] | None, ppid: int, ev: dict[str, object], verdict: Verdict
+) -> None:
+    """Issue 20, item 5: a root whose argv changed by its own exec (a shebang script, an
+    exec'ing wrapper, an npm shim) is OWNED while its parent is the lease's keeper, that
+    very process; without that proof a changed argv stays LOST."""
+    table = FakeProcessTable()
+    if keeper is not None:
+        table.add(900, **{"ppid": 800, "starttime": 40, "env": MARK, **keeper})  # type: ignore[arg-type]
+    table.add(1000, ppid=ppid, starttime=50, env=MARK, cmdline=EXECED)
+    assert run(table, evidence(**{"keeper_pid": 900, "keeper_starttime": 40, **ev})) is verdict

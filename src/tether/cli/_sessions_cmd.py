@@ -167,6 +167,7 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
+    text += _unproven_text(result)
     if "discarded" in result:
         text += " · conversation " + ("deleted" if result["discarded"] else "NOT deleted")
     children = result.get("closedChildren") or []
@@ -211,5 +212,15 @@ def _terminate(ctx: Any) -> int:
             f"session terminated · teardown {result.get('teardownMs')} ms"
             f" · survivors {len(survivors)}"
         )
+    text += _unproven_text(result)
     ctx.output.control(result, text=text, quiet=str(result.get("reason")))
     return 1 if survivors else 0
+
+
+def _unproven_text(result: dict[str, Any]) -> str:
+    """Processes that carry the run's marker without being proven members (issue 20)."""
+    unproven = result.get("unproven") or []
+    if not unproven:
+        return ""
+    pids = ", ".join(str(p) for p in unproven[:5])
+    return f" · {len(unproven)} unproven (carry the run's marker; not signalled): {pids}"

@@ -62,14 +62,20 @@ def _close_one(
     if conn is not None:
         return _close_live(conn, discard=discard, cascade_from=cascade_from)
     from tether.registry import Registry
-    from tether.supervise.reconcile import reconcile
+    from tether.supervise.reconcile import reconcile, unproven_of
 
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         decisions = reconcile(registry, session_key=key)
         _close_offline(registry, key, how="closed with no owner running")
-    return {"action": "session_closed", "sessionKey": key, "survivors": [], "reconciled": decisions}
+    return {
+        "action": "session_closed",
+        "sessionKey": key,
+        "survivors": [],
+        "unproven": unproven_of(decisions),  # claimants of its runs: never signalled
+        "reconciled": decisions,
+    }
 
 
 def _owner_to_discard(key: str) -> OwnerConnection | None:

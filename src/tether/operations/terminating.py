@@ -106,7 +106,7 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
     """Terminate with no owner running; the caller holds the session's lock."""
     from tether.journal import store
     from tether.registry import Registry
-    from tether.supervise.reconcile import reconcile
+    from tether.supervise.reconcile import reconcile, unproven_of
 
     with Registry() as registry:
         session = registry.session(key)
@@ -136,6 +136,7 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
         "alreadyEnded": False,
         "sessionKey": key,
         "survivors": [],
+        "unproven": unproven_of(decisions),  # claimants of its runs: never signalled
         "agentWasRunning": False,
         "reconciled": decisions,
     }

@@ -379,6 +379,11 @@ class Owner:
     def _on_run_end(self, end: RunEnd) -> None:
         """An agent run ended: record it, tell every connected caller."""
         event = end_event(end, stop_reason=self.stop_reason)
+        if end.report.lease_stolen:
+            # Another supervisor stole the run's lease and reported its end (issue 20,
+            # item 6: one end, reported once): callers hear of it, nothing is recorded.
+            self.server.broadcast({"type": "agent_run_ended", "requestId": None, "event": event})
+            return
         self.record("agent_run_ended", event)
         try:
             self.registry.update_session(self.key, last_end=event)

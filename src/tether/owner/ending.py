@@ -60,6 +60,7 @@ def end_session(
                 "action": "session_closed",
                 "sessionKey": key,
                 "survivors": event["survivors"],
+                "unproven": event.get("unproven", []),
                 "killMode": report.mode if report else None,
                 "teardownMs": report.elapsed_ms if report else 0.0,
                 "agentWasRunning": report is not None,

@@ -131,11 +131,19 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         # Seed 003: a descendant left the run's boundary -- the run failed, whatever
         # its root's exit code (it was still reaped under the lease).
         outcome = "error"
+    by_agent = end.by_agent
+    message = f"agent run ended: {report.reason}" + (
+        f" ({stop_reason})" if not by_agent and stop_reason else ""
+    )
+    if report.lease_stolen:
+        # Issue 20, item 6: the SIGTERM the root died of came from the supervisor that
+        # stole our lapsed lease, not from the agent: tell the thief's story, not ours.
+        outcome, by_agent = "terminated", False
+        message = "agent run ended: another supervisor took over its lapsed lease and ended it"
     return {
         "reason": outcome,
-        "terminatedBy": "agent" if end.by_agent else "daemon",
-        "message": f"agent run ended: {report.reason}"
-        + (f" ({stop_reason})" if not end.by_agent and stop_reason else ""),
+        "terminatedBy": "agent" if by_agent else "daemon",
+        "message": message,
         "exitCode": code,
         "signal": report.exit_signal,
         "stderrTail": report.stderr_tail[-2000:],
@@ -143,6 +151,9 @@ def end_event(end: RunEnd, *, stop_reason: str) -> dict[str, Any]:
         "survivors": list(report.survivors),
         "killMode": report.mode,
         "escaped": list(report.escaped),
+        # Marker carriers not proven members of the run: reported, never signalled
+        "unproven": list(report.unproven),
+        **({"leaseStolen": True} if report.lease_stolen else {}),
     }
 
 
@@ -154,6 +165,7 @@ def session_end_event(report: ExtinctionReport | None, *, generation: int | None
         "message": "the session was closed",
         "agentWasRunning": report is not None,
         "survivors": list(report.survivors) if report else [],
+        "unproven": list(report.unproven) if report else [],
         "ownerGeneration": generation,
     }
 
@@ -184,6 +196,7 @@ def terminate_result(
         "alreadyEnded": False,
         "sessionKey": key,
         "survivors": event["survivors"],
+        "unproven": event.get("unproven", []),
         "killMode": report.mode if report else None,
         "teardownMs": report.elapsed_ms if report else 0.0,
         "agentWasRunning": report is not None,

@@ -21,7 +21,8 @@ keeper's own fds 0/1/2 and one end of a socketpair as a control channel. The kee
    its pid and therefore its process-group number: ``killpg`` can never hit a
    recycled group while we hold the zombie;
 5. on ``terminate`` (or the supervisor's death, or a termination signal): SIGTERM to
-   the group, to every descendant and to every cgroup member; wait one grace
+   the group, to every descendant and to every cgroup member -- once per process,
+   skipping whom an earlier way reached (:mod:`.keeper_signals`); wait one grace
    period, returning early the moment the tree is empty; then SIGKILL (``cgroup.kill``
    first where available) and walk-kill-reap until nothing but the root's zombie is
    left; reap the root; and only when ``waitpid(-1)`` raises ``ECHILD`` -- the proof
@@ -66,6 +67,7 @@ import time
 
 from tether._fastjson import dumps as _dumps
 from tether._fastjson import loads as _loads
+from tether.supervise.keeper_signals import SentSignals
 
 # The platform layer, chosen once at import. It is not tether._os: that package costs
 # more to import than the whole keeper (see _keeper_linux's docstring).
@@ -128,6 +130,7 @@ class Keeper:
         self.signalled = 0
         self.escalated = False
         self.escaped: set[int] = set()
+        self._sent = SentSignals()  # one signal per process (issue 20, item 6)
         self._cgroup_rel: str | None = None  # the run's cgroup as /proc/<pid>/cgroup names it
         self._control_buf = b""
         self._wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
@@ -258,9 +261,13 @@ class Keeper:
     # --- signalling -----------------------------------------------------------------
 
     def _signal_pid(self, pid: int, starttime: int, sig: int) -> None:
-        """Signal a descendant through a handle opened after, and checked against, its identity."""
+        """Signal a descendant through a handle opened after, and checked against, its
+        identity -- unless ``sig`` already reached it (once per process: keeper_signals)."""
+        if not self._sent.due(sig, (pid, starttime)):
+            return
         if _plat.signal_exact(pid, starttime, sig):
             self.signalled += 1
+            self._sent.sent(sig, (pid, starttime))
 
     def _signal_tree(self, sig: int) -> None:
         # Walk before signalling: a process that already died of the group signal can
@@ -270,12 +277,7 @@ class Keeper:
             if pid not in self.escaped and self._outside_boundary(pid):
                 self.escaped.add(pid)
         # The group first: while the root is unreaped its pgid cannot be recycled.
-        if (
-            self.root_pid is not None
-            and not self.root_reaped
-            and _plat.signal_group(self.root_pid, sig)
-        ):
-            self.signalled += 1
+        self._signal_group(sig, [(pid, st) for pid, st, _ in descendants])
         # Then everything that left the group (setsid, double fork), deepest first.
         for pid, starttime, _ in descendants:
             self._signal_pid(pid, starttime, sig)
@@ -284,6 +286,20 @@ class Keeper:
                 st = _read_stat(pid)
                 if st is not None:
                     self._signal_pid(pid, st[2], sig)
+
+    def _signal_group(self, sig: int, walked: list[tuple[int, int]]) -> None:
+        """``killpg`` the root's group, once per signal, and note whom it reached."""
+        root = self.root_pid
+        if root is None or self.root_reaped or not self._sent.group_due(sig):
+            return
+        in_group = [ident for ident in walked if self._in_root_group(ident[0])]
+        if _plat.signal_group(root, sig):
+            self.signalled += 1
+            self._sent.group_sent(sig, in_group, self._in_root_group)
+
+    def _in_root_group(self, pid: int) -> bool:
+        st = _read_stat(pid)
+        return st is not None and st[1] == self.root_pid
 
     def _outside_boundary(self, pid: int) -> bool:
         """Whether a descendant has left the run's boundary (see the module docstring)."""

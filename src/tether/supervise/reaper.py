@@ -5,7 +5,9 @@ timeout (the watchdog here), the agent exiting, the keeper dying -- converges th
 it runs once. It asks the keeper to terminate (SIGTERM -> grace -> SIGKILL -> ECHILD),
 waits for the ``extinct`` proof, and checks the third witness itself: no live process
 carries the lease marker. If the keeper cannot do its job, the supervisor sweeps the
-lease's verified processes itself, through pidfds. The lease ends ``closed``, or ``lost``
+lease's verified processes itself, through pidfds. A marker carrier is only a
+candidate: one that is not a proven member (:mod:`.proof`) is reported as
+``unproven`` and never signalled (issue 20, item 2). The lease ends ``closed``, or ``lost``
 when extinction could not be proven.
 """
 
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -21,6 +24,7 @@ from typing import Any
 
 from tether import _os, metrics
 from tether.supervise.lease_state import LeaseInput, LeaseState
+from tether.supervise.proof import split_claims
 from tether.supervise.run_core import RunCore
 from tether.supervise.run_state import RunState, TerminationReason
 from tether.supervise.run_types import ExtinctionReport
@@ -29,6 +33,7 @@ from tether.supervise.verify import marked_survivors, marker_for, signal_verifie
 __all__ = ["RunReaper"]
 
 EXTINCTION_SLACK_S = 5.0  # beyond the grace, how long we wait for the keeper's proof
+UNPROVEN_REASON = "carries the run's marker but is not a proven member: not signalled"
 
 
 class RunReaper(RunCore):
@@ -123,11 +128,15 @@ class RunReaper(RunCore):
         # proved extinction and the scan agrees (the common case: a full scan reads
         # every process's environ, which is most of the teardown's cost after the
         # grace); a sweep and a second scan only when they disagree.
-        found = self._marker_survivors()
+        # Each marker carrier must also be a proven member (supervise.proof): one that
+        # only claims the run is reported as unproven and never signalled.
+        found, unproven = self._marker_claims()
         if keeper_report is None or found:
             await self._sweep_marker()
-            found = self._marker_survivors()
+            found, unproven = self._marker_claims()
         survivors = tuple(found)
+        if unproven:
+            self._log("unproven_claim", logging.WARNING, reason=UNPROVEN_REASON, pids=unproven)
         if keeper_report is not None and found:
             # The keeper proved ECHILD, yet marked processes live: they left its subtree
             # as well as the group (only an escape can do that). Reaped by the sweep.
@@ -170,9 +179,13 @@ class RunReaper(RunCore):
             if keeper_report and isinstance(keeper_report.get("elapsed_ms"), int | float)
             else None,
             escaped=tuple(escaped),
+            unproven=tuple(unproven),
         )
+        # Without the keeper's ECHILD proof, claimants we cannot prove (nor disprove)
+        # members leave the run's extinction unproven: the lease ends lost.
+        unverified = bool(survivors) or (keeper_report is None and bool(unproven))
         self._lease_write(
-            LeaseInput.UNVERIFIABLE if survivors else LeaseInput.EXTINCTION_PROVEN,
+            LeaseInput.UNVERIFIABLE if unverified else LeaseInput.EXTINCTION_PROVEN,
             LeaseState.CLOSING,
             reason=reason.value,
             failure=reason.value if escaped else None,
@@ -186,9 +199,12 @@ class RunReaper(RunCore):
                 if self.last_output_at is not None
                 else None
             ),
-            note=f"survivors={list(survivors)}" if survivors else None,
+            note=_note(survivors, unproven),
         )
         self._heartbeat.remove(self.lease_id)
+        if not self._lease_held:
+            # The thief ended the lease and reported the run's end: say so, once.
+            report = dataclasses.replace(report, lease_stolen=True)
         self._log(
             "extinct",
             reason=reason.value,
@@ -196,6 +212,7 @@ class RunReaper(RunCore):
             escalated=escalated,
             survivors=list(survivors),
             elapsed_ms=report.elapsed_ms,
+            lease_stolen=report.lease_stolen,
         )
         return report
 
@@ -209,12 +226,23 @@ class RunReaper(RunCore):
             async with asyncio.timeout(2.0):
                 await asyncio.shield(self._keeper_exited)
 
-    def _marker_survivors(self) -> list[int]:
-        """Live processes that carry this run's lease marker (the third witness)."""
+    def _marker_claims(self) -> tuple[list[int], list[int]]:
+        """Live processes that carry this run's lease marker (the third witness), split
+        into (proven members, unproven claimants) -- see :mod:`.proof`.
+
+        The anchor is this supervisor: the keeper is its child, so every member lives
+        below it while the keeper does (and after, when we are the subreaper that
+        adopted the keeper's orphans); the run's cgroup proves the rest.
+        """
         try:
-            return marked_survivors(self.table, marker_for(self.lease_id), exclude=[os.getpid()])
+            pids = marked_survivors(self.table, marker_for(self.lease_id), exclude=[os.getpid()])
+            members: list[int] = []
+            if self.cgroup:
+                with contextlib.suppress(OSError):
+                    members = self.table.cgroup_procs(self.cgroup)
+            return split_claims(self.table, pids, anchors=[os.getpid()], cgroup_members=members)
         except _os.ProcUnreadable:
-            return []  # /proc unreadable: the keeper's ECHILD and the cgroup still stand
+            return [], []  # /proc unreadable: the keeper's ECHILD and the cgroup still stand
 
     async def _sweep_marker(self) -> None:
         """Supervisor-side sweep: the keeper is gone, so kill verified marker carriers."""
@@ -222,15 +250,23 @@ class RunReaper(RunCore):
             with contextlib.suppress(OSError):
                 self.table.cgroup_kill(self.cgroup)
         boot_id = self.table.boot_id()
+        marker = marker_for(self.lease_id)
         for _ in range(50):
-            pids = self._marker_survivors()
+            pids, _unproven = self._marker_claims()  # never the unproven ones
             if not pids:
                 return
             for pid in pids:
                 st = self.table.stat(pid)
                 if st is None:
                     continue
-                signal_verified(
-                    self.table, _os.ProcessIdentity(boot_id, pid, st.starttime), signal.SIGKILL
-                )
+                ident = _os.ProcessIdentity(boot_id, pid, st.starttime)
+                signal_verified(self.table, ident, signal.SIGKILL, marker=marker)
             await asyncio.sleep(0.01)
+
+
+def _note(survivors: tuple[int, ...], unproven: list[int]) -> str | None:
+    """The lease's note about what outlived the run, or None."""
+    parts = [f"survivors={list(survivors)}"] if survivors else []
+    if unproven:
+        parts.append(f"unproven={unproven} (carry the marker, not proven members: not signalled)")
+    return "; ".join(parts) or None

@@ -30,9 +30,7 @@ a compare-and-set with us as the holder. Every decision is returned as a dict
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -48,13 +46,13 @@ from tether.supervise.reconcile_plan import (
     MarkLost,
     Reap,
     Steal,
+    Unproven,
     plan_reconcile,
 )
-from tether.supervise.verify import marked_survivors, marker_for, signal_verified
+from tether.supervise.reconcile_reap import execute_reap
 
 RETENTION_S = 7 * 24 * 3600.0  # closed/lost lease records are kept a week for `reap` and audits
 REAP_GRACE_S = 1.5
-KILL_WAIT_S = 2.0
 
 
 def _owner_alive(
@@ -114,78 +112,9 @@ def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
     return records
 
 
-def _alive(table: _os.ProcessTable, ident: _os.ProcessIdentity) -> bool:
-    st = table.stat(ident.pid)
-    return st is not None and not st.is_zombie and st.starttime == ident.starttime
-
-
-def _execute_reap(
-    table: _os.ProcessTable, action: Reap, grace: float, exclude: list[int]
-) -> tuple[bool, int]:
-    """TERM -> grace -> KILL the planned identities; returns (extinct, signalled)."""
-    marker = marker_for(action.lease_id)
-    signalled = 0
-    for ident in action.pids_children_first:
-        if signal_verified(table, ident, signal.SIGTERM, marker=marker):
-            signalled += 1
-    planned = {ident.pid for ident in action.pids_children_first}
-    if action.cgroup_path:
-        with contextlib.suppress(OSError):
-            for pid in table.cgroup_procs(action.cgroup_path):
-                if pid in planned:
-                    continue  # already asked once, by identity: one TERM per process
-                st = table.stat(pid)
-                if st is not None and signal_verified(
-                    table, _os.ProcessIdentity(table.boot_id(), pid, st.starttime), signal.SIGTERM
-                ):
-                    signalled += 1
-    deadline = time.monotonic() + grace
-    remaining = list(action.pids_children_first)
-    while remaining and time.monotonic() < deadline:
-        remaining = [i for i in remaining if _alive(table, i)]
-        if remaining:
-            time.sleep(0.01)
-    if remaining or (action.cgroup_path and table.cgroup_populated(action.cgroup_path)):
-        metrics.incr("run_cleanup_kill_total", mode="cgroup" if action.cgroup_path else "pidfd")
-        if action.cgroup_path:
-            with contextlib.suppress(OSError):
-                table.cgroup_kill(action.cgroup_path)
-        for ident in remaining:
-            if signal_verified(table, ident, signal.SIGKILL, marker=marker):
-                signalled += 1
-    # Walk, kill, wait until nothing of the lease is left. The plan is a snapshot: a
-    # member may have forked after it (a TERM-ignoring shell loop starts a new `sleep`
-    # every turn), and that child carries the marker too, so scan for the marker again
-    # and kill (verified, through pidfds) whatever the plan could not know about. And
-    # wait for the cgroup to report `populated 0`: cgroup.kill only *sends* SIGKILL, so
-    # reading populated right after it would make a clean reap look like a leak (lost).
-    deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        remaining = [i for i in remaining if _alive(table, i)]
-        with contextlib.suppress(_os.ProcUnreadable):
-            boot = table.boot_id()
-            for pid in marked_survivors(table, marker, exclude=exclude):
-                st = table.stat(pid)
-                if st is None:
-                    continue
-                found = _os.ProcessIdentity(boot, pid, st.starttime)
-                if found not in remaining and signal_verified(
-                    table, found, signal.SIGKILL, marker=marker
-                ):
-                    signalled += 1
-                    remaining.append(found)
-        populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
-        if (not remaining and not populated) or time.monotonic() >= deadline:
-            break
-        time.sleep(0.01)
-    populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
-    if action.cgroup_path and not populated:
-        with contextlib.suppress(OSError):
-            table.cgroup_remove(action.cgroup_path)
-    return (not remaining and not populated), signalled
-
-
-def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[str, Any]]:
+def _run_ended(
+    lease: Any, kind: LeaseInput, why: str, *, owner_alive: bool = False
+) -> tuple[str, str, dict[str, Any]]:
     if kind is LeaseInput.EXTINCTION_PROVEN:
         ended = "its tree was reaped"
     elif kind is LeaseInput.GONE_BEFORE_CLEANUP:
@@ -201,8 +130,8 @@ def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[s
         {
             "reason": "terminated",
             "terminatedBy": "daemon",
-            "message": f"owner-lost: the owner died; {'a terminal: ' if terminal else ''}"
-            f"{ended} ({why})",
+            "message": f"owner-lost: {_owner_lost(owner_alive)}; "
+            f"{'a terminal: ' if terminal else ''}{ended} ({why})",
             "exitCode": lease.exit_code,
             "signal": lease.exit_signal,
             "stderrTail": "",
@@ -212,6 +141,14 @@ def _run_ended(lease: Any, kind: LeaseInput, why: str) -> tuple[str, str, dict[s
     )
 
 
+def _owner_lost(owner_alive: bool) -> str:
+    """How the lease's holder was lost: it died, or it lives but let its lease lapse (a
+    stopped or hung owner -- issue 20, item 6: it was reported as dead)."""
+    if owner_alive:
+        return "the owner stopped renewing its lease (alive but silent; the lease expired)"
+    return "the owner died"
+
+
 def _end_lease(
     registry: Any,
     lease: Any,
@@ -219,6 +156,8 @@ def _end_lease(
     note: str,
     why: str,
     reason: str | None = None,
+    *,
+    owner_alive: bool = False,
 ) -> tuple[bool, bool]:
     """Move a lease we hold (we stole it) from ``closing`` through the table, once.
 
@@ -238,7 +177,7 @@ def _end_lease(
         fields["reason"] = reason
     record = None
     if lease.session_key and lease.state in (LeaseState.OPEN.value, LeaseState.CLOSING.value):
-        record = _run_ended(lease, kind, why)
+        record = _run_ended(lease, kind, why, owner_alive=owner_alive)
     new = registry.advance_lease(
         lease.lease_id,
         kind,
@@ -320,6 +259,16 @@ def plan(
     return Plan(actions, before, ancestry, table)
 
 
+def unproven_of(decisions: list[dict[str, Any]]) -> list[int]:
+    """Every pid the decisions report as unproven (a claimant: never signalled)."""
+    pids: set[int] = set()
+    for d in decisions:
+        if d.get("kind") == "unproven":
+            pids.update(d.get("pids") or [])
+        pids.update(d.get("unproven") or [])
+    return sorted(pids)
+
+
 def reconcile(
     registry: Any,
     *,
@@ -349,6 +298,7 @@ def carry_out(
     decisions: list[dict[str, Any]] = []
     failed_reaps: set[str] = set()
     raced: set[str] = set()
+    silent: set[str] = set()  # leases stolen from a holder that is alive but let it lapse
     for action in actions:
         decision: dict[str, Any] = {
             "kind": type(action).__name__.lower(),
@@ -367,13 +317,17 @@ def carry_out(
             if not dry_run and not _steal(registry, action, lease, table):
                 raced.add(action.lease_id)
                 decision["raced"] = True
+            elif not action.holder_dead:
+                silent.add(action.lease_id)
         elif isinstance(action, Reap):
             decision["pids"] = [i.pid for i in action.pids_children_first]
             decision["cgroup"] = action.cgroup_path
             if not dry_run:
-                extinct, signalled = _execute_reap(table, action, grace, ancestry)
+                extinct, signalled, unproven = execute_reap(table, action, grace, ancestry)
                 decision["extinct"] = extinct
                 decision["signalled"] = signalled
+                if unproven:
+                    decision["unproven"] = unproven
                 metrics.incr("run_reconcile_orphans_total", by=len(action.pids_children_first))
                 if not extinct:
                     failed_reaps.add(action.lease_id)
@@ -381,7 +335,10 @@ def carry_out(
             if action.lease_id in failed_reaps:
                 decision["kind"] = "marklost"
                 note = "reap did not prove extinction"
-                if _end_lease(registry, lease, LeaseInput.UNVERIFIABLE, note, action.why)[0]:
+                alive = action.lease_id in silent
+                if _end_lease(
+                    registry, lease, LeaseInput.UNVERIFIABLE, note, action.why, owner_alive=alive
+                )[0]:
                     metrics.incr("run_lease_lost_total")
                 else:
                     decision["raced"] = True
@@ -394,6 +351,7 @@ def carry_out(
                     action.why[:500],
                     action.why,
                     reason,
+                    owner_alive=action.lease_id in silent,
                 )
                 if reported:
                     decision["session_ended"] = True
@@ -403,7 +361,13 @@ def carry_out(
             kind = LeaseInput.GONE_BEFORE_CLEANUP if action.gone else LeaseInput.UNVERIFIABLE
             reason = "owner-lost" if action.gone else None
             changed, reported = _end_lease(
-                registry, lease, kind, action.why[:500], action.why, reason
+                registry,
+                lease,
+                kind,
+                action.why[:500],
+                action.why,
+                reason,
+                owner_alive=action.lease_id in silent,
             )
             if changed:
                 metrics.incr("run_lease_lost_total")
@@ -413,6 +377,8 @@ def carry_out(
                 decision["raced"] = True
         elif isinstance(action, Expire) and not dry_run:
             registry.delete_lease(action.lease_id)
+        elif isinstance(action, Unproven):
+            decision["pids"] = list(action.pids)  # reported only: never signalled
         _log.event(
             "reconcile",
             runId=action.lease_id,

@@ -34,6 +34,13 @@ Per lease, in input order:
     survivors at all, ``MarkLost(gone=True)``;
   - ``LOST`` -> ``MarkLost`` (nothing signalled; a later sweep retries).
 
+  A marker carrier is reaped only when it is proven a member of the run
+  (:mod:`~tether.supervise.proof`: below the verified root or the verified live keeper,
+  or in the run's cgroup); the others get ``Unproven`` (reported, never signalled),
+  and a lease with nothing proven left but unproven claimants is ``MarkLost``: its
+  extinction cannot be shown. With the keeper alive (its supervisor is only stopped),
+  the ``Reap`` names it, and the executor asks it to end its own tree.
+
   A lease that is already ``lost`` is stolen only when there is something to reap;
   otherwise it gets ``Skip`` while still unverifiable, and nothing once its tree is
   gone (there is no lost->lost step).
@@ -59,6 +66,7 @@ from dataclasses import dataclass
 
 from tether._os import ProcessIdentity, ProcessTable, ProcUnreadable
 from tether.supervise.lease_state import LeaseState
+from tether.supervise.proof import UNPROVEN_WHY, split_lease_claims, verified_keeper
 from tether.supervise.verify import (
     LeaseEvidence,
     Verdict,
@@ -78,6 +86,7 @@ __all__ = [
     "Reap",
     "Skip",
     "Steal",
+    "Unproven",
     "lease_is_healthy",
     "plan_reconcile",
 ]
@@ -122,6 +131,8 @@ class LeaseRecord:
             pgid=self.pgid,
             command_hash=self.command_hash,
             pid_namespace=self.pid_namespace,
+            keeper_pid=self.keeper_pid,
+            keeper_starttime=self.keeper_starttime,
         )
 
 
@@ -142,11 +153,28 @@ class Steal:
 
 @dataclass(frozen=True)
 class Reap:
-    """Signal these verified identities (children first) and/or kill this cgroup."""
+    """Signal these verified identities (children first) and/or kill this cgroup.
+
+    ``keeper``: the run's keeper, verified alive (its supervisor is only stopped or
+    silent). It is asked to end its own tree -- one SIGTERM to it, and it gives every
+    member TERM -> grace -> KILL once -- rather than every member getting a TERM from
+    us and another from it (issue 20, item 6).
+    """
 
     lease_id: str
     pids_children_first: list[ProcessIdentity]
     cgroup_path: str | None
+    why: str
+    keeper: ProcessIdentity | None = None
+
+
+@dataclass(frozen=True)
+class Unproven:
+    """Processes that carry the lease's marker but are not proven members of its run
+    (:mod:`~tether.supervise.proof`): reported, never signalled."""
+
+    lease_id: str
+    pids: list[int]
     why: str
 
 
@@ -184,7 +212,7 @@ class Skip:
     why: str
 
 
-Action = Steal | Reap | MarkClosed | MarkLost | Expire | Skip
+Action = Steal | Reap | MarkClosed | MarkLost | Expire | Skip | Unproven
 
 
 def lease_is_healthy(lease: LeaseRecord, now: float) -> bool:
@@ -286,12 +314,23 @@ def _plan_one(
             pids = plan_tree_kill(lease.root_pid, table, marker, exclude=exclude)
         else:
             pids = marked_survivors(table, marker, exclude=exclude)
-        idents = _identities(table, our_boot_id, pids)
         # The cgroup was created for this lease alone, so its members are ours even
         # when the root is GONE; an empty or missing one needs no kill.
         cgroup = None
         if lease.cgroup_path is not None and table.cgroup_populated(lease.cgroup_path):
             cgroup = lease.cgroup_path
+        # The marker only nominates: signal a carrier only if it is proven a member.
+        keeper = verified_keeper(
+            table, our_boot_id, lease.keeper_pid, lease.keeper_starttime, marker
+        )
+        pids, unproven = split_lease_claims(
+            table,
+            pids,
+            root_pid=lease.root_pid if verification.verdict is Verdict.OWNED else None,
+            keeper=keeper,
+            cgroup_path=cgroup,
+        )
+        idents = _identities(table, our_boot_id, pids)
     except ProcUnreadable as exc:
         why = f"verdict {verification.verdict.value} but the process listing is unreadable: {exc}"
         if lease.state is LeaseState.LOST:
@@ -299,15 +338,25 @@ def _plan_one(
         return [*take, MarkLost(lid, why)]
 
     actions: list[Action] = [steal]
+    claims = [Unproven(lid, unproven, UNPROVEN_WHY)] if unproven else []
     if idents or cgroup is not None:
         what = ", ".join(str(i.pid) for i in idents) or "none by pid"
         where = f" and cgroup {cgroup}" if cgroup is not None else ""
         if verification.verdict is Verdict.OWNED:
-            why = f"owner dead, tree verified ({because}); reaping pids {what}{where}"
+            why = f"{stale}, tree verified ({because}); reaping pids {what}{where}"
         else:
             why = f"root gone ({because}); reaping marked survivors {what}{where}"
-        actions.append(Reap(lid, idents, cgroup, why))
-        actions.append(MarkClosed(lid, "reaped after its owner died (once extinction is proven)"))
+        keeper_alive = keeper if keeper is not None and keeper in idents else None
+        actions.append(Reap(lid, idents, cgroup, why, keeper=keeper_alive))
+        actions.append(MarkClosed(lid, f"reaped because {stale} (once extinction is proven)"))
+        return [*actions, *claims]
+    elif unproven:
+        # Nothing proven is left, but processes claim the run: we cannot say its tree
+        # is extinct, and we must not signal them either.
+        why = f"only unproven claimants are left ({because}): nothing signalled"
+        if lease.state is LeaseState.LOST:
+            return [Skip(lid, why), *claims]
+        return [*take, MarkLost(lid, why), *claims]
     elif lease.state is LeaseState.LOST:
         # Gone, and already recorded as lost: nothing to do, nothing to say again
         # (like a closed lease) until retention expires the record.

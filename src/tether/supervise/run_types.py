@@ -25,6 +25,11 @@ class ExtinctionReport:
     stderr_tail: str = ""
     keeper_ms: float | None = None  # the keeper's own TERM -> proof time, if it reported
     escaped: tuple[int, ...] = ()  # descendants found outside the run's boundary
+    # Processes that carry the run's marker but are not proven members: never signalled
+    unproven: tuple[int, ...] = ()
+    # Another supervisor stole the run's lease (we were stopped or hung past its expiry):
+    # it ended the run and reported that end, so this supervisor must not report it again
+    lease_stolen: bool = False
 
 
 @dataclass

@@ -13,7 +13,9 @@ grandchild -- the proof is evidence compared with live ``/proc`` state
 ``OWNED``
     Every check passed: same boot, same pid namespace, the pid exists and is not a
     zombie, same starttime, same pgid (when recorded), the environment carries
-    ``TETHER_LEASE_ID=<lease_id>``, and the argv hash matches (when recorded).
+    ``TETHER_LEASE_ID=<lease_id>``, and the argv hash matches (when recorded) -- or,
+    when the agent exec'd since, its parent is still the lease's verified keeper
+    (:func:`exec_proven`).
 ``GONE``
     The lease's process provably no longer runs: another boot, no such pid, a
     zombie, a different starttime (the pid was reused), or a readable marker naming
@@ -57,6 +59,7 @@ __all__ = [
     "Verdict",
     "Verification",
     "command_hash",
+    "exec_proven",
     "marker_for",
     "plan_tree_kill",
     "signal_verified",
@@ -102,6 +105,9 @@ class LeaseEvidence:
     pgid: int | None
     command_hash: str | None
     pid_namespace: str | None
+    # The run's keeper, the root's parent: proves an argv changed by the agent's own exec.
+    keeper_pid: int | None = None
+    keeper_starttime: int | None = None
 
 
 class Verdict(enum.Enum):
@@ -212,11 +218,39 @@ def verify(
             if argv is None:
                 # Vanished between stat and cmdline: it is gone now.
                 return _gone(f"pid {pid} exited during verification")
-        if argv is not None and command_hash_of(argv) != evidence.command_hash:
+        if (
+            argv is not None
+            and command_hash_of(argv) != evidence.command_hash
+            and not exec_proven(table, evidence, st.ppid)
+        ):
             lost.append(f"pid {pid} argv hash differs from the recorded command")
     if lost:
         return _lost(*lost)
     return Verification(Verdict.OWNED, (f"pid {pid} verified (boot, ns, starttime, marker)",))
+
+
+def exec_proven(table: ProcessTable, evidence: LeaseEvidence, ppid: int) -> bool:
+    """Whether a root whose argv no longer matches is still the process we spawned.
+
+    An agent started through a shebang script or an exec'ing wrapper (``env FOO=1
+    agent``, every npm agent's ``node`` shim, ``npx``) execs again after the keeper
+    started it, so its argv is not the one recorded (issue 20, item 5). Its identity
+    still is: the pid and starttime (already checked) survive ``exec``, and so does
+    its parentage. The keeper forked the root and, as a child subreaper, keeps it as a
+    child until it is reaped, so "its parent is the lease's keeper, that very process
+    (pid, starttime, not a zombie, carrying the lease's marker)" proves the root is
+    the one the keeper started, whatever it has exec'd since.
+    """
+    kpid, kstart = evidence.keeper_pid, evidence.keeper_starttime
+    if kpid is None or kstart is None or kpid <= 1 or ppid != kpid:
+        return False
+    try:
+        kst = table.stat(kpid)
+        if kst is None or kst.is_zombie or kst.starttime != kstart:
+            return False
+        return _carries(table, kpid, marker_for(evidence.lease_id))
+    except ProcUnreadable:
+        return False
 
 
 def _carries(table: ProcessTable, pid: int, marker: tuple[bytes, bytes]) -> bool:
