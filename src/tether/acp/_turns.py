@@ -212,11 +212,11 @@ class TurnMethods:
     def _give_up(self, turn: _Turn, reason: str) -> None:
         """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,
         and the next turn of its session must first :meth:`settle`."""
-        self._requests.cancel_permissions(turn)
         machine = self._machine(turn.session_id)
         if machine.in_flight:  # else the agent is gone (RETIRED): nothing to tell it
             machine.transition(TurnInput.GIVEN_UP)
             self._abandon(turn.request_id, reason)
+        self._requests.cancel_permissions(turn)  # after session/cancel, as in cancel()
         self._waiters.pop(turn.request_id, None)
 
     async def settle(self, session_id: str, grace: float | None = None) -> bool:
@@ -287,11 +287,14 @@ class TurnMethods:
         if turn is None:
             return False
         turn.cancel_requested = True
-        self._requests.cancel_permissions(turn)
         machine = self._machine(session_id)
         if machine.in_flight:
             machine.transition(TurnInput.CANCEL_SENT)
             self.send_bytes(self.rpc.cancel_turn(turn.request_id))
+        # Then (ACP's order) every pending permission request is answered `cancelled`:
+        # an agent that heard the answer before the cancel could take it for a refusal
+        # and end the turn `end_turn`.
+        self._requests.cancel_permissions(turn)
         return True
 
     def active_turn(self, session_id: str) -> bool:

@@ -185,9 +185,11 @@ class Admission:
             and active.kind == "prompt"
             and active.waiting
         ):
-            _log.event("caller_left", session_key=self.key, request_id=active.request_id)
-            if not self._slot.cancel():
-                active.cancel_requested = True
+            _log.event("caller_left", session_key=self.key, requestId=active.request_id)
+            self._slot.cancel()
+            # Sent or not, the turn's end now knows it was cancelled: never sent (the
+            # agent was starting), or counted in cancel_total{outcome} when it ends.
+            active.cancel_requested = True
         for job in list(self.queue):
             if job.outbox is outbox and job.kind == "prompt" and job.waiting:
                 self.queue.remove(job)

@@ -71,7 +71,9 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "interactions": owner.interactions.pending(),
-        "counters": _counters(owner),
+        # Tether's counters are kept for all sessions together (`tether metrics`), not
+        # per session: named for what they are, so nobody reads them as this session's.
+        "globalCounters": _counters(owner),
         "rateLimit": owner.runner.rate_limit.snapshot(),
         # usage_update / session_info_update: context use, cost, title (issue 14)
         "sessionInfo": owner.slot.session_info.snapshot(),

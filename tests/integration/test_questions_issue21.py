@@ -1,0 +1,123 @@
+"""Issue 21 item 12 and issue 20 item 4: questions told truly, and controllers that may be.
+
+Real owners, the mock agent, `sessions watch --control` and raw IPC controllers
+(helpers shared with ``test_owner.py`` and ``test_questions.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+from tests.integration.test_owner import Cli, cli, finish, mock, wait_for
+from tests.integration.test_questions import (
+    answer_raw,
+    control_watcher,
+    controller,
+    next_of,
+    wait_controllers,
+)
+
+pytestmark = pytest.mark.integration
+
+__all__ = ["cli", "mock"]  # fixtures, imported for pytest
+
+
+def test_issue21_item12_a_late_answer_typed_into_watch_control_is_told(mock: Cli) -> None:
+    """Another controller answers first: the watcher's resolution line names the winner's
+    pid and uid, and the line typed afterwards is told it was not sent."""
+    watch = control_watcher(mock)
+    assert watch.stdin is not None
+    assert watch.stderr is not None
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-win")
+    try:
+        wait_controllers(mock, 2)
+        prompt = mock.popen("prompt", "tool execute make deploy")
+        assert watch.stderr.readline().startswith("[permission p-")
+        iid = next_of(raw, "interaction")["interaction"]["id"]
+        answer_raw(raw, "ans-win", iid, "allow")
+        won = raw.until_terminal("ans-win")["result"]["interaction"]
+        resolved = watch.stderr.readline()
+        assert resolved.startswith(f"[answered {iid}] allow (controller by pid ")
+        assert f"by pid {won['by']['pid']} uid {os.getuid()})" in resolved, resolved
+        watch.stdin.write("n\n")  # typed too late: someone else won
+        watch.stdin.flush()
+        told = watch.stderr.readline()
+        assert told.startswith("[already answered]"), told
+        assert "not sent" in told
+        assert iid in told
+        rc, out, _ = finish(prompt)
+        assert rc == 0
+        assert "permission: allowed" in out
+    finally:
+        raw.__exit__()
+    mock.run("sessions", "close")
+    finish(watch)
+
+
+def test_issue21_item12_deny_always_is_remembered_though_not_offered(mock: Cli) -> None:
+    """The mock agent offers no reject_always: `deny-always` is remembered all the same,
+    and the same tool call is then rejected at once, without asking."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-d")
+    try:
+        wait_controllers(mock, 1)
+        prompt = mock.popen("prompt", "tool execute rm -rf build")
+        asked = next_of(raw, "interaction")["interaction"]
+        assert "reject_always" not in [o["kind"] for o in asked["options"]]
+        answered = mock.run("answer", asked["id"], "deny-always").stdout
+        assert f"uid {os.getuid()})" in answered, answered
+        assert "permission: denied" in finish(prompt)[1]
+        again = mock.popen("prompt", "tool execute rm -rf build")
+        rc, out, _ = finish(again)
+        assert rc == 0
+        assert "permission: denied" in out
+    finally:
+        raw.__exit__()
+    resolved = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
+    assert [r["how"] for r in resolved] == ["controller", "remembered"]
+
+
+def _departure_order(entries: list[dict[str, Any]], request_id: str) -> list[str]:
+    """The journal's order, for one turn: ``cancel`` (session/cancel sent), ``answer``
+    (the permission request answered), ``resolved`` (the interaction's record)."""
+    order = []
+    for e in entries:
+        frame = e.get("frame") if e["kind"] == "acp" and e.get("direction") == "out" else None
+        if isinstance(frame, dict) and frame.get("method") == "session/cancel":
+            order.append("cancel")
+        elif (
+            isinstance(frame, dict)
+            and "method" not in frame
+            and "outcome" in frame.get("result", {})
+        ):
+            order.append("answer")
+        elif e["kind"] == "interaction_resolved" and e.get("requestId") == request_id:
+            order.append("resolved")
+    return order
+
+
+def test_issue21_item12_a_caller_leaving_with_a_question_open_cancels_first(mock: Cli) -> None:
+    """A prompter SIGKILLed while its permission question is open: `session/cancel` is
+    sent before the question is answered `cancelled` (journal order), and the turn ends
+    `cancelled` -- every time (it ended `end_turn` one time in five)."""
+    key = mock.status()["sessionKey"]
+    raw = controller(key, "w-l")
+    try:
+        wait_controllers(mock, 1)
+        for _ in range(5):
+            seen = len(mock.journal())
+            prompt = mock.popen("prompt", "tool edit leave")
+            asked = next_of(raw, "interaction")["interaction"]
+            prompt.kill()  # our own child: the caller goes away, its turn is cancelled
+            finish(prompt)
+            assert next_of(raw, "interaction_resolved")["interaction"]["how"] == "cancelled"
+            wait_for(lambda: mock.status()["status"] == "idle", "the turn to end")
+            entries = mock.journal()[seen:]
+            (ended,) = [e for e in entries if e["kind"] == "turn_ended"]
+            assert ended.get("stopReason") == "cancelled", ended
+            assert _departure_order(entries, asked["turn"]) == ["cancel", "answer", "resolved"]
+    finally:
+        raw.__exit__()
