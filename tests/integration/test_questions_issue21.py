@@ -6,7 +6,9 @@ Real owners, the mock agent, `sessions watch --control` and raw IPC controllers
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 from typing import Any
 
 import pytest
@@ -121,3 +123,36 @@ def test_issue21_item12_a_caller_leaving_with_a_question_open_cancels_first(mock
             assert _departure_order(entries, asked["turn"]) == ["cancel", "answer", "resolved"]
     finally:
         raw.__exit__()
+
+
+def test_issue20_item4_an_agent_cannot_attach_as_its_own_controller(mock: Cli) -> None:
+    """From inside its own tree, `sessions watch --control` of its own session is refused
+    (VISIBILITY_DENIED, exit 5) like an answer would be, at once; so its next tool call
+    is decided by the policy at once, not left waiting for a controller."""
+    watch = shlex.join(mock.argv("sessions", "watch", "--control", fmt="json"))
+    out = mock.run("prompt", f"run {watch}", fmt="quiet").stdout
+    head, _, body = out.partition("\n")
+    assert head == "exit=5", out
+    error = json.loads(body.splitlines()[0])["error"]
+    assert error["data"]["detailCode"] == "VISIBILITY_DENIED"
+    assert "cannot control its own session" in error["message"]
+    assert mock.status()["watchers"] == 0
+    assert "permission: denied" in mock.run("prompt", "tool execute make deploy").stdout
+
+
+def test_issue20_item4_the_last_controller_dying_hands_the_question_to_the_policy(
+    mock: Cli,
+) -> None:
+    """The only controller is SIGKILLed while a question is open: the question goes back
+    to the policy at once (`how: policy`), not after permissionTimeout (300 s)."""
+    watch = control_watcher(mock)
+    assert watch.stderr is not None
+    prompt = mock.popen("prompt", "tool execute make deploy")
+    assert watch.stderr.readline().startswith("[permission p-")
+    watch.kill()  # our own child
+    finish(watch)
+    rc, out, err = finish(prompt)  # would wait out the 300 s permissionTimeout
+    assert rc == 0, err
+    assert "permission: denied" in out
+    (resolved,) = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
+    assert resolved["how"] == "policy"

@@ -171,12 +171,14 @@ class Admission:
             return True
         return any(job.outbox is outbox and job.waiting for job in self.queue)
 
-    def detach(self, outbox: Outbox) -> None:
+    def detach(self, outbox: Outbox) -> bool:
         """A caller left: its waiting prompts are cancelled, as Ctrl-C would.
 
         The running turn gets ``session/cancel`` (or is never sent, if the agent is still
         starting); a queued one is removed. ``--no-wait`` prompts are not affected.
+        Returns whether the running turn was cancelled.
         """
+        cancelled = False
         active = self.active
         if (
             active is not None
@@ -190,11 +192,13 @@ class Admission:
             # Sent or not, the turn's end now knows it was cancelled: never sent (the
             # agent was starting), or counted in cancel_total{outcome} when it ends.
             active.cancel_requested = True
+            cancelled = True
         for job in list(self.queue):
             if job.outbox is outbox and job.kind == "prompt" and job.waiting:
                 self.queue.remove(job)
                 job.finish(error=RequestCancelled("the caller left before the request ran"))
                 self.on_change()
+        return cancelled
 
 
 def rearm(

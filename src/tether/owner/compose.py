@@ -9,6 +9,7 @@ policy (:mod:`.lifecycle`), the agent slot (:mod:`.agent_slot`) and the request 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
@@ -22,6 +23,7 @@ from tether.errors import (
     StateError,
     TetherError,
     UsageError,
+    VisibilityDenied,
 )
 from tether.ipc import protocol
 from tether.journal.writer import JournalWriter
@@ -259,8 +261,10 @@ class Owner:
 
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.
-        self.admission.detach(outbox)
+        cancelled = self.admission.detach(outbox)
         self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
+        if not cancelled:  # (a cancelled turn's questions are answered `cancelled`)
+            self.interactions.controller_left()  # none left: open questions to the policy
         if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
@@ -302,6 +306,8 @@ class Owner:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
         if env.kind == "watch":
+            if not self.interactions.admit_watch(job):
+                return  # --control from the agent's own tree: refused like its answers
             job.ack()
             self._spawn(self._watch(job))
             return
@@ -332,7 +338,10 @@ class Owner:
                 break
             self.admission.active = job
             if job.kind == "prompt" and job.env.payload.get("control") is True:
-                self.interactions.attach(job)  # the prompter answers its own questions
+                # The prompter answers its own questions -- unless it is the agent's own
+                # tree: then it is no controller and the policy decides, as for anyone.
+                with contextlib.suppress(VisibilityDenied):
+                    self.interactions.attach(job)
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))
