@@ -144,6 +144,50 @@ def test_issue21_item12_session_cancel_goes_before_the_cancelled_permission_answ
     run(main)
 
 
+def test_issue21_item8_a_cancel_ignored_past_the_grace_ends_the_turn_and_retires() -> None:
+    """An agent that ignores session/cancel: after `cancel_grace` the turn ends
+    `cancelled` (cancel_honoured False), the request is given up and the connection
+    retired (AgentUnresponsive on every later use)."""
+
+    async def main() -> None:
+        agent = FakeAgent()
+        conn, sid, _ = await connect(agent, cancel_grace=0.05)
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        await agent.next_prompt()
+        assert conn.cancel(sid) is True
+        result = await turn  # the agent never answers
+        assert result.stop_reason == "cancelled"
+        assert result.cancel_honoured is False
+        assert len(agent.cancels) == 1
+        assert agent.cancel_requests  # given up: $/cancel_request too
+        assert conn.is_broken
+        assert conn.turn_state(sid) is TurnState.RETIRED
+        with pytest.raises(AgentUnresponsive):
+            await conn.prompt(sid, TEXT, lambda f: None)
+
+    run(main)
+
+
+def test_issue21_item8_a_cancel_honoured_within_the_grace_says_so() -> None:
+    """An agent that ends the cancelled turn in time: cancel_honoured True, the
+    connection stays usable; a turn with no cancel says None."""
+
+    async def main() -> None:
+        agent = FakeAgent()
+        conn, sid, _ = await connect(agent, cancel_grace=30.0)
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        prompt = await agent.next_prompt()
+        conn.cancel(sid)
+        agent.answer(prompt["id"], {"stopReason": "cancelled"})
+        assert (await turn).cancel_honoured is True
+        assert not conn.is_broken
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        agent.answer((await agent.next_prompt())["id"], {"stopReason": "end_turn"})
+        assert (await turn).cancel_honoured is None
+
+    run(main)
+
+
 def test_permission_requested_after_cancel_is_answered_cancelled() -> None:
     """A permission request that arrives after the turn was cancelled is answered `cancelled`."""
 

@@ -19,9 +19,9 @@ def control(ctx: Any) -> int:
     if command == "status":
         return _status(ctx, key)
     if command == "cancel":
-        result = operations.cancel(key, ctx.inv.request)
+        result = operations.cancel(key, ctx.inv.request, wait=True)
         if result.get("cancelled"):
-            text = "cancelled"
+            text = _cancelled_text(result)
         elif result.get("reason") == "no running owner":
             text = "nothing to cancel"
         else:
@@ -64,3 +64,17 @@ def _status(ctx: Any, key: str) -> int:
 
     ctx.output.control(snapshot, text=_render.fields(snapshot), quiet=str(snapshot.get("status")))
     return 0
+
+
+def _cancelled_text(result: dict[str, Any]) -> str:
+    """``cancelled``, and whether the agent honoured it (the owner waited for the turn)."""
+    if result.get("agentRetired"):
+        grace = result.get("graceS")
+        within = f" within {grace:g} s" if isinstance(grace, int | float) else ""
+        return (
+            f"cancelled; the agent did not end the turn{within}, so it was restarted"
+            " (the session resumes on the next prompt)"
+        )
+    if result.get("honoured") is False:
+        return f"cancelled; the agent ended the turn anyway ({result.get('stopReason')})"
+    return "cancelled"

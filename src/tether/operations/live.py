@@ -11,15 +11,23 @@ if TYPE_CHECKING:
     from typing import Any
 
 
-def cancel(key: str, target: str | None = None) -> dict[str, Any]:
-    """Cancel the running turn, or remove the queued request ``target``."""
+def cancel(key: str, target: str | None = None, *, wait: bool = False) -> dict[str, Any]:
+    """Cancel the running turn, or remove the queued request ``target``.
+
+    ``wait``: when a running turn was cancelled, answer once it has ended (bounded by
+    the session's ``cancelGrace``), saying whether the agent honoured the cancel
+    (``honoured``; ``agentRetired`` when it ignored it and was restarted).
+    """
     access.authorize(key, "cancel")
     try:
         conn = OwnerConnection.connect(sessions.socket_path(key))
     except OwnerUnavailable:
         return {"action": "cancel_result", "cancelled": False, "reason": "no running owner"}
+    payload: dict[str, Any] = {"targetRequestId": target} if target else {}
+    if wait:
+        payload["wait"] = True
     with conn:
-        return conn.request("cancel", {"targetRequestId": target} if target else {})
+        return conn.request("cancel", payload)
 
 
 def answer(

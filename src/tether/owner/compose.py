@@ -294,7 +294,7 @@ class Owner:
             return
         if env.kind == "cancel":
             job.ack()
-            job.finish(self.admission.cancel(env.payload.get("targetRequestId")))
+            self.admission.cancel_job(job)
             return
         if env.kind == "answer":
             self.interactions.admit_answer(job)
@@ -354,6 +354,7 @@ class Owner:
                 job.finish(error=TetherError(f"internal error: {exc}"))
             finally:
                 self.admission.active = None
+                self.admission.answer_cancels(job)  # a waiting `cancel`: honoured or not
                 self.lifecycle.feed(OwnerInput.JOB_ENDED, time.monotonic())
             await self.slot.end_if_dead()
             if not self.admission:
