@@ -80,6 +80,8 @@ def test_issue21_item8_an_agent_that_ignores_cancel_is_retired_and_the_session_g
     assert run_end["survivors"] == []
     counters = c.json("metrics")["counters"]
     assert counters["cancel_total{outcome=not-honoured}"] == 1
+    shown = c.run("sessions", "watch", "--from", "1", "--no-follow").stdout
+    assert "[done] cancelled (the agent ignored the cancel: restarted)" in shown, shown
 
 
 def test_issue21_item8_cancel_says_an_honoured_cancel_was_honoured(mock: Cli) -> None:
