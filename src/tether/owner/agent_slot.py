@@ -127,12 +127,13 @@ class AgentSlot:
             await self.retire(self.live)
         if self.live is not None:
             await self.end_run(self.live, reason=TerminationReason.EXIT)
-        retired, self._retired = self._retired, False
+        retired = self._retired
         session = self.registry.session(self.key)
         if session is None:
             raise TetherError("the session disappeared from the registry", session_key=self.key)
         live = await LiveAgent.start(self._config(session), self.registry, **lineage(session))
         self.live = live
+        self._retired = False  # (a start that failed leaves it for the next one to say)
         self.registry.update_session(self.key, acp_session_id=live.session_id)
         self.record(
             "agent_run_started",
