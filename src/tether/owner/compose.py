@@ -9,7 +9,6 @@ policy (:mod:`.lifecycle`), the agent slot (:mod:`.agent_slot`) and the request 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import signal
@@ -23,7 +22,6 @@ from tether.errors import (
     StateError,
     TetherError,
     UsageError,
-    VisibilityDenied,
 )
 from tether.ipc import protocol
 from tether.journal.writer import JournalWriter
@@ -338,10 +336,7 @@ class Owner:
                 break
             self.admission.active = job
             if job.kind == "prompt" and job.env.payload.get("control") is True:
-                # The prompter answers its own questions -- unless it is the agent's own
-                # tree: then it is no controller and the policy decides, as for anyone.
-                with contextlib.suppress(VisibilityDenied):
-                    self.interactions.attach(job)
+                self.interactions.attach_prompter(job)  # it answers its own questions
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))

@@ -41,6 +41,7 @@ of waiting out ``permissionTimeout`` for nobody.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -148,6 +149,13 @@ class Interactions:
             self._controllers.append(job)
         for item in self.board.open_items():
             job.send({"type": "interaction", "requestId": job.request_id, **self._frame(item)})
+
+    def attach_prompter(self, job: Job) -> None:
+        """A ``prompt`` with ``control: true`` answers its own turn's questions -- unless
+        it comes from the agent's own tree: then it is no controller (the policy decides,
+        as for anyone), and its turn runs all the same."""
+        with contextlib.suppress(VisibilityDenied):
+            self.attach(job)
 
     def _tell(self, frame_type: str, item: Interaction) -> None:
         body = self._frame(item)
