@@ -94,4 +94,8 @@ def test_issue21_item8_cancel_says_an_honoured_cancel_was_honoured(mock: Cli) ->
     assert result["honoured"] is True
     assert result["agentRetired"] is False
     assert finish(caller)[0] == 0
+    again = mock.popen("prompt", "sleep 30000")
+    mock.wait_active()
+    assert mock.run("cancel").stdout == "cancelled; the agent ended the turn\n"
+    assert finish(again)[0] == 0
     assert mock.status()["agentPid"] == active["agentPid"]

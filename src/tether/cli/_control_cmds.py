@@ -77,4 +77,6 @@ def _cancelled_text(result: dict[str, Any]) -> str:
         )
     if result.get("honoured") is False:
         return f"cancelled; the agent ended the turn anyway ({result.get('stopReason')})"
+    if result.get("honoured"):
+        return "cancelled; the agent ended the turn"
     return "cancelled"
