@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import time
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from tests.integration.test_questions import (
     next_of,
     wait_controllers,
 )
+
+from tether.owner.settings import OwnerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -156,3 +159,24 @@ def test_issue20_item4_the_last_controller_dying_hands_the_question_to_the_polic
     assert "permission: denied" in out
     (resolved,) = [e for e in mock.journal() if e["kind"] == "interaction_resolved"]
     assert resolved["how"] == "policy"
+
+
+def test_issue20_item4_a_silent_controller_is_not_taken_for_one_that_left(mock: Cli) -> None:
+    """A human who thinks longer than the owner's idle timeout for silent connections
+    keeps the question: a controller's connection is never dropped for silence (it would
+    otherwise count as the last controller leaving, and the policy would answer)."""
+    watch = control_watcher(mock)
+    assert watch.stdin is not None
+    assert watch.stderr is not None
+    prompt = mock.popen("prompt", "tool execute make deploy")
+    assert watch.stderr.readline().startswith("[permission p-")
+    time.sleep(OwnerSettings().connection_idle_timeout + 1)  # silent past the idle drop
+    assert [q["question"] for q in mock.status()["interactions"]] == ["permission"]
+    watch.stdin.write("y\n")
+    watch.stdin.flush()
+    assert watch.stderr.readline().startswith("[answered p-")
+    rc, out, _ = finish(prompt)
+    assert rc == 0
+    assert "permission: allowed" in out
+    mock.run("sessions", "close")
+    finish(watch)

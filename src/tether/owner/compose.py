@@ -75,7 +75,10 @@ class Owner:
             hello=lambda: hello_frame(self),
             admit=self.admit,
             on_disconnect=self._on_disconnect,
-            waiting=lambda outbox: self.admission.waits(outbox),
+            # A controller waits too: for questions (dropping it would hand them over).
+            waiting=lambda outbox: (
+                self.admission.waits(outbox) or self.interactions.controls(outbox)
+            ),
             idle_timeout=self.settings.connection_idle_timeout,
         )
         self.slot = AgentSlot(

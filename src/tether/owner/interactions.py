@@ -103,6 +103,11 @@ class Interactions:
         self._controllers = [j for j in self._controllers if not j.done and not j.outbox.detached]
         return list(self._controllers)
 
+    def controls(self, outbox: object) -> bool:
+        """Whether the connection ``outbox`` is a live controller's: it waits for
+        questions, so it is not dropped for being silent."""
+        return any(job.outbox is outbox for job in self.controllers())
+
     def refuse_agent(
         self,
         by: dict[str, int] | None,
