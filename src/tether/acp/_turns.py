@@ -250,7 +250,7 @@ class TurnMethods:
         retired (``AgentUnresponsive``) and the owner restarts the agent and resumes the
         session.
         """
-        _log.event("cancel_not_honoured", session_id=turn.session_id, request_id=turn.request_id)
+        _log.event("cancel_not_honoured", session_id=turn.session_id, rpcId=turn.request_id)
         self._give_up(turn, f"cancel not honoured within {grace:g} s")
         await self.settle(turn.session_id, grace=0)
 
