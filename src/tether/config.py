@@ -236,6 +236,11 @@ SCHEMA: dict[str, Key] = {
     "abandonedTurnGrace": seconds(
         10.0, "wait this long for an abandoned turn's answer, then restart the agent"
     ),
+    "cancelGrace": seconds(
+        10.0,
+        "a cancelled turn the agent has not ended after this long is ended, the agent restarted",
+        positive=True,
+    ),
     "rateLimitHold": seconds(
         18000.0, "hold turns up to this long for a known rate-limit reset; 0 = never"
     ),

@@ -14,7 +14,8 @@ Seed 001 (warm owners)::
     owner_takeover_total                cancel_total{outcome=success|timeout|not-honoured}
     request_enqueue_seconds{kind}       (histogram: enqueue -> turn start)
     prompt_turn_seconds                 (histogram: turn start -> terminal frame)
-    owners_active, queue_depth{session} (gauges, read from the sessions table)
+    owners_active, queue_depth{session} (gauges, read from the sessions table;
+                                         session: the session key, unique)
 
 How it works: :func:`incr` and :func:`observe` count in this process and, once a
 process has called :func:`attach` with its open registry, persist each change there
@@ -56,7 +57,17 @@ METRICS: Final[dict[str, tuple[str, str]]] = {
     "request_enqueue_seconds": ("histogram", "Time from a request's enqueue to its turn start."),
     "prompt_turn_seconds": ("histogram", "Time from a turn's start to its terminal frame."),
     "owners_active": ("gauge", "Sessions with a live owner daemon."),
-    "queue_depth": ("gauge", "Requests queued per session."),
+    "queue_depth": ("gauge", "Requests queued per session (labelled by session key)."),
+}
+
+#: The label values each labelled counter is shown with at 0 before it first moves
+#: (``None``: ``run_exit_total``'s reasons, every termination reason there is).
+#: An unlabelled counter is shown at 0 as is: every counter is present from the start.
+ZERO_LABELS: Final[dict[str, tuple[str, tuple[str, ...] | None]]] = {
+    "run_exit_total": ("reason", None),
+    "run_timeout_total": ("type", ("no_output", "overall")),
+    "run_cleanup_kill_total": ("mode", ("cgroup", "pgid", "pidfd")),
+    "cancel_total": ("outcome", ("success", "timeout", "not-honoured")),
 }
 
 
@@ -210,12 +221,31 @@ class Snapshot:
         self.queue_depth = queue_depth
 
 
+def zero_counters() -> dict[str, int]:
+    """Every counter series at 0: what ``tether metrics`` shows before anything moved."""
+    from tether.supervise.run_state import TerminationReason
+
+    zero: dict[str, int] = {}
+    for name, (kind, _help) in METRICS.items():
+        if kind != "counter":
+            continue
+        label, values = ZERO_LABELS.get(name, ("", ()))
+        if not label:
+            zero[name] = 0
+            continue
+        for value in values if values is not None else tuple(r.value for r in TerminationReason):
+            zero[_key(name, {label: value})] = 0
+    return zero
+
+
 def read(registry: Any, *, owner_alive: Any = None) -> Snapshot:
     """Gather a :class:`Snapshot` from ``registry``.
 
     ``owner_alive(session) -> bool`` decides which recorded owners still run (default:
     any session whose ``owner_status`` is not ``stopped`` and that records an owner
     pid); the gauges come from the sessions table, so no owner needs to answer.
+    Every counter is present, at 0 until it first moves (:func:`zero_counters`);
+    ``queue_depth`` is keyed by session key (names repeat across directories).
     """
     hists = [Histogram(*row) for row in registry.histograms()]
     active = 0
@@ -228,8 +258,10 @@ def read(registry: Any, *, owner_alive: Any = None) -> Snapshot:
         )
         if alive:
             active += 1
-            depth[session.name or session.key] = int(session.queue_depth)
-    return Snapshot(dict(registry.counters()), hists, active, depth)
+            depth[session.key] = int(session.queue_depth)
+    counters = zero_counters()
+    counters.update(registry.counters())
+    return Snapshot(counters, hists, active, depth)
 
 
 def render_json(snap: Snapshot) -> dict[str, Any]:
@@ -333,4 +365,5 @@ __all__ = [
     "render_prometheus",
     "render_text",
     "snapshot",
+    "zero_counters",
 ]

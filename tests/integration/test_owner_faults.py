@@ -262,7 +262,7 @@ def test_issue9_item5_a_silent_owner_is_fenced_and_replaced(
     wait_for(lambda: not alive(before["agentPid"]), "the old agent tree to end")
     takeovers = c.history("owner_takeover")
     assert [t["payload"]["ownerPid"] for t in takeovers] == [before["ownerPid"]]
-    assert after["counters"].get("owner_takeover_total") == 1
+    assert after["globalCounters"].get("owner_takeover_total") == 1
 
 
 def test_issue9_item5_a_busy_owner_is_never_fenced(

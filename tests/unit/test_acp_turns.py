@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -94,6 +95,95 @@ def test_cancel_sends_one_session_cancel_and_answers_permissions_cancelled() -> 
         assert (await turn).stop_reason == "cancelled"
         assert len(agent.cancels) == 1
         assert conn.cancel(sid) is False  # no turn running
+
+    run(main)
+
+
+def _order(agent: FakeAgent, perm: str) -> list[str]:
+    """What the client wrote after the prompt: ``cancel`` and ``answer`` (to ``perm``)."""
+    out = []
+    for frame in agent.frames:
+        if frame.get("method") == "session/cancel":
+            out.append("cancel")
+        elif "method" not in frame and frame.get("id") == perm:
+            out.append("answer")
+    return out
+
+
+@pytest.mark.parametrize("how", ["cancel", "task-cancelled"])
+def test_issue21_item12_session_cancel_goes_before_the_cancelled_permission_answer(
+    how: str,
+) -> None:
+    """ACP's order: `session/cancel` first, then the pending permission answered
+    `cancelled` -- an agent that heard the answer first could end the turn `end_turn`."""
+
+    async def main() -> None:
+        agent = FakeAgent()
+        hook_started = asyncio.Event()
+
+        async def hook(_params: Frame) -> Frame | None:
+            hook_started.set()
+            await asyncio.sleep(3600)
+            return None
+
+        conn, sid, _ = await connect(agent, permission_hook=hook)
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        prompt = await agent.next_prompt()
+        perm = agent.ask_permission()
+        await hook_started.wait()
+        if how == "cancel":
+            conn.cancel(sid)
+        else:
+            turn.cancel()
+        await agent.answer_to(perm)
+        assert _order(agent, perm) == ["cancel", "answer"]
+        agent.answer(prompt["id"], {"stopReason": "cancelled"})
+        with contextlib.suppress(asyncio.CancelledError):
+            await turn
+
+    run(main)
+
+
+def test_issue21_item8_a_cancel_ignored_past_the_grace_ends_the_turn_and_retires() -> None:
+    """An agent that ignores session/cancel: after `cancel_grace` the turn ends
+    `cancelled` (cancel_honoured False), the request is given up and the connection
+    retired (AgentUnresponsive on every later use)."""
+
+    async def main() -> None:
+        agent = FakeAgent()
+        conn, sid, _ = await connect(agent, cancel_grace=0.05)
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        await agent.next_prompt()
+        assert conn.cancel(sid) is True
+        result = await turn  # the agent never answers
+        assert result.stop_reason == "cancelled"
+        assert result.cancel_honoured is False
+        assert len(agent.cancels) == 1
+        assert agent.cancel_requests  # given up: $/cancel_request too
+        assert conn.is_broken
+        assert conn.turn_state(sid) is TurnState.RETIRED
+        with pytest.raises(AgentUnresponsive):
+            await conn.prompt(sid, TEXT, lambda f: None)
+
+    run(main)
+
+
+def test_issue21_item8_a_cancel_honoured_within_the_grace_says_so() -> None:
+    """An agent that ends the cancelled turn in time: cancel_honoured True, the
+    connection stays usable; a turn with no cancel says None."""
+
+    async def main() -> None:
+        agent = FakeAgent()
+        conn, sid, _ = await connect(agent, cancel_grace=30.0)
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        prompt = await agent.next_prompt()
+        conn.cancel(sid)
+        agent.answer(prompt["id"], {"stopReason": "cancelled"})
+        assert (await turn).cancel_honoured is True
+        assert not conn.is_broken
+        turn = asyncio.ensure_future(conn.prompt(sid, TEXT, lambda f: None))
+        agent.answer((await agent.next_prompt())["id"], {"stopReason": "end_turn"})
+        assert (await turn).cancel_honoured is None
 
     run(main)
 

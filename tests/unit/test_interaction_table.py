@@ -140,6 +140,22 @@ def test_always_is_remembered_by_kind_and_title() -> None:
     assert board.memory.recall(other) is None  # allow_once is not remembered
 
 
+def test_issue21_item12_deny_always_is_remembered_without_a_reject_always_option() -> None:
+    """`deny-always` to an agent that offers only reject_once (the mock agent, many
+    adapters) is remembered all the same: the same tool call is then rejected at once."""
+    board = Board()
+    item = board.open("permission", REQUEST, deadline=None)
+    board.answer(item.id, "deny-always")
+    assert item.resolution is not None
+    assert item.resolution.outcome == REJECT  # what the agent offered: reject_once
+    assert board.memory.recall(REQUEST) == (REJECT, "deny-always")
+    once_only = [o for o in OPTIONS if o["kind"] == "allow_once"]
+    asked = {**REQUEST, "toolCall": {**REQUEST["toolCall"], "title": "ls"}, "options": once_only}
+    allowed = board.open("permission", asked, deadline=None)
+    board.answer(allowed.id, "always")  # no allow_always offered: allow_once, remembered
+    assert board.memory.recall(asked) == (selected("allow"), "always")
+
+
 def test_answers_go_through_answer() -> None:
     item = Interaction("p-1", "permission", REQUEST, deadline=None)
     with pytest.raises(InvalidTransition):

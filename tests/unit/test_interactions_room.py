@@ -205,3 +205,51 @@ def test_memory_stays_bounded_over_many_questions() -> None:
         assert len(q.board) == 0
 
     asyncio.run(main())
+
+
+def test_issue20_item4_the_agents_own_tree_cannot_attach_as_controller() -> None:
+    """A watch --control from below the agent run's keeper is refused (its one terminal
+    frame, VISIBILITY_DENIED) and never offered a question: the policy decides at once."""
+
+    async def main() -> None:
+        q = Interactions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
+        job, out = controller("w", os.getpid())
+        assert q.admit_watch(job) is False
+        (error,) = out.of("error")
+        assert error["error"]["detailCode"] == "VISIBILITY_DENIED"
+        with pytest.raises(VisibilityDenied):
+            q.attach(job)
+        assert q.controllers() == []
+        reject = {"outcome": {"outcome": "selected", "optionId": "reject"}}
+        assert await q.ask_permission(PARAMS) == reject  # no wait for a controller
+        other, _ = controller("w2", 1)
+        assert q.admit_watch(other) is True
+
+    asyncio.run(main())
+
+
+def test_issue20_item4_the_last_controller_leaving_hands_open_questions_to_the_policy() -> None:
+    """While another controller remains a question stays open; when the last one's
+    connection goes, the policy decides it at once (`how: policy`), and every record
+    says so."""
+
+    async def main() -> None:
+        q, records = room()
+        (a, out_a), (b, out_b) = controller("w-a", 11), controller("w-b", 12)
+        q.attach(a)
+        q.attach(b)
+        ask = asyncio.ensure_future(q.ask_permission(PARAMS))
+        await asyncio.sleep(0)
+        out_a.detached = True
+        q.controller_left()
+        await asyncio.sleep(0)
+        assert not ask.done()
+        out_b.detached = True
+        q.controller_left()
+        assert await ask == {"outcome": {"outcome": "selected", "optionId": "reject"}}
+        assert q.pending() == []
+        kind, resolved = records[-1]
+        assert kind == "interaction_resolved"
+        assert resolved["how"] == "policy"
+
+    asyncio.run(main())

@@ -72,7 +72,62 @@ def test_gauges_come_from_the_sessions_table(reg: Registry) -> None:
     reg.update_session("k1", owner_status="running", queue_depth=2)
     snap = metrics.read(reg)
     assert snap.owners_active == 1
-    assert snap.queue_depth == {"one": 2}
+    assert snap.queue_depth == {"k1": 2}
+
+
+def test_issue21_item13_queue_depth_is_one_series_per_session_not_per_name(
+    reg: Registry,
+) -> None:
+    """Two sessions named `work` in different directories are two queue_depth series,
+    labelled by their keys."""
+    for key, cwd, depth in (("k1", "/a", 1), ("k2", "/b", 3)):
+        reg.upsert_session(key=key, name="work", agent_command=["a"], agent_label="a", cwd=cwd)
+        reg.begin_owner(key, pid=4242, starttime=1, socket="/s" + key)
+        reg.update_session(key, owner_status="running", queue_depth=depth)
+    snap = metrics.read(reg)
+    assert snap.queue_depth == {"k1": 1, "k2": 3}
+    lines = metrics.render_prometheus(snap).splitlines()
+    assert 'queue_depth{session="k1"} 1' in lines
+    assert 'queue_depth{session="k2"} 3' in lines
+
+
+SEED_COUNTERS = (
+    "run_timeout_total",
+    "run_cleanup_kill_total",
+    "run_reconcile_orphans_total",
+    "run_lease_steal_total",
+    "run_ownership_escape_total",
+    "owner_spawn_failure_total",
+    "owner_takeover_total",
+    "cancel_total",
+    "run_exit_total",
+    "run_spawn_total",
+)
+
+
+def test_issue21_item13_counters_that_never_moved_are_present_at_zero(
+    reg: Registry, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Before anything happened, every counter the seeds name has a sample at 0 and a
+    `# TYPE` line in /metrics, and is in `tether metrics` and its JSON."""
+    snap = metrics.read(reg)
+    text = metrics.render_prometheus(snap)
+    lines = text.splitlines()
+    for name in SEED_COUNTERS:
+        assert f"# TYPE {name} counter" in lines, name
+        samples = [line for line in lines if line.startswith((name + " ", name + "{"))]
+        assert samples, name
+        assert all(line.endswith(" 0") for line in samples), samples
+    assert 'run_timeout_total{type="overall"} 0' in lines
+    assert 'cancel_total{outcome="not-honoured"} 0' in lines
+    assert main(["--format", "json", "metrics"]) == 0
+    counters = json.loads(capsys.readouterr().out)["counters"]
+    assert counters["owner_takeover_total"] == 0
+    assert counters["run_cleanup_kill_total{mode=cgroup}"] == 0
+    assert main(["metrics"]) == 0
+    shown = capsys.readouterr().out
+    for name in SEED_COUNTERS:
+        assert name in shown, name
 
 
 def test_metrics_command_text_and_json(reg: Registry, capsys: pytest.CaptureFixture[str]) -> None:
@@ -86,7 +141,8 @@ def test_metrics_command_text_and_json(reg: Registry, capsys: pytest.CaptureFixt
     assert "p50<=2.5s" in text
     assert main(["--format", "json", "metrics"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert data["counters"] == {"run_lease_steal_total": 1}
+    assert data["counters"]["run_lease_steal_total"] == 1
+    assert {k: v for k, v in data["counters"].items() if v} == {"run_lease_steal_total": 1}
     assert data["histograms"]["prompt_turn_seconds"]["count"] == 1
     assert data["gauges"] == {"owners_active": 0, "queue_depth": {}}
 

@@ -1,7 +1,7 @@
 """Turns: ``session/prompt``, cancel, abandon, and what an abandoned turn leaves behind.
 
 A turn is one ``session/prompt`` request and the ``session/update`` notifications of
-its session until the answer. It ends in one of four ways:
+its session until the answer. It ends in one of five ways:
 
 * answered -- the agent's result (``end_turn``, ``cancelled`` after our
   ``session/cancel``, ...) or its JSON-RPC error;
@@ -9,6 +9,12 @@ its session until the answer. It ends in one of four ways:
   raised: its permission requests are answered ``cancelled``, ``session/cancel`` is
   sent once, and the request is removed from the pending table, so its late answer is
   dropped as stale;
+* cancel ignored -- we sent ``session/cancel`` and the agent has not ended the turn
+  within ``cancel_grace``: the turn is abandoned (below) and, the agent having had its
+  grace already, settled at once -- unless its answer is in by now the connection is
+  retired, exactly as when a next turn's :meth:`TurnMethods.settle` gives up; the turn
+  returns ``cancelled`` with ``cancel_honoured`` False, and the owner restarts the
+  agent and resumes the session;
 * broken -- the agent exited (EOF, or a failed liveness check);
 * refused before sending -- the connection is closed, broken or retired.
 
@@ -52,6 +58,10 @@ class TurnResult:
     stop_reason: str
     result: dict[str, Any]
     permission_denied: int = 0
+    # A cancel was sent during the turn: whether the agent ended it `cancelled` (False:
+    # it answered otherwise, or ignored the cancel past ``cancel_grace`` and its
+    # connection was retired); None: no cancel was sent.
+    cancel_honoured: bool | None = None
 
 
 @dataclass
@@ -61,6 +71,8 @@ class _Turn:
     listener: UpdateListener
     failed: asyncio.Future[BaseException]
     cancel_requested: bool = False
+    cancel_sent_at: float | None = None  # monotonic; the first session/cancel of the turn
+    poke: asyncio.Future[None] | None = None  # wakes the turn's wait (a cancel was sent)
     permission_denied: int = 0
     # agent->client permission requests of this turn still waiting for a decision
     pending_permissions: dict[Any, asyncio.Task[None]] = field(default_factory=dict)
@@ -167,6 +179,10 @@ class TurnMethods:
             )
             machine.transition(TurnInput.PROMPT_SENT, turn.request_id)
             response = await self._wait_turn(turn, fut, started, ceiling)
+            if response is None:  # the agent ignored our cancel past the grace
+                return TurnResult(
+                    "cancelled", {"stopReason": "cancelled"}, turn.permission_denied, False
+                )
             machine.transition(TurnInput.ANSWERED)
         except BaseException:
             if machine.in_flight:
@@ -178,18 +194,28 @@ class TurnMethods:
             self._requests.cancel_permissions(turn)
         result = self._result_of("session/prompt", response)
         result = result if isinstance(result, dict) else {}
-        stop_reason = result.get("stopReason")
+        stop_reason = str(result.get("stopReason") or "end_turn")
         return TurnResult(
-            stop_reason=str(stop_reason) if stop_reason is not None else "end_turn",
+            stop_reason=stop_reason,
             result=result,
             permission_denied=turn.permission_denied,
+            cancel_honoured=stop_reason == "cancelled" if turn.cancel_sent_at else None,
         )
 
     async def _wait_turn(
         self, turn: _Turn, fut: asyncio.Future[Response], started: float, ceiling: float | None
-    ) -> Response:
+    ) -> Response | None:
+        """The turn's answer; None when the agent ignored our cancel past ``cancel_grace``
+        (the turn is then given up and the connection retired, see :meth:`_cancel_ignored`)."""
         while True:
             wait = self.options.liveness_interval
+            grace = self.options.cancel_grace
+            if turn.cancel_sent_at is not None and grace is not None:
+                left = turn.cancel_sent_at + grace - time.monotonic()
+                if left <= 0 and not fut.done():
+                    await self._cancel_ignored(turn, grace)
+                    return None
+                wait = min(wait, max(left, 0.0))
             if ceiling is not None:
                 remaining = started + ceiling - time.monotonic()
                 if remaining <= 0:
@@ -200,23 +226,47 @@ class TurnMethods:
                     )
                 wait = min(wait, remaining)
             waiting: set[asyncio.Future[Any]] = {fut, turn.failed}
+            if turn.cancel_sent_at is None:  # a cancel shortens the wait: it wakes us
+                turn.poke = self._loop.create_future()
+                waiting.add(turn.poke)
             done, _ = await asyncio.wait(waiting, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
             if fut in done:
                 return fut.result()
+            if turn.poke in done:
+                continue
             if turn.failed in done:
                 self._give_up(turn, "observer failed")
                 raise turn.failed.result()
             if not self.transport.is_alive():
                 self._fail_everything(self._exit_error("liveness check failed"))
 
+    async def _cancel_ignored(self, turn: _Turn, grace: float) -> None:
+        """The agent did not end a cancelled turn within ``grace``: stop waiting for it.
+
+        The turn is given up like any abandoned one (``$/cancel_request``, its late answer
+        dropped) and, since the agent has already had the grace to answer, the abandoned
+        turn is settled at once -- the same retirement as a next turn's :meth:`settle`
+        after ``abandoned_turn_grace``: unless the answer is in by now, the connection is
+        retired (``AgentUnresponsive``) and the owner restarts the agent and resumes the
+        session.
+        """
+        _log.event("cancel_not_honoured", session_id=turn.session_id, rpcId=turn.request_id)
+        self._give_up(turn, f"cancel not honoured within {grace:g} s")
+        await self.settle(turn.session_id, grace=0)
+
+    @staticmethod
+    def _wake_turn(turn: _Turn) -> None:
+        if turn.poke is not None and not turn.poke.done():
+            turn.poke.set_result(None)
+
     def _give_up(self, turn: _Turn, reason: str) -> None:
         """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,
         and the next turn of its session must first :meth:`settle`."""
-        self._requests.cancel_permissions(turn)
         machine = self._machine(turn.session_id)
         if machine.in_flight:  # else the agent is gone (RETIRED): nothing to tell it
             machine.transition(TurnInput.GIVEN_UP)
             self._abandon(turn.request_id, reason)
+        self._requests.cancel_permissions(turn)  # after session/cancel, as in cancel()
         self._waiters.pop(turn.request_id, None)
 
     async def settle(self, session_id: str, grace: float | None = None) -> bool:
@@ -287,11 +337,17 @@ class TurnMethods:
         if turn is None:
             return False
         turn.cancel_requested = True
-        self._requests.cancel_permissions(turn)
         machine = self._machine(session_id)
         if machine.in_flight:
+            if turn.cancel_sent_at is None:  # the grace runs from the first cancel
+                turn.cancel_sent_at = time.monotonic()
+                self._wake_turn(turn)
             machine.transition(TurnInput.CANCEL_SENT)
             self.send_bytes(self.rpc.cancel_turn(turn.request_id))
+        # Then (ACP's order) every pending permission request is answered `cancelled`:
+        # an agent that heard the answer before the cancel could take it for a refusal
+        # and end the turn `end_turn`.
+        self._requests.cancel_permissions(turn)
         return True
 
     def active_turn(self, session_id: str) -> bool:

@@ -120,6 +120,10 @@ class ClientOptions:
     liveness_interval: float = DEFAULT_LIVENESS_INTERVAL
     prompt_ceiling: float | None = DEFAULT_PROMPT_CEILING
     abandoned_turn_grace: float = DEFAULT_ABANDONED_TURN_GRACE
+    # How long a cancelled turn may take to end; past it the turn is given up and the
+    # connection retired (the agent ignores cancel). None: wait for the agent (or the
+    # ceiling). See tether.acp._turns.
+    cancel_grace: float | None = None
     # methodId -> credential, passed in authenticate's _meta (acpx: ACPX_AUTH_<ID>)
     auth: Mapping[str, str] = field(default_factory=dict)
     # Advertised auth methods and no credential for any: "skip" (go on; the agent may

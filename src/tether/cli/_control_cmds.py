@@ -27,12 +27,12 @@ def control(ctx: Any) -> int:
         return _status(ctx, key)
     if command == "cancel":
         try:
-            result = operations.cancel(key, ctx.inv.request)
+            result = operations.cancel(key, ctx.inv.request, wait=True)
         except NoSession:
             raise _no_session_hint(ctx) from None
         reason = result.get("reason")
         if result.get("cancelled"):
-            text = "cancelled"
+            text = _cancelled_text(result)
         elif reason in (None, "", "no running owner", "nothing to cancel"):
             text = "nothing to cancel"
         else:
@@ -75,3 +75,19 @@ def _status(ctx: Any, key: str) -> int:
 
     ctx.output.control(snapshot, text=_render.fields(snapshot), quiet=str(snapshot.get("status")))
     return 0
+
+
+def _cancelled_text(result: dict[str, Any]) -> str:
+    """``cancelled``, and whether the agent honoured it (the owner waited for the turn)."""
+    if result.get("agentRetired"):
+        grace = result.get("graceS")
+        within = f" within {grace:g} s" if isinstance(grace, int | float) else ""
+        return (
+            f"cancelled; the agent did not end the turn{within}, so it was restarted"
+            " (the session resumes on the next prompt)"
+        )
+    if result.get("honoured") is False:
+        return f"cancelled; the agent ended the turn anyway ({result.get('stopReason')})"
+    if result.get("honoured"):
+        return "cancelled; the agent ended the turn"
+    return "cancelled"

@@ -8,7 +8,9 @@ asked, from any shell (:func:`tether.operations.answer`; the first answer wins).
 the question on stderr and takes the answer from stdin, in a thread, while the caller's
 main loop keeps reading the owner's frames. When someone else answers first (another
 controller, a deadline, a cancel), the ``interaction_resolved`` frame ends the
-question here too. Standard library only; no asyncio.
+question here too, and a line typed after that is answered "[already answered] ...;
+this answer was not sent" (the typist is told, as ``tether answer`` is with
+``ALREADY_ANSWERED``). Standard library only; no asyncio.
 
 Garbling: while the turn streams, the terminal does not echo what is typed (ECHO off,
 so keystrokes cannot land in the agent's output); when a question opens, typed-ahead
@@ -63,8 +65,11 @@ def describe(question: dict[str, Any]) -> str:
 
 
 def resolved_text(question: dict[str, Any]) -> str:
+    """``[answered ID] WORD (how by pid N uid U)``: who answered, as the kernel said."""
     by = question.get("by") or {}
     who = f" by pid {by.get('pid')}" if by.get("pid") else ""
+    if who and by.get("uid") is not None:
+        who += f" uid {by.get('uid')}"
     return f"[answered {question.get('id')}] {question.get('answer')} ({question.get('how')}{who})"
 
 
@@ -151,6 +156,9 @@ class Asker:
         self.tty = tty
         self.hold = hold or (lambda _on: None)
         self.open: dict[str, dict[str, Any]] = {}  # id -> question, oldest first
+        # The last question resolved while shown here: a line typed after it was
+        # resolved elsewhere is told it was not sent (not silently dropped).
+        self.last_resolved: dict[str, Any] | None = None
         self.lock = threading.Lock()
         self.stopped = threading.Event()
         self.fd = sys.stdin.fileno()
@@ -200,6 +208,7 @@ class Asker:
                         self.err.flush()
             elif kind == "interaction_resolved" and qid in self.open:
                 del self.open[qid]
+                self.last_resolved = question
                 self._say(("\n" if self.tty else "") + resolved_text(question))
                 if self.open:
                     nxt = next(iter(self.open.values()))
@@ -236,7 +245,16 @@ class Asker:
     def _answer_line(self, line: str) -> None:
         with self.lock:
             if not self.open:
-                return  # typed with no question open: not an answer
+                # Typed with no question open: not sent. Say why -- most likely it was
+                # meant for the question someone else (a deadline, a cancel) just settled.
+                if line.strip():
+                    late = self.last_resolved
+                    self._say(
+                        f"[already answered] {resolved_text(late)}; this answer was not sent"
+                        if late is not None
+                        else "[no question is open] this answer was not sent"
+                    )
+                return
             first_id, first = next(iter(self.open.items()))
             parts = line.split(None, 1)
             if parts and parts[0] in self.open and len(parts) == 2:

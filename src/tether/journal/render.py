@@ -142,6 +142,9 @@ def control_text(entry: dict[str, Any]) -> str | None:
     if kind == "turn_ended":
         if entry.get("error"):
             return f"[failed] {entry.get('error')}"
+        cancel = entry.get("cancel")
+        if isinstance(cancel, dict) and cancel.get("agentRetired"):  # issue 21 item 8
+            return f"[done] {entry.get('stopReason')} (the agent ignored the cancel: restarted)"
         return f"[done] {entry.get('stopReason')}"
     if kind == "session_ended":
         why = entry.get("reason")

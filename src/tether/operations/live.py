@@ -24,8 +24,12 @@ def _must_exist(key: str) -> None:
         raise NoSession("no such session" if session is None else "the session is closed")
 
 
-def cancel(key: str, target: str | None = None) -> dict[str, Any]:
+def cancel(key: str, target: str | None = None, *, wait: bool = False) -> dict[str, Any]:
     """Cancel the running turn, or remove the queued request ``target``.
+
+    ``wait``: when a running turn was cancelled, answer once it has ended (bounded by
+    the session's ``cancelGrace``), saying whether the agent honoured the cancel
+    (``honoured``; ``agentRetired`` when it ignored it and was restarted).
 
     Raises:
         NoSession: no owner runs and the session does not exist or is closed.
@@ -36,8 +40,11 @@ def cancel(key: str, target: str | None = None) -> dict[str, Any]:
     except OwnerUnavailable:
         _must_exist(key)
         return {"action": "cancel_result", "cancelled": False, "reason": "no running owner"}
+    payload: dict[str, Any] = {"targetRequestId": target} if target else {}
+    if wait:
+        payload["wait"] = True
     with conn:
-        return conn.request("cancel", {"targetRequestId": target} if target else {})
+        return conn.request("cancel", payload)
 
 
 def answer(

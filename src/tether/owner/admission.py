@@ -42,6 +42,9 @@ class Admission:
         self._slot = slot
         self._wakeup = asyncio.Event()
         self._expiry_timer: asyncio.TimerHandle | None = None
+        # `cancel` requests that wait for the running turn's end (payload wait: true),
+        # with what they will be answered: told then whether the agent honoured it.
+        self._cancel_waiters: list[tuple[Job, dict[str, Any]]] = []
         self.on_change: Callable[[], None] = lambda: None  # the queue changed outside the loop
         # Journal a record: (kind, payload, request id). The owner wires its journal in.
         self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
@@ -137,6 +140,26 @@ class Admission:
         self.record("cancel_result", result, active.request_id)
         return result
 
+    def cancel_job(self, job: Job) -> None:
+        """Carry out an IPC ``cancel``: answered at once, or -- asked with ``wait: true``
+        and a running turn was cancelled -- once that turn has ended, saying whether the
+        agent honoured the cancel (:meth:`answer_cancels`)."""
+        result = self.cancel(job.env.payload.get("targetRequestId"))
+        sent = result.get("cancelled") and not result.get("queued") and "deferred" not in result
+        if job.env.payload.get("wait") is True and sent and self.active is not None:
+            self._cancel_waiters.append((job, result))
+            return
+        job.finish(result)
+
+    def answer_cancels(self, ended: Job) -> None:
+        """The running job ended: answer every ``cancel`` waiting for it with its outcome
+        (``honoured``: the agent ended it ``cancelled``; False with ``agentRetired`` when
+        it ignored the cancel past the grace and was retired; None: it ended otherwise)."""
+        waiters, self._cancel_waiters = self._cancel_waiters, []
+        outcome = ended.cancel_outcome or {"honoured": None}
+        for job, result in waiters:
+            job.finish({**result, **outcome})
+
     def stop(self, *, closing: bool, ask_agent: bool = True) -> Job | None:
         """Shutdown: the running turn is cancelled (or never sent); the loop is woken.
 
@@ -169,14 +192,18 @@ class Admission:
         active = self.active
         if active is not None and active.outbox is outbox and active.waiting and not active.done:
             return True
+        if any(job.outbox is outbox for job, _ in self._cancel_waiters):
+            return True
         return any(job.outbox is outbox and job.waiting for job in self.queue)
 
-    def detach(self, outbox: Outbox) -> None:
+    def detach(self, outbox: Outbox) -> bool:
         """A caller left: its waiting prompts are cancelled, as Ctrl-C would.
 
         The running turn gets ``session/cancel`` (or is never sent, if the agent is still
         starting); a queued one is removed. ``--no-wait`` prompts are not affected.
+        Returns whether the running turn was cancelled.
         """
+        cancelled = False
         active = self.active
         if (
             active is not None
@@ -185,14 +212,18 @@ class Admission:
             and active.kind == "prompt"
             and active.waiting
         ):
-            _log.event("caller_left", session_key=self.key, request_id=active.request_id)
-            if not self._slot.cancel():
-                active.cancel_requested = True
+            _log.event("caller_left", session_key=self.key, requestId=active.request_id)
+            self._slot.cancel()
+            # Sent or not, the turn's end now knows it was cancelled: never sent (the
+            # agent was starting), or counted in cancel_total{outcome} when it ends.
+            active.cancel_requested = True
+            cancelled = True
         for job in list(self.queue):
             if job.outbox is outbox and job.kind == "prompt" and job.waiting:
                 self.queue.remove(job)
                 job.finish(error=RequestCancelled("the caller left before the request ran"))
                 self.on_change()
+        return cancelled
 
 
 def rearm(

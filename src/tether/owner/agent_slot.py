@@ -97,6 +97,7 @@ class AgentSlot:
         self._on_run_end = on_run_end
         self._spawn = spawn
         self._ended_runs: set[str] = set()
+        self._retired = False  # the last run was retired: the next one says how it began
         self.stopping = False  # set by the owner: a run ending now is not a crash to handle
         # The owner's journal: every ACP frame goes in (returns its seq); None: none kept.
         self.journal_frame: Callable[[str, bytes, str | None], int] | None = None
@@ -117,22 +118,22 @@ class AgentSlot:
 
     async def ensure(self) -> LiveAgent:
         """The live agent, started if there is none (see the module docstring)."""
-        retired = False
         if self.live is not None and self.live.alive:
             # A turn abandoned earlier may still stream: its updates would pass for the
             # next turn's. Wait (bounded) for its answer; if it never comes, retire this
             # run and resume the session on a fresh one (seed 002).
             if await self.live.settle():
                 return self.live
-            retired = True
+            await self.retire(self.live)
         if self.live is not None:
-            reason = TerminationReason.UNRESPONSIVE if retired else TerminationReason.EXIT
-            await self.end_run(self.live, reason=reason)
+            await self.end_run(self.live, reason=TerminationReason.EXIT)
+        retired = self._retired
         session = self.registry.session(self.key)
         if session is None:
             raise TetherError("the session disappeared from the registry", session_key=self.key)
         live = await LiveAgent.start(self._config(session), self.registry, **lineage(session))
         self.live = live
+        self._retired = False  # (a start that failed leaves it for the next one to say)
         self.registry.update_session(self.key, acp_session_id=live.session_id)
         self.record(
             "agent_run_started",
@@ -151,6 +152,16 @@ class AgentSlot:
         self._spawn(self._watch_run(live))
         return live
 
+    async def retire(self, live: LiveAgent) -> None:
+        """Retire a run whose agent stopped answering -- it never answered a turn we
+        abandoned (seed 002), or ignored a cancel past ``cancelGrace`` -- and whose
+        connection is retired: its tree is ended with proof (``agent_run_ended``, reason
+        ``unresponsive``); the next :meth:`ensure` starts a fresh agent under a new lease,
+        resumes the session, replays the mode and options, and says so when it cannot
+        resume."""
+        self._retired = True
+        await self.end_run(live, reason=TerminationReason.UNRESPONSIVE)
+
     def _config(self, session: Any) -> AgentConfig:
         from tether.mcp.bridge import servers_for
 
@@ -164,6 +175,7 @@ class AgentSlot:
                 liveness_interval=s.liveness_interval,
                 handshake_timeout=s.handshake_timeout,
                 abandoned_turn_grace=s.abandoned_turn_grace,
+                cancel_grace=s.cancel_grace,
                 prompt_ceiling=None,
                 auth=s.auth,
                 auth_policy=s.auth_policy,
@@ -202,8 +214,8 @@ class AgentSlot:
         job = self._current_prompt()
         if job is not None:
             message = (
-                "the agent did not answer an abandoned turn and was restarted; it could not "
-                "resume the conversation, so this turn starts a new one"
+                "the agent did not end an abandoned or cancelled turn and was restarted; it "
+                "could not resume the conversation, so this turn starts a new one"
             )
             notice = {"action": "conversation_restarted", "sessionId": live.session_id}
             job.send(

@@ -75,7 +75,10 @@ class Owner:
             hello=lambda: hello_frame(self),
             admit=self.admit,
             on_disconnect=self._on_disconnect,
-            waiting=lambda outbox: self.admission.waits(outbox),
+            # A controller waits too: for questions (dropping it would hand them over).
+            waiting=lambda outbox: (
+                self.admission.waits(outbox) or self.interactions.controls(outbox)
+            ),
             idle_timeout=self.settings.connection_idle_timeout,
         )
         self.slot = AgentSlot(
@@ -259,8 +262,10 @@ class Owner:
 
     def _on_disconnect(self, outbox: Outbox) -> None:
         # One rule for a caller that goes away before its answer: its turn is cancelled.
-        self.admission.detach(outbox)
+        cancelled = self.admission.detach(outbox)
         self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
+        if not cancelled:  # (a cancelled turn's questions are answered `cancelled`)
+            self.interactions.controller_left()  # none left: open questions to the policy
         if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
             self._check_retire()
 
@@ -290,7 +295,7 @@ class Owner:
             return
         if env.kind == "cancel":
             job.ack()
-            job.finish(self.admission.cancel(env.payload.get("targetRequestId")))
+            self.admission.cancel_job(job)
             return
         if env.kind == "answer":
             self.interactions.admit_answer(job)
@@ -302,6 +307,8 @@ class Owner:
             job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
             return
         if env.kind == "watch":
+            if not self.interactions.admit_watch(job):
+                return  # --control from the agent's own tree: refused like its answers
             job.ack()
             self._spawn(self._watch(job))
             return
@@ -332,7 +339,7 @@ class Owner:
                 break
             self.admission.active = job
             if job.kind == "prompt" and job.env.payload.get("control") is True:
-                self.interactions.attach(job)  # the prompter answers its own questions
+                self.interactions.attach_prompter(job)  # it answers its own questions
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))
@@ -345,6 +352,7 @@ class Owner:
                 job.finish(error=TetherError(f"internal error: {exc}"))
             finally:
                 self.admission.active = None
+                self.admission.answer_cancels(job)  # a waiting `cancel`: honoured or not
                 self.lifecycle.feed(OwnerInput.JOB_ENDED, time.monotonic())
             await self.slot.end_if_dead()
             if not self.admission:

@@ -30,9 +30,10 @@ the agent offered is refused (:class:`~tether.errors.UsageError`) and the intera
 stays open. Elicitations take ``accept`` (with the form's content), ``decline`` or
 ``cancel``.
 
-An ``allow_always`` / ``reject_always`` option chosen for a tool call is remembered for
-the session (:class:`Memory`), keyed by the tool call's kind and title: the same tool
-call is then decided at once, as the agent offered it.
+An ``allow_always`` / ``reject_always`` option chosen for a tool call -- or the word
+``always`` / ``deny-always``, even where the agent offered no such option -- is
+remembered for the session (:class:`Memory`), keyed by the tool call's kind and title:
+the same tool call is then decided at once, as the agent offers it.
 
 Time is passed in (``now``, monotonic); wall-clock stamps for the journal are the
 shell's business.
@@ -111,6 +112,14 @@ _ALLOW_WORDS = {
     "n": ("reject_once", "reject_always"),
     "deny-always": ("reject_always", "reject_once"),
     "reject-always": ("reject_always", "reject_once"),
+}
+# The words that mean "and every time": remembered whatever option they mapped onto.
+_ALWAYS_WORDS: Final = {
+    "always": "allow_always",
+    "a": "allow_always",
+    "allow-always": "allow_always",
+    "deny-always": "reject_always",
+    "reject-always": "reject_always",
 }
 ELICITATION_ACTIONS: Final = ("accept", "decline", "cancel")
 RECENT_KEPT = 64  # resolved interactions kept to answer a late answer "already answered"
@@ -283,7 +292,10 @@ class Interaction:
 
 
 def _who(by: Mapping[str, int]) -> str:
-    return f" by pid {by['pid']}" if by.get("pid") else ""
+    """`` by pid N uid U`` (the answering process, from ``SO_PEERCRED``), or nothing."""
+    if not by.get("pid"):
+        return ""
+    return f" by pid {by['pid']}" + (f" uid {by['uid']}" if "uid" in by else "")
 
 
 class Memory:
@@ -302,9 +314,16 @@ class Memory:
         tool = tool if isinstance(tool, dict) else {}
         return str(tool.get("kind") or ""), str(tool.get("title") or "")
 
-    def remember(self, request: Mapping[str, Any], option_kind: str) -> None:
+    def remember(self, request: Mapping[str, Any], option_kind: str, answer: str = "") -> None:
+        """Remember an ``always`` answer: an ``*_always`` option chosen, or the words
+        ``always`` / ``deny-always`` whatever option they mapped onto (an agent that
+        offers no ``reject_always`` still gets ``deny-always`` remembered: the user said
+        "always", and the next time is decided with what the agent offers then)."""
+        kind = _ALWAYS_WORDS.get(answer.strip().lower(), option_kind)
         if option_kind in ("allow_always", "reject_always"):
-            self._always[self._key(request)] = option_kind
+            kind = option_kind
+        if kind in ("allow_always", "reject_always"):
+            self._always[self._key(request)] = kind
 
     def recall(self, request: Mapping[str, Any]) -> tuple[dict[str, Any], str] | None:
         """The remembered result for this tool call, if any: (ACP result, answer word)."""
@@ -382,7 +401,7 @@ class Board:
         resolution = item.answer(answer, content=content, by=by)
         if item.kind == "permission":
             _outcome, kind = item.outcome_for(answer, content)
-            self.memory.remember(item.request, kind)
+            self.memory.remember(item.request, kind, answer)
         self.settle(item)
         return item, resolution
 

@@ -32,12 +32,16 @@ by ``setsid`` or a double fork are re-parented to it, so they are still found).
 
 A controller is a connection whose request asked for it (``control: true`` on a
 ``watch`` or a ``prompt``) and is still running; it stops being one when that request
-ends or its connection goes.
+ends or its connection goes. A process of the agent's own tree cannot be one (refused
+like its answers). When the last controller's connection goes (a SIGKILLed watcher)
+while questions are open, they go back to the policy at once (``how: policy``) instead
+of waiting out ``permissionTimeout`` for nobody.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -57,6 +61,7 @@ __all__ = ["DEFAULT_TIMEOUT_S", "Interactions"]
 
 DEFAULT_TIMEOUT_S = 300.0  # config permissionTimeout: how long a question waits for a human
 
+_CONTROL = "control its own session (answer its questions)"
 Record = Callable[[str, dict[str, Any], str | None], object]
 
 
@@ -86,6 +91,9 @@ class Interactions:
         self.board = Board()
         self._controllers: list[Job] = []
         self._waiters: dict[str, asyncio.Future[Resolution]] = {}
+        # id -> what the policy answers an open question (its answer word): given when
+        # the deadline passes, or at once when the last controller goes.
+        self._fallbacks: dict[str, tuple[dict[str, Any], str]] = {}
         self._meta: dict[str, dict[str, Any]] = {}  # id -> its public record
 
     # --- controllers ----------------------------------------------------------------
@@ -95,13 +103,64 @@ class Interactions:
         self._controllers = [j for j in self._controllers if not j.done and not j.outbox.detached]
         return list(self._controllers)
 
+    def controls(self, outbox: object) -> bool:
+        """Whether the connection ``outbox`` is a live controller's: it waits for
+        questions, so it is not dropped for being silent."""
+        return any(job.outbox is outbox for job in self.controllers())
+
+    def refuse_agent(
+        self,
+        by: dict[str, int] | None,
+        what: str = "answer the questions of its own session",
+        **fields: Any,
+    ) -> None:
+        """Refuse a process inside the session's own agent tree: it may neither answer
+        the session's questions nor attach as its controller.
+
+        Raises:
+            VisibilityDenied: ``by`` (``SO_PEERCRED``) is the agent's side (rule
+                ``own-agent-tree``).
+        """
+        roots = self.agent_tree()
+        if by and roots and inside_tree(by.get("pid", 0), roots):
+            raise VisibilityDenied(
+                f"an agent cannot {what}",
+                rule="own-agent-tree",
+                **fields,
+            )
+
+    def admit_watch(self, job: Job) -> bool:
+        """A ``watch`` that asks ``control: true`` from the agent's own tree is refused
+        (its one terminal frame, now); False then. Any other watch: True."""
+        if job.env.payload.get("control") is not True:
+            return True
+        try:
+            self.refuse_agent(job.outbox.peer, _CONTROL)
+        except TetherError as exc:
+            job.finish(error=exc)
+            return False
+        return True
+
     def attach(self, job: Job) -> None:
         """``job`` (a ``watch`` or ``prompt`` with ``control: true``) may answer from now on;
-        it is offered every question open now."""
+        it is offered every question open now.
+
+        Raises:
+            VisibilityDenied: the job's process is inside the session's own agent tree
+                (:meth:`refuse_agent`): it is not attached.
+        """
+        self.refuse_agent(job.outbox.peer, _CONTROL)
         if job not in self._controllers:
             self._controllers.append(job)
         for item in self.board.open_items():
             job.send({"type": "interaction", "requestId": job.request_id, **self._frame(item)})
+
+    def attach_prompter(self, job: Job) -> None:
+        """A ``prompt`` with ``control: true`` answers its own turn's questions -- unless
+        it comes from the agent's own tree: then it is no controller (the policy decides,
+        as for anyone), and its turn runs all the same."""
+        with contextlib.suppress(VisibilityDenied):
+            self.attach(job)
 
     def _tell(self, frame_type: str, item: Interaction) -> None:
         body = self._frame(item)
@@ -197,6 +256,7 @@ class Interactions:
         self.record("interaction_opened", self._meta[item.id], self.current_request())
         future: asyncio.Future[Resolution] = asyncio.get_running_loop().create_future()
         self._waiters[item.id] = future
+        self._fallbacks[item.id] = (fallback, fallback_answer)
         self._tell("interaction", item)
         try:
             timeout = None if item.deadline is None else max(0.0, item.deadline - time.monotonic())
@@ -212,6 +272,7 @@ class Interactions:
             raise
         finally:
             self._waiters.pop(item.id, None)
+            self._fallbacks.pop(item.id, None)
         return resolution.outcome
 
     def _resolved(self, item: Interaction, *, opened: bool = False) -> Resolution:
@@ -250,13 +311,7 @@ class Interactions:
             AlreadyAnswered: it was resolved before; this answer was not sent.
             UsageError: the answer names nothing the agent offered (it stays open).
         """
-        roots = self.agent_tree()
-        if by and roots and inside_tree(by.get("pid", 0), roots):
-            raise VisibilityDenied(
-                "an agent cannot answer the questions of its own session",
-                rule="own-agent-tree",
-                interaction_id=interaction_id,
-            )
+        self.refuse_agent(by, interaction_id=interaction_id)
         item, _resolution = self.board.answer(interaction_id, answer, content=content, by=by)
         future = self._waiters.get(item.id)
         self.record(
@@ -286,6 +341,21 @@ class Interactions:
             job.finish(error=exc)
             return
         job.finish(result)
+
+    def controller_left(self) -> None:
+        """A connection went: if no controller is left, every open question goes back to
+        the policy at once (as if nobody had been there to ask), not at its deadline."""
+        if self.controllers():
+            return
+        for item in self.board.open_items():
+            future = self._waiters.get(item.id)
+            fallback = self._fallbacks.get(item.id)
+            if future is None or fallback is None or future.done():
+                continue
+            if item.decide(IInput.POLICY, *fallback) is not None:
+                self._resolved(item, opened=True)
+                assert item.resolution is not None
+                future.set_result(item.resolution)
 
     def cancel_all(self) -> None:
         """The session is closing: every open question is answered ``cancelled``."""

@@ -144,6 +144,7 @@ class Job:
     __slots__ = (
         "_prefix",
         "admitted_at",
+        "cancel_outcome",
         "cancel_requested",
         "done",
         "env",
@@ -163,6 +164,9 @@ class Job:
         # A cancel that arrived before the turn reached the agent (it was still starting):
         # the turn is then never sent, rather than the cancel being lost.
         self.cancel_requested = False
+        # A prompt cancelled while it ran: whether the agent honoured the cancel
+        # ({"honoured", "agentRetired"}); what a waiting `cancel` is answered.
+        self.cancel_outcome: dict[str, Any] | None = None
         # The session is being closed under this request: its own outcome (a `cancelled`
         # turn) no longer counts. The owner answers it SESSION_CLOSED once the session's
         # end is recorded, so its caller sees `session_ended` first.

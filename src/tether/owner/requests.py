@@ -43,6 +43,7 @@ class RequestRunner:
         # Journal a record: (kind, payload, request id). The owner wires its journal in.
         self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
         self.last_stop_reason = ""
+        self.to_retire: LiveAgent | None = None  # a run whose agent ignored a cancel
         self.rate_limit = RateLimitWatch()
 
     async def run(self, job: Job) -> None:
@@ -91,11 +92,13 @@ class RequestRunner:
             )
             raise
         else:
-            self.record(
-                "turn_ended",
-                {"stopReason": self.last_stop_reason, "durationMs": _ms_since(started)},
-                job.request_id,
-            )
+            ended = {"stopReason": self.last_stop_reason, "durationMs": _ms_since(started)}
+            if job.cancel_outcome:  # whether the agent honoured a cancel (issue 21)
+                ended["cancel"] = job.cancel_outcome
+            self.record("turn_ended", ended, job.request_id)
+            if self.to_retire is not None:  # the turn's end first, then the run's
+                live, self.to_retire = self.to_retire, None
+                await self.slot.retire(live)
 
     async def _run_prompt(self, job: Job) -> None:
         live = await self._ensure(job)
@@ -140,18 +143,30 @@ class RequestRunner:
         self.rate_limit.note_turn_ok()
         # Seed 001: prompt turn latency, and whether a cancel was honoured.
         metrics.observe("prompt_turn_seconds", time.monotonic() - started)
+        # The agent ignored a cancel past cancelGrace: the turn was given up and the
+        # connection retired; its run is retired below (the next turn resumes the session).
+        retire = result.cancel_honoured is False and not live.alive
         if _cancel_requested(job):  # set by a cancel that arrived during the turn
-            honoured = result.stop_reason == "cancelled"
+            honoured = result.stop_reason == "cancelled" and not retire
             metrics.incr("cancel_total", outcome="success" if honoured else "not-honoured")
+            job.cancel_outcome = {
+                "honoured": honoured,
+                "agentRetired": retire,
+                "stopReason": result.stop_reason,
+            }
+            if retire:
+                job.cancel_outcome["graceS"] = self.settings.cancel_grace
         job.finish(
             {
                 "stopReason": result.stop_reason,
                 "sessionId": live.session_id,
                 "permissionDenied": result.permission_denied,
                 "result": result.result,
+                **({"cancel": job.cancel_outcome} if job.cancel_outcome else {}),
             }
         )
         self._record_turn(job, result.stop_reason)
+        self.to_retire = live if retire else None
 
     async def _hold_while_limited(self, job: Job) -> None:
         """Hold the turn until a known rate-limit reset, rather than have it refused too.

@@ -32,6 +32,7 @@ class OwnerSettings:
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
+    cancel_grace: float = 10.0  # a cancel the agent ignores this long retires it
     rate_limit_hold: float = 18000.0  # longest wait for a known rate-limit reset; 0 = never
     connection_idle_timeout: float = 5.0  # a silent caller with nothing in flight
     unresponsive_after: float = 30.0  # heartbeat silence after which callers may fence us
@@ -58,6 +59,7 @@ class OwnerSettings:
             "handshake_timeout",
             "connection_idle_timeout",
             "abandoned_turn_grace",
+            "cancel_grace",
             "unresponsive_after",
             "rate_limit_hold",
         ):
@@ -92,9 +94,13 @@ class OwnerSettings:
             if not self.auth:
                 auth = cfg.get("auth") or {}
                 self.auth = {str(k): str(v) for k, v in auth.items()}
-            grace = cfg.get("abandonedTurnGrace")
-            if options.get("abandoned_turn_grace") is None and isinstance(grace, int | float):
-                self.abandoned_turn_grace = float(grace)
+            for key, name in (
+                ("abandonedTurnGrace", "abandoned_turn_grace"),
+                ("cancelGrace", "cancel_grace"),
+            ):
+                grace = cfg.get(key)
+                if options.get(name) is None and isinstance(grace, int | float):
+                    setattr(self, name, float(grace))
             if options.get("max_frame_bytes") is None:
                 self.max_frame_bytes = protocol.prompt_max_bytes(cfg)
             self.retention = Retention.from_config(cfg)

@@ -74,7 +74,9 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "attached": attached(owner),  # who: each watcher's and controller's pid, uid, door
         "interactions": owner.interactions.pending(),
-        "counters": _counters(owner),
+        # Tether's counters are kept for all sessions together (`tether metrics`), not
+        # per session: named for what they are, so nobody reads them as this session's.
+        "globalCounters": _counters(owner),
         "rateLimit": owner.runner.rate_limit.snapshot(),
         # usage_update / session_info_update: context use, cost, title (issue 14)
         "sessionInfo": owner.slot.session_info.snapshot(),
