@@ -125,6 +125,20 @@ _COMMAND_FLAGS = {
     "--port": (1, "--port PORT", "TCP port (default 8787; 0 picks a free one)"),
     "--unix": (1, "--unix PATH", "listen on a Unix socket (0600) instead of TCP"),
     "--token": (1, "--token TOKEN", "the bearer token (default: generated into TETHER_HOME)"),
+    "--router": (0, "--router", "run a fleet router (needs --fleet-index): routes by session id"),
+    "--fleet-index": (
+        1,
+        "--fleet-index DSN",
+        "join a fleet: its PostgreSQL index (or TETHER_FLEET_INDEX)",
+    ),
+    "--host-id": (1, "--host-id ID", "this host's id in the fleet (default: the node name)"),
+    "--advertise": (1, "--advertise URL", "the URL routers reach this host at"),
+    "--label": (1, "--label KEY=VALUE", "a placement label of this host (repeatable)"),
+    "--fleet-token-file": (
+        1,
+        "--fleet-token-file PATH",
+        "the credential shared by routers and hosts (or TETHER_FLEET_TOKEN)",
+    ),
     "--allowed-host": (
         1,
         "--allowed-host HOST",
@@ -276,9 +290,23 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "config show": ("", "the merged configuration, the files it came from, secrets masked", ()),
     "config init": ("", "write the user config template (only when there is none)", ()),
     "serve": (
-        "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]...",
+        "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]..."
+        " [--fleet-index DSN [--router | --host-id ID --advertise URL --label K=V...]"
+        " [--fleet-token-file PATH]]",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
-        ("--host", "--port", "--unix", "--token", "--allowed-host"),
+        (
+            "--host",
+            "--port",
+            "--unix",
+            "--token",
+            "--allowed-host",
+            "--router",
+            "--fleet-index",
+            "--host-id",
+            "--advertise",
+            "--label",
+            "--fleet-token-file",
+        ),
     ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (

@@ -73,6 +73,12 @@ class Invocation:
         self.unix: str | None = None
         self.token: str | None = None
         self.allowed_hosts: list[str] = []  # serve --allowed-host (repeatable)
+        self.router = False  # serve --router
+        self.fleet_index: str | None = None  # serve --fleet-index DSN
+        self.host_id: str | None = None  # serve --host-id ID
+        self.advertise: str | None = None  # serve --advertise URL
+        self.labels: list[tuple[str, str]] = []  # serve --label KEY=VALUE (repeatable)
+        self.fleet_token_file: str | None = None  # serve --fleet-token-file PATH
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
@@ -256,6 +262,17 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.repair = True
     elif flag == "--close-on-exit":
         inv.close_on_exit = True
+    elif flag == "--router":
+        inv.router = True
+    elif flag in ("--fleet-index", "--host-id", "--advertise", "--fleet-token-file"):
+        if not value:
+            raise UsageError(f"{flag} needs a non-empty value")
+        setattr(inv, flag[2:].replace("-", "_"), value)
+    elif flag == "--label":
+        key, eq, val = (value or "").partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--label expects KEY=VALUE, got {value!r}")
+        inv.labels.append((key.strip(), val))
     elif flag == "--allowed-host":
         if not value:
             raise UsageError("--allowed-host needs a non-empty value")

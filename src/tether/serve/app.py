@@ -69,6 +69,8 @@ class Gateway:
         self.requests_total = 0
         self.problems_total: dict[int, int] = {}
         self.prompts_total = {"loop": 0, "thread": 0}
+        # The fleet host beside this gateway (tether.fleet.host.FleetHost), or None.
+        self.fleet_host: Any = None
 
     def stop(self) -> None:
         """End every stream (from the loop): the server is shutting down."""

@@ -114,11 +114,25 @@ def run_serve(ctx: Any) -> int:
         raise UsageError(
             "`tether serve` needs the serve extra: pip install 'tether[serve]'"
         ) from None
+    from tether.fleet.command import fleet_args
     from tether.serve.app import Gateway, build_app
     from tether.serve.stream import HEARTBEAT_S
 
+    fleet = fleet_args(inv)
     host = inv.host or DEFAULT_HOST
-    token, token_file = auth.choose_token(inv.token, None if inv.unix else host)
+    if fleet is not None and not fleet.router:
+        # A fleet host answers only the fleet credential: users come through routers.
+        if inv.token is not None:
+            raise UsageError("a fleet host takes the fleet credential, not --token")
+        token, token_file = fleet.token, None
+    else:
+        token, token_file = auth.choose_token(inv.token, None if inv.unix else host)
+    if fleet is not None and fleet.router:
+        from tether.fleet.command import run_router
+
+        sock = _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
+        _announce(ctx, _url(sock), None, token_file, token, role="router")
+        return run_router(sock, fleet, token)
     allowed = _allowed_hosts(inv, ctx.config)
     host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
     sock = (
@@ -181,24 +195,69 @@ def run_serve(ctx: Any) -> int:
 
     url = _url(sock)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
+    fleet_host = None
+    if fleet is not None:
+        from tether.fleet.host import FleetHost
+
+        fleet_host = FleetHost(
+            fleet.dsn,
+            fleet.host_id or os.uname().nodename,
+            fleet.advertise or url,
+            labels=fleet.labels,
+            close_locally=_close_all,
+        )
+        try:
+            fleet_host.start()
+        except BaseException:
+            release()
+            raise
+        gateway.fleet_host = fleet_host
+    _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
+    try:
+        Server(config).run(sockets=[sock])
+    finally:
+        release()  # again, if the server stopped without a signal (or never started)
+        if fleet_host is not None:
+            fleet_host.stop()
+    return 0
+
+
+def _close_all(keys: list[str]) -> None:
+    """Close sessions this host no longer owns in the fleet, each by its own proof."""
+    from tether import operations
+    from tether.errors import TetherError
+
+    for key in keys:
+        try:
+            operations.close_session(key)
+        except TetherError:
+            pass  # already gone, or closed by another party meanwhile
+
+
+_TOKEN_GIVEN = {
+    "gateway": "token: as given with --token",
+    "router": "token: as given with --token (users); the fleet credential for hosts",
+    "host": "token: the fleet credential (users reach this host through a router)",
+}
+
+
+def _announce(
+    ctx: Any, url: str, dashboard: str | None, token_file: str | None, token: str, *, role: str
+) -> None:
     ctx.output.control(
         {
             "action": "serving",
+            "role": role,
             "url": url,
             "dashboard": dashboard,
             "tokenFile": token_file,
             "pid": os.getpid(),
         },
         text=(
-            f"serving {url} (pid {os.getpid()})\n"
+            f"serving {url} (pid {os.getpid()}{'' if role == 'gateway' else ', ' + role})\n"
             + (f"dashboard: {dashboard}#token={token}\n" if dashboard and token_file else "")
-            + (f"token: {token_file}" if token_file else "token: as given with --token")
+            + (f"token: {token_file}" if token_file else _TOKEN_GIVEN[role])
         ),
     )
     with contextlib.suppress(OSError):
         sys.stdout.flush()
-    try:
-        Server(config).run(sockets=[sock])
-    finally:
-        release()  # again, if the server stopped without a signal (or never started)
-    return 0

@@ -111,7 +111,36 @@ async def list_sessions(request: Request) -> Response:
     return JSONResponse({"sessions": items})
 
 
-def _ensure(gateway: Gateway, body: dict[str, Any]) -> dict[str, Any]:
+def _check_fleet_key(key: str, label: str, cwd: str, name: str) -> None:
+    """A fleet id names one session: an existing one of that id must be the same
+    (agent, cwd, name), or the request is a conflict, never a silent reuse."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        existing = registry.session(key)
+    if existing is None or existing.state == "closed":
+        return
+    if (existing.agent_label, existing.cwd, existing.name) != (label, cwd, name):
+        raise bodies.bad_value(
+            "x-tether-session-id", "that fleet session id names another session on this host"
+        )
+
+
+def _fleet_key(request: Request) -> str | None:
+    """The fleet id a router asks this host to create the session under, if any."""
+    raw = request.headers.get("x-tether-session-id")
+    if raw is None:
+        return None
+    if _gateway(request).fleet_host is None:
+        raise bodies.bad_value(
+            "x-tether-session-id", "this gateway is not a fleet host (no --fleet-index)"
+        )
+    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+        raise bodies.bad_value("x-tether-session-id", "a fleet session id is 64 hex digits")
+    return raw
+
+
+def _ensure(gateway: Gateway, body: dict[str, Any], fleet_key: str | None = None) -> dict[str, Any]:
     from tether import agents, config, sessions
 
     cwd = body["cwd"]
@@ -128,7 +157,11 @@ def _ensure(gateway: Gateway, body: dict[str, Any]) -> dict[str, Any]:
         )
     argv = agents.resolve(label, cfg.get("agents"))
     name = body.get("name", sessions.DEFAULT_NAME)
-    key = sessions.session_key(sessions.agent_scope(label, argv, named=True), cwd, name)
+    key = fleet_key or sessions.session_key(
+        sessions.agent_scope(label, argv, named=True), cwd, name
+    )
+    if fleet_key is not None:
+        _check_fleet_key(fleet_key, label, cwd, name)
     permissions = bodies.permission_mode(body) or str(
         cfg.get("defaultPermissions") or "approve-reads"
     )
@@ -175,7 +208,8 @@ def _ensure(gateway: Gateway, body: dict[str, Any]) -> dict[str, Any]:
 async def ensure_session(request: Request) -> Response:
     """Create the session (or reuse it) and make sure its owner serves."""
     body = await parse_body(request, bodies.ENSURE)
-    result = await asyncio.to_thread(_ensure, _gateway(request), body)
+    fleet_key = _fleet_key(request)
+    result = await asyncio.to_thread(_ensure, _gateway(request), body, fleet_key)
     return JSONResponse(result, status_code=201 if result["created"] else 200)
 
 

@@ -1,0 +1,202 @@
+"""The fleet end to end, every part a real process: PostgreSQL, hosts (`tether serve
+--fleet-index`) with their own homes, and routers (`tether serve --router`).
+
+Sessions are created, prompted, listed and closed through routers; racing ensures of one
+name through two routers make one session and one owner; every committed journal entry
+reaches the index."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration._serve import Gateway, parse_sse, spawn_gateway
+from tether.fleet.index import FleetIndex
+
+pytest.importorskip("starlette", reason="tether serve needs the serve extra")
+pytestmark = [pytest.mark.fleet, pytest.mark.integration, pytest.mark.slow]
+
+USER_TOKEN = "user-token-of-the-routers-0123456789"
+FLEET_TOKEN = "fleet-credential-0123456789abcdef"
+
+
+def wait_for(check: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+class Processes:
+    def __init__(self, dsn: str, base: Path) -> None:
+        self.dsn = dsn
+        self.base = base
+        self.env = {"TETHER_FLEET_INDEX": dsn, "TETHER_FLEET_TOKEN": FLEET_TOKEN}
+        self.hosts: dict[str, Gateway] = {}
+        self.routers: list[Gateway] = []
+
+    def host(self, host_id: str, *labels: str) -> Gateway:
+        home = self.base / host_id
+        home.mkdir()
+        flags = [f"--label={label}" for label in labels]
+        gw = spawn_gateway(home, "--host-id", host_id, *flags, env=self.env)
+        gw.token = FLEET_TOKEN
+        gw.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
+        self.hosts[host_id] = gw
+        return gw
+
+    def router(self) -> Gateway:
+        home = self.base / f"router{len(self.routers)}"
+        home.mkdir()
+        gw = spawn_gateway(home, "--router", "--token", USER_TOKEN, env=self.env)
+        gw.token = USER_TOKEN
+        gw.http.headers["Authorization"] = f"Bearer {USER_TOKEN}"
+        self.routers.append(gw)
+        return gw
+
+    def stop(self) -> None:
+        for router in self.routers:
+            router.stop()
+        for gw in self.hosts.values():
+            try:
+                if gw.proc.poll() is None:
+                    gw.close_all()
+            finally:
+                gw.stop()
+
+
+@pytest.fixture
+def procs(fleet_dsn: str, tmp_path: Path) -> Iterator[Processes]:
+    base = tmp_path / "fleet"
+    base.mkdir()
+    p = Processes(fleet_dsn, base)
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def create(router: Gateway, cwd: Path, name: str, **extra: Any) -> dict[str, Any]:
+    r = router.http.post(
+        "/v1/sessions", json={"agent": "mock", "cwd": str(cwd), "name": name, **extra}
+    )
+    assert r.status_code in (200, 201), r.text
+    return dict(r.json())
+
+
+def turn_text(router: Gateway, sid: str, text: str) -> str:
+    r = router.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": text})
+    assert r.status_code == 202, r.text
+    rid = r.json()["requestId"]
+    chunks = []
+    with router.http.stream("GET", f"/v1/sessions/{sid}/events?from=1") as stream:
+        for event, data in parse_sse(stream.iter_lines()):
+            if event != "message":
+                continue
+            update = (data.get("frame") or {}).get("params", {}).get("update", {})
+            if data.get("requestId") == rid and update.get("sessionUpdate") == (
+                "agent_message_chunk"
+            ):
+                chunks.append(update["content"].get("text", ""))
+            if data["kind"] == "turn_ended" and data.get("requestId") == rid:
+                return "".join(chunks)
+    raise AssertionError("the stream ended before the turn did")
+
+
+def test_sessions_are_placed_prompted_listed_and_closed_through_routers(
+    procs: Processes, project_dir: Path
+) -> None:
+    procs.host("h1", "zone=a")
+    procs.host("h2", "zone=b")
+    r1, r2 = procs.router(), procs.router()
+    a = create(r1, project_dir, "a", labels={"zone": "a"})
+    b = create(r2, project_dir, "b", labels={"zone": "b"})
+    assert a["created"]
+    assert b["created"]
+    # Each lives on the host its labels asked for, under its fleet id.
+    assert procs.hosts["h1"].http.get(f"/v1/sessions/{a['id']}").status_code == 200
+    assert procs.hosts["h2"].http.get(f"/v1/sessions/{b['id']}").status_code == 200
+    assert procs.hosts["h2"].http.get(f"/v1/sessions/{a['id']}").status_code == 404
+    # Either router reaches either session.
+    assert "via r2" in turn_text(r2, a["id"], "echo via r2")
+    assert "via r1" in turn_text(r1, b["id"], "echo via r1")
+    listed = {s["id"]: s for s in r1.http.get("/v1/sessions").json()["sessions"]}
+    assert (listed[a["id"]]["hostId"], listed[b["id"]]["hostId"]) == ("h1", "h2")
+    assert all(s["hostAvailable"] for s in listed.values())
+    # Every committed entry reaches the index.
+    with FleetIndex.connect(procs.dsn) as index:
+        host_history = procs.hosts["h1"].http.get(f"/v1/sessions/{a['id']}/export")
+        assert host_history.status_code == 200
+        local = [line for line in host_history.text.splitlines() if line.strip()]
+        wait_for(
+            lambda: (
+                (index.session(a["id"]) or object()).durable_seq  # type: ignore[attr-defined]
+                >= max(int(__import__("json").loads(x)["seq"]) for x in local)
+            ),
+            "the journal to be shipped",
+        )
+        shipped = [x.decode() for c in index.shipped(a["id"]) for x in c.data.splitlines()]
+        assert shipped[: len(local)] == local
+        # Closing through a router ends the session on its host and in the index.
+        assert r2.http.delete(f"/v1/sessions/{a['id']}").status_code == 200
+        wait_for(lambda: (index.session(a["id"]) or object()).state == "closed",  # type: ignore[attr-defined]
+                 "the index to learn the session closed")  # fmt: skip
+    gone = r1.http.post(f"/v1/sessions/{a['id']}/prompt", json={"prompt": "echo x"})
+    assert gone.status_code == 404
+
+
+def test_racing_ensures_through_two_routers_make_one_session_and_one_owner(
+    procs: Processes, project_dir: Path
+) -> None:
+    procs.host("h1")
+    procs.host("h2")
+    routers = [procs.router(), procs.router()]
+    barrier = threading.Barrier(20)
+
+    def ensure(i: int) -> dict[str, Any]:
+        with httpx.Client(
+            base_url=routers[i % 2].url,
+            headers={"Authorization": f"Bearer {USER_TOKEN}"},
+            timeout=60,
+        ) as client:
+            barrier.wait()
+            r = client.post(
+                "/v1/sessions", json={"agent": "mock", "cwd": str(project_dir), "name": "race"}
+            )
+            assert r.status_code in (200, 201), r.text
+            return dict(r.json())
+
+    with ThreadPoolExecutor(20) as pool:
+        results = list(pool.map(ensure, range(20)))
+    assert len({r["id"] for r in results}) == 1
+    assert len({r["ownerPid"] for r in results}) == 1
+    assert sum(bool(r["created"]) for r in results) == 1
+    sid = results[0]["id"]
+    holders = [
+        h for h, gw in procs.hosts.items() if gw.http.get(f"/v1/sessions/{sid}").status_code == 200
+    ]
+    assert len(holders) == 1
+
+
+def test_a_router_refuses_users_without_its_token_and_hosts_refuse_users(
+    procs: Processes, project_dir: Path
+) -> None:
+    host = procs.host("h1")
+    router = procs.router()
+    s = create(router, project_dir, "t")
+    assert httpx.get(f"{router.url}/v1/sessions").status_code == 401
+    # A host takes only the fleet credential: the users' token is not it.
+    r = httpx.get(
+        f"{host.url}/v1/sessions/{s['id']}", headers={"Authorization": f"Bearer {USER_TOKEN}"}
+    )
+    assert r.status_code == 401
+    assert os.environ.get("TETHER_FLEET_TOKEN") is None  # the test never leaked it to itself
