@@ -378,34 +378,8 @@ class Registry(RunStore):
     # --- pruning ------------------------------------------------------------------
 
     def prune(self, *, older_than: float | None = None, closed: bool = False) -> dict[str, Any]:
-        """Remove old journal entries and events, and (``closed``) closed sessions whole.
+        """Every agent's old entries and events, and closed sessions whole: see
+        :func:`tether._registry_prune.prune` (which scopes and dry-runs)."""
+        from tether._registry_prune import prune
 
-        ``older_than`` is a wall-clock time: entries and events before it go (sequence
-        numbers are never reused: the high-water marks stay). ``closed`` removes every
-        closed session with its journal, events and finished leases. Returns what went.
-        """
-        from tether.journal import store as journal_store
-
-        entries = events = 0
-        removed: list[str] = []
-        with self.transaction() as db:
-            if older_than is not None:
-                for (key,) in db.execute("SELECT session_key FROM journal_heads").fetchall():
-                    entries += journal_store.drop_older(db, str(key), older_than)
-                events += db.execute("DELETE FROM events WHERE at < ?", (older_than,)).rowcount
-            if closed:
-                removed = [
-                    str(r[0]) for r in db.execute("SELECT key FROM sessions WHERE state = 'closed'")
-                ]
-                for key in removed:
-                    entries += journal_store.stats(db, key).entries
-                    events += db.execute(
-                        "DELETE FROM events WHERE session_key = ?", (key,)
-                    ).rowcount
-                    db.execute(
-                        "DELETE FROM leases WHERE session_key = ? AND state IN ('closed', 'lost')",
-                        (key,),
-                    )
-                    db.execute("DELETE FROM sessions WHERE key = ?", (key,))
-                journal_store.forget_session(db, removed)
-        return {"entriesRemoved": entries, "eventsRemoved": events, "sessionsRemoved": removed}
+        return prune(self, older_than=older_than, closed=closed)

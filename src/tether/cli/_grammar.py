@@ -57,9 +57,6 @@ REFUSED = {
     "sessions prune --include-history": (
         "use `sessions prune --closed` (closed sessions go with their journals)"
     ),
-    "sessions prune --dry-run": (
-        "`sessions list --all` shows the closed sessions `sessions prune --closed` removes"
-    ),
 }
 
 # global flag -> number of values it takes
@@ -98,7 +95,8 @@ _COMMAND_FLAGS = {
     "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
     "-f": (1, "-f, --file FILE|-", "read the prompt from FILE (- is stdin)"),
     "--file": (1, "", ""),
-    "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
+    "--dry-run": (0, "--dry-run", "say what it would do; change and signal nothing"),
+    "--all-agents": (0, "--all-agents", "every agent's sessions (default: the agent named)"),
     "--limit": (1, "--limit N", "show the last N turns (default 20)"),
     "--all": (0, "--all", "include closed sessions"),
     "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
@@ -236,9 +234,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_S, "-o", "--output"),
     ),
     "sessions prune": (
-        "[--older-than DURATION] [--closed]",
-        "drop old journal entries and events; remove closed sessions",
-        ("--older-than", "--closed"),
+        "[--older-than DURATION] [--closed] [--all-agents] [--dry-run]",
+        "drop the agent's old journal entries and events; remove its closed sessions",
+        ("--older-than", "--closed", "--all-agents", "--dry-run"),
     ),
     "sessions close": (
         "[-s NAME | NAME] [--discard]",

@@ -218,15 +218,26 @@ def _prune(ctx: Any) -> int:
             cutoff = time.time() - parse_duration(inv.older_than)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if inv.all_agents and (inv.agent or inv.agent_cmd):
+        raise UsageError("--all-agents prunes every agent's sessions: name no agent with it")
+    from tether._registry_prune import agent_keys, prune
+
+    scope = "every agent" if inv.all_agents else f"agent {ctx.agent_label}"
     with Registry() as registry:
-        report = registry.prune(older_than=cutoff, closed=inv.closed)
-    for key in report["sessionsRemoved"]:
-        _remove_run_files(key)
+        keys = None if inv.all_agents else agent_keys(registry, ctx.agent_scope)
+        report = prune(
+            registry, older_than=cutoff, closed=inv.closed, keys=keys, dry_run=inv.dry_run
+        )
+    if not inv.dry_run:
+        for key in report["sessionsRemoved"]:
+            _remove_run_files(key)
+    verb = "would prune" if inv.dry_run else "pruned"
     ctx.output.control(
-        {"action": "pruned", **report},
+        {"action": "pruned", "scope": "all-agents" if keys is None else ctx.agent_label, **report},
         text=(
-            f"pruned {report['entriesRemoved']} journal entries"
-            f" and {len(report['sessionsRemoved'])} closed sessions"
+            f"{verb} {report['entriesRemoved']} journal entries"
+            f" and {len(report['sessionsRemoved'])} closed sessions of {scope}"
+            + ("" if inv.all_agents else " (every agent's: --all-agents)")
         ),
         quiet=str(report["entriesRemoved"]),
     )
