@@ -43,6 +43,7 @@
     │   └── AlreadyAnswered             an interaction was resolved before this answer arrived
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
+    │   │   └── JournalDamaged          a reader skipped damaged journal chunks (seq ranges)
     │   ├── StateFull                   the disk is full (or failed) under the state directory
     │   └── StatePermission             the state directory belongs to someone else
     ├── InternalError                   an unexpected failure (a bug): details in a log file
@@ -90,6 +91,7 @@ __all__ = [
     "InternalError",
     "Interrupted",
     "InvalidTransition",
+    "JournalDamaged",
     "LocalProtocolError",
     "NoSession",
     "OutputClosed",
@@ -498,6 +500,17 @@ class StateCorrupt(StateError):
     """The state database is damaged; `tether doctor --repair` moves it aside."""
 
     default_detail_code = "STATE_CORRUPT"
+
+
+class JournalDamaged(StateCorrupt):
+    """Some of a session's journal could not be read: damaged chunks were skipped.
+
+    Raised by a reader at its end, after delivering every readable entry, so the exit
+    status says the output is incomplete; ``fields["ranges"]`` lists the skipped
+    ``[first seq, last seq]`` ranges.
+    """
+
+    default_detail_code = "JOURNAL_DAMAGED"
 
 
 class StateFull(StateError):

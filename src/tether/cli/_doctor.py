@@ -7,6 +7,7 @@ Checks, each reported as ``ok``, ``warn`` or ``fail``:
 - free space on its file system;
 - the state database: SQLite's ``integrity_check`` (read-only: the check changes
   nothing), the schema version against ours, and its owner and mode;
+- the journal: every stored chunk decoded (:mod:`tether.cli._doctor_journal`);
 - owner sockets nobody listens on (stale; harmless: the next owner replaces them);
 - the configuration files (the same validation every command runs);
 - crash logs written by the CLI's last line of defence.
@@ -17,6 +18,7 @@ Checks, each reported as ``ok``, ``warn`` or ``fail``:
   (``state.db.corrupt-<UTC time>``), and a fresh one is created. It refuses while an
   owner still answers on a socket: that owner would keep writing to the moved file.
 - ``run/`` and the socket directory get their 0700 mode back when they are ours.
+- damaged journal chunks are set aside: saved under ``damaged/``, then removed.
 
 Exit status: 0 when nothing failed (after repairs), 1 otherwise.
 """
@@ -239,6 +241,10 @@ def diagnose(cwd: str, *, repair: bool = False) -> Report:
     _free_space(report, home)
     database = os.path.join(home, "state.db")
     damaged = _database(report, database)
+    if os.path.exists(database) and not damaged:
+        from tether.cli._doctor_journal import check_journal
+
+        check_journal(report, database, repair=repair)
     _, stale = _live_sockets(sockets)
     if stale:
         report.add(

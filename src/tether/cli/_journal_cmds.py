@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from tether import sessions
-from tether.errors import TetherError, UsageError
+from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
 from tether.journal.follow import follow_session
@@ -72,12 +72,51 @@ class _TextView:
             self.out.done(str(entry.get("stopReason")))
 
 
+class _Damage:
+    """The damaged chunks a reader skipped: each named on stderr as it is met; at the end
+    :meth:`check` fails the command (exit 1), after every readable entry was delivered."""
+
+    def __init__(self, ctx: Any, key: str) -> None:
+        self.output = ctx.output
+        self.key = key
+        self.ranges: list[tuple[int, int]] = []
+
+    def __call__(self, damage: store.Damage) -> None:
+        first, last, why = damage
+        self.ranges.append((first, last))
+        self.output.warning(
+            f"journal entries {first}-{last} are damaged ({why}) and were skipped;"
+            " `tether doctor --repair` sets them aside"
+        )
+
+    def parsed(self, seq: int, line: str) -> dict[str, Any] | None:
+        """``line`` decoded, or None (reported as damage) when it is not an entry."""
+        try:
+            return parse_line(line)
+        except ValueError:
+            self((seq, seq, "not valid JSON"))
+            return None
+
+    def check(self) -> None:
+        """Raises JournalDamaged when anything was skipped."""
+        if self.ranges:
+            spans = ", ".join(f"{a}-{b}" for a, b in self.ranges[:5])
+            more = f" and {len(self.ranges) - 5} more" if len(self.ranges) > 5 else ""
+            raise JournalDamaged(
+                f"the journal has damaged entries ({spans}{more}) that were skipped;"
+                " `tether doctor` reports them and `--repair` sets them aside",
+                session_key=self.key,
+                ranges=[list(r) for r in self.ranges],
+            )
+
+
 def _watch(ctx: Any, registry: Registry, key: str) -> int:
     inv = ctx.inv
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
     flush = ctx.output.flush
     emit_block = None
+    damage = _Damage(ctx, key)
     if ctx.fmt == "json":
         # Bytes straight to stdout: a live block of entries is written as it came, with
         # no work per entry (three watchers of a 50,000-updates/s turn are three
@@ -96,7 +135,9 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         view = _TextView(ctx)
 
         def emit(_seq: int, line: str) -> None:
-            view.show(parse_line(line))
+            entry = damage.parsed(_seq, line)
+            if entry is not None:
+                view.show(entry)
 
     if inv.control and inv.no_follow:
         raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
@@ -115,6 +156,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                 follow=not inv.no_follow,
                 flush=flush,
                 emit_block=emit_block,
+                on_damage=damage,
             )
         else:
             with asker:
@@ -125,10 +167,12 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                     tail=inv.tail,
                     control=asker.on_frame,
                     flush=flush,
+                    on_damage=damage,
                 )
     except KeyboardInterrupt:
         pass
     ctx.output.flush()
+    damage.check()
     return 0
 
 
@@ -136,13 +180,20 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
     db = registry._db
     cursor = store.turns_start(db, key, ctx.inv.tail)
+    damage = _Damage(ctx, key)
+    entries = (
+        (seq, line)
+        for seq, line in store.iter_lines(db, key, cursor, on_damage=damage)
+        if damage.parsed(seq, line) is not None
+    )
     if ctx.fmt == "json":
-        transcript = render.transcript(store.iter_lines(db, key, cursor))
+        transcript = render.transcript(entries)
         ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
+        damage.check()
         return 0
     view = _TextView(ctx)
     shown = False
-    for _seq, line in store.iter_lines(db, key, cursor):
+    for _seq, line in entries:
         entry = parse_line(line)
         if entry.get("kind") in ("acp", "turn_ended", "session_ended"):
             view.show(entry)
@@ -150,6 +201,7 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
     if not shown:
         ctx.output.control({}, text="no conversation yet")
     ctx.output.flush()
+    damage.check()
     return 0
 
 
@@ -177,12 +229,16 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
 
 def _export(ctx: Any, registry: Registry, key: str) -> int:
     path = ctx.inv.output_file
+    damage = _Damage(ctx, key)
+    # Lines go out as stored: a chunk's lines were checked when it was read (its zlib
+    # checksum, or every line's JSON for a small plain one).
+    lines = (line for _seq, line in store.iter_lines(registry._db, key, on_damage=damage))
     count = 0
     try:
         if path and path != "-":
             tmp = f"{path}.tmp-{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
-                for _seq, line in store.iter_lines(registry._db, key):
+                for line in lines:
                     f.write(line + "\n")
                     count += 1
             os.replace(tmp, path)  # a partial export never takes the name
@@ -196,9 +252,10 @@ def _export(ctx: Any, registry: Registry, key: str) -> int:
         if not path or path == "-":
             # stdout: a closed pipe (`| head`) ends us quietly, as everywhere (exit 141)
             out = sys.stdout
-            for _seq, line in store.iter_lines(registry._db, key):
+            for line in lines:
                 out.write(line + "\n")
             out.flush()
+    damage.check()
     return 0
 
 

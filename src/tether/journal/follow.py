@@ -91,8 +91,12 @@ class Follower:
         control: OnFrame | None = None,
         flush: Callable[[], None] | None = None,
         emit_block: EmitBlock | None = None,
+        on_damage: store.OnDamage | None = None,
     ) -> None:
         self.db = db
+        # Told of each damaged stored chunk the follower skips (its entries are missing).
+        self.on_damage = on_damage
+        self._passed = 0  # past the last damaged chunk skipped
         # Set: runs of consecutive live entries go here as one block (a relay that
         # handles them with a few bytes operations), the rest to ``emit`` one by one.
         self.emit_block = None if emit_block is None else _guarded(emit_block)
@@ -116,12 +120,21 @@ class Follower:
 
     def catch_up(self) -> None:
         """Deliver every stored entry from the cursor on."""
-        for seq, line in store.iter_lines(self.db, self.key, self.cursor):
+        lines = store.iter_lines(self.db, self.key, self.cursor, on_damage=self._skipped)
+        for seq, line in lines:
             if self.stop.is_set():
                 break
             self._deliver(seq, line)
+        self.cursor = max(self.cursor, self._passed)
         if self.flush is not None:
             self.flush()
+
+    def _skipped(self, damage: store.Damage) -> None:
+        """A damaged stored chunk: ``on_damage`` is told, and once the entries read with
+        it are delivered, the cursor passes it for good (it is not met again)."""
+        self._passed = max(self._passed, damage[1] + 1)
+        if self.on_damage is not None:
+            self.on_damage(damage)
 
     def run(self, *, follow: bool = True) -> int:
         """Deliver until the session ends (``follow``) or the stored entries run out.
@@ -307,6 +320,7 @@ def follow_session(
     control: OnFrame | None = None,
     flush: Callable[[], None] | None = None,
     emit_block: EmitBlock | None = None,
+    on_damage: store.OnDamage | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
@@ -314,6 +328,7 @@ def follow_session(
     keeps it to :meth:`Follower.interrupt` it from another thread). ``control``: attach
     to live owners as a controller; their question frames (``interaction``,
     ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`.
+    ``on_damage``: told of each damaged stored chunk skipped (:func:`store.read`).
 
     Raises:
         NoSession: no such session.
@@ -335,6 +350,7 @@ def follow_session(
             control=control,
             flush=flush,
             emit_block=emit_block,
+            on_damage=on_damage,
         )
         if on_start is not None:
             on_start(follower)
