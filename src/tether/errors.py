@@ -45,6 +45,7 @@
     │   ├── StateCorrupt                the state database is not a database / is malformed
     │   │   └── JournalDamaged          a reader skipped damaged journal chunks (seq ranges)
     │   ├── StateFull                   the disk is full (or failed) under the state directory
+    │   ├── StateLost                   state.db was removed/replaced under a live owner
     │   └── StatePermission             the state directory belongs to someone else
     ├── InternalError                   an unexpected failure (a bug): details in a log file
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
@@ -114,6 +115,7 @@ __all__ = [
     "StateCorrupt",
     "StateError",
     "StateFull",
+    "StateLost",
     "StatePermission",
     "StopTimeout",
     "SupervisionError",
@@ -517,6 +519,17 @@ class StateFull(StateError):
     """The disk under the state directory is full or failed; nothing was half-written."""
 
     default_detail_code = "STATE_FULL"
+
+
+class StateLost(StateError):
+    """The state database was removed, replaced or truncated while an owner used it.
+
+    The owner stops: what it would record would land in a file nobody reads (or in a
+    fresh one it did not create). Its turn ends with this error; ``tether doctor``
+    reports the event.
+    """
+
+    default_detail_code = "STATE_LOST"
 
 
 class StatePermission(StateError):

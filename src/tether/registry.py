@@ -32,6 +32,7 @@ from typing import Any
 from tether import paths
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
+from tether.errors import StateLost
 from tether.schema import MIGRATIONS
 
 TYPE_CHECKING = False
@@ -112,6 +113,7 @@ class Registry(RunStore):
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
+        self.lost: str | None = None  # see lose()
         with self._translated():
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
             # sequences (generation increments) cannot interleave between processes.
@@ -130,10 +132,24 @@ class Registry(RunStore):
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
+        if self.lost is not None:
+            raise StateLost(self.lost, path=self.path)
         try:
             yield
         except (sqlite3.Error, OSError) as exc:
+            if self.lost is not None:  # interrupted by lose(): say why, not "interrupted"
+                raise StateLost(self.lost, path=self.path) from exc
             raise translate_error(exc, self.path) from exc
+
+    def lose(self, why: str) -> None:
+        """The database file was removed or replaced under us: every call from now on
+        raises ``StateLost(why)`` at once, and one waiting on a lock is interrupted.
+
+        Thread-safe (the owner's state watch calls it from its own thread).
+        """
+        self.lost = why
+        with suppress(sqlite3.Error):
+            self._db.interrupt()
 
     def _rows(self, query: str, args: Any = ()) -> list[sqlite3.Row]:
         with self._translated():

@@ -28,6 +28,10 @@ def check_journal(report: Any, path: str, *, repair: bool) -> None:
     try:
         db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
         try:
+            tables = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'journal_chunks'")
+            if tables.fetchone() is None:  # an empty or older database: nothing to decode
+                report.add("journal", "ok", "no journal stored yet")
+                return
             found = list(damaged_chunks(db))
         finally:
             db.close()
