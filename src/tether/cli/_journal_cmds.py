@@ -181,21 +181,18 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
     db = registry._db
     cursor = store.turns_start(db, key, ctx.inv.tail)
     damage = _Damage(ctx, key)
-    entries = (
-        (seq, line)
-        for seq, line in store.iter_lines(db, key, cursor, on_damage=damage)
-        if damage.parsed(seq, line) is not None
-    )
+    lines = store.iter_lines(db, key, cursor, on_damage=damage)
     if ctx.fmt == "json":
-        transcript = render.transcript(entries)
+        valid = ((seq, line) for seq, line in lines if damage.parsed(seq, line) is not None)
+        transcript = render.transcript(valid)
         ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
         damage.check()
         return 0
     view = _TextView(ctx)
     shown = False
-    for _seq, line in entries:
-        entry = parse_line(line)
-        if entry.get("kind") in ("acp", "turn_ended", "session_ended"):
+    for seq, line in lines:
+        entry = damage.parsed(seq, line)
+        if entry is not None and entry.get("kind") in ("acp", "turn_ended", "session_ended"):
             view.show(entry)
             shown = True
     if not shown:
