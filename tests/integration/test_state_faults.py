@@ -390,3 +390,24 @@ def test_issue21_item6_state_db_truncated_under_a_live_owner_stops_it_cleanly(
     assert doctor.returncode == 0, doctor.stdout + doctor.stderr
     assert "removed or replaced under it" in doctor.stdout
     assert c.json("sessions", "new")["action"] == "session_ensured"  # a fresh start
+
+
+def test_issue21_item6_close_reaches_a_live_owner_when_the_database_cannot_be_read(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """`state.db` overwritten in place (same file, same size: the owner's watch cannot
+    tell) makes the database unreadable to the CLI; `sessions close` still reaches the
+    live owner through its socket, which ends the session and proves its tree gone."""
+    c = cli()
+    c.run("sessions", "new")
+    c.run("prompt", "echo warm")
+    status = c.status()
+    owner, agent = status["ownerPid"], status["agentPid"]
+    db = tether_home / "state.db"
+    junk = b"this is not an sqlite file at all "
+    with db.open("r+b") as f:
+        f.write(junk * (db.stat().st_size // len(junk)))
+    r = c.run("sessions", "close", rc=None)
+    assert "survivors 0" in r.stdout, r.stdout + r.stderr
+    assert "could not be looked up" in r.stdout
+    wait_for(lambda: not alive(owner) and not alive(agent), "the owner and its agent to end")
