@@ -101,7 +101,12 @@ _COMMAND_FLAGS = {
     "--all": (0, "--all", "include closed sessions"),
     "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
     "--request": (1, "--request ID", "remove this queued request instead"),
-    "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
+    "--repair": (
+        0,
+        "--repair",
+        "move a corrupt state database aside (and start a fresh one); set damaged journal"
+        " chunks aside",
+    ),
     "--from": (1, "--from SEQ", "start at this journal entry (replay, then live)"),
     "--tail": (1, "--tail N", "start N entries (watch) or N turns (read) before the end"),
     "--no-follow": (0, "--no-follow", "stop at the last stored entry"),
@@ -270,7 +275,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",
-        "check the state directory (database, schema, permissions, stale sockets)",
+        "check the state directory (database, journal, schema, permissions, stale sockets)",
         ("--repair",),
     ),
 }
