@@ -17,7 +17,9 @@ but it is inside the parent's lifetime). ``[sessions] closeChildren = false`` tu
 cascade off: children are then left open and listed as orphans (their parent closed).
 
 A session spawned while the cascade runs is caught by a second pass; the passes are
-bounded, and a child that cannot be closed is reported, not hidden.
+bounded, and a child that cannot be closed is reported, not hidden. When the database
+cannot be read at all, the session itself is still closed (through its owner, which
+needs no database) and the result says its children are unknown (``childrenUnknown``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import access, ownership
-from tether.errors import NoSession, TetherError
+from tether.errors import NoSession, StateError, TetherError
 
 __all__ = ["close_tree"]
 
@@ -53,10 +55,19 @@ def close_tree(
     whole family is proven gone.
     """
     children: list[dict[str, Any]] = []
+    unknown: str | None = None  # why the children could not be looked up
     if access.close_children_enabled(cfg):
         done: set[str] = set()
         for _ in range(MAX_PASSES):
-            pending = [k for k in _descendants(key) if k not in done]
+            try:
+                found = _descendants(key)
+            except StateError as exc:
+                # The database cannot be read (removed or locked under a live owner):
+                # the session itself still closes through its owner, which needs no
+                # database; the children we cannot see are said to be unknown.
+                unknown = str(exc)
+                break
+            pending = [k for k in found if k not in done]
             if not pending:
                 break
             for child in pending:
@@ -77,4 +88,6 @@ def close_tree(
         survivors.extend(entry.get("survivors") or [])
     result["survivors"] = survivors
     result["closedChildren"] = children
+    if unknown is not None:
+        result["childrenUnknown"] = unknown
     return result

@@ -47,7 +47,9 @@
     │   └── HostUnavailable             retryable: the session's host is down or unresponsive
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
+    │   │   └── JournalDamaged          a reader skipped damaged journal chunks (seq ranges)
     │   ├── StateFull                   the disk is full (or failed) under the state directory
+    │   ├── StateLost                   state.db was removed/replaced under a live owner
     │   └── StatePermission             the state directory belongs to someone else
     ├── InternalError                   an unexpected failure (a bug): details in a log file
     ├── PermissionDenied                exit 5   code PERMISSION_DENIED
@@ -98,6 +100,7 @@ __all__ = [
     "InternalError",
     "Interrupted",
     "InvalidTransition",
+    "JournalDamaged",
     "LocalProtocolError",
     "NoSession",
     "OutputClosed",
@@ -120,6 +123,7 @@ __all__ = [
     "StateCorrupt",
     "StateError",
     "StateFull",
+    "StateLost",
     "StatePermission",
     "StopTimeout",
     "SupervisionError",
@@ -539,10 +543,32 @@ class StateCorrupt(StateError):
     default_detail_code = "STATE_CORRUPT"
 
 
+class JournalDamaged(StateCorrupt):
+    """Some of a session's journal could not be read: damaged chunks were skipped.
+
+    Raised by a reader at its end, after delivering every readable entry, so the exit
+    status says the output is incomplete; ``fields["ranges"]`` lists the skipped
+    ``[first seq, last seq]`` ranges.
+    """
+
+    default_detail_code = "JOURNAL_DAMAGED"
+
+
 class StateFull(StateError):
     """The disk under the state directory is full or failed; nothing was half-written."""
 
     default_detail_code = "STATE_FULL"
+
+
+class StateLost(StateError):
+    """The state database was removed, replaced or truncated while an owner used it.
+
+    The owner stops: what it would record would land in a file nobody reads (or in a
+    fresh one it did not create). Its turn ends with this error; ``tether doctor``
+    reports the event.
+    """
+
+    default_detail_code = "STATE_LOST"
 
 
 class StatePermission(StateError):

@@ -32,6 +32,7 @@ from typing import Any
 from tether import paths
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
+from tether.errors import StateLost
 from tether.schema import MIGRATIONS
 
 TYPE_CHECKING = False
@@ -112,6 +113,7 @@ class Registry(RunStore):
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
+        self.lost: str | None = None  # see lose()
         with self._translated():
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
             # sequences (generation increments) cannot interleave between processes.
@@ -130,10 +132,24 @@ class Registry(RunStore):
 
     @contextmanager
     def _translated(self) -> Iterator[None]:
+        if self.lost is not None:
+            raise StateLost(self.lost, path=self.path)
         try:
             yield
         except (sqlite3.Error, OSError) as exc:
+            if self.lost is not None:  # interrupted by lose(): say why, not "interrupted"
+                raise StateLost(self.lost, path=self.path) from exc
             raise translate_error(exc, self.path) from exc
+
+    def lose(self, why: str) -> None:
+        """The database file was removed or replaced under us: every call from now on
+        raises ``StateLost(why)`` at once, and one waiting on a lock is interrupted.
+
+        Thread-safe (the owner's state watch calls it from its own thread).
+        """
+        self.lost = why
+        with suppress(sqlite3.Error):
+            self._db.interrupt()
 
     def _rows(self, query: str, args: Any = ()) -> list[sqlite3.Row]:
         with self._translated():
@@ -384,34 +400,8 @@ class Registry(RunStore):
     # --- pruning ------------------------------------------------------------------
 
     def prune(self, *, older_than: float | None = None, closed: bool = False) -> dict[str, Any]:
-        """Remove old journal entries and events, and (``closed``) closed sessions whole.
+        """Every agent's old entries and events, and closed sessions whole: see
+        :func:`tether._registry_prune.prune` (which scopes and dry-runs)."""
+        from tether._registry_prune import prune
 
-        ``older_than`` is a wall-clock time: entries and events before it go (sequence
-        numbers are never reused: the high-water marks stay). ``closed`` removes every
-        closed session with its journal, events and finished leases. Returns what went.
-        """
-        from tether.journal import store as journal_store
-
-        entries = events = 0
-        removed: list[str] = []
-        with self.transaction() as db:
-            if older_than is not None:
-                for (key,) in db.execute("SELECT session_key FROM journal_heads").fetchall():
-                    entries += journal_store.drop_older(db, str(key), older_than)
-                events += db.execute("DELETE FROM events WHERE at < ?", (older_than,)).rowcount
-            if closed:
-                removed = [
-                    str(r[0]) for r in db.execute("SELECT key FROM sessions WHERE state = 'closed'")
-                ]
-                for key in removed:
-                    entries += journal_store.stats(db, key).entries
-                    events += db.execute(
-                        "DELETE FROM events WHERE session_key = ?", (key,)
-                    ).rowcount
-                    db.execute(
-                        "DELETE FROM leases WHERE session_key = ? AND state IN ('closed', 'lost')",
-                        (key,),
-                    )
-                    db.execute("DELETE FROM sessions WHERE key = ?", (key,))
-                journal_store.forget_session(db, removed)
-        return {"entriesRemoved": entries, "eventsRemoved": events, "sessionsRemoved": removed}
+        return prune(self, older_than=older_than, closed=closed)

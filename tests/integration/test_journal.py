@@ -249,3 +249,32 @@ def test_export_to_a_closed_pipe_ends_quietly(mock: Cli) -> None:
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 141
     assert err == b""
+
+
+def test_issue21_item7_prune_is_scoped_to_the_agent_named(
+    cli: Callable[..., Cli], tether_home: Any
+) -> None:
+    """`tether mock sessions prune --closed` removes mock's closed sessions only;
+    `--dry-run` says what would go and removes nothing; every agent's is `--all-agents`."""
+    import sys
+
+    mock, other = cli(), cli(["--agent", f"{sys.executable} -m tether.testing.mock_agent"])
+    keys = []
+    for c in (mock, other):
+        keys.append(c.json("sessions", "new")["sessionKey"])
+        c.run("prompt", "echo hi")
+        c.run("sessions", "close")
+    dry = mock.json("sessions", "prune", "--closed", "--dry-run")
+    assert (dry["sessionsRemoved"], dry["dryRun"]) == ([keys[0]], True)
+    assert entries_of(mock.run("sessions", "export").stdout)  # nothing went
+    pruned = mock.json("sessions", "prune", "--closed")
+    assert pruned["sessionsRemoved"] == [keys[0]]
+    assert mock.run("sessions", "export", rc=4).returncode == 4
+    assert entries_of(other.run("sessions", "export").stdout)  # the other agent's stays
+    assert mock.run("sessions", "prune", "--closed", "--all-agents", rc=2).returncode == 2
+    every = cli()
+    every.agent = []  # `tether sessions prune --closed --all-agents`: no agent named
+    assert every.json("sessions", "prune", "--closed", "--all-agents")["sessionsRemoved"] == [
+        keys[1]
+    ]
+    assert other.run("sessions", "export", rc=4).returncode == 4

@@ -73,3 +73,33 @@ def test_issue9_item1_prompt_with_closed_stdout_exits_141(mock: Cli, fmt: str) -
     wait_for(lambda: mock.status()["currentRequest"] is None, "the turn to end")
     assert mock.history("turn")[-1]["payload"]["stopReason"] == "cancelled"
     assert "after" in mock.run("prompt", "echo after").stdout
+
+
+def test_issue21_item10_json_watch_exits_141_when_head_has_left(mock: Cli) -> None:
+    """`sessions watch --format json | head -3` exits 141 at its next write once head has
+    gone, when the entries come at a human pace (one short turn at a time): a closed
+    stdout is the user leaving, not the owner going away."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(
+            mock.argv("sessions", "watch", fmt="json"),
+            env=mock.env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        try:
+            wait_for(lambda: mock.status()["watchers"] == 1, "the watcher to attach")
+            mock.run("prompt", "echo one")
+            for _ in range(3):
+                assert proc.stdout.readline()
+            proc.stdout.close()  # head -3 has what it wanted and leaves
+            # More entries, one every 300 ms (a human pace), for as long as it takes.
+            mock.run("prompt", " ; ".join(f"echo {i} ; sleep 300" for i in range(8)))
+            rc = proc.wait(timeout=RUN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            pytest.fail("the watcher did not exit after its stdout was closed")
+        err.seek(0)
+        assert rc == 141, err.read()

@@ -14,13 +14,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from tests._cli import run_tether
+from tests.integration.test_owner import Cli, alive, cli, finish, wait_for
 
 pytestmark = pytest.mark.integration
+
+__all__ = ["cli"]  # a fixture, imported for pytest
 
 
 tether = run_tether
@@ -354,3 +357,57 @@ def test_crash_log_falls_back_to_the_temporary_directory(
     assert path is not None
     assert Path(path).parent == tmp_path
     assert "ValueError: boom" in Path(path).read_text()
+
+
+# --- the database removed under a live owner (issue 21 item 6) --------------------------
+
+
+def test_issue21_item6_state_db_truncated_under_a_live_owner_stops_it_cleanly(
+    cli: Callable[..., Cli], tether_home: Path, project_dir: Path
+) -> None:
+    """`state.db` truncated and its WAL deleted during a stream: the owner notices, ends
+    the turn with a clear STATE_LOST error and stops, its agent's tree gone; `doctor`
+    reports what happened; the next session starts on a fresh database."""
+    c = cli()
+    c.run("sessions", "new")
+    script = " ; ".join(f"echo line {i} ; sleep 200" for i in range(100))  # 20 s
+    prompter = c.popen("prompt", script, fmt="json")
+    status = c.wait_active()
+    owner, agent = status["ownerPid"], status["agentPid"]
+    assert prompter.stdout is not None
+    assert prompter.stdout.readline()  # the stream is flowing
+    db = tether_home / "state.db"
+    with db.open("r+b") as f:
+        f.truncate(0)
+    (tether_home / "state.db-wal").unlink()
+    rc, out, err = finish(prompter)
+    assert rc == 1, err
+    assert '"detailCode":"STATE_LOST"' in out
+    assert "truncated" in err, err
+    assert "Traceback" not in err
+    wait_for(lambda: not alive(owner) and not alive(agent), "the owner and its agent to end")
+    doctor = run_tether("doctor", cwd=project_dir)
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert "removed or replaced under it" in doctor.stdout
+    assert c.json("sessions", "new")["action"] == "session_ensured"  # a fresh start
+
+
+def test_issue21_item6_close_reaches_a_live_owner_when_the_database_cannot_be_read(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """`state.db` overwritten in place (same file, same size: the owner's watch cannot
+    tell) makes the database unreadable to the CLI; `sessions close` still reaches the
+    live owner through its socket, which ends the session and proves its tree gone."""
+    c = cli()
+    c.run("sessions", "new")
+    c.run("prompt", "echo warm")
+    status = c.status()
+    owner, agent = status["ownerPid"], status["agentPid"]
+    db = tether_home / "state.db"
+    junk = b"this is not an sqlite file at all "
+    with db.open("r+b") as f:
+        f.write(junk * (db.stat().st_size // len(junk)))
+    r = c.run("sessions", "close", rc=None)
+    assert "survivors 0" in r.stdout, r.stdout + r.stderr
+    assert "could not be looked up" in r.stdout
+    wait_for(lambda: not alive(owner) and not alive(agent), "the owner and its agent to end")

@@ -61,3 +61,23 @@ def test_a_child_that_fails_is_reported_and_the_rest_go_on() -> None:
         {"sessionKey": "a1", "error": "stuck"},
         {"sessionKey": "a", "survivors": []},
     ]
+
+
+def test_an_unreadable_database_still_closes_the_session_through_its_owner() -> None:
+    """Issue 21 item 6: with state.db unreadable (here: not a database), the children
+    cannot be looked up, but the session itself is still closed (its owner needs no
+    database) and the result says the children are unknown."""
+    from tether import paths
+
+    with open(paths.state_db(), "wb") as f:
+        f.write(b"this is not an sqlite file at all" * 4)
+    log: list[str] = []
+
+    def close_one(key: str) -> dict[str, Any]:
+        log.append(key)
+        return {"action": "session_closed", "sessionKey": key, "survivors": []}
+
+    result = close_tree("root", close_one)
+    assert log == ["root"]
+    assert "damaged" in result["childrenUnknown"]
+    assert result["closedChildren"] == []

@@ -78,7 +78,7 @@ def test_global_options_are_accepted_after_the_command() -> None:
         ),
         pytest.param(["reap", "--help"], "tether reap", "--dry-run", "--limit", id="reap"),
         pytest.param(["doctor", "--help"], "tether doctor", "--repair", "--limit", id="doctor"),
-        pytest.param(["help", "sessions"], "tether sessions", "close", "--dry-run", id="help-cmd"),
+        pytest.param(["help", "sessions"], "tether sessions", "close", "--repair", id="help-cmd"),
     ],
 )
 def test_every_command_has_its_own_help(argv: list[str], title: str, has: str, lacks: str) -> None:

@@ -257,8 +257,78 @@ def test_a_v5_journal_migrates_to_chunks_and_keeps_working() -> None:
         assert "journal" not in tables
 
 
-def test_a_damaged_chunk_is_a_database_error_not_a_crash() -> None:
-    with pytest.raises(sqlite3.DatabaseError, match="damaged"):
-        chunks_mod.unpack(chunks_mod.ZLIB, b"not zlib")
-    with pytest.raises(sqlite3.DatabaseError, match="unknown encoding"):
-        chunks_mod.unpack(7, b"")
+def _lines(first: int, count: int, size: int = 10) -> list[bytes]:
+    return [row[2] for row in _rows(first, count, size=size)]
+
+
+@pytest.mark.parametrize(
+    ("codec", "data", "entries", "why"),
+    [
+        pytest.param(chunks_mod.ZLIB, b"not zlib", 3, "does not decompress", id="zlib"),
+        pytest.param(7, b"", 3, "unknown encoding", id="codec"),
+        pytest.param(0, b"\n".join(_lines(1, 3)), 3, "cut short", id="no-final-lf"),
+        pytest.param(0, b"\n".join(_lines(1, 3)) + b"\xff\n", 3, "not UTF-8", id="utf8"),
+        pytest.param(0, b"\n".join(_lines(1, 2)) + b"\n", 3, "holds 2 entries", id="count"),
+        pytest.param(0, b"\n".join(_lines(2, 3)) + b"\n", 3, "holds seqs 2-4", id="range"),
+        pytest.param(
+            0,
+            b"\n".join(_lines(1, 3)).replace(b'"kind":', b'"kind";', 1) + b"\n",
+            3,
+            "entry 1 that is not valid JSON",
+            id="json",
+        ),
+        pytest.param(0, b"\n".join(reversed(_lines(1, 3))) + b"\n", 3, "out of order", id="order"),
+    ],
+)
+def test_a_damaged_chunk_says_why_and_is_never_a_crash(
+    codec: int, data: bytes, entries: int, why: str
+) -> None:
+    lines, damage = chunks_mod.decode(codec, data, 1, 3, entries)
+    assert lines == []
+    assert damage is not None
+    assert why in damage
+
+
+def test_a_whole_chunk_decodes_and_a_compressed_one_is_json_checked_only_in_full() -> None:
+    lines = _lines(1, 200, size=40)
+    codec, data = chunks_mod.pack(lines)
+    assert codec == chunks_mod.ZLIB
+    assert chunks_mod.decode(codec, data, 1, 200, 200) == (lines, None)
+    one = _lines(7, 1, size=2000)  # one entry: its first line is its last
+    assert chunks_mod.decode(*chunks_mod.pack(one), 7, 7, 1) == (one, None)
+    bad = [*lines[:-1], lines[-1].replace(b'"kind":', b'"kind";')]
+    codec, data = chunks_mod.pack(bad)
+    assert chunks_mod.decode(codec, data, 1, 200, 200)[1] is None  # zlib's checksum holds
+    assert "200 that is not valid JSON" in str(
+        chunks_mod.decode(codec, data, 1, 200, 200, full=True)[1]
+    )
+
+
+def test_readers_skip_a_damaged_chunk_and_say_which_and_retention_still_runs() -> None:
+    """A read returns every other entry and reports the damaged chunk's seq range once;
+    retention cuts past it (a damaged chunk cannot be split: it goes whole)."""
+    with Registry() as reg:
+        key = _session(reg)
+        for first in (1, 4, 7):
+            store.write_batch(reg._db, key, _rows(first, 3))
+        reg._db.execute(
+            "UPDATE journal_chunks SET data = CAST(X'FF' AS BLOB) || data"
+            " WHERE session_key = ? AND first_seq = 4",
+            (key,),
+        )
+        seen: list[store.Damage] = []
+        assert [s for s, _ in store.read(reg._db, key, 1, on_damage=seen.append)] == [
+            1,
+            2,
+            3,
+            7,
+            8,
+            9,
+        ]
+        assert [(a, b) for a, b, _why in seen] == [(4, 6)]
+        assert [s for s, _ in store.iter_lines(reg._db, key, 5)] == [7, 8, 9]
+        from tether.journal.damage import damaged_chunks
+
+        assert [(k, d[:2]) for k, d in damaged_chunks(reg._db)] == [(key, (4, 6))]
+        assert store.delete_before(reg._db, key, 5) == 6  # 1-3, and 4-6 whole
+        assert [s for s, _ in store.read(reg._db, key, 1)] == [7, 8, 9]

@@ -7,9 +7,11 @@ Checks, each reported as ``ok``, ``warn`` or ``fail``:
 - free space on its file system;
 - the state database: SQLite's ``integrity_check`` (read-only: the check changes
   nothing), the schema version against ours, and its owner and mode;
+- the journal: every stored chunk decoded (:mod:`tether.cli._doctor_journal`);
 - owner sockets nobody listens on (stale; harmless: the next owner replaces them);
 - the configuration files (the same validation every command runs);
-- crash logs written by the CLI's last line of defence.
+- crash logs written by the CLI's last line of defence, and the notes owners leave when
+  ``state.db`` was removed or replaced under them.
 
 ``--repair`` acts only where the fix cannot lose anything still in use:
 
@@ -17,6 +19,7 @@ Checks, each reported as ``ok``, ``warn`` or ``fail``:
   (``state.db.corrupt-<UTC time>``), and a fresh one is created. It refuses while an
   owner still answers on a socket: that owner would keep writing to the moved file.
 - ``run/`` and the socket directory get their 0700 mode back when they are ours.
+- damaged journal chunks are set aside: saved under ``damaged/``, then removed.
 
 Exit status: 0 when nothing failed (after repairs), 1 otherwise.
 """
@@ -183,6 +186,30 @@ def _crash_logs(report: Report, home: str) -> None:
         )
 
 
+def _state_lost(report: Report, home: str) -> None:
+    """Notes owners left when they found ``state.db`` removed or replaced under them
+    (:mod:`tether.owner.state_watch`)."""
+    logs = os.path.join(home, "logs")
+    try:
+        notes = sorted(n for n in os.listdir(logs) if n.startswith("state-lost-"))
+    except OSError:
+        notes = []
+    if not notes:
+        return
+    try:
+        with open(os.path.join(logs, notes[-1]), encoding="utf-8", errors="replace") as f:
+            last = f.read(1000).strip()
+    except OSError:
+        last = notes[-1]
+    report.add(
+        "state database",
+        "warn",
+        f"{len(notes)} time(s) an owner found it removed or replaced under it and stopped;"
+        f" the latest: {last}. What was recorded before is gone; delete"
+        f" {os.path.join(logs, 'state-lost-*')} once read",
+    )
+
+
 def _move_aside(path: str) -> list[str]:
     """Rename ``path`` and its ``-wal``/``-shm`` to ``path.corrupt-<UTC time>``; list moves."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
@@ -239,6 +266,10 @@ def diagnose(cwd: str, *, repair: bool = False) -> Report:
     _free_space(report, home)
     database = os.path.join(home, "state.db")
     damaged = _database(report, database)
+    if os.path.exists(database) and not damaged:
+        from tether.cli._doctor_journal import check_journal
+
+        check_journal(report, database, repair=repair)
     _, stale = _live_sockets(sockets)
     if stale:
         report.add(
@@ -246,6 +277,7 @@ def diagnose(cwd: str, *, repair: bool = False) -> Report:
             "warn",
             f"{len(stale)} stale (no owner listens; the next owner replaces them): {stale[0]}",
         )
+    _state_lost(report, home)
     _config(report, cwd)
     _crash_logs(report, home)
     if damaged and repair:

@@ -57,9 +57,6 @@ REFUSED = {
     "sessions prune --include-history": (
         "use `sessions prune --closed` (closed sessions go with their journals)"
     ),
-    "sessions prune --dry-run": (
-        "`sessions list --all` shows the closed sessions `sessions prune --closed` removes"
-    ),
 }
 
 # global flag -> number of values it takes
@@ -103,12 +100,18 @@ _COMMAND_FLAGS = {
     "--no-wait": (0, "--no-wait", "return once the owner queued the prompt: [queued] ID"),
     "-f": (1, "-f, --file FILE|-", "read the prompt from FILE (- is stdin)"),
     "--file": (1, "", ""),
-    "--dry-run": (0, "--dry-run", "print every decision, signal nothing"),
+    "--dry-run": (0, "--dry-run", "say what it would do; change and signal nothing"),
+    "--all-agents": (0, "--all-agents", "every agent's sessions (default: the agent named)"),
     "--limit": (1, "--limit N", "show the last N turns (default 20)"),
     "--all": (0, "--all", "include closed sessions"),
     "--tree": (0, "--tree", "draw the ownership tree (who spawned whom)"),
     "--request": (1, "--request ID", "remove this queued request instead"),
-    "--repair": (0, "--repair", "move a corrupt state database aside and start a fresh one"),
+    "--repair": (
+        0,
+        "--repair",
+        "move a corrupt state database aside (and start a fresh one); set damaged journal"
+        " chunks aside",
+    ),
     "--from": (1, "--from SEQ", "start at this journal entry (replay, then live)"),
     "--tail": (1, "--tail N", "start N entries (watch) or N turns (read) before the end"),
     "--no-follow": (0, "--no-follow", "stop at the last stored entry"),
@@ -261,9 +264,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         (*_SK, "-o", "--output"),
     ),
     "sessions prune": (
-        "[--older-than DURATION] [--closed]",
-        "drop old journal entries and events; remove closed sessions",
-        ("--older-than", "--closed"),
+        "[--older-than DURATION] [--closed] [--all-agents] [--dry-run]",
+        "drop the agent's old journal entries and events; remove its closed sessions",
+        ("--older-than", "--closed", "--all-agents", "--dry-run"),
     ),
     "sessions close": (
         "[-s NAME | NAME | --key KEY] [--discard]",
@@ -311,7 +314,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),
     "doctor": (
         "[--repair]",
-        "check the state directory (database, schema, permissions, stale sockets)",
+        "check the state directory (database, journal, schema, permissions, stale sockets)",
         ("--repair",),
     ),
 }

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from tether import operations, sessions
-from tether.errors import TetherError, UsageError
+from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
 from tether.journal.follow import follow_session
@@ -72,12 +72,51 @@ class _TextView:
             self.out.done(str(entry.get("stopReason")))
 
 
+class _Damage:
+    """The damaged chunks a reader skipped: each named on stderr as it is met; at the end
+    :meth:`check` fails the command (exit 1), after every readable entry was delivered."""
+
+    def __init__(self, ctx: Any, key: str) -> None:
+        self.output = ctx.output
+        self.key = key
+        self.ranges: list[tuple[int, int]] = []
+
+    def __call__(self, damage: store.Damage) -> None:
+        first, last, why = damage
+        self.ranges.append((first, last))
+        self.output.warning(
+            f"journal entries {first}-{last} are damaged ({why}) and were skipped;"
+            " `tether doctor --repair` sets them aside"
+        )
+
+    def parsed(self, seq: int, line: str) -> dict[str, Any] | None:
+        """``line`` decoded, or None (reported as damage) when it is not an entry."""
+        try:
+            return parse_line(line)
+        except ValueError:
+            self((seq, seq, "not valid JSON"))
+            return None
+
+    def check(self) -> None:
+        """Raises JournalDamaged when anything was skipped."""
+        if self.ranges:
+            spans = ", ".join(f"{a}-{b}" for a, b in self.ranges[:5])
+            more = f" and {len(self.ranges) - 5} more" if len(self.ranges) > 5 else ""
+            raise JournalDamaged(
+                f"the journal has damaged entries ({spans}{more}) that were skipped;"
+                " `tether doctor` reports them and `--repair` sets them aside",
+                session_key=self.key,
+                ranges=[list(r) for r in self.ranges],
+            )
+
+
 def _watch(ctx: Any, registry: Registry, key: str) -> int:
     inv = ctx.inv
     if inv.from_seq is not None and inv.tail is not None:
         raise UsageError("--from and --tail cannot be combined")
     flush = ctx.output.flush
     emit_block = None
+    damage = _Damage(ctx, key)
     if ctx.fmt == "json":
         # Bytes straight to stdout: a live block of entries is written as it came, with
         # no work per entry (three watchers of a 50,000-updates/s turn are three
@@ -96,7 +135,9 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         view = _TextView(ctx)
 
         def emit(_seq: int, line: str) -> None:
-            view.show(parse_line(line))
+            entry = damage.parsed(_seq, line)
+            if entry is not None:
+                view.show(entry)
 
     if inv.control and inv.no_follow:
         raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
@@ -124,6 +165,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                 flush=flush,
                 emit_block=emit_block,
                 door="cli",
+                on_damage=damage,
             )
         else:
             with asker:
@@ -135,10 +177,12 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
                     control=asker.on_frame,
                     flush=flush,
                     door="cli",
+                    on_damage=damage,
                 )
     except KeyboardInterrupt:
         pass
     ctx.output.flush()
+    damage.check()
     return 0
 
 
@@ -146,20 +190,25 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
     db = registry._db
     cursor = max(store.turns_start(db, key, ctx.inv.tail), operations.first_seq(registry, key))
+    damage = _Damage(ctx, key)
+    lines = store.iter_lines(db, key, cursor, on_damage=damage)
     if ctx.fmt == "json":
-        transcript = render.transcript(store.iter_lines(db, key, cursor))
+        valid = ((seq, line) for seq, line in lines if damage.parsed(seq, line) is not None)
+        transcript = render.transcript(valid)
         ctx.output.control({"action": "transcript", "sessionKey": key, "turns": transcript})
+        damage.check()
         return 0
     view = _TextView(ctx)
     shown = False
-    for _seq, line in store.iter_lines(db, key, cursor):
-        entry = parse_line(line)
-        if entry.get("kind") in ("acp", "turn_ended", "session_ended"):
+    for seq, line in lines:
+        entry = damage.parsed(seq, line)
+        if entry is not None and entry.get("kind") in ("acp", "turn_ended", "session_ended"):
             view.show(entry)
             shown = True
     if not shown:
         ctx.output.control({}, text="no conversation yet")
     ctx.output.flush()
+    damage.check()
     return 0
 
 
@@ -188,12 +237,16 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
 
 def _export(ctx: Any, registry: Registry, key: str) -> int:
     path = ctx.inv.output_file
+    damage = _Damage(ctx, key)
+    # Lines go out as stored: a chunk's lines were checked when it was read (its zlib
+    # checksum, or every line's JSON for a small plain one).
+    lines = (line for _seq, line in store.iter_lines(registry._db, key, on_damage=damage))
     count = 0
     try:
         if path and path != "-":
             tmp = f"{path}.tmp-{os.getpid()}"
             with open(tmp, "w", encoding="utf-8") as f:
-                for _seq, line in store.iter_lines(registry._db, key):
+                for line in lines:
                     f.write(line + "\n")
                     count += 1
             os.replace(tmp, path)  # a partial export never takes the name
@@ -207,9 +260,10 @@ def _export(ctx: Any, registry: Registry, key: str) -> int:
         if not path or path == "-":
             # stdout: a closed pipe (`| head`) ends us quietly, as everywhere (exit 141)
             out = sys.stdout
-            for _seq, line in store.iter_lines(registry._db, key):
+            for line in lines:
                 out.write(line + "\n")
             out.flush()
+    damage.check()
     return 0
 
 
@@ -229,15 +283,26 @@ def _prune(ctx: Any) -> int:
             cutoff = time.time() - parse_duration(inv.older_than)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+    if inv.all_agents and (inv.agent or inv.agent_cmd):
+        raise UsageError("--all-agents prunes every agent's sessions: name no agent with it")
+    from tether._registry_prune import agent_keys, prune
+
+    scope = "every agent" if inv.all_agents else f"agent {ctx.agent_label}"
     with Registry() as registry:
-        report = registry.prune(older_than=cutoff, closed=inv.closed)
-    for key in report["sessionsRemoved"]:
-        _remove_run_files(key)
+        keys = None if inv.all_agents else agent_keys(registry, ctx.agent_scope)
+        report = prune(
+            registry, older_than=cutoff, closed=inv.closed, keys=keys, dry_run=inv.dry_run
+        )
+    if not inv.dry_run:
+        for key in report["sessionsRemoved"]:
+            _remove_run_files(key)
+    verb = "would prune" if inv.dry_run else "pruned"
     ctx.output.control(
-        {"action": "pruned", **report},
+        {"action": "pruned", "scope": "all-agents" if keys is None else ctx.agent_label, **report},
         text=(
-            f"pruned {report['entriesRemoved']} journal entries"
-            f" and {len(report['sessionsRemoved'])} closed sessions"
+            f"{verb} {report['entriesRemoved']} journal entries"
+            f" and {len(report['sessionsRemoved'])} closed sessions of {scope}"
+            + ("" if inv.all_agents else " (every agent's: --all-agents)")
         ),
         quiet=str(report["entriesRemoved"]),
     )

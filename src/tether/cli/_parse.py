@@ -66,6 +66,7 @@ class Invocation:
         self.output_file: str | None = None
         self.older_than: str | None = None
         self.closed = False
+        self.all_agents = False  # sessions prune --all-agents
         self.repair = False
         self.close_on_exit = False
         self.host: str | None = None
@@ -249,6 +250,8 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.older_than = value
     elif flag == "--closed":
         inv.closed = True
+    elif flag == "--all-agents":
+        inv.all_agents = True
     elif flag == "--control":
         inv.control = True
     elif flag == "--config-option":

@@ -177,6 +177,8 @@ def _close(ctx: Any) -> int:
     for child in failed:
         key_text = str(child["sessionKey"])[:12]
         text += f"\nspawned session {key_text} could not be closed: {child['error']}"
+    if result.get("childrenUnknown"):
+        text += f"\nthe sessions it spawned could not be looked up: {result['childrenUnknown']}"
     if result.get("stateError"):
         text += f"\nthe session's end could not be recorded: {state_error_text(result)}"
     ctx.output.control(result, text=text, quiet="closed")

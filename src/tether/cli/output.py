@@ -215,6 +215,12 @@ class Output:
             self.flush()
             self._err_write(f"[tether] {text}\n")
 
+    def warning(self, text: str) -> None:
+        """A ``[tether] warning:`` line on stderr (not with ``--json-strict``)."""
+        if not self.json_strict:
+            self.flush()
+            self._err_write(f"[tether] warning: {text}\n")
+
     def error(self, exc: TetherError) -> None:
         """Report ``exc``: a JSON-RPC shaped envelope on stdout in json, a line on stderr.
 

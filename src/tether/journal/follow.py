@@ -45,6 +45,33 @@ BLOCK_RECV = 1 << 18  # bytes per read from a live owner when relaying blocks
 OnFrame = Callable[[dict[str, Any]], object]
 
 
+class SinkFailed(Exception):
+    """Our own output failed (a reader that left: ``| head``), not the owner's link.
+
+    The IPC client takes any ``OSError`` inside its read loop for the owner going away;
+    a ``BrokenPipeError`` from writing our stdout is one, and was taken for that (issue
+    21 item 10): the follower re-attached and blocked for as long as the session lived.
+    So the callbacks' errors travel wrapped in this (no ``OSError``) and
+    :meth:`Follower.run` re-raises the original.
+    """
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _guarded(call: Callable[..., None]) -> Callable[..., None]:
+    """``call``, with an ``Exception`` it raises wrapped in :class:`SinkFailed`."""
+
+    def guarded(*args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as exc:
+            raise SinkFailed(exc) from exc
+
+    return guarded
+
+
 def is_session_end(line: str) -> bool:
     """Whether an entry line is a ``session_ended`` record (without decoding it)."""
     return '"kind":"session_ended"' in line[:120]
@@ -65,19 +92,23 @@ class Follower:
         flush: Callable[[], None] | None = None,
         emit_block: EmitBlock | None = None,
         door: str | None = None,
+        on_damage: store.OnDamage | None = None,
     ) -> None:
         self.db = db
         self.door = door  # which front door watches (cli, http...): the owner lists it
+        # Told of each damaged stored chunk the follower skips (its entries are missing).
+        self.on_damage = on_damage
+        self._passed = 0  # past the last damaged chunk skipped
         # Set: runs of consecutive live entries go here as one block (a relay that
         # handles them with a few bytes operations), the rest to ``emit`` one by one.
-        self.emit_block = emit_block
+        self.emit_block = None if emit_block is None else _guarded(emit_block)
         # Called before each wait for more (a CLI writes its output once per batch).
-        self.flush = flush
+        self.flush = None if flush is None else _guarded(flush)
         # Set: we attach as a controller, and the owner's question frames go here.
         self.control = control
         self.key = key
         self.cursor = cursor
-        self.emit = emit
+        self.emit = _guarded(emit)
         self.stop = stop or threading.Event()
         self.ended = False  # the session's end was delivered
         self.conn: OwnerConnection | None = None
@@ -91,24 +122,40 @@ class Follower:
 
     def catch_up(self) -> None:
         """Deliver every stored entry from the cursor on."""
-        for seq, line in store.iter_lines(self.db, self.key, self.cursor):
+        lines = store.iter_lines(self.db, self.key, self.cursor, on_damage=self._skipped)
+        for seq, line in lines:
             if self.stop.is_set():
                 break
             self._deliver(seq, line)
+        self.cursor = max(self.cursor, self._passed)
         if self.flush is not None:
             self.flush()
+
+    def _skipped(self, damage: store.Damage) -> None:
+        """A damaged stored chunk: ``on_damage`` is told, and once the entries read with
+        it are delivered, the cursor passes it for good (it is not met again)."""
+        self._passed = max(self._passed, damage[1] + 1)
+        if self.on_damage is not None:
+            self.on_damage(damage)
 
     def run(self, *, follow: bool = True) -> int:
         """Deliver until the session ends (``follow``) or the stored entries run out.
 
         Returns the last ``seq`` delivered.
+
+        Raises:
+            Whatever ``emit``, ``emit_block`` or ``flush`` raised (``BrokenPipeError``:
+            our reader left), unchanged.
         """
-        while not self.stop.is_set():
-            self.catch_up()
-            if not follow or self.ended or self.stop.is_set():
-                break
-            if not self._attach():
-                self.stop.wait(POLL_S)
+        try:
+            while not self.stop.is_set():
+                self.catch_up()
+                if not follow or self.ended or self.stop.is_set():
+                    break
+                if not self._attach():
+                    self.stop.wait(POLL_S)
+        except SinkFailed as failed:
+            raise failed.error from None
         return self.cursor - 1
 
     def _attach(self) -> bool:
@@ -278,6 +325,7 @@ def follow_session(
     flush: Callable[[], None] | None = None,
     emit_block: EmitBlock | None = None,
     door: str | None = None,
+    on_damage: store.OnDamage | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
@@ -286,6 +334,7 @@ def follow_session(
     to live owners as a controller; their question frames (``interaction``,
     ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`. ``door``:
     which front door watches (``cli``, ``http``, ``acp``, ``library``), shown in status.
+    ``on_damage``: told of each damaged stored chunk skipped (:func:`store.read`).
 
     Raises:
         NoSession: no such session.
@@ -308,6 +357,7 @@ def follow_session(
             flush=flush,
             emit_block=emit_block,
             door=door,
+            on_damage=on_damage,
         )
         if on_start is not None:
             on_start(follower)

@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from tether.journal.chunks import at_of, chunks, pack, seq_of, unpack
+from tether.journal.chunks import at_of, chunks, decode, pack, seq_of
 from tether.journal.entry import (
     TURN_KINDS,
     JournalStats,
@@ -42,6 +42,9 @@ Mark = tuple[str, "str | None", str]
 Stored = tuple[int, float, bytes, "Mark | None"]
 # One control record read back: (seq, at, kind, request_id, body).
 Row = tuple[int, float, str, "str | None", str]
+# A damaged chunk a reader skipped: (first seq, last seq, why), and who is told of it.
+Damage = tuple[int, int, str]
+OnDamage = Callable[[Damage], None]
 
 READ_CHUNK = 5000  # entries per read when replaying: bounded memory, few round trips
 # How far ahead of what is stored an owner may hand out seqs. The owner relays an entry
@@ -178,11 +181,24 @@ def append_now(
 
 
 def read(
-    db: sqlite3.Connection, key: str, from_seq: int, *, upto: int | None = None, limit: int = 0
+    db: sqlite3.Connection,
+    key: str,
+    from_seq: int,
+    *,
+    upto: int | None = None,
+    limit: int = 0,
+    on_damage: OnDamage | None = None,
 ) -> list[tuple[int, bytes]]:
     """``(seq, public line)`` for entries ``from_seq <= seq (<= upto)``, in order; at most
-    ``limit`` (0: all)."""
-    query = "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND last_seq >= ?"
+    ``limit`` (0: all).
+
+    A damaged chunk (:func:`tether.journal.chunks.decode`) is skipped and handed to
+    ``on_damage``: its entries are missing from the result, never a reader's crash.
+    """
+    query = (
+        "SELECT first_seq, last_seq, entries, codec, CAST(data AS BLOB) FROM journal_chunks"
+        " WHERE session_key = ? AND last_seq >= ?"
+    )
     args: list[Any] = [key, from_seq]
     if upto is not None:
         query += " AND first_seq <= ?"
@@ -190,13 +206,25 @@ def read(
     out: list[tuple[int, bytes]] = []
     cursor = db.execute(query + " ORDER BY first_seq", args)
     try:
-        for codec, data in cursor:
-            for line in unpack(codec, data):
-                seq = seq_of(line)
-                if upto is not None and seq > upto:
-                    break
-                if seq >= from_seq:
-                    out.append((seq, line))
+        for first, last, entries, codec, data in cursor:
+            lines, damage = decode(codec, data, first, last, entries)
+            if damage is not None:
+                if on_damage is not None:
+                    on_damage((int(first), int(last), damage))
+                continue
+            taken = []
+            try:
+                for line in lines:
+                    seq = seq_of(line)
+                    if upto is not None and seq > upto:
+                        break
+                    if seq >= from_seq:
+                        taken.append((seq, line))
+            except ValueError:  # a head past zlib's checksum: written so, never by us
+                if on_damage is not None:
+                    on_damage((int(first), int(last), "has an entry whose seq is unreadable"))
+                continue
+            out.extend(taken)
             if limit > 0 and len(out) >= limit:
                 break
     finally:
@@ -207,12 +235,18 @@ def read(
 
 
 def iter_lines(
-    db: sqlite3.Connection, key: str, from_seq: int = 1, *, upto: int | None = None
+    db: sqlite3.Connection,
+    key: str,
+    from_seq: int = 1,
+    *,
+    upto: int | None = None,
+    on_damage: OnDamage | None = None,
 ) -> Iterator[tuple[int, str]]:
-    """``(seq, public JSON line)`` for every stored entry from ``from_seq``, in chunks."""
+    """``(seq, public JSON line)`` for every stored entry from ``from_seq``, in chunks;
+    damaged chunks are skipped and handed to ``on_damage`` (see :func:`read`)."""
     cursor = from_seq
     while True:
-        rows = read(db, key, cursor, upto=upto, limit=READ_CHUNK)
+        rows = read(db, key, cursor, upto=upto, limit=READ_CHUNK, on_damage=on_damage)
         for seq, line in rows:
             yield seq, line.decode()
         if len(rows) < READ_CHUNK:
@@ -276,10 +310,14 @@ def stats(db: sqlite3.Connection, key: str) -> JournalStats:
     oldest = None
     if row[0] is not None:
         first = db.execute(
-            "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND first_seq = ?",
+            "SELECT first_seq, last_seq, entries, codec, CAST(data AS BLOB), last_at"
+            " FROM journal_chunks"
+            " WHERE session_key = ? AND first_seq = ?",
             (key, row[0]),
         ).fetchone()
-        oldest = at_of(unpack(*first)[0])
+        lines, damage = decode(first[3], first[4], first[0], first[1], first[2])
+        # A damaged oldest chunk: its newest time stands for it (retention is not stopped).
+        oldest = float(first[5]) if damage is not None else at_of(lines[0])
     return JournalStats(
         first_seq=row[0],
         last_seq=last_seq(db, key),
@@ -297,7 +335,8 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
     """
     removed = 0
     rows = db.execute(
-        "SELECT first_seq, last_seq, entries, last_at, codec, data FROM journal_chunks"
+        "SELECT first_seq, last_seq, entries, last_at, codec, CAST(data AS BLOB)"
+        " FROM journal_chunks"
         " WHERE session_key = ? AND first_seq < ?",
         (key, seq),
     ).fetchall()
@@ -305,10 +344,11 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
         db.execute(
             "DELETE FROM journal_chunks WHERE session_key = ? AND first_seq = ?", (key, first)
         )
-        if last < seq:
+        lines, damage = decode(codec, data, first, last, entries)
+        if last < seq or damage is not None:  # a damaged chunk cannot be cut: it goes whole
             removed += int(entries)
             continue
-        keep = [line for line in unpack(codec, data) if seq_of(line) >= seq]
+        keep = [line for line in lines if seq_of(line) >= seq]
         removed += int(entries) - len(keep)
         if keep:
             db.execute(
@@ -339,13 +379,16 @@ def _bytes_cut(db: sqlite3.Connection, key: str, excess: int) -> int | None:
 def _age_cut(db: sqlite3.Connection, key: str, cutoff: float) -> int | None:
     """The first ``seq`` written at or after ``cutoff`` (None: every entry is older)."""
     row = db.execute(
-        "SELECT codec, data FROM journal_chunks WHERE session_key = ? AND last_at >= ?"
-        " ORDER BY first_seq LIMIT 1",
+        "SELECT first_seq, last_seq, entries, codec, CAST(data AS BLOB) FROM journal_chunks"
+        " WHERE session_key = ? AND last_at >= ? ORDER BY first_seq LIMIT 1",
         (key, cutoff),
     ).fetchone()
     if row is None:
         return None
-    for line in unpack(*row):
+    lines, damage = decode(row[3], row[4], row[0], row[1], row[2])
+    if damage is not None:
+        return int(row[0])  # its times cannot be read: kept whole, as its newest is kept
+    for line in lines:
         if at_of(line) >= cutoff:
             return seq_of(line)
     return None  # pragma: no cover - last_at >= cutoff means some line qualifies

@@ -47,6 +47,7 @@ module                    job                                                   
                           start_agent (fork, --resume-session: the agent now)
 ``session_info``          the agent's usage_update / session_info_update        no
 ``heartbeat``             heartbeat, status row and kept metrics, from a thread  yes
+``state_watch``           state.db removed/replaced under us: stop, from a thread yes
 ``memory``                a burst's memory given back once idle (malloc_trim)    yes
 ``status``                the status snapshot, the run-end record                no
 ``ending``                a session's end: recorded once, broadcast, answered    yes

@@ -38,6 +38,7 @@ from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
+from tether.owner.state_watch import StateWatch, watch_state
 from tether.owner.status import end_event, hello_frame, status_snapshot
 from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
@@ -119,6 +120,7 @@ class Owner:
         )
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
+        self.state_watch: StateWatch | None = None
 
     @property
     def stopping(self) -> bool:
@@ -165,6 +167,7 @@ class Owner:
                 sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
             )
         self.heartbeat.start()
+        self.state_watch = watch_state(self)  # state.db removed under us: stop
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self.set_status("idle")
         self._schedule_retirement()

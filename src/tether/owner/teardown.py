@@ -131,6 +131,8 @@ async def shut_down(owner: Owner) -> None:
     # behind a stream; bounded, so a caller that never reads cannot hold us.
     await owner.server.close_all(LAST_FRAMES_S)
     owner.heartbeat.stop()
+    if owner.state_watch is not None:
+        owner.state_watch.stop()
     owner.lock.release()
     owner.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
     _log.event(

@@ -1,0 +1,184 @@
+"""The state database under a live owner: noticing that it was removed or replaced.
+
+Theory of operation
+-------------------
+An owner keeps SQLite connections to ``state.db`` open for its whole life. When the
+file is removed, replaced (a rename over it), truncated or overwritten, or its
+write-ahead log (``state.db-wal``) is deleted, those connections go on against an
+inode nobody else reads, or against a file whose WAL index no longer matches it;
+meanwhile every other process that opens ``state.db`` waits on the locks the owner
+still holds and fails ``database is locked``. Before this room existed the owner went
+on streaming (or froze on a lock wait on its loop), ``close`` failed, and SIGTERM waited
+behind the lock waits (issue 21 item 6).
+
+SQLite cannot tell us in time: it notices a moved file only on some writes
+(``SQLITE_READONLY_DBMOVED``) and a truncated one not at all until it reads a page. So a
+thread of ours looks at the files themselves once a second -- two ``stat`` calls, never
+an ``open`` (closing a descriptor of the database drops SQLite's POSIX locks for the
+whole process) -- and compares them with what they were when the owner started:
+
+* ``state.db`` gone, or another inode at its path: removed or replaced;
+* shorter than one page (512 bytes): truncated (an overwrite in place that keeps the
+  size is not seen; SQLite reports that one as a damaged database);
+* the WAL we saw gone, or another inode: removed (SQLite itself never deletes the WAL
+  while a connection -- ours -- is open; a checkpoint truncates it in place).
+
+The decision (:func:`lost_reason`) is pure; :class:`StateWatch` is the thread. On a
+verdict the owner's registry is *lost* at once (:meth:`tether.registry.Registry.lose`:
+every later call fails fast, a lock wait on the loop is interrupted), the running turn
+ends with :class:`tether.errors.StateLost`, the owner shuts down as for a signal (the
+agent's tree proven gone; records it cannot write are logged, not waited for), and a
+``state-lost-<time>-<pid>.log`` note is left in ``logs/`` for ``tether doctor``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
+
+from tether import _log, paths
+from tether.errors import StateLost
+
+if TYPE_CHECKING:
+    from tether.owner.compose import Owner
+
+__all__ = [
+    "CHECK_S",
+    "MIN_DB_BYTES",
+    "Files",
+    "StateWatch",
+    "lost_reason",
+    "snapshot",
+    "watch_state",
+]
+
+CHECK_S = 1.0  # how often the files are looked at: two stat calls
+MIN_DB_BYTES = 512  # a database is at least one page, and pages are at least 512 bytes
+logger = logging.getLogger("tether.owner")
+
+FileId = tuple[int, int]  # (st_dev, st_ino)
+
+
+class Files(NamedTuple):
+    """What the state database's files look like at one moment."""
+
+    db: FileId | None  # None: no file at the path
+    db_size_ok: bool  # at least one page long (shorter: truncated)
+    wal: FileId | None  # None: no WAL file
+
+
+def lost_reason(seen: Files, now: Files) -> str | None:
+    """Why the database the owner opened (``seen``) is no longer at its path, or None."""
+    if now.db is None:
+        return "was removed"
+    if seen.db is not None and now.db != seen.db:
+        return "was replaced by another file"
+    if not now.db_size_ok:
+        return "was truncated"
+    if seen.wal is not None and now.wal != seen.wal:
+        return "lost its write-ahead log (state.db-wal was removed or replaced)"
+    return None
+
+
+def remember(seen: Files, now: Files) -> Files:
+    """The baseline after a look that found nothing wrong: a WAL created since counts."""
+    return seen if seen.wal is not None else seen._replace(wal=now.wal)
+
+
+def _file_id(path: str) -> FileId | None:
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def snapshot(path: str) -> Files:
+    """Look at ``path`` and its ``-wal``: two ``stat`` calls, nothing opened.
+
+    Never ``open()`` the database file in an owner: closing any descriptor of it drops
+    every POSIX lock this process holds on it -- SQLite's own, for its connections.
+    """
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return Files(None, False, _file_id(path + "-wal"))
+    return Files((st.st_dev, st.st_ino), st.st_size >= MIN_DB_BYTES, _file_id(path + "-wal"))
+
+
+class StateWatch:
+    """A daemon thread that calls ``on_lost(why)`` once if the database's files change
+    under us (see the module docstring). Start it once the owner's connections are open."""
+
+    def __init__(
+        self, path: str, on_lost: Callable[[str], None], *, interval: float = CHECK_S
+    ) -> None:
+        self.path = path
+        self.on_lost = on_lost
+        self.interval = interval
+        self._stop = threading.Event()
+        self._seen = snapshot(path)
+        self._thread = threading.Thread(target=self._run, name="tether-state-watch", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop looking (idempotent; does not wait: a look takes microseconds)."""
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                now = snapshot(self.path)
+            except OSError:
+                continue  # a transient error reading a file is no verdict
+            why = lost_reason(self._seen, now)
+            if why is None:
+                self._seen = remember(self._seen, now)
+                continue
+            self.on_lost(f"the state database {self.path} {why} while this owner ran")
+            return
+
+
+def watch_state(owner: Owner) -> StateWatch:
+    """Start watching the owner's state database; on a verdict, stop the owner."""
+    loop = asyncio.get_running_loop()
+
+    def on_lost(why: str) -> None:  # on the watch thread
+        owner.registry.lose(why)  # now: a lock wait on the loop ends at once
+        loop.call_soon_threadsafe(_state_lost, owner, why)
+
+    watch = StateWatch(owner.registry.path, on_lost)
+    watch.start()
+    return watch
+
+
+def _state_lost(owner: Owner, why: str) -> None:
+    """On the loop: end the running turn with the error, stop the owner, leave a note."""
+    message = (
+        f"{why}; the owner stops (what it would record has nowhere to go)."
+        " The sessions recorded there are gone; `tether doctor` reports it."
+    )
+    _log.event("state_lost", logging.ERROR, session_key=owner.key, why=why)
+    _leave_note(owner.key, why)
+    active = owner.active
+    owner.request_shutdown("state-lost")
+    if active is not None:
+        active.finish(error=StateLost(message, path=owner.registry.path))
+
+
+def _leave_note(key: str, why: str) -> None:
+    """``logs/state-lost-<UTC time>-<pid>.log``: what ``tether doctor`` reports."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    with contextlib.suppress(OSError):
+        path = os.path.join(paths.logs_dir(), f"state-lost-{stamp}-{os.getpid()}.log")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(f"{stamp} owner pid {os.getpid()} of session {key}: {why}\n")
