@@ -7,6 +7,7 @@ reaches the index."""
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -66,10 +67,15 @@ class Processes:
     def stop(self) -> None:
         for router in self.routers:
             router.stop()
-        for gw in self.hosts.values():
+        for host_id, gw in self.hosts.items():
             try:
-                if gw.proc.poll() is None:
-                    gw.close_all()
+                if gw.proc.poll() is not None:
+                    # A host the test killed comes back on its storage to close what its
+                    # owners still run (owners outlive a gateway, as they should).
+                    gw.stop()
+                    gw = spawn_gateway(gw.home, "--host-id", host_id, env=self.env)
+                    gw.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
+                gw.close_all()
             finally:
                 gw.stop()
 
@@ -200,3 +206,68 @@ def test_a_router_refuses_users_without_its_token_and_hosts_refuse_users(
     )
     assert r.status_code == 401
     assert os.environ.get("TETHER_FLEET_TOKEN") is None  # the test never leaked it to itself
+
+
+def test_a_lost_hosts_history_is_read_from_the_index_and_it_comes_back(
+    procs: Processes, project_dir: Path
+) -> None:
+    doomed = procs.host("h1")
+    router = procs.router()
+    s = create(router, project_dir, "kept")
+    sid = s["id"]
+    assert "first words" in turn_text(router, sid, "echo first words")
+    local = [x for x in doomed.http.get(f"/v1/sessions/{sid}/export").text.splitlines() if x]
+    last = int(json.loads(local[-1])["seq"])
+    with FleetIndex.connect(procs.dsn) as index:
+        wait_for(lambda: _durable(index, sid) >= last, "the journal to be shipped")
+    local_http = doomed.http.get(f"/v1/sessions/{sid}").status_code
+    assert local_http == 200
+    doomed.proc.kill()  # the host process we started, by its pid
+    doomed.stop()  # reaps it, closes our client of it
+    # Writes: refused at once, nothing sent, retryable.
+    r = router.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo lost"})
+    assert (r.status_code, r.json()["code"], r.json()["retryable"]) == (
+        503, "HOST_UNAVAILABLE", True,
+    )  # fmt: skip
+    # Reads: from what the host shipped, saying so; no gap and no duplicate.
+    exported = router.http.get(f"/v1/sessions/{sid}/export")
+    assert exported.status_code == 200
+    assert exported.headers["x-tether-source"] == "index"
+    assert int(exported.headers["x-tether-durable-seq"]) == last
+    assert [x for x in exported.text.splitlines() if x] == local
+    history = router.http.get(f"/v1/sessions/{sid}/history").json()
+    assert [t["preview"] for t in history["turns"]] == ["echo first words"]
+    assert history["turns"][0]["stopReason"] == "end_turn"
+    assert history["source"] == "index"
+    transcript = router.http.get(f"/v1/sessions/{sid}/transcript").json()
+    assert "first words" in json.dumps(transcript["turns"])
+    events = []
+    with router.http.stream(
+        "GET", f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": "2"}
+    ) as st:
+        events = list(parse_sse(st.iter_lines()))
+    seqs = [d["seq"] for e, d in events if e == "message"]
+    assert seqs == [int(json.loads(x)["seq"]) for x in local if int(json.loads(x)["seq"]) > 2]
+    assert events[-1][0] == "host_lost"
+    assert events[-1][1]["durableSeq"] == last
+    # The host comes back on its storage under the same id: it re-adopts its session and
+    # the next prompt is served there.
+    back = spawn_gateway(doomed.home, "--host-id", "h1", env=procs.env)
+    back.token = FLEET_TOKEN
+    back.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
+    procs.hosts["h1"] = back
+    wait_for(
+        lambda: (
+            router.http.post(
+                f"/v1/sessions/{sid}/prompt", json={"prompt": "echo probe"}
+            ).status_code
+            == 202
+        ),
+        "the router to route to the host again",
+    )
+    assert "back again" in turn_text(router, sid, "echo back again")
+
+
+def _durable(index: FleetIndex, sid: str) -> int:
+    row = index.session(sid)
+    return -1 if row is None else row.durable_seq

@@ -11,7 +11,7 @@ from typing import Any
 
 from tether.errors import FleetError
 from tether.fleet.index import FleetIndex
-from tether.fleet.rows import HostRow, SessionRow
+from tether.fleet.rows import HostRow, SessionRow, ShippedChunk
 
 SESSION_CACHE_S = 5.0
 
@@ -123,6 +123,23 @@ class HostTable:
     def ensure_session(self, **kwargs: Any) -> tuple[SessionRow, bool]:
         result: tuple[SessionRow, bool] = self._with_index(lambda ix: ix.ensure_session(**kwargs))
         return result
+
+    def shipped(self, session_id: str) -> list[ShippedChunk]:
+        """Every chunk of the session's journal its host shipped, in seq order."""
+        out: list[ShippedChunk] = []
+        after = 0
+        while True:
+            batch = self._shipped_after(session_id, after)
+            out += batch
+            if len(batch) < 1000:
+                return out
+            after = batch[-1].last_seq
+
+    def _shipped_after(self, session_id: str, after: int) -> list[ShippedChunk]:
+        batch: list[ShippedChunk] = self._with_index(
+            lambda ix: ix.shipped(session_id, after_seq=after, limit=1000)
+        )
+        return batch
 
     def end_session(self, session_id: str, reason: str) -> None:
         self._with_index(lambda ix: ix.end_session(session_id, "closed", reason))

@@ -261,7 +261,7 @@ class Router:
         why = self.unavailable_reason(host)
         if why is not None:
             await self._drain_body(queue)
-            out.write(self.unavailable(host, why))
+            out.write(await self._offline(sid, head, host, why))
             return True
         keep, _status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
         return keep
@@ -304,8 +304,13 @@ class Router:
             self.pool.forget(address, port)
             if isinstance(body, _RequestBody):
                 await body.drain()
-            out.write(self.unavailable(host, str(e)))
-            return True, 503  # nothing is wrong with the client's connection
+            answer = (
+                self.unavailable(host, str(e))
+                if sid is None
+                else (await self._offline(sid, head, host, str(e)))
+            )
+            out.write(answer)
+            return True, int(answer[9:12])  # nothing is wrong with the client's connection
         except HostSilent as e:
             retry = head.method in (b"GET", b"HEAD")
             out.write(http1.problem(
@@ -318,6 +323,16 @@ class Router:
         # A client that got a whole answer keeps its connection, whatever becomes of the
         # host connection (a host saying `connection: close` said it to the client).
         return outcome.client_whole, outcome.status
+
+    async def _offline(self, sid: str, head: http1.RequestHead, host: HostRow, why: str) -> bytes:
+        """The answer for a session whose host is unavailable: a read is served from the
+        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE``."""
+        from tether.fleet import router_reads
+
+        kind = router_reads.read_kind(head.path)
+        if head.method == b"GET" and kind is not None:
+            return await router_reads.serve_read(self, sid, kind, head, host, why)
+        return self.unavailable(host, why)
 
     def unavailable(self, host: HostRow, why: str) -> bytes:
         return http1.problem(
