@@ -20,6 +20,7 @@ leases as on every start. Imported only on the cold path (it reads the registry)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -54,6 +55,11 @@ def _silence(registry: Registry, key: str) -> dict[str, Any] | None:
     if session is None or session.owner_pid is None:
         return None
     beat = session.owner_heartbeat_at
+    if beat is not None:
+        # The owner also beats on its lock file's mtime, which needs no disk space: an
+        # owner whose database writes fail (a full disk) is waiting, not silent.
+        with contextlib.suppress(OSError):
+            beat = max(beat, os.stat(sessions.lock_path(key)).st_mtime)
     after = session.options.get("unresponsive_after")
     return {
         "ownerPid": session.owner_pid,

@@ -82,8 +82,10 @@ class JournalWriter:
         self.db_path = db_path
         self.retention = retention or Retention()
         self._db = open_db(db_path)
-        lost_after = store.unreleased(self._db, key)
+        # The last seq stored by a previous writer that was lost (None: it stopped cleanly).
+        self.lost_after = store.unreleased(self._db, key)
         self.next_seq = store.claim(self._db, key)
+        self.first_seq = self.next_seq  # ours: everything below is an earlier writer's
         self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
         # (seq, line as UTF-8); trimmed only down to entries already stored.
         self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
@@ -111,9 +113,9 @@ class JournalWriter:
             self._loop = None
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
-        if lost_after is not None:
+        if self.lost_after is not None:
             # The previous writer was lost: our first entry says where we continue from.
-            self.append(gaps.GAP_KIND, gaps.gap_payload(lost_after, gaps.OWNER_LOST))
+            self.append(gaps.GAP_KIND, gaps.gap_payload(self.lost_after, gaps.OWNER_LOST))
 
     # --- the event loop's side ---------------------------------------------------------
 
