@@ -38,6 +38,7 @@ CONTROL_KINDS: Final = frozenset(
         "session_ended",
         "interaction_opened",
         "interaction_resolved",
+        "journal_gap",
     }
 )
 # The kinds a turn summary is built from; the database indexes exactly these.
