@@ -27,7 +27,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os, sessions
+from tether import _log, _os, owner_lost, sessions
 from tether.journal import store as journal_store
 from tether.registry import Registry
 
@@ -102,6 +102,7 @@ def fence_if_silent(key: str) -> bool:
         if lock_fd is not None:
             try:
                 journal_store.append_now(registry._db, key, "owner_takeover", payload)
+                owner_lost.correct_offline(registry, key)  # its turn ends owner-lost
             finally:
                 os.close(lock_fd)
     _log.event("owner_takeover", session_key=key, **payload)

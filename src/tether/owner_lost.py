@@ -35,7 +35,15 @@ from typing import Any
 
 from tether import _fastjson, sessions
 
-__all__ = ["OWNER_LOST", "at_owner_start", "correct", "correct_if_dead", "unfinished"]
+__all__ = [
+    "OWNER_LOST",
+    "at_owner_start",
+    "correct",
+    "correct_if_dead",
+    "correct_offline",
+    "unfinished",
+    "was_lost",
+]
 
 OWNER_LOST = "owner-lost"
 _KINDS = ("owner_started", "prompt_queued", "turn_started", "turn_ended")
@@ -131,6 +139,28 @@ def at_owner_start(registry: Any, key: str, journal: Any, append: Append) -> Non
         logger.exception("reconcile at owner start failed")
 
 
+def was_lost(registry: Any, key: str, session: Any) -> bool:
+    """Whether the session's last owner was lost, for a caller that holds the lock (so
+    no owner runs): its row still names it running, or its journal reservation was
+    never released."""
+    from tether.journal import store
+
+    if session.owner_pid is not None and session.owner_status not in ("stopped", "dead"):
+        return True
+    return store.unreleased(registry._db, key) is not None
+
+
+def correct_offline(registry: Any, key: str) -> int:
+    """:func:`correct` by a writer that runs no owner (it holds the session's lock):
+    each record in a transaction of its own, the first after the journal's gap record."""
+    from tether.journal import store
+
+    def append(kind: str, payload: dict[str, Any], rid: str | None) -> None:
+        store.append_now(registry._db, key, kind, payload, request_id=rid)
+
+    return correct(registry, key, append)
+
+
 def correct_if_dead(registry: Any, key: str) -> bool:
     """A reader's correction: if the session records a running owner and its lock is
     free (proof that owner is dead), correct its records and mark it ``dead``; True if
@@ -147,7 +177,6 @@ def correct_if_dead(registry: Any, key: str) -> bool:
             return False
         if session.owner_status in ("stopped", "dead"):
             return False
-        from tether.journal import store
         from tether.supervise.reconcile import reconcile
 
         # The dead owner's leases first (its keeper ends the tree; we verify and close
@@ -157,11 +186,7 @@ def correct_if_dead(registry: Any, key: str) -> bool:
         except Exception:  # the records are still corrected; `tether reap` retries
             logger.exception("reconcile after a lost owner failed")
 
-        def append(kind: str, payload: dict[str, Any], rid: str | None) -> None:
-            store.append_now(registry._db, key, kind, payload, request_id=rid)
-
-        # The first of these appends is the journal's gap record (the owner-lost hole).
-        correct(registry, key, append)
+        correct_offline(registry, key)  # its first append is the journal's gap record
         registry.update_session(
             key,
             owner_status="dead",

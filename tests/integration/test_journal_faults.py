@@ -168,3 +168,19 @@ def test_a_replay_across_the_hole_is_in_order_with_no_duplicate(mock: Cli) -> No
     assert_holes_explained(stored)
     assert sum(e["kind"] == "journal_gap" for e in stored) == 1
     assert json.dumps(seen[-1]).find("session_ended") > 0
+
+
+def test_closing_after_a_kill_ends_the_killed_turn_owner_lost(mock: Cli) -> None:
+    """An offline close is the journal's writer too: the turn the killed owner was running
+    ends `owner-lost` before the session's end, not `running` for ever."""
+    caller = mock.popen("prompt", "sleep 30000", fmt="quiet")
+    active = mock.wait_active()
+    signal_descendant(active["ownerPid"], signal.SIGKILL)
+    finish(caller)
+    wait_for(lambda: not alive(active["ownerPid"]), "the owner to die")
+    mock.run("sessions", "close")
+    turn = mock.json("sessions", "history")["turns"][-1]
+    assert (turn["requestId"], turn["stopReason"]) == (active["currentRequest"], "owner-lost")
+    kinds = [e["kind"] for e in mock.journal()]
+    assert kinds[-1] == "session_ended"
+    assert kinds.count("agent_run_ended") == 1
