@@ -30,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
 from tether import _fastjson, sessions
+from tether.errors import TetherError
 
 __all__ = [
     "OWNER_LOST",
@@ -168,34 +170,45 @@ def correct_if_dead(registry: Any, key: str) -> bool:
     session = registry.session(key)
     if session is None or session.owner_pid is None or session.owner_status in ("stopped", "dead"):
         return False
-    fd = sessions.try_lock(key)
+    try:
+        fd = sessions.try_lock(key)
+    except OSError:  # no lock file we may open (another user's home): cannot prove it
+        return False
     if fd is None:
         return False  # an owner holds it: alive (or starting); not ours to judge
     try:
-        session = registry.session(key)  # under the lock: no owner can change it now
-        if session is None or session.owner_pid is None:
-            return False
-        if session.owner_status in ("stopped", "dead"):
-            return False
-        from tether.supervise.reconcile import reconcile
-
-        # The dead owner's leases first (its keeper ends the tree; we verify and close
-        # the records), so the run's end is the reconciler's record.
-        try:
-            reconcile(registry, session_key=key)
-        except Exception:  # the records are still corrected; `tether reap` retries
-            logger.exception("reconcile after a lost owner failed")
-
-        correct_offline(registry, key)  # its first append is the journal's gap record
-        registry.update_session(
-            key,
-            owner_status="dead",
-            owner_pid=None,
-            owner_socket=None,
-            queue_depth=0,
-            current_request=None,
-        )
+        return _correct_dead(registry, key)
+    except (sqlite3.Error, TetherError) as exc:  # a full disk: the reader still answers
+        logger.warning("could not correct a lost owner's records: %s", exc)
+        return False
     finally:
         with contextlib.suppress(OSError):
             os.close(fd)
+
+
+def _correct_dead(registry: Any, key: str) -> bool:
+    """:func:`correct_if_dead` once the lock is ours."""
+    session = registry.session(key)  # under the lock: no owner can change it now
+    if session is None or session.owner_pid is None:
+        return False
+    if session.owner_status in ("stopped", "dead"):
+        return False
+    from tether.supervise.reconcile import reconcile
+
+    # The dead owner's leases first (its keeper ends the tree; we verify and close
+    # the records), so the run's end is the reconciler's record.
+    try:
+        reconcile(registry, session_key=key)
+    except Exception:  # the records are still corrected; `tether reap` retries
+        logger.exception("reconcile after a lost owner failed")
+
+    correct_offline(registry, key)  # its first append is the journal's gap record
+    registry.update_session(
+        key,
+        owner_status="dead",
+        owner_pid=None,
+        owner_socket=None,
+        queue_depth=0,
+        current_request=None,
+    )
     return True

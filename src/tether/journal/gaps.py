@@ -36,6 +36,7 @@ __all__ = [
     "RETENTION",
     "drop_oldest",
     "gap_after",
+    "gap_item",
     "gap_payload",
     "gap_text",
 ]
