@@ -20,13 +20,14 @@ leases as on every start. Imported only on the cold path (it reads the registry)
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
 import time
 from typing import Any
 
-from tether import _log, _os, sessions
+from tether import _log, _os, owner_lost, sessions
 from tether.journal import store as journal_store
 from tether.registry import Registry
 
@@ -54,6 +55,11 @@ def _silence(registry: Registry, key: str) -> dict[str, Any] | None:
     if session is None or session.owner_pid is None:
         return None
     beat = session.owner_heartbeat_at
+    if beat is not None:
+        # The owner also beats on its lock file's mtime, which needs no disk space: an
+        # owner whose database writes fail (a full disk) is waiting, not silent.
+        with contextlib.suppress(OSError):
+            beat = max(beat, os.stat(sessions.lock_path(key)).st_mtime)
     after = session.options.get("unresponsive_after")
     return {
         "ownerPid": session.owner_pid,
@@ -96,6 +102,7 @@ def fence_if_silent(key: str) -> bool:
         if lock_fd is not None:
             try:
                 journal_store.append_now(registry._db, key, "owner_takeover", payload)
+                owner_lost.correct_offline(registry, key)  # its turn ends owner-lost
             finally:
                 os.close(lock_fd)
     _log.event("owner_takeover", session_key=key, **payload)

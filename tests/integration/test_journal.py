@@ -155,9 +155,17 @@ def test_owner_sigkill_mid_stream_the_journal_survives_and_continues(
     after = entries_of(mock.run("sessions", "export").stdout)
     assert after[: len(before)] == before
     new = after[len(before) :]
+    # Never a reused seq (a crash leaves a gap), and the first entry after it says so:
+    # written by the first reader that proved the owner dead (the export, which took
+    # the free session lock), with the killed turn's end.
+    (gap,) = [e for e in before if e["kind"] == "journal_gap"]
+    hole = before.index(gap)
+    assert (gap["after"], gap["reason"]) == (before[hole - 1]["seq"], "owner-lost")
+    assert gap["seq"] > gap["after"] + 1
+    assert before[hole + 1]["kind"] == "turn_ended"
+    assert before[hole + 1]["stopReason"] == "owner-lost"  # the killed turn, corrected
     assert new[0]["kind"] == "owner_started"
-    assert new[0]["seq"] > before[-1]["seq"]  # never a reused seq (a crash leaves a gap)
-    assert_gapless(new, new[0]["seq"])
+    assert_gapless(before[hole:] + new, gap["seq"])
     rc, out, err = finish(follower)
     assert rc == 0, err
     seen = entries_of(out)

@@ -15,7 +15,7 @@ from tether.journal.entry import (
     age_cutoff,
     body_of,
     bytes_over,
-    entries_cut,
+    entries_over,
     entry_line,
     parse_duration,
     parse_line,
@@ -69,11 +69,14 @@ def test_start_seq_from_tail_and_live() -> None:
     assert start_seq(0) == 1
 
 
-def test_entries_cut_keeps_nine_tenths_of_the_bound() -> None:
+def test_entries_over_keeps_nine_tenths_of_the_bound() -> None:
+    """Entries are counted, not seqs: a journal with a hole has fewer entries than seqs."""
     stats = JournalStats(first_seq=1, last_seq=1500, entries=1500, bytes=0, oldest_at=0.0)
-    assert entries_cut(stats, Retention(max_entries=1000)) == 1500 - 900 + 1
-    assert entries_cut(stats, Retention(max_entries=2000)) is None
-    assert entries_cut(stats, Retention(max_entries=0)) is None
+    assert entries_over(stats, Retention(max_entries=1000)) == 1500 - 900
+    assert entries_over(stats, Retention(max_entries=2000)) == 0
+    assert entries_over(stats, Retention(max_entries=0)) == 0
+    holed = JournalStats(first_seq=1, last_seq=1 << 21, entries=1500, bytes=0, oldest_at=0.0)
+    assert entries_over(holed, Retention(max_entries=1000)) == 600
 
 
 def test_bytes_over_and_age_cutoff() -> None:

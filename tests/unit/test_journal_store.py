@@ -59,6 +59,47 @@ def test_a_crashed_writer_leaves_a_gap_never_a_reused_seq() -> None:
         assert store.claim(reg._db, key) == second + 2  # a clean stop: no gap
 
 
+def test_the_first_entry_after_a_lost_writer_names_the_gap() -> None:
+    """Issue 21 item 3: after a writer that never released its reservation, the next
+    one's first entry (an owner's, or an offline close's) says where the journal
+    continues and why; after a clean stop there is no gap and no record."""
+    with Registry() as reg:
+        key = _session(reg)
+        store.claim(reg._db, key)
+        store.write_batch(reg._db, key, _rows(1, 3))
+        assert store.unreleased(reg._db, key) == 3  # killed: seqs past 3 may have been seen
+        seq = store.append_now(reg._db, key, "session_ended", {"reason": "closed"})
+        gap, ended = store.read(reg._db, key, 4)
+        assert gap[0] == seq - 1 > 1000
+        assert ended[0] == seq
+        body = parse_line(gap[1].decode())
+        assert (body["kind"], body["after"], body["reason"]) == ("journal_gap", 3, "owner-lost")
+        assert store.unreleased(reg._db, key) is None  # append_now leaves no reservation
+
+
+def test_retention_counts_entries_not_seqs_across_a_hole() -> None:
+    """Issue 21 item 3: a journal with a hole of a million seqs (an owner lost) keeps
+    its newest entries under the entry bound; it used to cut by seq and lose them all."""
+    with Registry() as reg:
+        key = _session(reg)
+        store.write_batch(reg._db, key, _rows(1, 50))
+        store.write_batch(reg._db, key, _rows(1 << 20, 50))
+        removed = store.apply_retention(reg._db, key, Retention(max_entries=90))
+        assert removed == 100 - 81
+        seqs = [r[0] for r in store.read(reg._db, key, 1)]
+        assert seqs[0] == 19  # the gap record
+        assert seqs[1:] == [*range(20, 51), *range(1 << 20, (1 << 20) + 50)]
+        gap = parse_line(store.read(reg._db, key, 1, limit=1)[0][1].decode())
+        assert (gap["after"], gap["reason"], gap["entries"]) == (0, "retention", 19)
+        # A second cut folds the first gap record into its own: still "after 0".
+        assert store.apply_retention(reg._db, key, Retention(max_entries=60)) > 0
+        again = parse_line(store.read(reg._db, key, 1, limit=1)[0][1].decode())
+        assert (again["after"], again["reason"]) == (0, "retention")
+        assert again["entries"] == 100 - (store.stats(reg._db, key).entries - 1)
+        # Nothing over the bound: the gap record is not cut again and again.
+        assert store.apply_retention(reg._db, key, Retention(max_entries=60)) == 0
+
+
 def test_a_failed_batch_leaves_nothing_behind() -> None:
     """A batch colliding with a stored seq rolls back whole: entries and mark alike."""
     with Registry() as reg:
@@ -81,7 +122,10 @@ def test_retention_by_entries_keeps_the_mark() -> None:
         store.write_batch(reg._db, key, _rows(1, 120))
         removed = store.apply_retention(reg._db, key, Retention(max_entries=100))
         assert removed == 30  # down to 90 % of the bound
-        assert store.read(reg._db, key, 1)[0][0] == 31
+        first = store.read(reg._db, key, 1)[0]
+        assert first[0] == 30  # the gap record, at the last seq that went
+        assert parse_line(first[1].decode())["kind"] == "journal_gap"
+        assert store.read(reg._db, key, 31, limit=1)[0][0] == 31
         assert store.last_seq(reg._db, key) == 120
         store.apply_retention(reg._db, key, Retention(max_entries=1, max_bytes=0, max_age_s=0))
         assert store.last_seq(reg._db, key) == 120  # every entry may go; the mark stays
@@ -102,7 +146,7 @@ def test_retention_by_bytes_and_age() -> None:
         store.apply_retention(
             reg._db, other, Retention(max_entries=0, max_bytes=0, max_age_s=86400)
         )
-        assert [r[0] for r in store.read(reg._db, other, 1)] == [6, 7, 8, 9, 10]
+        assert [r[0] for r in store.read(reg._db, other, 1)] == [5, 6, 7, 8, 9, 10]
 
 
 def test_prune_removes_closed_sessions_whole_and_old_entries() -> None:
@@ -116,7 +160,7 @@ def test_prune_removes_closed_sessions_whole_and_old_entries() -> None:
         assert report["sessionsRemoved"] == ["gone"]
         assert reg.session("gone") is None
         assert store.last_seq(reg._db, "gone") == 0
-        assert [r[0] for r in store.read(reg._db, live, 1)] == [4, 5]
+        assert [r[0] for r in store.read(reg._db, live, 1)] == [3, 4, 5]  # 3: the gap
         assert reg.events("gone") == []
 
 
@@ -194,8 +238,9 @@ def test_a_large_batch_is_stored_in_compressed_chunks_and_read_back_exactly() ->
         # a cut inside a chunk keeps exactly the entries from the cut on
         with reg.transaction() as db:
             assert store.delete_before(db, key, 600) == 599
-        assert store.read(reg._db, key, 1)[0] == (600, lines[600])
-        assert store.stats(reg._db, key).entries == 2003 - 599
+        assert store.read(reg._db, key, 600)[0] == (600, lines[600])
+        assert store.read(reg._db, key, 1)[0][0] == 599  # the gap record, then 600 on
+        assert store.stats(reg._db, key).entries == 2003 - 599 + 1
 
 
 def test_a_batch_out_of_order_is_refused_whole() -> None:

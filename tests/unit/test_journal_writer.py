@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
 from typing import Any
 
 import pytest
 
 from tether import paths
 from tether.journal import store, writer
+from tether.journal.entry import parse_line
 from tether.registry import Registry
 
 
@@ -71,3 +73,62 @@ def test_an_acp_entry_is_the_line_entry_line_builds() -> None:
     ):
         at = float(line.split(b'"at":')[1].split(b",")[0])
         assert line.decode() == entry_line(seq, at, "acp", rid, acp_body(direction, frame))
+
+
+def test_a_full_disk_is_a_condition_and_what_was_dropped_is_recorded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21 item 2: while the disk is full the appender never waits for it (a loop
+    that waited looked hung); the writer states STATE_FULL; the frames it gave up are
+    replaced by journal_gap records, stored once the disk takes writes again, so every
+    seq handed out is either stored or stood for by a gap record."""
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    monkeypatch.setattr(writer, "MAX_BACKLOG_BYTES", 64 * 1024)
+    monkeypatch.setattr(writer, "STALL_MAX_S", 3600.0)  # a wait here would hang the test
+    monkeypatch.setattr(writer, "RETRY_MAX_S", 0.05)
+    real = store.write_batch
+    full = threading.Event()
+    full.set()
+
+    def disk(*args: Any) -> None:
+        if full.is_set():
+            exc = sqlite3.OperationalError("database or disk is full")
+            exc.sqlite_errorname = "SQLITE_FULL"  # type: ignore[attr-defined]  # as SQLite sets it
+            raise exc
+        real(*args)
+
+    monkeypatch.setattr(store, "write_batch", disk)
+    journal = writer.JournalWriter(paths.state_db(), "k")
+    journal.append("turn_started", {}, "r-1")
+    for _ in range(500):  # the writer notices at its first attempt
+        if journal.failure is not None:
+            break
+        threading.Event().wait(0.01)
+    assert journal.failure is not None
+    assert journal.failure.detail_code == "STATE_FULL"
+    for i in range(3000):
+        journal.append_acp("in", b'{"jsonrpc":"2.0","method":"u","params":{"i":%d}}' % i, "r-1")
+    journal.append("turn_ended", {"stopReason": "end_turn"}, "r-1")
+    assert journal.dropped > 0
+    full.clear()
+    assert journal.close(timeout=10.0)
+    assert journal.failure is None
+    with Registry() as reg:
+        rows = [(seq, parse_line(line.decode())) for seq, line in store.read(reg._db, "k", 1)]
+    kinds = [entry["kind"] for _seq, entry in rows]
+    assert kinds[0] == "turn_started"
+    assert kinds[-1] == "turn_ended"
+    covered = 0
+    lost = 0
+    for seq, entry in rows:
+        if entry["kind"] == "journal_gap":
+            assert entry["reason"] == "entries-dropped"
+            assert entry["cause"] == "STATE_FULL"
+            assert entry["after"] == covered  # it names the last seq before the hole
+            lost += entry["entries"]
+        else:
+            assert seq == covered + 1
+        covered = seq
+    assert covered == journal.last_seq == 3002
+    assert lost == journal.dropped

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
+import pytest
+
 from tether import metrics
+from tether.errors import StateFull
 from tether.owner.heartbeat import Heartbeat
 from tether.registry import Registry
 
@@ -79,3 +83,39 @@ def test_the_writer_thread_records_each_change_and_stops_for_good() -> None:
     beat.poke()
     time.sleep(0.1)
     assert row().owner_status == "running"  # nothing lands after stop
+
+
+def test_the_beat_needs_no_database_write_and_callers_see_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 21 item 2: on a full disk the row's beat cannot be written; the owner still
+    beats (its lock file's mtime, which needs no space) and a caller judging its silence
+    sees a live owner, never one it may fence."""
+    from tether import owner_fence, paths, sessions
+
+    with Registry() as reg:
+        key = _session(reg)
+        reg.update_session(key, owner_pid=4242, owner_heartbeat_at=time.time() - 3600)
+    os.makedirs(paths.run_dir(), exist_ok=True)
+    lock = sessions.lock_path(key)
+    with open(lock, "a"):
+        pass
+    os.utime(lock, (time.time() - 3600, time.time() - 3600))
+
+    def full(*_: Any, **__: Any) -> None:
+        raise StateFull("database or disk is full")
+
+    monkeypatch.setattr(Registry, "update_session", full)
+    beat = Heartbeat(key, unresponsive_after=0.3, fields=dict)
+    beat.start()
+    try:
+        for _ in range(200):  # bounded: a beat every 0.1 s
+            if time.time() - os.stat(lock).st_mtime < 60:
+                break
+            time.sleep(0.02)
+    finally:
+        beat.stop()
+    info = owner_fence.owner_silence(key)
+    assert info is not None
+    assert info["heartbeatAgeS"] < 60, info  # the row says an hour; the owner is alive
+    assert not owner_fence.fence_if_silent(key)

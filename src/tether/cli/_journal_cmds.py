@@ -31,6 +31,9 @@ def run(ctx: Any, key: str, no_session: Any) -> int:
         if registry.session(key) is None:
             raise no_session
         access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
+        from tether.owner_lost import correct_if_dead
+
+        correct_if_dead(registry, key)  # a killed owner's turn reads owner-lost, not running
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":

@@ -55,6 +55,10 @@ def sessions_cmd(ctx: Any) -> int:
             raise _no_session_hint(ctx)
         access.authorize(key, "status", registry=registry)
         if sub == "show":
+            from tether.owner_lost import correct_if_dead
+
+            if correct_if_dead(registry, key):  # a killed owner's records, corrected
+                session = registry.session(key) or session
             info = operations.describe(session, registry.instance_id)
             ctx.output.control(
                 {"action": "session", **info},

@@ -2,8 +2,10 @@
 
 Theory of operation
 -------------------
-Every session has one journal. Each entry has a ``seq`` that increases by one with no
-gap and is never reused, across owner restarts; a wall-clock timestamp ``at``; a
+Every session has one journal. Each entry has a ``seq`` that increases by one and is
+never reused, across owner restarts (where it jumps -- an owner lost, entries dropped,
+retention -- the first entry after the hole is a ``journal_gap`` record saying where it
+continues and why: :mod:`tether.journal.gaps`); a wall-clock timestamp ``at``; a
 ``kind``; the IPC ``requestId`` where there is one; and a body. The kinds:
 
 * ``acp`` -- one ACP frame, either direction (``direction`` ``in``: agent → Tether,
@@ -11,7 +13,7 @@ gap and is never reused, across owner restarts; a wall-clock timestamp ``at``; a
   ``--format json`` contract;
 * Tether's control records: ``prompt_queued``, ``turn_started``, ``turn_ended``,
   ``cancel_result``, ``mode_set``, ``config_set``, ``owner_started``, ``owner_stopped``,
-  ``agent_run_started``, ``agent_run_ended``, ``owner_takeover``;
+  ``agent_run_started``, ``agent_run_ended``, ``owner_takeover``, ``journal_gap``;
 * ``session_ended``, once per session end.
 
 **Who writes.** Whoever holds the session's lock (the flock the owner keeps for life)

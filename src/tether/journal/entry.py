@@ -38,6 +38,7 @@ CONTROL_KINDS: Final = frozenset(
         "session_ended",
         "interaction_opened",
         "interaction_resolved",
+        "journal_gap",
     }
 )
 # The kinds a turn summary is built from; the database indexes exactly these.
@@ -137,16 +138,16 @@ class JournalStats:
     oldest_at: float | None
 
 
-def entries_cut(stats: JournalStats, retention: Retention) -> int | None:
-    """The first ``seq`` to keep under the entry bound, or None if within it.
+def entries_over(stats: JournalStats, retention: Retention) -> int:
+    """How many of the oldest entries to delete under the entry bound (0: none).
 
     Pruning goes a tenth below the bound so that a busy session does not prune on every
-    batch (hysteresis).
+    batch (hysteresis). Entries are counted, not seqs: a journal has holes.
     """
     if retention.max_entries <= 0 or stats.entries <= retention.max_entries:
-        return None
+        return 0
     keep = max(1, math.floor(retention.max_entries * 0.9))
-    return stats.last_seq - keep + 1
+    return stats.entries - keep
 
 
 def bytes_over(stats: JournalStats, retention: Retention) -> int:

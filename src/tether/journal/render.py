@@ -162,6 +162,10 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return f"[owner] started (generation {entry.get('generation')}, pid {entry.get('pid')})"
     if kind == "owner_stopped":
         return f"[owner] stopped ({entry.get('reason')})"
+    if kind == "journal_gap":  # a hole in the seqs, and why (tether.journal.gaps)
+        from tether.journal.gaps import gap_text
+
+        return gap_text(entry)
     if kind == "owner_takeover":
         return f"[owner] unresponsive owner {entry.get('pid')} replaced"
     if kind == "mode_set":

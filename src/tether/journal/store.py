@@ -20,6 +20,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
+from tether.journal import gaps
 from tether.journal.chunks import at_of, chunks, decode, pack, seq_of
 from tether.journal.entry import (
     TURN_KINDS,
@@ -28,8 +29,9 @@ from tether.journal.entry import (
     age_cutoff,
     body_of,
     bytes_over,
-    entries_cut,
+    entries_over,
     entry_line,
+    parse_line,
 )
 
 TYPE_CHECKING = False
@@ -84,6 +86,18 @@ def claim(db: sqlite3.Connection, key: str) -> int:
         raise
     db.execute("COMMIT")
     return last + 1
+
+
+def unreleased(db: sqlite3.Connection, key: str) -> int | None:
+    """The last stored seq if the session's previous writer never released its
+    reservation (it was lost: killed, crashed), else None. Read it before
+    :func:`claim`; the caller holds the session lock."""
+    row = db.execute(
+        "SELECT last_seq, reserved FROM journal_heads WHERE session_key = ?", (key,)
+    ).fetchone()
+    if row is None or int(row[1]) <= int(row[0]):
+        return None
+    return int(row[0])
 
 
 def release(db: sqlite3.Connection, key: str) -> None:
@@ -165,8 +179,13 @@ def append_now(
             "SELECT last_seq, reserved FROM journal_heads WHERE session_key = ?", (key,)
         ).fetchone()
         seq = (max(int(row[0]), int(row[1])) if row else 0) + 1
-        item, _line = stored(seq, time.time(), kind, request_id, body_of(payload))
-        _insert(db, key, [item])
+        now = time.time()
+        items = []
+        if row is not None and int(row[1]) > int(row[0]):  # a lost writer's reservation
+            items.append(gaps.gap_item(seq, now, int(row[0]), gaps.OWNER_LOST, None))
+            seq += 1
+        items.append(stored(seq, now, kind, request_id, body_of(payload))[0])
+        _insert(db, key, items)
         db.execute(
             "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
             " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
@@ -331,15 +350,23 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
     """Delete the session's entries with ``seq`` below ``seq``; returns how many.
 
     Whole chunks go; a chunk the cut falls inside is rewritten with the entries it keeps.
+    What went is replaced by one ``journal_gap`` record (``retention``) at the last seq
+    that went, so a reader sees where the journal starts and why (:mod:`.gaps`).
     Runs inside the caller's transaction.
     """
-    removed = 0
     rows = db.execute(
         "SELECT first_seq, last_seq, entries, last_at, codec, CAST(data AS BLOB)"
         " FROM journal_chunks"
-        " WHERE session_key = ? AND first_seq < ?",
+        " WHERE session_key = ? AND first_seq < ? ORDER BY first_seq",
         (key, seq),
     ).fetchall()
+    if not rows:
+        return 0
+    head = _head_gap(db, key, int(rows[0][0]))
+    if head is not None and int(rows[0][0]) == seq - 1:
+        return 0  # only the gap record of an earlier cut is older: nothing to do
+    removed = 0
+    last_gone = (0, 0.0)
     for first, last, entries, last_at, codec, data in rows:
         db.execute(
             "DELETE FROM journal_chunks WHERE session_key = ? AND first_seq = ?", (key, first)
@@ -347,9 +374,13 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
         lines, damage = decode(codec, data, first, last, entries)
         if last < seq or damage is not None:  # a damaged chunk cannot be cut: it goes whole
             removed += int(entries)
+            last_gone = max(last_gone, (int(last), float(last_at)))
             continue
         keep = [line for line in lines if seq_of(line) >= seq]
-        removed += int(entries) - len(keep)
+        gone = lines[: len(lines) - len(keep)]
+        removed += len(gone)
+        if gone:
+            last_gone = max(last_gone, (seq_of(gone[-1]), at_of(gone[-1])))
         if keep:
             db.execute(
                 "INSERT INTO journal_chunks"
@@ -358,7 +389,53 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
                 (key, seq_of(keep[0]), last, len(keep), last_at, *pack(keep)),
             )
     db.execute("DELETE FROM journal_marks WHERE session_key = ? AND seq < ?", (key, seq))
+    if removed:
+        after, counted = int(rows[0][0]) - 1, removed
+        if head is not None:  # the earlier cut's record stood for entries of its own
+            after, counted = head[0], removed - 1 + head[1]
+        _insert(db, key, [gaps.gap_item(*last_gone, after, gaps.RETENTION, counted)])
     return removed
+
+
+def _head_gap(db: sqlite3.Connection, key: str, seq: int) -> tuple[int, int] | None:
+    """(after, entries) of the retention gap record at ``seq``, if that is one."""
+    row = db.execute(
+        "SELECT body FROM journal_marks WHERE session_key = ? AND seq = ? AND kind = ?",
+        (key, seq, gaps.GAP_KIND),
+    ).fetchone()
+    if row is None:
+        return None
+    body = parse_line(str(row[0]))
+    if body.get("reason") != gaps.RETENTION or not isinstance(body.get("after"), int):
+        return None
+    entries = body.get("entries")
+    return int(body["after"]), int(entries) if isinstance(entries, int) else 1
+
+
+def _count_cut(db: sqlite3.Connection, key: str, count: int) -> int | None:
+    """The first ``seq`` to keep once the ``count`` oldest entries are gone (counted as
+    entries, not seqs: a journal with holes has fewer entries than seqs)."""
+    removed = 0
+    for first, last, entries in db.execute(
+        "SELECT first_seq, last_seq, entries FROM journal_chunks"
+        " WHERE session_key = ? ORDER BY first_seq",
+        (key,),
+    ).fetchall():
+        if removed + int(entries) < count:
+            removed += int(entries)
+            continue
+        if removed + int(entries) == count:
+            return int(last) + 1
+        codec, data = db.execute(
+            "SELECT codec, CAST(data AS BLOB) FROM journal_chunks"
+            " WHERE session_key = ? AND first_seq = ?",
+            (key, first),
+        ).fetchone()
+        lines, damage = decode(codec, data, int(first), int(last), int(entries))
+        if damage is not None:
+            return int(last) + 1  # a damaged chunk cannot be cut inside: it goes whole
+        return seq_of(lines[count - removed])
+    return None
 
 
 def _bytes_cut(db: sqlite3.Connection, key: str, excess: int) -> int | None:
@@ -410,7 +487,8 @@ def apply_retention(
     current = stats(db, key)
     if current.entries == 0:
         return 0
-    cut = entries_cut(current, retention) or 0
+    over = entries_over(current, retention)
+    cut = (_count_cut(db, key, over) or 0) if over else 0
     excess = bytes_over(current, retention)
     if excess:
         cut = max(cut, _bytes_cut(db, key, excess) or 0)

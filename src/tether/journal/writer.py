@@ -15,12 +15,22 @@ hundreds of rows and costs one commit. Retention runs in the same thread every s
 often. A failed commit (disk full, I/O error) keeps the batch and retries with backoff;
 the entries stay in the ring until they are stored, so replays never skip them.
 
+**A failing disk is a stated condition, never a stall.** The thread records the error
+(:attr:`JournalWriter.failure`, a :class:`~tether.errors.StateError`: ``STATE_FULL`` for
+a full disk) and tells the loop (``on_condition``), which tells the prompter and
+``status``. While it fails, the loop does not wait for it: past the backlog bound the
+oldest unstored frames are given up at once, each run replaced by one ``journal_gap``
+record (:mod:`tether.journal.gaps`) that is stored when the disk takes writes again --
+so the journal itself says what it lost, and the owner keeps answering (a loop that
+waited on a full disk looked hung, and callers may fence a hung owner).
+
 An owner killed with SIGKILL loses the rows queued but not yet committed (typically the
 last few milliseconds). Watchers may have seen those entries live; so that their seqs
 are never handed out again, a live writer works inside a stored *reservation*
 (:func:`tether.journal.store.claim`): the next owner starts past it, and a crash leaves
-a gap, never a reused number. A clean stop releases the reservation, so consecutive
-owners continue the sequence with no gap. SQLite's WAL keeps the database whole.
+a gap, never a reused number, and its first entry is a ``journal_gap`` record saying
+so (``owner-lost``). A clean stop releases the reservation, so consecutive owners
+continue the sequence with no gap. SQLite's WAL keeps the database whole.
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether.journal import store
+from tether._state_errors import translate_error
+from tether.errors import StateError
+from tether.journal import gaps, store
 from tether.journal.entry import Retention, acp_body, body_of, entry_line
 
 logger = logging.getLogger("tether.journal")
@@ -70,7 +82,10 @@ class JournalWriter:
         self.db_path = db_path
         self.retention = retention or Retention()
         self._db = open_db(db_path)
+        # The last seq stored by a previous writer that was lost (None: it stopped cleanly).
+        self.lost_after = store.unreleased(self._db, key)
         self.next_seq = store.claim(self._db, key)
+        self.first_seq = self.next_seq  # ours: everything below is an earlier writer's
         self.stored_seq = self.next_seq - 1  # written by the thread, read by the loop
         # (seq, line as UTF-8); trimmed only down to entries already stored.
         self.ring: collections.deque[tuple[int, bytes]] = collections.deque()
@@ -88,8 +103,19 @@ class JournalWriter:
         # (direction, request id) -> the bytes of an acp entry's line after its seq and at
         self._acp_heads: dict[tuple[str, str | None], bytes] = {}
         self._at, self._at_text = 0.0, b"0.0"
+        # Set by the thread while the disk refuses our writes; cleared once it takes them.
+        self.failure: StateError | None = None
+        # Called on the loop when ``failure`` is set or cleared (the owner tells people).
+        self.on_condition: Callable[[], None] | None = None
+        try:
+            self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tests): nobody to tell
+            self._loop = None
         self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
         self._thread.start()
+        if self.lost_after is not None:
+            # The previous writer was lost: our first entry says where we continue from.
+            self.append(gaps.GAP_KIND, gaps.gap_payload(self.lost_after, gaps.OWNER_LOST))
 
     # --- the event loop's side ---------------------------------------------------------
 
@@ -164,19 +190,41 @@ class JournalWriter:
             ring.popleft()
 
     def _stall(self) -> None:
-        """The writer is far behind: wait for it (the lock is held), boundedly; if the disk
-        does not take the rows even then, give the oldest up rather than grow."""
+        """The writer is far behind (the lock is held). A slow disk: wait for it,
+        boundedly. A failing one, or a slow one that did not catch up: give the oldest
+        frames up rather than grow, each run replaced by a gap record (:mod:`.gaps`)."""
         self.stalls += 1
-        self._wake.set()
-        self._drained.wait_for(
-            lambda: self._pending_bytes <= MAX_BACKLOG_BYTES // 2, timeout=STALL_MAX_S
-        )
-        while self._pending_bytes > MAX_BACKLOG_BYTES and len(self._pending) > 1:
-            row = self._pending.pop(0)
-            self._pending_bytes -= len(row[2])
-            self.dropped += 1
-        if self.dropped:
-            logger.warning("journal: %d entries could not be stored in time", self.dropped)
+        if self.failure is None:
+            self._wake.set()
+            self._drained.wait_for(
+                lambda: self._pending_bytes <= MAX_BACKLOG_BYTES // 2 or self.failure is not None,
+                timeout=STALL_MAX_S,
+            )
+        if self._pending_bytes <= MAX_BACKLOG_BYTES:
+            return
+        failure = self.failure
+        cause = {"cause": failure.detail_code} if failure is not None else {}
+        excess = self._pending_bytes - MAX_BACKLOG_BYTES // 2
+        self._pending, lost = gaps.drop_oldest(self._pending, excess, **cause)
+        self._pending_bytes = sum(len(row[2]) for row in self._pending)
+        self.dropped += lost
+        if lost:
+            logger.warning(
+                "journal: %d entries could not be stored in time (%d in all); a journal_gap"
+                " record stands for them",
+                lost,
+                self.dropped,
+            )
+
+    def _tell(self) -> None:
+        """From the thread: ``failure`` changed; run ``on_condition`` on the loop."""
+        loop, callback = self._loop, self.on_condition
+        if loop is None or callback is None:
+            return
+        try:
+            loop.call_soon_threadsafe(callback)
+        except RuntimeError:  # the loop is closed: the owner is gone
+            pass
 
     def _kick(self) -> None:
         self._kick_scheduled = False
@@ -220,9 +268,15 @@ class JournalWriter:
                     store.write_batch(self._db, self.key, batch)
                 except sqlite3.Error as exc:
                     logger.warning("journal write failed (%s); retrying", exc)
+                    failed = self.failure is None
                     with self._lock:
                         self._pending[:0] = batch  # keep order: the failed batch goes first
                         self._pending_bytes += batch_bytes
+                        error = translate_error(exc, self.db_path)
+                        self.failure = error if isinstance(error, StateError) else None
+                        self._drained.notify_all()  # a stalled appender stops waiting
+                    if failed and self.failure is not None:
+                        self._tell()
                     if self._closing and delay >= RETRY_MAX_S:
                         return  # give up at shutdown: the rows stay unstored, as on a crash
                     time.sleep(delay)
@@ -234,6 +288,9 @@ class JournalWriter:
                 self.bytes_written += batch_bytes
                 with self._lock:
                     self._drained.notify_all()
+                if self.failure is not None:
+                    self.failure = None
+                    self._tell()
             now = time.monotonic()
             with self._lock:
                 finished = self._closing and not self._pending

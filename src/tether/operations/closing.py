@@ -124,6 +124,10 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
     if lock_fd is None:
         return
     try:
+        from tether import owner_lost
+
+        if owner_lost.was_lost(registry, key, session):
+            owner_lost.correct_offline(registry, key)  # its turn ends owner-lost first
         # We hold the lock, so no owner runs: whatever a killed one left in its row
         # (its pid, "idle") is stale, and `sessions list` must not show it.
         registry.update_session(

@@ -24,6 +24,9 @@ def _readable(key: str) -> Any:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
         access.authorize(key, "history", registry=registry)
+        from tether.owner_lost import correct_if_dead
+
+        correct_if_dead(registry, key)  # a killed owner's turn reads owner-lost, not running
     except BaseException:
         registry.close()
         raise

@@ -43,11 +43,14 @@ def offline_status(key: str) -> dict[str, Any]:
 
     The documented keys are always present, so scripts need no special case:
     ``status`` is ``no-session``, ``closed``, ``dead`` (the last agent run ended in an
-    error) or ``idle``.
+    error, or the owner was lost: killed, and its records corrected here by whoever
+    proved it dead -- see :mod:`tether.owner_lost`) or ``idle``.
     """
+    from tether.owner_lost import correct_if_dead
     from tether.registry import Registry
 
     with Registry() as registry:
+        correct_if_dead(registry, key)  # a killed owner: its records corrected first
         session = registry.session(key)
         if session is None:
             return {
@@ -68,7 +71,11 @@ def offline_status(key: str) -> dict[str, Any]:
         leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None
         last_end = session.last_end or {}
-        dead = session.state != "closed" and last_end.get("reason") == "error"
+        # dead: the last agent run ended in an error, or the owner was lost (killed)
+        # and no owner has started since.
+        dead = session.state != "closed" and (
+            last_end.get("reason") == "error" or session.owner_status == "dead"
+        )
         return {
             "action": "status_snapshot",
             "status": "closed" if session.state == "closed" else ("dead" if dead else "idle"),

@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os, metrics
+from tether import _log, _os, metrics, owner_lost
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
@@ -39,11 +39,10 @@ from tether.owner.requests import RequestRunner
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
 from tether.owner.state_watch import StateWatch, watch_state
-from tether.owner.status import end_event, hello_frame, status_snapshot
+from tether.owner.status import end_event, hello_frame, journal_condition, status_snapshot
 from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
-from tether.supervise.reconcile import reconcile
 
 __all__ = ["Owner"]
 
@@ -156,11 +155,9 @@ class Owner:
         metrics.incr("owner_spawn_total")
         self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
-        # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap.
-        try:
-            reconcile(self.registry, session_key=self.key)
-        except Exception:
-            logger.exception("reconcile at owner start failed")
+        # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap;
+        # if it was lost, its turn and run end owner-lost in the journal.
+        owner_lost.at_owner_start(self.registry, self.key, self.journal, self.record)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(
@@ -179,6 +176,7 @@ class Owner:
         """Become the journal's writer (we hold the session lock) and wire the rooms in."""
         journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
         self.journal = journal
+        journal.on_condition = lambda: journal_condition(self)  # a full disk, and after
         self.fanout = Fanout(journal)
         self.admission.record = self.runner.record = self.interactions.record = self.record
         self.slot.record = self.record
@@ -343,6 +341,8 @@ class Owner:
             self.admission.active = job
             if job.kind == "prompt" and job.env.payload.get("control") is True:
                 self.interactions.attach_prompter(job)  # it answers its own questions
+            if job.kind == "prompt":
+                journal_condition(self, job)  # a turn on a full disk is told so at once
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
             task = asyncio.get_running_loop().create_task(self.runner.run(job))

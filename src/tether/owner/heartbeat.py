@@ -18,17 +18,23 @@ the owner itself, over IPC).
 
 The beat comes at least three times per ``unresponsive_after`` (and at most every
 ``HEARTBEAT_S``), so one late beat never makes a live owner look dead.
+
+The beat does not depend on the database either: each one also sets the mtime of the
+session's lock file, which needs no free space. On a full disk the row's beat cannot
+be written, and an owner waiting for its disk must never look silent -- callers read
+the newer of the two (:func:`tether.owner_fence.owner_silence`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import metrics
+from tether import metrics, sessions
 from tether.registry import Registry
 
 __all__ = ["HEARTBEAT_S", "Heartbeat"]
@@ -54,6 +60,7 @@ class Heartbeat:
         self.kept = kept
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._beat_path = sessions.lock_path(key)
         self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -86,6 +93,8 @@ class Heartbeat:
                 self._wake.clear()
                 if self._stop.is_set():
                     break
+                with contextlib.suppress(OSError):  # the beat that needs no disk space
+                    os.utime(self._beat_path)
                 ops = self.take_kept()
                 try:
                     registry.update_session(

@@ -19,7 +19,9 @@ __all__ = [
     "attached",
     "end_event",
     "hello_frame",
+    "journal_condition",
     "session_end_event",
+    "state_error",
     "status_snapshot",
     "terminate_fields",
     "terminate_result",
@@ -71,6 +73,8 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "sessionKey": owner.key,
         "stopping": owner.stopping,
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
+        # A disk that refuses the journal's writes (STATE_FULL): stated, never a hang.
+        "stateError": state_error(owner),
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "attached": attached(owner),  # who: each watcher's and controller's pid, uid, door
         "interactions": owner.interactions.pending(),
@@ -115,6 +119,42 @@ def attached(owner: Owner) -> list[dict[str, Any]]:
     for job in owner.interactions.controllers():
         add(job, "controller")
     return list(parties.values())
+
+
+def state_error(owner: Owner) -> dict[str, Any] | None:
+    """The journal's storage condition: None while it stores, else the error's code,
+    message and how many entries were given up so far (each run recorded in the journal
+    by a ``journal_gap`` record once the disk takes writes again)."""
+    journal = owner.journal
+    if journal is None or journal.failure is None:
+        return None
+    return {
+        "code": journal.failure.detail_code,
+        "message": journal.failure.message,
+        "droppedEntries": journal.dropped,
+    }
+
+
+def journal_condition(owner: Owner, job: Job | None = None) -> None:
+    """Tell the turn's caller how the journal's storage is (``job``: a turn that is
+    starting, told only while the disk fails; None: the condition just changed)."""
+    journal = owner.journal
+    current = job or owner._current_prompt()
+    if journal is None or current is None or (job is not None and journal.failure is None):
+        return
+    error = state_error(owner)
+    if error is not None:
+        notice: dict[str, Any] = {"action": "state_error", **error}
+        message = (
+            f"{error['code']}: {error['message']} The turn goes on; what cannot be stored"
+            " is dropped and recorded as lost in the journal."
+        )
+    else:
+        notice = {"action": "state_recovered", "droppedEntries": journal.dropped}
+        message = f"the state database takes writes again ({journal.dropped} entries were lost)"
+    current.send(
+        {"type": "notice", "requestId": current.request_id, "notice": notice, "message": message}
+    )
 
 
 def _counters(owner: Owner) -> dict[str, int]:
