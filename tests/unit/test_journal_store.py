@@ -376,4 +376,8 @@ def test_readers_skip_a_damaged_chunk_and_say_which_and_retention_still_runs() -
 
         assert [(k, d[:2]) for k, d in damaged_chunks(reg._db)] == [(key, (4, 6))]
         assert store.delete_before(reg._db, key, 5) == 6  # 1-3, and 4-6 whole
-        assert [s for s, _ in store.read(reg._db, key, 1)] == [7, 8, 9]
+        # What went is named by one retention gap record at the last seq that went.
+        rows = store.read(reg._db, key, 1)
+        assert [s for s, _ in rows] == [6, 7, 8, 9]
+        gap = json.loads(rows[0][1])
+        assert (gap["kind"], gap["reason"], gap["after"]) == ("journal_gap", "retention", 0)

@@ -388,7 +388,9 @@ def delete_before(db: sqlite3.Connection, key: str, seq: int) -> int:
                 " VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (key, seq_of(keep[0]), last, len(keep), last_at, *pack(keep)),
             )
-    db.execute("DELETE FROM journal_marks WHERE session_key = ? AND seq < ?", (key, seq))
+    # A damaged chunk went whole, past the cut: its marks go with it.
+    below = max(seq, last_gone[0] + 1)
+    db.execute("DELETE FROM journal_marks WHERE session_key = ? AND seq < ?", (key, below))
     if removed:
         after, counted = int(rows[0][0]) - 1, removed
         if head is not None:  # the earlier cut's record stood for entries of its own
