@@ -168,6 +168,10 @@ class TurnMethods:
             machine.transition(TurnInput.PROMPT_SENT, turn.request_id)
             response = await self._wait_turn(turn, fut, started, ceiling)
             machine.transition(TurnInput.ANSWERED)
+            if turn.failed.done():
+                # Failed in the same read as its answer (an oversized frame, an observer
+                # that broke): answered, so nothing to abandon, but it did not succeed.
+                raise turn.failed.result()
         except BaseException:
             if machine.in_flight:
                 self._give_up(turn, "cancelled")
