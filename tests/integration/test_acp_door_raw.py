@@ -144,3 +144,38 @@ def test_one_update_of_9_mib_reaches_the_client_and_the_turn_ends(door: RawDoor)
             texts.append(update["content"]["text"])
     assert frame.get("result", {}).get("stopReason") == "end_turn", frame
     assert texts == ["x" * 9_000_000]
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "rid"),
+    [
+        (b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":"x"}', -32602, 1),
+        (b'{"jsonrpc":"2.0","id":2,"method":5}', -32600, 2),
+        (b'{"jsonrpc":"2.0","id":1.5,"method":"initialize","params":{}}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":{"a":1},"method":"initialize","params":{}}', -32600, None),
+        (b'{"jsonrpc":"2.0","id":true,"method":"initialize","params":{}}', -32600, None),
+        (b"42", -32600, None),
+        (b'{"jsonrpc":"2.0","id":3,"method":"session/list","params":[1]}', -32602, 3),
+    ],
+)
+def test_every_invalid_request_is_answered_and_the_door_goes_on(
+    door: RawDoor, line: bytes, code: int, rid: object
+) -> None:
+    """JSON-RPC 2.0: -32600 / -32602 with the request's id where it has a valid one
+    (none of these got an answer, and `session/list` with `[1]` was taken as `{}`)."""
+    door.send(line + b"\n")
+    reply = door.frame()
+    assert reply["id"] == rid
+    assert reply["error"]["code"] == code
+    door.send({"jsonrpc": "2.0", "id": "after", "method": "initialize", "params": {}})
+    assert "result" in door.answer_to("after")
+
+
+def test_a_batch_is_answered_with_an_array(door: RawDoor) -> None:
+    door.send(
+        b'[{"jsonrpc":"2.0","id":"b1","method":"session/list","params":{}},'
+        b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}]\n'
+    )
+    reply = door.frame()
+    assert isinstance(reply, list)
+    assert [(r["id"], r["error"]["code"]) for r in reply] == [("b1", -32600)]

@@ -57,6 +57,7 @@ from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, UsageError
 from tether.jsonrpc import (
     EOF,
+    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     NEED_DATA,
     PARSE_ERROR,
@@ -67,6 +68,7 @@ from tether.jsonrpc import (
     Response,
     encode,
 )
+from tether.jsonrpc.invalid import reply_to_invalid
 
 __all__ = ["AcpDoor", "DoorOptions"]
 
@@ -169,6 +171,9 @@ class AcpDoor:
                 message = f"parse error: {event.detail}"
                 error = {"code": PARSE_ERROR, "message": message}
                 self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))
+            elif isinstance(event, ProtocolViolation) and event.reason == "invalid-message":
+                # Every request is answered, an invalid one too (-32600 / -32602).
+                self._send(reply_to_invalid(event.raw, event.detail) or b"")
             elif isinstance(event, Response):
                 self.to_client.answered(event)
 
@@ -178,6 +183,11 @@ class AcpDoor:
             self._send(
                 self._rpc.send_error(req.id, METHOD_NOT_FOUND, f"method not found: {req.method}")
             )
+            return
+        if req.params is not None and not isinstance(req.params, dict):
+            # ACP's methods take an object; positional params are not "no params".
+            message = f"invalid params for {req.method}: an object is required"
+            self._send(self._rpc.send_error(req.id, INVALID_PARAMS, message))
             return
         self._spawn(self._answer(req, handler))
 
