@@ -179,3 +179,23 @@ def test_a_batch_is_answered_with_an_array(door: RawDoor) -> None:
     reply = door.frame()
     assert isinstance(reply, list)
     assert [(r["id"], r["error"]["code"]) for r in reply] == [("b1", -32600)]
+
+
+def test_a_20_mib_prompt_through_the_door_is_taken_and_its_echo_comes_back(
+    door: RawDoor,
+) -> None:
+    """The prompt limit is 64 MiB on every path: the door read at most 16 MiB from its
+    client and answered a bigger prompt with an id-less parse error (the client hung)."""
+    sid = door.session()
+    text = "z" * (20 * 1024 * 1024)
+    door.prompt(sid, text)
+    texts = []
+    while True:
+        frame = door.frame()
+        if frame.get("id") == "p":
+            break
+        update = frame.get("params", {}).get("update", {})
+        if update.get("sessionUpdate") == "agent_message_chunk":
+            texts.append(update["content"]["text"])
+    assert frame.get("result", {}).get("stopReason") == "end_turn", frame
+    assert texts == [text]

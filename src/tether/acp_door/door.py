@@ -55,6 +55,7 @@ from tether import operations
 from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, UsageError
+from tether.ipc import protocol
 from tether.jsonrpc import (
     EOF,
     INVALID_PARAMS,
@@ -88,6 +89,9 @@ class DoorOptions:
     owner_options: dict[str, Any] = field(default_factory=dict)
     auth_config: dict[str, str] = field(default_factory=dict)
     close_on_exit: bool = False
+    # The longest line read from the client: a session/prompt frame holding a prompt of
+    # the prompt limit (config promptMaxBytes) plus its wrapping.
+    max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES + protocol.ENVELOPE_SLACK
 
 
 class AcpDoor:
@@ -96,7 +100,7 @@ class AcpDoor:
     def __init__(self, write: Callable[[bytes], None], options: DoorOptions) -> None:
         self._write = write
         self.options = options
-        self._rpc = JsonRpcConnection()
+        self._rpc = JsonRpcConnection(max_frame_bytes=options.max_frame_bytes)
         self._attached: dict[str, Attachment] = {}
         self._own_requests: dict[str, set[str]] = {}  # session -> this door's turn ids
         self._inflight: set[asyncio.Task[None]] = set()
