@@ -199,3 +199,24 @@ def test_a_20_mib_prompt_through_the_door_is_taken_and_its_echo_comes_back(
             texts.append(update["content"]["text"])
     assert frame.get("result", {}).get("stopReason") == "end_turn", frame
     assert texts == [text]
+
+
+def test_a_prompt_over_the_limit_is_answered_under_its_id(
+    project_dir: Path, tether_home: Path
+) -> None:
+    """A line over the door's limit cannot be decoded, but its head shows its id: the
+    client gets its answer (it got an id-less parse error and waited forever)."""
+    (tether_home / "config.toml").write_text("promptMaxBytes = 1048576\n")
+    door = RawDoor(project_dir)
+    try:
+        sid = door.session()
+        door.prompt(sid, "w" * (3 * 1024 * 1024), rid="big")
+        reply = door.answer_to("big")
+        assert reply["error"]["code"] == -32600
+        assert "promptMaxBytes" in reply["error"]["message"]
+        door.prompt(sid, "echo still serving", rid="next")
+        assert door.answer_to("next")["result"]["stopReason"] == "end_turn"
+    finally:
+        door.close()
+        for record in operations.list_sessions():
+            operations.close_session(record["key"])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tether.jsonrpc import JsonRpcConnection, ProtocolViolation
-from tether.jsonrpc.invalid import reply_to_invalid
+from tether.jsonrpc.invalid import reply_to_invalid, reply_to_oversized
 
 
 def _violation(line: bytes, rpc: JsonRpcConnection | None = None) -> ProtocolViolation:
@@ -79,3 +79,30 @@ def test_a_reused_unanswered_id_is_answered_with_null() -> None:
     reply = _reply(b'{"jsonrpc":"2.0","id":1,"method":"session/list","params":{}}', rpc)
     assert reply["id"] is None
     assert reply["error"]["code"] == -32600
+
+
+def test_an_oversized_request_is_answered_under_the_id_its_head_shows() -> None:
+    rpc = JsonRpcConnection(max_frame_bytes=64)
+    rpc.receive_data(b'{"jsonrpc":"2.0","id":"p","method":"session/prompt","params":{"x":"')
+    rpc.receive_data(b"y" * 100 + b'"}}\n')
+    event = rpc.next_event()
+    assert isinstance(event, ProtocolViolation)
+    assert event.reason == "oversized"
+    reply = reply_to_oversized(event.excerpt, 64, event.length, "config promptMaxBytes")
+    assert reply is not None
+    answer = json.loads(reply)
+    assert answer["id"] == "p"
+    assert answer["error"]["code"] == -32600
+    assert "over the limit of 64 (config promptMaxBytes)" in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b'{"jsonrpc":"2.0","method":"session/prompt","params":{"id":3,',  # nested id
+        b'{"jsonrpc":"2.0","id":4,"result":{"content":"',  # a response
+        b"not json at all",
+    ],
+)
+def test_an_oversized_line_without_a_request_id_in_its_head_gets_none(head: bytes) -> None:
+    assert reply_to_oversized(head, 64, 100) is None

@@ -69,7 +69,7 @@ from tether.jsonrpc import (
     Response,
     encode,
 )
-from tether.jsonrpc.invalid import reply_to_invalid
+from tether.jsonrpc.invalid import reply_to_invalid, reply_to_oversized
 
 __all__ = ["AcpDoor", "DoorOptions"]
 
@@ -172,6 +172,14 @@ class AcpDoor:
             elif isinstance(event, Notification):
                 self._on_notification(event)
             elif isinstance(event, ProtocolViolation) and event.reason in _UNREADABLE:
+                limit = self._rpc.max_frame_bytes
+                if event.reason == "oversized" and (
+                    reply := reply_to_oversized(
+                        event.excerpt, limit, event.length, "config promptMaxBytes"
+                    )
+                ):
+                    self._send(reply)  # answered under its id: its client stops waiting
+                    continue
                 message = f"parse error: {event.detail}"
                 error = {"code": PARSE_ERROR, "message": message}
                 self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))

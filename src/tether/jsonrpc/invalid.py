@@ -15,18 +15,28 @@ value; :func:`reply_to_invalid` turns that value into the answer JSON-RPC 2.0 as
   the answer is an array with a ``-32600`` for each member that is not a notification;
 * an otherwise valid request whose id is still unanswered (a reused id): ``-32600``
   with ``null``, since an answer under that id would read as the first request's;
-* a (malformed) response or a notification is never answered.
+* a (malformed) response or a notification is never answered;
+* a line over the reader's limit cannot be decoded: :func:`reply_to_oversized` answers
+  it ``-32600`` under the id its first bytes show (``{"jsonrpc":"2.0","id":7,...``:
+  clients write it before ``params``) rather than an id-less parse error.
 
 No I/O: bytes out, for the caller to write.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from tether.jsonrpc.messages import INVALID_PARAMS, INVALID_REQUEST, encode, is_valid_id
 
-__all__ = ["reply_to_invalid"]
+__all__ = ["reply_to_invalid", "reply_to_oversized"]
+
+# A top-level "id" member before any nested value: `{"jsonrpc":"2.0","id":7,"method":...`.
+_HEAD_ID = re.compile(
+    rb'^\s*\{(?:\s*"(?:jsonrpc|method)"\s*:\s*"[^"\\]*"\s*,)*'  # members before it
+    rb'\s*"id"\s*:\s*(-?\d+|"[^"\\]*")\s*[,}]'
+)
 
 
 def _error(request_id: Any, code: int, message: str) -> dict[str, Any]:
@@ -74,3 +84,19 @@ def reply_to_invalid(raw: Any, detail: str) -> bytes | None:
         return encode(answers) if answers else None
     answer = _answer(raw, detail)
     return encode(answer) if answer is not None else None
+
+
+def reply_to_oversized(excerpt: bytes, limit: int, seen: int, limit_name: str = "") -> bytes | None:
+    """The answer to a request longer than ``limit`` (``seen`` bytes of it were read)
+    whose first bytes are ``excerpt``: ``-32600`` under the id those bytes show; None
+    when they show no request id (the caller answers a parse error, as for any line
+    it cannot read). ``limit_name``: how the user sets the limit, for the message."""
+    match = _HEAD_ID.match(excerpt)
+    if match is None or b'"method"' not in excerpt:
+        return None
+    token = match.group(1)
+    request_id: Any = int(token) if token[:1] != b'"' else token[1:-1].decode("utf-8", "replace")
+    message = f"invalid request: a message of at least {seen} bytes, over the limit of {limit}"
+    if limit_name:
+        message += f" ({limit_name})"
+    return encode(_error(request_id, INVALID_REQUEST, message))
