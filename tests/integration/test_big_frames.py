@@ -63,11 +63,17 @@ def test_an_agent_message_over_frame_max_bytes_fails_the_turn_naming_the_limit(
     assert "frameMaxBytes" in proc.stderr
     assert f"limit of {MIB} bytes" in proc.stderr
     assert "end_turn" not in proc.stdout
+    as_json = mock.json("prompt", "big 2000000", rc=1)
+    assert as_json["error"]["data"]["detailCode"] == "FRAME_TOO_LARGE"
     # the session goes on serving, and the failed turn is recorded as failed
     assert "hello" in mock.run("prompt", "echo hello").stdout
     turns = mock.history("turn")
-    assert "frameMaxBytes" in str(turns[0]["payload"].get("error"))
-    assert turns[1]["payload"]["stopReason"] == "end_turn"
+    assert ["frameMaxBytes" in str(t["payload"].get("error")) for t in turns] == [
+        True,
+        True,
+        False,
+    ]
+    assert turns[2]["payload"]["stopReason"] == "end_turn"
 
 
 def test_frame_max_bytes_is_never_below_the_prompt_limit(
