@@ -14,6 +14,7 @@ import queue
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,33 @@ def test_a_prompt_over_the_limit_is_answered_under_its_id(
         door.close()
         for record in operations.list_sessions():
             operations.close_session(record["key"])
+
+
+def test_a_client_leaving_while_its_turn_comes_from_the_journal_cancels_it(
+    door: RawDoor,
+) -> None:
+    """Once the owner has let the door go (``lagged``) it no longer hears the door leave:
+    the door cancels the turn in its owner itself, as a client leaving always does."""
+    from tether.journal import store
+    from tether.journal.entry import parse_line
+    from tether.registry import Registry
+
+    sid = door.session()
+    door.prompt(sid, "stream 200000 ; sleep 120000")
+    chunks = 0
+    while chunks < 200000:
+        if b'"agent_message_chunk"' in door.line():
+            chunks += 1
+    door.close()  # stdin EOF while the agent sleeps: the door leaves
+
+    def turn_end() -> dict[str, Any] | None:
+        with Registry() as registry:
+            lines = [line for _, line in store.iter_lines(registry._db, sid)]
+        ends = [e for e in map(parse_line, lines) if e.get("kind") == "turn_ended"]
+        return ends[-1] if ends else None
+
+    deadline = time.monotonic() + 30.0
+    while (ended := turn_end()) is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert ended is not None, "the turn went on after its client left"
+    assert ended.get("stopReason") == "cancelled", ended

@@ -28,6 +28,7 @@ from tether.journal.follow import Follower
 
 __all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
+CLEANUP_S = 5.0  # how long a cancelled turn waits for its journal follower and its cancel
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
 
@@ -211,11 +212,14 @@ async def _finish_from_journal(
         stop.set()
         for follower in followers:
             follower.interrupt()
-        with contextlib.suppress(Exception):
-            await work
+        cleanup = {work}
         if follow:  # the owner let go of our connection, so it cannot tell we left
-            with contextlib.suppress(Exception):
-                await asyncio.shield(asyncio.to_thread(operations.cancel, key, rid))
+            cleanup.add(asyncio.ensure_future(asyncio.to_thread(operations.cancel, key, rid)))
+        # Bounded, and not cut short by a second cancellation: a thread cannot be.
+        await asyncio.shield(asyncio.wait(cleanup, timeout=CLEANUP_S))
+        for task in cleanup:
+            if task.done() and not task.cancelled():
+                task.exception()  # a cancel that finds nothing, a follower that failed
         raise
     if "stopReason" in outcome:
         return {
