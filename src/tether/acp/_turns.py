@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _log
 from tether.acp.turn_state import SessionTurns, TurnInput, TurnState
-from tether.errors import AgentUnresponsive, BrokenResourceError, PromptTimeout
+from tether.errors import AgentUnresponsive, BrokenResourceError, FrameTooLarge, PromptTimeout
 
 if TYPE_CHECKING:
     from tether.acp._agent_requests import AgentRequests
@@ -212,6 +212,21 @@ class TurnMethods:
                 raise turn.failed.result()
             if not self.transport.is_alive():
                 self._fail_everything(self._exit_error("liveness check failed"))
+
+    def fail_turns_oversized(self, length: int) -> None:
+        """The agent sent a line of at least ``length`` bytes, over the frame limit, and
+        it was dropped: every running turn fails with ``FrameTooLarge`` (each is then
+        abandoned) -- a turn whose output was cut must never end as a success."""
+        limit = self.rpc.max_frame_bytes
+        exc = FrameTooLarge(
+            f"the agent sent a message of at least {length} bytes, over the limit of"
+            f" {limit} bytes (config frameMaxBytes); it was dropped, so this turn's"
+            " output is incomplete",
+            limit=limit,
+        )
+        for turn in self._turns.values():
+            if not turn.failed.done():
+                turn.failed.set_result(exc)
 
     def _give_up(self, turn: _Turn, reason: str) -> None:
         """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,

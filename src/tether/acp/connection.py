@@ -66,7 +66,6 @@ from tether.errors import (
     AgentExited,
     BrokenResourceError,
     ClosedResourceError,
-    FrameTooLarge,
     HandshakeTimeout,
     agent_request_error,
 )
@@ -264,22 +263,7 @@ class AgentConnection(TurnMethods, SessionMethods):
                     detail=event.detail,
                 )
                 if event.reason == "oversized":
-                    self._fail_turns(self._too_large(event))
-
-    def _too_large(self, event: ProtocolViolation) -> FrameTooLarge:
-        limit = self.rpc.max_frame_bytes
-        return FrameTooLarge(
-            f"the agent sent a message of at least {event.length} bytes, over the limit"
-            f" of {limit} bytes (config frameMaxBytes); it was dropped, so this turn's"
-            " output is incomplete",
-            limit=limit,
-        )
-
-    def _fail_turns(self, exc: BaseException) -> None:
-        """Fail every running turn with ``exc`` (each is then abandoned and raises it)."""
-        for turn in self._turns.values():
-            if not turn.failed.done():
-                turn.failed.set_result(exc)
+                    self.fail_turns_oversized(event.length)
 
     def _on_notification(self, note: Notification) -> None:
         params = note.params if isinstance(note.params, dict) else {}
