@@ -30,7 +30,7 @@ from tether.errors import NoSession
 from tether.journal.entry import parse_line
 from tether.journal.follow import Follower, follow_session, is_session_end
 
-__all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries", "turn_rest"]
+__all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries"]
 
 logger = logging.getLogger("tether.acp_door")
 RETRY_S = 1.0  # after an unexpected failure of the follower, before following on
@@ -194,48 +194,3 @@ def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str
     finally:
         timer.cancel()
     return out
-
-
-def turn_rest(
-    key: str,
-    rid: str,
-    after: int,
-    on_frame: Callable[[int, dict[str, Any]], None],
-    *,
-    follow: bool,
-    stop: threading.Event,
-    followers: list[Follower],
-) -> dict[str, Any]:
-    """The rest of turn ``rid`` after seq ``after``, from the session's journal (blocking):
-    how a door finishes a turn its owner let go of it in (``lagged``: it read too slowly)
-    or that its connection lost, as ``tether prompt`` does.
-
-    Each ACP frame the agent sent in the turn goes to ``on_frame(seq, frame)``; returns
-    the turn's ``turn_ended`` entry, or ``{"sessionEnded": entry}``, or ``{}`` when
-    neither came (``follow`` off and not stored, or ``stop`` set: then also interrupt
-    the ``followers``, which gets the follower once it starts).
-    """
-    outcome: dict[str, Any] = {}
-    mark = '"requestId":"' + rid + '"'
-
-    def emit(seq: int, line: str) -> None:
-        if mark in line[:200]:
-            entry = parse_line(line)
-            kind = entry.get("kind")
-            if kind == "acp" and entry.get("direction") == "in":
-                frame = entry.get("frame")
-                if isinstance(frame, dict):
-                    on_frame(seq, frame)
-            elif kind == "turn_ended":
-                outcome.update(entry)
-        elif is_session_end(line):
-            outcome["sessionEnded"] = parse_line(line)
-        if outcome:
-            for follower in followers:
-                follower.interrupt()
-
-    with contextlib.suppress(NoSession):  # removed meanwhile: its outcome is unknown
-        follow_session(
-            key, emit, from_seq=after + 1, follow=follow, stop=stop, on_start=followers.append
-        )
-    return outcome

@@ -13,22 +13,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from tether import operations
 from tether.acp_door import translate
-from tether.acp_door.attach import Attachment, turn_rest
+from tether.acp_door.attach import Attachment
 from tether.client import _Connection
-from tether.errors import OwnerLost, SessionClosed, error_from_wire
+from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
-from tether.journal.follow import Follower
+from tether.journal.turn_rest import TurnRest
 
 __all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
-CLEANUP_S = 5.0  # how long a cancelled turn waits for its journal follower and its cancel
+CLEANUP_S = 5.0  # how long a cancelled turn waits for its cancel to reach the owner
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
 
@@ -194,45 +193,19 @@ async def _finish_from_journal(
     its owner -- it no longer hears from our connection -- before the cancellation
     propagates.
     """
-    loop = asyncio.get_running_loop()
-    stop = threading.Event()
-    followers: list[Follower] = []
-
-    def on_frame(seq: int, acp: dict[str, Any]) -> None:
-        loop.call_soon_threadsafe(_relay, key, seq, acp, notify)
-
-    work = asyncio.ensure_future(
-        asyncio.to_thread(
-            turn_rest, key, rid, after, on_frame, follow=follow, stop=stop, followers=followers
-        )
-    )
+    rest = TurnRest(key, rid, after, follow=follow)
     try:
-        outcome = await asyncio.shield(work)
+        async for seq, acp in rest.frames():
+            _relay(key, seq, acp, notify)
     except asyncio.CancelledError:
-        stop.set()
-        for follower in followers:
-            follower.interrupt()
-        cleanup = {work}
         if follow:  # the owner let go of our connection, so it cannot tell we left
-            cleanup.add(asyncio.ensure_future(asyncio.to_thread(operations.cancel, key, rid)))
-        # Bounded, and not cut short by a second cancellation: a thread cannot be.
-        await asyncio.shield(asyncio.wait(cleanup, timeout=CLEANUP_S))
-        for task in cleanup:
-            if task.done() and not task.cancelled():
-                task.exception()  # a cancel that finds nothing, a follower that failed
+            cancel = asyncio.ensure_future(asyncio.to_thread(operations.cancel, key, rid))
+            # Bounded, and not cut short by a second cancellation: a thread cannot be.
+            await asyncio.shield(asyncio.wait({cancel}, timeout=CLEANUP_S))
+            if cancel.done() and not cancel.cancelled():
+                cancel.exception()  # a cancel that finds nothing is no failure
         raise
-    if "stopReason" in outcome:
-        return {
-            "stopReason": str(outcome["stopReason"] or "end_turn"),
-            "_meta": {"tether": {"requestId": rid}},
-        }
-    if "error" in outcome:
-        raise error_from_wire({"message": str(outcome["error"])})
-    if "sessionEnded" in outcome:
-        raise SessionClosed("the session ended during the turn", session_key=key)
-    raise OwnerLost(
-        "the owner went away before the turn finished; its outcome is unknown", request_id=rid
-    )
+    return {"stopReason": rest.stop_reason(), "_meta": {"tether": {"requestId": rid}}}
 
 
 def prompt_payload(
