@@ -110,30 +110,32 @@ async def run_prompt(
         # The journal seq of the last frame relayed to us: where the journal takes over
         # if the owner lets go of us mid-turn.
         seen = journaled if isinstance(journaled, int) else 0
-        try:
-            async for frame in conn.frames(rid):
-                kind = frame.get("type")
-                if kind == "update":
-                    seq = frame.get("seq")
-                    seen = max(seen, seq) if isinstance(seq, int) else seen
-                    if frame.get("direction") == "in" and isinstance(frame.get("frame"), dict):
-                        _relay(att.key, seq, frame["frame"], notify)
-                elif kind == "lagged":
-                    # We read too slowly and the owner let go of us; the turn goes on, and
-                    # its frames are all in the journal: the rest of it comes from there.
-                    last = frame.get("lastSeq")
-                    seen = max(seen, last) if isinstance(last, int) else seen
-                    return await _finish_from_journal(att.key, rid, seen, notify, follow=True)
-                else:
-                    answer = _answer(att, conn, rid, frame, on_question, relay)
-                    if answer is not None:
-                        return answer
-        except OwnerLost:
-            # Cut off (a lagged frame lost with its buffer), or the owner died: the
-            # journal knows which -- the turn's end, if it was recorded.
-            serving = await asyncio.to_thread(operations.serving_generation, att.key)
-            follow = serving is not None and serving == generation
-            return await _finish_from_journal(att.key, rid, seen, notify, follow=follow)
+        frames = conn.frames(rid)
+        while True:
+            try:
+                frame = await anext(frames)
+            except StopAsyncIteration:
+                break
+            except OwnerLost:
+                # Cut off (a lagged frame lost with its buffer), or the owner died: the
+                # journal knows which -- the turn's end, if it was recorded.
+                serving = await asyncio.to_thread(operations.serving_generation, att.key)
+                follow = serving is not None and serving == generation
+                return await _finish_from_journal(att.key, rid, seen, notify, follow=follow)
+            kind = frame.get("type")
+            if kind == "update":
+                seq = frame.get("seq")
+                seen = max(seen, seq) if isinstance(seq, int) else seen
+                if frame.get("direction") == "in" and isinstance(frame.get("frame"), dict):
+                    _relay(att.key, seq, frame["frame"], notify)
+            elif kind == "lagged":
+                # We read too slowly and the owner let go of us; the turn goes on, and its
+                # frames are all in the journal: the rest of it comes from there.
+                last = frame.get("lastSeq")
+                seen = max(seen, last) if isinstance(last, int) else seen
+                return await _finish_from_journal(att.key, rid, seen, notify, follow=True)
+            elif (answer := _answer(att, conn, rid, frame, on_question, relay)) is not None:
+                return answer
         raise OwnerLost("the owner ended the turn without an answer")
     finally:
         att.running.remove(rid)
