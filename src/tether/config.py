@@ -233,6 +233,10 @@ SCHEMA: dict[str, Key] = {
     "livenessInterval": seconds(30.0, "a waiting turn checks the agent this often", positive=True),
     "handshakeTimeout": seconds(30.0, "deadline of each handshake step", positive=True),
     "promptMaxBytes": integer(64 * 1024 * 1024, "the largest prompt (request frame), bytes"),
+    "frameMaxBytes": integer(
+        64 * 1024 * 1024,
+        "the largest message an agent may send, bytes (never below promptMaxBytes)",
+    ),
     "abandonedTurnGrace": seconds(
         10.0, "wait this long for an abandoned turn's answer, then restart the agent"
     ),

@@ -154,3 +154,40 @@ def test_public_api_is_pinned() -> None:
     }
     for name in tether.__all__:
         assert getattr(tether, name) is not None
+
+
+def test_a_consumer_that_falls_behind_still_gets_every_event_and_the_end(
+    tether_home: Path, project_dir: Path
+) -> None:
+    """The owner lets a connection that falls 8 MiB behind go (``lagged``); the turn
+    goes on, and the library reads the rest of it from the journal: every chunk once, in
+    order, then TurnEnded (the iteration just stopped, events missing, no TurnEnded)."""
+    from tether.journal import store
+    from tether.registry import Registry
+
+    def turn_ended(key: str) -> bool:
+        with Registry() as registry:
+            return any('"turn_ended"' in line for _, line in store.iter_lines(registry._db, key))
+
+    async def main() -> None:
+        async with tether.Client(home=tether_home) as client:
+            session = await client.ensure_session("mock", cwd=project_dir)
+            try:
+                chunks: list[str] = []
+                events = []
+                async for event in session.prompt("stream 200000"):
+                    if not events:  # stop reading until the whole turn is over
+                        for _ in range(600):
+                            if await asyncio.to_thread(turn_ended, session.key):
+                                break
+                            await asyncio.sleep(0.1)
+                    events.append(event)
+                    if isinstance(event, tether.AgentMessageChunk):
+                        chunks.append(event.text)
+                assert chunks == [f"chunk {i}\n" for i in range(200000)]
+                assert isinstance(events[-1], tether.TurnEnded)
+                assert events[-1].stop_reason == "end_turn"
+            finally:
+                await session.close()
+
+    run(main())

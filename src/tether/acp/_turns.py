@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from tether import _log
 from tether.acp.turn_state import SessionTurns, TurnInput, TurnState
-from tether.errors import AgentUnresponsive, BrokenResourceError, PromptTimeout
+from tether.errors import AgentUnresponsive, BrokenResourceError, FrameTooLarge, PromptTimeout
 
 if TYPE_CHECKING:
     from tether.acp._agent_requests import AgentRequests
@@ -184,6 +184,10 @@ class TurnMethods:
                     "cancelled", {"stopReason": "cancelled"}, turn.permission_denied, False
                 )
             machine.transition(TurnInput.ANSWERED)
+            if turn.failed.done():
+                # Failed in the same read as its answer (an oversized frame, an observer
+                # that broke): answered, so nothing to abandon, but it did not succeed.
+                raise turn.failed.result()
         except BaseException:
             if machine.in_flight:
                 self._give_up(turn, "cancelled")
@@ -258,6 +262,21 @@ class TurnMethods:
     def _wake_turn(turn: _Turn) -> None:
         if turn.poke is not None and not turn.poke.done():
             turn.poke.set_result(None)
+
+    def fail_turns_oversized(self, length: int) -> None:
+        """The agent sent a line of at least ``length`` bytes, over the frame limit, and
+        it was dropped: every running turn fails with ``FrameTooLarge`` (each is then
+        abandoned) -- a turn whose output was cut must never end as a success."""
+        limit = self.rpc.max_frame_bytes
+        exc = FrameTooLarge(
+            f"the agent sent a message of at least {length} bytes, over the limit of"
+            f" {limit} bytes (config frameMaxBytes); it was dropped, so this turn's"
+            " output is incomplete",
+            limit=limit,
+        )
+        for turn in self._turns.values():
+            if not turn.failed.done():
+                turn.failed.set_result(exc)
 
     def _give_up(self, turn: _Turn, reason: str) -> None:
         """Abandon ``turn``: permissions answered ``cancelled``, ``session/cancel`` once,

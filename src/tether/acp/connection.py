@@ -16,7 +16,9 @@ drain its events at once, in order:
   caller in arrival order (the SDK's task-per-message design reorders them);
 * an agent->client request goes to :class:`~tether.acp._agent_requests.AgentRequests`;
 * a ``ProtocolViolation`` (malformed or oversized line) is logged and counted, and the
-  stream goes on.
+  stream goes on; an *oversized* one (over ``max_frame_bytes``, config ``frameMaxBytes``)
+  also fails every running turn with :class:`~tether.errors.FrameTooLarge`, naming the
+  limit: a turn whose agent output was cut must never end as a success.
 
 Observers never break the reader. Listeners and the ``on_frame`` / ``on_line`` /
 ``on_permission`` observers are the caller's code (a renderer writing to a closed
@@ -68,6 +70,7 @@ from tether.errors import (
     agent_request_error,
 )
 from tether.jsonrpc import (
+    DEFAULT_MAX_FRAME_BYTES,
     EOF,
     NEED_DATA,
     JsonRpcConnection,
@@ -124,6 +127,8 @@ class ClientOptions:
     # connection retired (the agent ignores cancel). None: wait for the agent (or the
     # ceiling). See tether.acp._turns.
     cancel_grace: float | None = None
+    # The longest line the agent may send; a longer one fails the turn it arrives in.
+    max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     # methodId -> credential, passed in authenticate's _meta (acpx: ACPX_AUTH_<ID>)
     auth: Mapping[str, str] = field(default_factory=dict)
     # Advertised auth methods and no credential for any: "skip" (go on; the agent may
@@ -159,7 +164,7 @@ class AgentConnection(TurnMethods, SessionMethods):
         self.transport = transport
         self.cwd = cwd
         self.options = options
-        self.rpc = JsonRpcConnection()
+        self.rpc = JsonRpcConnection(max_frame_bytes=options.max_frame_bytes)
         self.agent_info: dict[str, Any] = {}
         self.agent_capabilities: dict[str, Any] = {}
         self.auth_methods: list[dict[str, Any]] = []
@@ -261,6 +266,8 @@ class AgentConnection(TurnMethods, SessionMethods):
                     reason=event.reason,
                     detail=event.detail,
                 )
+                if event.reason == "oversized":
+                    self.fail_turns_oversized(event.length)
 
     def _on_notification(self, note: Notification) -> None:
         params = note.params if isinstance(note.params, dict) else {}

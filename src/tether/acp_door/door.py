@@ -55,8 +55,10 @@ from tether import operations
 from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, UsageError
+from tether.ipc import protocol
 from tether.jsonrpc import (
     EOF,
+    INVALID_PARAMS,
     METHOD_NOT_FOUND,
     NEED_DATA,
     PARSE_ERROR,
@@ -67,6 +69,7 @@ from tether.jsonrpc import (
     Response,
     encode,
 )
+from tether.jsonrpc.invalid import reply_to_invalid, reply_to_oversized
 
 __all__ = ["AcpDoor", "DoorOptions"]
 
@@ -86,6 +89,9 @@ class DoorOptions:
     owner_options: dict[str, Any] = field(default_factory=dict)
     auth_config: dict[str, str] = field(default_factory=dict)
     close_on_exit: bool = False
+    # The longest line read from the client: a session/prompt frame holding a prompt of
+    # the prompt limit (config promptMaxBytes) plus its wrapping.
+    max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES + protocol.ENVELOPE_SLACK
 
 
 class AcpDoor:
@@ -94,7 +100,7 @@ class AcpDoor:
     def __init__(self, write: Callable[[bytes], None], options: DoorOptions) -> None:
         self._write = write
         self.options = options
-        self._rpc = JsonRpcConnection()
+        self._rpc = JsonRpcConnection(max_frame_bytes=options.max_frame_bytes)
         self._attached: dict[str, Attachment] = {}
         self._own_requests: dict[str, set[str]] = {}  # session -> this door's turn ids
         self._inflight: set[asyncio.Task[None]] = set()
@@ -166,9 +172,20 @@ class AcpDoor:
             elif isinstance(event, Notification):
                 self._on_notification(event)
             elif isinstance(event, ProtocolViolation) and event.reason in _UNREADABLE:
+                limit = self._rpc.max_frame_bytes
+                if event.reason == "oversized" and (
+                    reply := reply_to_oversized(
+                        event.excerpt, limit, event.length, "config promptMaxBytes"
+                    )
+                ):
+                    self._send(reply)  # answered under its id: its client stops waiting
+                    continue
                 message = f"parse error: {event.detail}"
                 error = {"code": PARSE_ERROR, "message": message}
                 self._send(encode({"jsonrpc": "2.0", "id": None, "error": error}))
+            elif isinstance(event, ProtocolViolation) and event.reason == "invalid-message":
+                # Every request is answered, an invalid one too (-32600 / -32602).
+                self._send(reply_to_invalid(event.raw, event.detail) or b"")
             elif isinstance(event, Response):
                 self.to_client.answered(event)
 
@@ -178,6 +195,11 @@ class AcpDoor:
             self._send(
                 self._rpc.send_error(req.id, METHOD_NOT_FOUND, f"method not found: {req.method}")
             )
+            return
+        if req.params is not None and not isinstance(req.params, dict):
+            # ACP's methods take an object; positional params are not "no params".
+            message = f"invalid params for {req.method}: an object is required"
+            self._send(self._rpc.send_error(req.id, INVALID_PARAMS, message))
             return
         self._spawn(self._answer(req, handler))
 

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.acp_door.door import AcpDoor, DoorOptions
+from tether.ipc import protocol
 
 __all__ = ["door_options", "run_stdio"]
 
@@ -34,6 +35,7 @@ def door_options(ctx: Any) -> DoorOptions:
         owner_options=_owner_options(ctx),
         auth_config={str(k): str(v) for k, v in auth.items()} if isinstance(auth, dict) else {},
         close_on_exit=bool(ctx.inv.close_on_exit),
+        max_frame_bytes=protocol.prompt_max_bytes(ctx.config) + protocol.ENVELOPE_SLACK,
     )
 
 

@@ -23,9 +23,11 @@ from tether.client import _Connection
 from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.client import new_request_id
+from tether.journal.turn_rest import TurnRest
 
 __all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
+CLEANUP_S = 5.0  # how long a cancelled turn waits for its cancel to reach the owner
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
 
@@ -105,41 +107,107 @@ async def run_prompt(
             )
         )
         await conn.writer.drain()
-        async for frame in conn.frames(rid):
+        # The journal seq of the last frame relayed to us: where the journal takes over
+        # if the owner lets go of us mid-turn.
+        seen = journaled if isinstance(journaled, int) else 0
+        frames = conn.frames(rid)
+        while True:
+            try:
+                frame = await anext(frames)
+            except StopAsyncIteration:
+                break
+            except OwnerLost:
+                # Cut off (a lagged frame lost with its buffer), or the owner died: the
+                # journal knows which -- the turn's end, if it was recorded.
+                serving = await asyncio.to_thread(operations.serving_generation, att.key)
+                follow = serving is not None and serving == generation
+                return await _finish_from_journal(att.key, rid, seen, notify, follow=follow)
             kind = frame.get("type")
-            if kind == "update" and frame.get("direction") == "in":
-                acp = frame.get("frame")
-                relayed = isinstance(acp, dict) and translate.relayed_update(acp, att.key)
-                if relayed:
-                    seq = frame.get("seq")
-                    # seq 0: the owner journals no frames (journalFrames off): no origin
-                    origin = (att.key, seq, 1, 1) if isinstance(seq, int) and seq > 0 else None
-                    notify("session/update", relayed, origin)
-            elif kind == "interaction" and isinstance(frame.get("interaction"), dict):
-                on_question(att.key, frame["interaction"])
-            elif kind == "elicitation_completed" and isinstance(frame.get("elicitationId"), str):
-                # a URL elicitation the agent says is done: the question's follow-up
-                done = {
-                    "question": "elicitation_completed",
-                    "elicitationId": frame["elicitationId"],
-                }
-                on_question(att.key, done)
-            elif kind in ("client_request", "relay_expired") and relay is not None:
-                relay[1].on_owner_frame(att.key, conn, frame)
-            elif kind == "result":
-                result = frame.get("result") or {}
-                return {
-                    "stopReason": str(result.get("stopReason") or "end_turn"),
-                    "_meta": {"tether": {"requestId": rid}},
-                }
-            elif kind == "error":
-                raise error_from_wire(frame.get("error") or {})
+            if kind == "update":
+                seq = frame.get("seq")
+                seen = max(seen, seq) if isinstance(seq, int) else seen
+                if frame.get("direction") == "in" and isinstance(frame.get("frame"), dict):
+                    _relay(att.key, seq, frame["frame"], notify)
+            elif kind == "lagged":
+                # We read too slowly and the owner let go of us; the turn goes on, and its
+                # frames are all in the journal: the rest of it comes from there.
+                last = frame.get("lastSeq")
+                seen = max(seen, last) if isinstance(last, int) else seen
+                return await _finish_from_journal(att.key, rid, seen, notify, follow=True)
+            elif (answer := _answer(att, conn, rid, frame, on_question, relay)) is not None:
+                return answer
         raise OwnerLost("the owner ended the turn without an answer")
     finally:
         att.running.remove(rid)
         if relay is not None:
             relay[1].turn_ended(conn)
         await asyncio.shield(conn.aclose())
+
+
+def _relay(key: str, seq: object, acp: dict[str, Any], notify: Notify) -> None:
+    relayed = translate.relayed_update(acp, key)
+    if relayed:
+        # seq 0: the owner journals no frames (journalFrames off): no origin
+        origin = (key, seq, 1, 1) if isinstance(seq, int) and seq > 0 else None
+        notify("session/update", relayed, origin)
+
+
+def _answer(
+    att: Attachment,
+    conn: _Connection,
+    rid: str,
+    frame: dict[str, Any],
+    on_question: OnQuestion,
+    relay: tuple[dict[str, Any], Relayer] | None,
+) -> dict[str, Any] | None:
+    """Handle one frame of the turn other than an update; its ACP answer if it ends it."""
+    kind = frame.get("type")
+    if kind == "interaction" and isinstance(frame.get("interaction"), dict):
+        on_question(att.key, frame["interaction"])
+    elif kind == "elicitation_completed" and isinstance(frame.get("elicitationId"), str):
+        # a URL elicitation the agent says is done: the question's follow-up
+        done = {
+            "question": "elicitation_completed",
+            "elicitationId": frame["elicitationId"],
+        }
+        on_question(att.key, done)
+    elif kind in ("client_request", "relay_expired") and relay is not None:
+        relay[1].on_owner_frame(att.key, conn, frame)
+    elif kind == "result":
+        result = frame.get("result") or {}
+        return {
+            "stopReason": str(result.get("stopReason") or "end_turn"),
+            "_meta": {"tether": {"requestId": rid}},
+        }
+    elif kind == "error":
+        raise error_from_wire(frame.get("error") or {})
+    return None
+
+
+async def _finish_from_journal(
+    key: str, rid: str, after: int, notify: Notify, *, follow: bool
+) -> dict[str, Any]:
+    """The rest of turn ``rid`` after seq ``after`` from the session's journal, relayed
+    as if it came from the owner, and its ACP answer (or its error, raised). ``follow``:
+    its owner still runs it, so wait for its end.
+
+    Cancellation: the journal follower is stopped and (``follow``) the turn cancelled in
+    its owner -- it no longer hears from our connection -- before the cancellation
+    propagates.
+    """
+    rest = TurnRest(key, rid, after, follow=follow)
+    try:
+        async for seq, acp in rest.frames():
+            _relay(key, seq, acp, notify)
+    except asyncio.CancelledError:
+        if follow:  # the owner let go of our connection, so it cannot tell we left
+            cancel = asyncio.ensure_future(asyncio.to_thread(operations.cancel, key, rid))
+            # Bounded, and not cut short by a second cancellation: a thread cannot be.
+            await asyncio.shield(asyncio.wait({cancel}, timeout=CLEANUP_S))
+            if cancel.done() and not cancel.cancelled():
+                cancel.exception()  # a cancel that finds nothing is no failure
+        raise
+    return {"stopReason": rest.stop_reason(), "_meta": {"tether": {"requestId": rid}}}
 
 
 def prompt_payload(

@@ -21,6 +21,7 @@ from tether.events import (
     event_from_frame,
     question_from_frame,
 )
+from tether.journal.turn_rest import TurnRest
 
 if TYPE_CHECKING:
     from tether.client import Client
@@ -122,13 +123,28 @@ class Session:
                 },
                 deadline_ms,
             )
+            journaled = conn.hello.get("journalSeq")
+            seen = journaled if isinstance(journaled, int) else 0  # see `lagged` below
             async for frame in conn.frames(rid):
                 kind = frame.get("type")
+                if kind == "update" and isinstance(seq := frame.get("seq"), int):
+                    seen = max(seen, seq)
                 if kind == "update" and frame.get("direction") == "in":
                     acp = frame.get("frame")
                     event = event_from_frame(acp) if isinstance(acp, dict) else None
                     if event is not None:
                         yield event
+                elif kind == "lagged":
+                    # We read too slowly and the owner let go of us; the turn goes on and
+                    # its frames are all journaled: the rest of it comes from there.
+                    last = frame.get("lastSeq")
+                    rest = TurnRest(self.key, rid, max(seen, last or 0), follow=True)
+                    async for _seq, acp in rest.frames():
+                        if (event := event_from_frame(acp)) is not None:
+                            yield event
+                    stop_reason = rest.stop_reason()  # or the turn's error, raised
+                    finished = True
+                    yield TurnEnded(raw=frame, stop_reason=stop_reason)
                 elif kind in ("interaction", "interaction_resolved"):
                     question = question_from_frame(frame, self._answerer)
                     if question is None:

@@ -108,6 +108,7 @@ class OwnerConnection:
                 socket=path,
             )
         conn.hello = hello
+        conn.lines.max_bytes = protocol.caller_line_bound(hello, conn.lines.max_bytes)
         sock.settimeout(None)
         return conn
 

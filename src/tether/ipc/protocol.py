@@ -66,6 +66,13 @@ VERSION: Final = 2
 # and acpx accepts 64 MiB messages. Every reader holds at most this plus one chunk.
 DEFAULT_MAX_FRAME_BYTES: Final = 64 * 1024 * 1024
 MAX_QUEUE_DEPTH: Final = 16  # acpx's queueMaxDepth default
+# The largest frame an agent may send (config ``frameMaxBytes``), never below the prompt
+# limit: an agent echoing or quoting a prompt it accepted must not have its answer cut.
+# The owner announces it in its hello (``frameMaxBytes``).
+DEFAULT_AGENT_FRAME_BYTES: Final = 64 * 1024 * 1024
+# An owner-to-caller frame wraps one agent frame (an ``update``, or a journal ``entry``
+# holding it): callers accept the announced agent frame limit plus this much wrapping.
+ENVELOPE_SLACK: Final = 1024 * 1024
 
 # ``start_agent``: bring the session's agent up now (queued like a prompt) and say which
 # ACP session it opened -- how `sessions fork` and `sessions new --resume-session` report
@@ -173,6 +180,24 @@ def prompt_max_bytes(cfg: dict[str, Any]) -> int:
     if isinstance(value, int) and not isinstance(value, bool) and value > 0:
         return value
     return DEFAULT_MAX_FRAME_BYTES
+
+
+def agent_frame_max_bytes(cfg: dict[str, Any]) -> int:
+    """The agent frame limit: config ``frameMaxBytes`` (64 MiB by default), and never
+    below the prompt limit (:func:`prompt_max_bytes`)."""
+    value = cfg.get("frameMaxBytes")
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        value = DEFAULT_AGENT_FRAME_BYTES
+    return max(value, prompt_max_bytes(cfg))
+
+
+def caller_line_bound(hello: dict[str, Any], current: int) -> int:
+    """How long a line a caller accepts from the owner that sent ``hello``: the owner's
+    announced agent frame limit plus the wrapping, or ``current`` if that is larger."""
+    announced = hello.get("frameMaxBytes")
+    if isinstance(announced, int) and not isinstance(announced, bool) and announced > 0:
+        return max(current, announced + ENVELOPE_SLACK)
+    return current
 
 
 def encode(obj: dict[str, Any]) -> bytes:

@@ -175,6 +175,11 @@ class JsonRpcConnection:
         self._late_answered: set[int] = set()
         self.stats = Stats()
 
+    @property
+    def max_frame_bytes(self) -> int:
+        """The longest inbound line accepted."""
+        return self._framer.max_frame_bytes
+
     # --- inbound -------------------------------------------------------------------
 
     def receive_data(self, data: bytes) -> None:
@@ -206,6 +211,7 @@ class JsonRpcConnection:
                     f"line of at least {frame.length} bytes exceeds max_frame_bytes "
                     f"({self._framer.max_frame_bytes}); skipped to the next newline",
                     frame.excerpt,
+                    length=frame.length,
                 )
             event = self._process(frame)
             if event is not None:

@@ -156,12 +156,14 @@ class ProtocolViolation:
         detail: a sentence for logs.
         excerpt: at most the first 200 bytes of the offending line.
         raw: the decoded JSON value when the line was valid JSON, else None.
+        length: for ``oversized``, how many bytes of the line were seen (a lower bound).
     """
 
     reason: ViolationReason
     detail: str
     excerpt: bytes
     raw: Any = field(default=None, compare=False, repr=False)
+    length: int = 0
 
     def to_error(self) -> RemoteProtocolError:
         """This violation as a ``RemoteProtocolError``, for callers that treat it as fatal."""

@@ -177,6 +177,7 @@ class AgentSlot:
                 abandoned_turn_grace=s.abandoned_turn_grace,
                 cancel_grace=s.cancel_grace,
                 prompt_ceiling=None,
+                max_frame_bytes=s.agent_frame_bytes,
                 auth=s.auth,
                 auth_policy=s.auth_policy,
                 on_line=self._on_line,

@@ -50,10 +50,19 @@ def peer_credentials(writer: asyncio.StreamWriter | None) -> dict[str, int]:
     return {"pid": pid, "uid": uid}
 
 
+def _cut_off(transport: asyncio.WriteTransport) -> None:
+    """Drop a lagged peer that still holds unread bytes. One that read them all is
+    already gone: aborting its closed transport again would raise in the loop."""
+    if transport.get_write_buffer_size():
+        transport.abort()
+
+
 class Outbox:
     """The owner's output to one connection, batched per event-loop pass, and bounded.
 
-    When the bytes the kernel has not taken yet pass ``limit`` the connection *lags*:
+    When the bytes the kernel has not taken yet pass ``limit`` (plus the size of the
+    largest single frame over ``limit`` since the peer last caught up) the connection
+    *lags*:
     each request on it is ended with a terminal ``lagged`` frame (its ``lag_handlers``
     say which), the connection is closed, and nothing more is queued for it. The work
     goes on; the peer resumes from the journal.
@@ -62,6 +71,7 @@ class Outbox:
     __slots__ = (
         "_flush_scheduled",
         "_out",
+        "_room",
         "detached",
         "lag_handlers",
         "lagged",
@@ -80,6 +90,7 @@ class Outbox:
         self.lag_handlers: list[LagHandler] = []
         self.peer: dict[str, int] = peer_credentials(writer)
         self._out: list[bytes] = []
+        self._room = 0  # see flush
         self._flush_scheduled = False
 
     def write(self, data: bytes) -> None:
@@ -87,6 +98,10 @@ class Outbox:
         if self.detached:
             return
         self._out.append(data)
+        if len(data) > self.limit and data.count(b"\n") == 1:
+            # One frame larger than the bound (an agent message of tens of MiB) is not
+            # lag: the peer may hold that much more until it has caught up again.
+            self._room = max(self._room, len(data))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self.flush)
@@ -104,7 +119,12 @@ class Outbox:
         except (ConnectionError, RuntimeError):
             self.detach()
             return
-        if self.limit and self.writer.transport.get_write_buffer_size() > self.limit:
+        if not self.limit:
+            return
+        unsent = self.writer.transport.get_write_buffer_size()
+        if unsent <= self.limit:
+            self._room = 0
+        elif unsent > self.limit + self._room:
             self._lag()
 
     def _lag(self) -> None:
@@ -119,7 +139,7 @@ class Outbox:
             for frame in frames:
                 transport.write(frame)
             transport.close()  # after the buffered bytes, if the peer ever reads them
-            asyncio.get_running_loop().call_later(CUT_OFF_S, transport.abort)
+            asyncio.get_running_loop().call_later(CUT_OFF_S, _cut_off, transport)
 
     def detach(self) -> None:
         """The caller left (``--no-wait``, or it died): drop its output from now on."""

@@ -29,6 +29,9 @@ class OwnerSettings:
     max_lifetime: float = 0.0
     queue_max_depth: int = protocol.MAX_QUEUE_DEPTH
     max_frame_bytes: int = protocol.DEFAULT_MAX_FRAME_BYTES
+    # The largest frame the agent may send (config frameMaxBytes, never below the
+    # prompt limit); a longer one fails the turn it arrives in.
+    agent_frame_bytes: int = protocol.DEFAULT_AGENT_FRAME_BYTES
     liveness_interval: float = 30.0
     handshake_timeout: float = 30.0
     abandoned_turn_grace: float = 10.0  # see tether.acp._turns (seed 002)
@@ -103,6 +106,7 @@ class OwnerSettings:
                     setattr(self, name, float(grace))
             if options.get("max_frame_bytes") is None:
                 self.max_frame_bytes = protocol.prompt_max_bytes(cfg)
+            self.agent_frame_bytes = max(protocol.agent_frame_max_bytes(cfg), self.max_frame_bytes)
             self.retention = Retention.from_config(cfg)
             if cfg.get("journalFrames") is False:
                 self.journal_frames = False

@@ -40,6 +40,8 @@ def hello_frame(owner: Owner) -> dict[str, Any]:
         # sees this waits for it to go and starts a new one.
         "stopping": owner.stopping,
         "features": ["relay"],  # v2 additions this owner understands (ipc.protocol)
+        # The largest agent frame it relays: callers accept lines this long (plus wrapping).
+        "frameMaxBytes": owner.settings.agent_frame_bytes,
         # What is journaled so far: a door orders its own turn after these (acp_door).
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
     }

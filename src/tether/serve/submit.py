@@ -149,6 +149,7 @@ async def _connect(key: str) -> AsyncOwnerConnection | None:
         await conn.aclose()
         return None
     conn.hello = hello
+    conn.lines.max_bytes = protocol.caller_line_bound(hello, conn.lines.max_bytes)
     return conn
 
 

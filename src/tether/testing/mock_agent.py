@@ -89,6 +89,9 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     Write the line ``{this is not json`` to stdout, then continue.
 ``oversized BYTES``
     Write one line of BYTES ``x`` bytes (plus the newline) to stdout, then continue.
+``big BYTES``
+    One ``agent_message_chunk`` whose text is BYTES ``x`` characters (a valid ACP frame
+    of about BYTES bytes), then continue.
 ``unknown-update``
     A ``session/update`` with sessionUpdate ``mock_future_kind`` (and extra fields), a
     ``_mock/notice`` notification, and an ``agent_message_chunk`` (text
@@ -279,6 +282,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "stderr": ("BYTES", 1, 0),
     "malformed": ("", 0, 0),
     "oversized": ("BYTES", 1, 0),
+    "big": ("BYTES", 1, 0),
     "unknown-update": ("", 0, 0),
     "plan": ("", 0, 0),
     "thought": ("TEXT", 0, 0),
@@ -943,6 +947,11 @@ class MockAgent:
         self.write(b"\n")
         return None
 
+    def v_big(self, turn: _Turn, session: _Session, rest: str) -> _Outcome | None:
+        (size,), _ = _ints(rest, 1)
+        self.chunk(session, "x" * size)
+        return None
+
     def v_unknown_update(self, turn: _Turn, session: _Session, rest: str) -> _Outcome | None:
         self.update(
             session,
@@ -1366,6 +1375,7 @@ _PLAIN_VERBS: dict[str, Callable[[MockAgent, _Turn, _Session, str], _Outcome | N
     "stderr": MockAgent.v_stderr,
     "malformed": MockAgent.v_malformed,
     "oversized": MockAgent.v_oversized,
+    "big": MockAgent.v_big,
     "unknown-update": MockAgent.v_unknown_update,
     "plan": MockAgent.v_plan,
     "thought": MockAgent.v_thought,
