@@ -202,11 +202,19 @@ class Owner:
         await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _agent_roots(self) -> tuple[int, ...]:
-        """The live agent run's keeper and agent pids (none when no agent runs)."""
+        """The roots of everything this owner runs for the agent: the owner itself first.
+
+        Every process below the owner is the agent's side: the agent run's keeper and
+        tree, each terminal the agent created (its own keeper, our child), and whatever
+        a dead keeper's tree left to us as the subreaper of last resort. The operator is
+        never below an owner (it is a daemon: nobody's child but init's or a subreaper's),
+        so no answer, controller or view it may have is lost (issue 20, item 3).
+        """
         live = self.slot.live
+        own = (os.getpid(),)
         if live is None:
-            return ()
-        return tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
+            return own
+        return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)
