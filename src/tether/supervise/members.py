@@ -1,0 +1,186 @@
+"""Run members by identity: who is still alive of a run, and ending them by that proof.
+
+Theory of operation
+-------------------
+A run's *members* are the processes Tether has observed while they were provably inside
+the run (:mod:`tether._registry_members`): in its cgroup, below its keeper, or adopted
+by its owner when the keeper died. What the kernel still says about them after the run
+has ended is the last witness of seed 003's promise "nothing it starts outlives its
+session": a recorded member whose ``(boot id, pid, start time)`` is still alive is a
+survivor, wherever it has moved (another cgroup, reparented to init, a new session).
+
+Ending one needs no further proof: the identity was recorded while the process was
+inside the run, and :func:`tether.supervise.verify.signal_verified` signals only that
+very process (pidfd first, then boot id and start time re-checked). A process that
+merely *claims* membership (an environment marker) is never recorded here and never
+signalled by this module.
+
+Used by the run's own finalizer (:mod:`tether.supervise.reaper`: the members of the run
+that just ended) and by reconciliation (``close``/``terminate`` with no owner running,
+``tether reap``: members of runs that are over), which both report every survivor,
+end it, and count it (``run_ownership_escape_total``).
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import time
+from typing import Any
+
+from tether import _log, _os, metrics
+from tether._registry_members import Member
+from tether.supervise.verify import signal_verified
+
+__all__ = [
+    "alive",
+    "end_blocking",
+    "escaped_of",
+    "report",
+    "split_alive",
+    "survivors_of",
+    "sweep_members",
+]
+
+KILL_WAIT_S = 2.0  # after SIGKILL, how long we watch for the members to disappear
+_POLL_S = 0.01
+
+
+def alive(table: _os.ProcessTable, member: Member, boot_id: str) -> bool:
+    """Whether that very process (same boot, pid and start time) is still running."""
+    if member.boot_id != boot_id:
+        return False
+    try:
+        st = table.stat(member.pid)
+    except _os.ProcUnreadable:
+        return True  # cannot tell: report it rather than call it gone
+    return st is not None and not st.is_zombie and st.starttime == member.starttime
+
+
+def split_alive(
+    table: _os.ProcessTable, members: list[Member], exclude: tuple[int, ...] = ()
+) -> tuple[list[Member], list[Member]]:
+    """``(alive, gone)``; members whose pid is in ``exclude`` (us, our ancestors) are
+    neither: never reported, never forgotten."""
+    boot = table.boot_id()
+    live: list[Member] = []
+    gone: list[Member] = []
+    for m in members:
+        if m.pid in exclude:
+            continue
+        (live if alive(table, m, boot) else gone).append(m)
+    return live, gone
+
+
+def _signal(table: _os.ProcessTable, members: list[Member], sig: int) -> int:
+    sent = 0
+    for m in members:
+        ident = _os.ProcessIdentity(m.boot_id, m.pid, m.starttime)
+        if signal_verified(table, ident, sig):
+            sent += 1
+    return sent
+
+
+def end_blocking(table: _os.ProcessTable, members: list[Member], grace: float) -> list[Member]:
+    """TERM once, wait up to ``grace``, KILL what is left, watch it go (bounded).
+
+    Returns the members still alive at the end (unproven: reported, never hidden).
+    """
+    if not members:
+        return []
+    _signal(table, members, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    live = members
+    while live and time.monotonic() < deadline:
+        time.sleep(_POLL_S)
+        live, _ = split_alive(table, live)
+    if live:
+        _signal(table, live, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_S
+        while live and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+            live, _ = split_alive(table, live)
+    return live
+
+
+def report(lease_id: str, session_key: str | None, live: list[Member], why: str) -> None:
+    """Count and log members found alive after their run ended (one line per run)."""
+    metrics.incr("run_ownership_escape_total")
+    _log.event(
+        "ownership_escape",
+        logging.WARNING,
+        runId=lease_id,
+        sessionKey=session_key,
+        reason="ownership-escape",
+        why=why,
+        pids=[m.pid for m in live],
+    )
+
+
+def sweep_members(
+    registry: Any,
+    *,
+    session_key: str | None = None,
+    dry_run: bool = False,
+    grace: float = 1.5,
+    table: _os.ProcessTable | None = None,
+    exclude: tuple[int, ...] = (),
+) -> list[dict[str, Any]]:
+    """Recorded members of runs that are over, still alive: report, end, count them.
+
+    A run is over when its lease is neither ``open`` nor ``closing`` (reconciliation
+    has just ended every stale one); the members of live runs are their supervisors'.
+    Returns one decision per run with survivors (``kind`` ``members``), the shape
+    ``tether reap`` prints. Records of members proven gone are forgotten.
+    """
+    table = table if table is not None else _os.current()
+    live_leases = {
+        lease.lease_id for lease in registry.leases(states=("open", "closing"), all_instances=True)
+    }
+    by_lease: dict[str, list[Member]] = {}
+    for m in registry.members(session_key=session_key):
+        if m.lease_id not in live_leases:
+            by_lease.setdefault(m.lease_id, []).append(m)
+    decisions: list[dict[str, Any]] = []
+    for lease_id, members in by_lease.items():
+        live, gone = split_alive(table, members, exclude)
+        if not dry_run:
+            registry.forget_members(gone)
+        if not live:
+            continue
+        key = live[0].session_key
+        why = (
+            f"recorded member(s) of run {lease_id} still alive after the run ended"
+            " (left its keeper and cgroup): ownership-escape"
+        )
+        decision: dict[str, Any] = {
+            "kind": "members",
+            "lease_id": lease_id,
+            "session_key": key,
+            "pids": [m.pid for m in live],
+            "why": why,
+            "dry_run": dry_run,
+        }
+        if not dry_run:
+            left = end_blocking(table, live, grace)
+            decision["extinct"] = not left
+            report(lease_id, key, live, why)
+            ended = [m for m in live if m not in left]
+            registry.forget_members(ended)
+        decisions.append(decision)
+    return decisions
+
+
+def escaped_of(decisions: list[dict[str, Any]]) -> list[int]:
+    """Pids of recorded members that :func:`sweep_members` found alive (ended or not)."""
+    return [p for d in decisions if d.get("kind") == "members" for p in d.get("pids") or ()]
+
+
+def survivors_of(decisions: list[dict[str, Any]]) -> list[int]:
+    """Pids of recorded members that are still alive after the sweep (or a dry run)."""
+    return [
+        p
+        for d in decisions
+        if d.get("kind") == "members" and not d.get("extinct")
+        for p in d.get("pids") or ()
+    ]
