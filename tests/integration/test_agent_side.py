@@ -119,3 +119,37 @@ def test_a_terminal_the_agent_created_cannot_answer_its_question(mock: Cli, tmp_
         assert "permission: denied" in stdout or "rejected" in stdout, stdout
     finally:
         raw.__exit__()
+
+
+def test_an_escapee_that_killed_keeper_and_owner_stays_its_sessions_agent(
+    mock: Cli, tmp_path: Path
+) -> None:
+    """Recorded inside its run (it ran ``tether`` there), the escapee kills its owner and
+    its keeper: re-parented far away, with no marker anywhere above it, it is still its
+    session's agent -- another session's history is refused -- and ``reap --dry-run``
+    reports it, ``sessions close`` ends it and counts it (survivors 0 is then true)."""
+    mock.run("sessions", "new", "-s", "victim")
+    out = tmp_path / "esc.txt"
+    victim = ["--cwd", str(mock.project), "mock", "sessions", "history", "-s", "victim"]
+    pid, start, _keeper, _owner = _escape(
+        mock, out, "--ask-first", str(mock.project), "--kill-owner", "--then", *victim
+    )
+    try:
+        wait_for(lambda: "rc=" in out.read_text(), "the escapee's history request")
+        answer = out.read_text()
+        assert "rc=0" not in answer, answer
+        assert "denied" in answer, answer
+        assert alive(pid, start)  # nothing above it was left to end it
+        dry = mock.json("reap", "--dry-run")
+        members = [d for d in dry["decisions"] if d["kind"] == "members"]
+        assert [pid] == [p for d in members for p in d["pids"] if p == pid], dry
+        assert alive(pid, start)  # a dry run signals nothing
+        before = _escapes_counted()
+        closed = mock.json("sessions", "close")
+        assert pid in closed["escaped"], closed
+        assert closed["survivors"] == [], closed
+        assert not alive(pid, start)
+        assert _escapes_counted() > before
+    finally:
+        _end(pid, start)
+        mock.run("sessions", "close", "-s", "victim", rc=None)

@@ -103,9 +103,17 @@ def end_blocking(table: _os.ProcessTable, members: list[Member], grace: float) -
     return live
 
 
-def report(lease_id: str, session_key: str | None, live: list[Member], why: str) -> None:
-    """Count and log members found alive after their run ended (one line per run)."""
+def report(
+    lease_id: str, session_key: str | None, live: list[Member], why: str, registry: Any = None
+) -> None:
+    """Count and log members found alive after their run ended (one line per run).
+
+    ``registry``: persist the count there when no metrics sink is attached (an offline
+    close or terminate reconciles without one).
+    """
     metrics.incr("run_ownership_escape_total")
+    if registry is not None and not metrics.attached():
+        registry.incr("run_ownership_escape_total")
     _log.event(
         "ownership_escape",
         logging.WARNING,
@@ -125,17 +133,22 @@ def sweep_members(
     grace: float = 1.5,
     table: _os.ProcessTable | None = None,
     exclude: tuple[int, ...] = (),
+    ending: frozenset[str] = frozenset(),
 ) -> list[dict[str, Any]]:
     """Recorded members of runs that are over, still alive: report, end, count them.
 
     A run is over when its lease is neither ``open`` nor ``closing`` (reconciliation
-    has just ended every stale one); the members of live runs are their supervisors'.
+    has just ended every stale one -- ``ending`` names them, so that a dry run, which
+    ends nothing, reports what a real one would); the members of live runs are their
+    supervisors'.
     Returns one decision per run with survivors (``kind`` ``members``), the shape
     ``tether reap`` prints. Records of members proven gone are forgotten.
     """
     table = table if table is not None else _os.current()
     live_leases = {
-        lease.lease_id for lease in registry.leases(states=("open", "closing"), all_instances=True)
+        lease.lease_id
+        for lease in registry.leases(states=("open", "closing"), all_instances=True)
+        if lease.lease_id not in ending
     }
     by_lease: dict[str, list[Member]] = {}
     for m in registry.members(session_key=session_key):
@@ -164,7 +177,7 @@ def sweep_members(
         if not dry_run:
             left = end_blocking(table, live, grace)
             decision["extinct"] = not left
-            report(lease_id, key, live, why)
+            report(lease_id, key, live, why, registry)
             ended = [m for m in live if m not in left]
             registry.forget_members(ended)
         decisions.append(decision)

@@ -345,6 +345,7 @@ def reconcile(
         grace=grace,
         table=made.table,
         exclude=(*made.ancestry, os.getpid()),
+        ending=frozenset(a.lease_id for a in made.actions if not isinstance(a, Expire)),
     )
     return decisions
 
