@@ -83,6 +83,18 @@ class Resolved:
     requester: Requester | None
     proof: str
     lease_id: str | None = None
+    # The kernel (a keeper or owner above it) or Tether's record of run members places
+    # the process on its session's agent side -- not merely a claim (issue 20): such a
+    # requester never answers its own session's questions nor controls it.
+    agent_side: bool = False
+
+    def is_agent_of(self, session_key: str) -> bool:
+        """Whether the requester is proven to be ``session_key``'s own agent side."""
+        return (
+            self.agent_side
+            and self.requester is not None
+            and self.requester.session_key == session_key
+        )
 
     @property
     def is_operator(self) -> bool:
@@ -246,6 +258,7 @@ def resolve(
             _requester(registry, key, Visibility.SELF),
             f"pid {pid} {how}: clamped to self",
             side_lease,
+            agent_side=True,
         )
     if lease is not None:
         kernel_key = lease.session_key or f"exec:{lease.lease_id}"
@@ -255,13 +268,17 @@ def resolve(
                 _requester(registry, kernel_key, Visibility.SELF),
                 f"{where}, but {doubt}: clamped to self",
                 lease.lease_id,
+                agent_side=True,
             )
         if claim is None or claim == kernel_key:
-            return Resolved(_requester(registry, kernel_key, None), f"{where}", lease.lease_id)
+            return Resolved(
+                _requester(registry, kernel_key, None), f"{where}", lease.lease_id, agent_side=True
+            )
         return Resolved(
             _requester(registry, kernel_key, Visibility.SELF),
             f"{where}, but claims {claim}: clamped to self",
             lease.lease_id,
+            agent_side=True,
         )
     if claim is None:
         note = f" ({why_not})" if why_not else ""
