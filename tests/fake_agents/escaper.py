@@ -10,8 +10,8 @@ then, in order:
 * ``--ask-first CWD``: runs ``tether --cwd CWD mock sessions list`` from inside the run
   (so Tether sees it there);
 * ``--cgroup-root MOUNT``: writes its pid into ``MOUNT/cgroup.procs`` (leaves the run's
-  cgroup; allowed to root);
-* writes ``PID STARTTIME KEEPER OWNER`` to OUT;
+  cgroup; allowed to root, denied to a regular user);
+* writes ``PID STARTTIME KEEPER OWNER MOVED`` to OUT (MOVED: ``moved``, ``denied``, ``-``);
 * ``--kill-owner``: SIGKILLs the keeper's parent (the session's owner) ...
 * SIGKILLs its parent, the run's keeper;
 * ``--then ARG...``: runs ``tether ARG...`` and appends ``rc=N`` and its output to OUT;
@@ -63,12 +63,17 @@ def daemon(out: str, opts: dict[str, str], then: list[str]) -> int:
     owner = int(_stat(keeper)[1])
     if "ask-first" in opts:
         _tether(["--cwd", opts["ask-first"], "mock", "sessions", "list"])
+    moved = "-"
     if "cgroup-root" in opts:
-        with open(os.path.join(opts["cgroup-root"], "cgroup.procs"), "w") as f:
-            f.write(str(os.getpid()))
+        try:
+            with open(os.path.join(opts["cgroup-root"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+            moved = "moved"
+        except OSError:
+            moved = "denied"  # a regular user cannot leave its delegated subtree
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with open(out + ".tmp", "w") as f:
-        f.write(f"{os.getpid()} {int(_stat(os.getpid())[19])} {keeper} {owner}\n")
+        f.write(f"{os.getpid()} {int(_stat(os.getpid())[19])} {keeper} {owner} {moved}\n")
     os.rename(out + ".tmp", out)
     if "kill-owner" in opts:
         os.kill(owner, signal.SIGKILL)
