@@ -37,6 +37,15 @@ claim whose ``TETHER_INSTANCE_ID`` names another install (another ``TETHER_HOME`
 not a claim here at all: an agent of that install driving this one is this install's
 operator unless the kernel places it in one of this install's trees.
 
+**Escapes keep their identity** (issue 20). A process outside every keeper is still an
+agent's (:func:`agent_side`, clamped to ``self``, never the operator) when an ancestor
+is a session's owner -- the subreaper of last resort, to which a killed keeper's
+orphans go (:mod:`tether.supervise.adoption`) -- or when it or an ancestor was recorded
+as a run's member while provably inside (:mod:`tether._registry_members`). Such a
+requester, and every proven member of a run, is its session's *agent side*
+(:attr:`Resolved.agent_side`): the owner's gate refuses it an answer to its own
+session's questions.
+
 **This is not a sandbox.** It governs cooperative agents running as the same Unix user
 as Tether: such an agent can read ``TETHER_HOME`` directly, or ask a service outside
 its tree to run commands for it. It keeps honest agents to their lane and makes
