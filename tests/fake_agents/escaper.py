@@ -1,6 +1,7 @@
 """A hostile member of an agent's tree: it escapes every boundary Tether draws.
 
-``escaper.py OUT [--cgroup-root MOUNT] [--ask-first CWD] [--kill-owner] [--then ARG...]``
+``escaper.py OUT [--cgroup-root MOUNT] [--ask-first CWD | --wait-recorded] [--kill-owner]
+[--then ARG...]``
 
 Run from the agent's shell (the mock agent's ``run`` verb). It double-forks, calls
 ``setsid``, and ``execve``-s a daemon of itself with only ``PATH`` and ``TETHER_HOME`` in
@@ -9,6 +10,8 @@ then, in order:
 
 * ``--ask-first CWD``: runs ``tether --cwd CWD mock sessions list`` from inside the run
   (so Tether sees it there);
+* ``--wait-recorded``: asks nothing, but waits (at most 30 s) until Tether has recorded
+  it as a member (its mark under ``$TETHER_HOME/run/members``: the owner's scan);
 * ``--cgroup-root MOUNT``: writes its pid into ``MOUNT/cgroup.procs`` (leaves the run's
   cgroup; allowed to root, denied to a regular user);
 * writes ``PID STARTTIME KEEPER OWNER MOVED`` to OUT (MOVED: ``moved``, ``denied``, ``-``);
@@ -63,6 +66,13 @@ def daemon(out: str, opts: dict[str, str], then: list[str]) -> int:
     owner = int(_stat(keeper)[1])
     if "ask-first" in opts:
         _tether(["--cwd", opts["ask-first"], "mock", "sessions", "list"])
+    if "wait-recorded" in opts:
+        # Ask nothing: wait (at most 30 s) until the owner's scan has recorded us.
+        me = f"{os.getpid()}.{int(_stat(os.getpid())[19])}"
+        mark = os.path.join(os.environ.get("TETHER_HOME", ""), "run", "members", me)
+        end = time.monotonic() + 30.0
+        while not os.path.exists(mark) and time.monotonic() < end:
+            time.sleep(0.05)
     moved = "-"
     if "cgroup-root" in opts:
         try:

@@ -199,19 +199,20 @@ def test_killing_its_keeper_is_an_escape_the_owner_ends(who: Cli, tmp_path: Path
         _end(pid, start)
 
 
+@pytest.mark.parametrize("seen", ["asked", "scanned"])
 def test_an_escapee_that_killed_keeper_and_owner_stays_its_sessions_agent(
-    who: Cli, tmp_path: Path
+    who: Cli, tmp_path: Path, seen: str
 ) -> None:
-    """Recorded inside its run (it ran ``tether`` there), the escapee kills its owner and
-    its keeper: re-parented far away, with no marker anywhere above it, it is still its
-    session's agent -- another session's history is refused -- and ``reap --dry-run``
-    reports it, ``sessions close`` ends it and counts it (survivors 0 is then true)."""
+    """Recorded inside its run -- it ran ``tether`` there, or merely lived there through
+    one of the owner's scans -- the escapee kills its owner and its keeper: re-parented
+    far away, with no marker anywhere above it, it is still its session's agent --
+    another session's history is refused -- and ``reap --dry-run`` reports it,
+    ``sessions close`` ends it and counts it (survivors 0 is then true)."""
     who.run("sessions", "new", "-s", "victim")
     out = _out(who, tmp_path)
     victim = ["--cwd", str(who.project), "mock", "sessions", "history", "-s", "victim"]
-    pid, start = _escape(
-        who, out, "--ask-first", str(who.project), "--kill-owner", "--then", *victim
-    )
+    how = ["--ask-first", str(who.project)] if seen == "asked" else ["--wait-recorded"]
+    pid, start = _escape(who, out, *how, "--kill-owner", "--then", *victim)
     try:
         wait_for(lambda: "rc=" in out.read_text(), "the escapee's history request")
         answer = out.read_text()

@@ -42,6 +42,7 @@ from tether.owner.status import end_event, hello_frame, status_snapshot
 from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
+from tether.supervise.members import MemberScan
 from tether.supervise.reconcile import reconcile
 
 __all__ = ["Owner"]
@@ -113,7 +114,9 @@ class Owner:
             unresponsive_after=self.settings.unresponsive_after,
             fields=self._status_fields,
             kept=metrics.kept(),
+            scan=lambda reg: member_scan.scan_live(reg, self.slot.live),  # issue 20
         )
+        member_scan = MemberScan(key)
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
 
@@ -202,14 +205,9 @@ class Owner:
         await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _agent_roots(self) -> tuple[int, ...]:
-        """The roots of everything this owner runs for the agent: the owner itself first.
-
-        Every process below the owner is the agent's side: the agent run's keeper and
-        tree, each terminal the agent created (its own keeper, our child), and whatever
-        a dead keeper's tree left to us as the subreaper of last resort. The operator is
-        never below an owner (it is a daemon: nobody's child but init's or a subreaper's),
-        so no answer, controller or view it may have is lost (issue 20, item 3).
-        """
+        """The roots of what we run for the agent, us first: everything below the owner
+        (the run, each terminal's keeper, a dead keeper's orphans) is the agent's side,
+        and the operator, a daemon's stranger, never is (issue 20)."""
         live = self.slot.live
         own = (os.getpid(),)
         if live is None:

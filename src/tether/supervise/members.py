@@ -33,6 +33,7 @@ from tether._registry_members import Member
 from tether.supervise.verify import signal_verified
 
 __all__ = [
+    "MemberScan",
     "alive",
     "end_blocking",
     "escaped_of",
@@ -197,3 +198,73 @@ def survivors_of(decisions: list[dict[str, Any]]) -> list[int]:
         if d.get("kind") == "members" and not d.get("extinct")
         for p in d.get("pids") or ()
     ]
+
+
+class MemberScan:
+    """Records the members of live runs as the owner sees them (its heartbeat thread).
+
+    Each pass walks every live run's keeper and records each descendant not recorded
+    before (a descendant of our own unreaped child, the keeper, is provably inside the
+    run). A process that lives a pass or more is then its run's member wherever it goes
+    later -- even if it kills its keeper and its owner at once. Memory is bounded: the
+    identities seen are kept per pass, not forever.
+    """
+
+    def __init__(self, session_key: str | None, table: _os.ProcessTable | None = None) -> None:
+        self.session_key = session_key
+        self.table = table if table is not None else _os.current()
+        self._seen: set[tuple[int, int]] = set()
+
+    def tree(self, keeper_pid: int) -> list[tuple[int, int]]:
+        """``(pid, starttime)`` of every live descendant of ``keeper_pid``."""
+        out: list[tuple[int, int]] = []
+        stack = [keeper_pid]
+        visited: set[int] = set()
+        while stack and len(visited) < 65536:
+            pid = stack.pop()
+            if pid in visited:
+                continue
+            visited.add(pid)
+            try:
+                children = self.table.children(pid)
+            except _os.ProcUnreadable:
+                continue
+            for child in children:
+                try:
+                    st = self.table.stat(child)
+                except _os.ProcUnreadable:
+                    continue
+                if st is not None and st.ppid == pid and not st.is_zombie:
+                    out.append((child, st.starttime))
+                    stack.append(child)
+        return out
+
+    def scan_live(self, registry: Any, live: Any) -> int:
+        """One pass over an owner's live agent run (``AgentSlot.live``) and its terminals.
+
+        Called from the owner's heartbeat thread: it reads only fields fixed at spawn
+        (lease id, keeper pid) and a copy of the terminal table.
+        """
+        if live is None:
+            return 0
+        procs = [live.proc]
+        terminals = getattr(live, "terminals", None)
+        if terminals is not None:
+            procs += [run.proc for run in list(terminals.runs.values())]
+        runs = [(p.lease_id, p.keeper_pid) for p in procs if p.keeper_pid is not None]
+        return self.scan(registry, runs)
+
+    def scan(self, registry: Any, runs: list[tuple[str, int]]) -> int:
+        """One pass over ``runs`` (lease id, keeper pid); returns how many were recorded."""
+        seen: set[tuple[int, int]] = set()
+        recorded = 0
+        boot = self.table.boot_id()
+        for lease_id, keeper_pid in runs:
+            found = self.tree(keeper_pid)
+            seen.update(found)
+            new = [i for i in found if i not in self._seen]
+            if new:
+                registry.record_members(lease_id, self.session_key, boot, new, "scan")
+                recorded += len(new)
+        self._seen = seen
+        return recorded
