@@ -8,8 +8,10 @@ import sqlite3
 import pytest
 
 from tether import _os, access, paths
+from tether._os._fake import FakeProcessTable
 from tether.registry import Registry
 from tether.schema import MIGRATIONS
+from tether.supervise.members import MemberScan
 
 
 def _starttime(pid: int) -> int:
@@ -56,3 +58,25 @@ def test_a_record_leaves_a_mark_the_hint_sees_and_forgetting_removes_it(
         assert access.could_be_agent(me)
         reg.forget_members(reg.members(lease_id="l1"))
         assert not access.could_be_agent(me)
+
+
+def test_the_owners_scan_records_keeper_descendants_and_drops_the_dead() -> None:
+    """Each pass records new descendants of each live run's keeper; one that died is
+    forgotten on the next pass, one that left the tree alive stays recorded."""
+    table = FakeProcessTable()
+    table.add(10, starttime=100)  # the owner
+    table.add(11, ppid=10, starttime=110)  # the keeper
+    table.add(12, ppid=11, starttime=120)  # the agent
+    table.add(13, ppid=12, starttime=130)  # a child that will die
+    table.add(14, ppid=12, starttime=140)  # a daemon that will move away
+    scan = MemberScan("s", table)
+    with Registry() as reg:
+        assert scan.scan(reg, [("l", 11)]) == 3
+        assert scan.scan(reg, [("l", 11)]) == 0  # nothing new
+        table.remove(13)
+        table.reuse(14, ppid=1, starttime=140)  # its keeper died: re-parented, alive
+        scan.scan(reg, [("l", 11)])
+        assert {m.pid for m in reg.members(lease_id="l")} == {12, 14}
+        found = reg.member_in(table.boot, [(14, 140)])
+        assert found is not None
+        assert (found.session_key, found.how) == ("s", "scan")

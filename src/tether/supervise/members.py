@@ -207,13 +207,14 @@ class MemberScan:
     before (a descendant of our own unreaped child, the keeper, is provably inside the
     run). A process that lives a pass or more is then its run's member wherever it goes
     later -- even if it kills its keeper and its owner at once. Memory is bounded: the
-    identities seen are kept per pass, not forever.
+    identities seen are kept per pass, not forever, and records of members that died
+    are dropped on the next pass.
     """
 
     def __init__(self, session_key: str | None, table: _os.ProcessTable | None = None) -> None:
         self.session_key = session_key
         self.table = table if table is not None else _os.current()
-        self._seen: set[tuple[int, int]] = set()
+        self._seen: dict[tuple[int, int], str] = {}  # identity -> lease, last pass
 
     def tree(self, keeper_pid: int) -> list[tuple[int, int]]:
         """``(pid, starttime)`` of every live descendant of ``keeper_pid``."""
@@ -255,16 +256,29 @@ class MemberScan:
         return self.scan(registry, runs)
 
     def scan(self, registry: Any, runs: list[tuple[str, int]]) -> int:
-        """One pass over ``runs`` (lease id, keeper pid); returns how many were recorded."""
-        seen: set[tuple[int, int]] = set()
+        """One pass over ``runs`` (lease id, keeper pid); returns how many were recorded.
+
+        Members seen by the last pass and gone by this one are forgotten (a busy run
+        starts thousands of short processes); one that merely left the tree alive (its
+        keeper was killed) stays recorded.
+        """
+        seen: dict[tuple[int, int], str] = {}
         recorded = 0
         boot = self.table.boot_id()
         for lease_id, keeper_pid in runs:
             found = self.tree(keeper_pid)
-            seen.update(found)
+            seen.update((i, lease_id) for i in found)
             new = [i for i in found if i not in self._seen]
             if new:
                 registry.record_members(lease_id, self.session_key, boot, new, "scan")
                 recorded += len(new)
+        left = [
+            Member(boot, pid, start, lease, self.session_key, "scan", 0.0)
+            for (pid, start), lease in self._seen.items()
+            if (pid, start) not in seen
+        ]
+        _live, gone = split_alive(self.table, left)
+        if gone:
+            registry.forget_members(gone)
         self._seen = seen
         return recorded
