@@ -345,7 +345,10 @@ def reconcile(
         grace=grace,
         table=made.table,
         exclude=(*made.ancestry, os.getpid()),
-        ending=frozenset(a.lease_id for a in made.actions if not isinstance(a, Expire)),
+        # The leases this reconcile ends (or, dry, would end): a skipped one is live.
+        ending=frozenset(
+            a.lease_id for a in made.actions if isinstance(a, Steal | MarkClosed | MarkLost)
+        ),
     )
     return decisions
 
