@@ -16,9 +16,12 @@ imports no sqlite3, dataclasses or pathlib, and the operator sees everything, so
 this process be inside an agent tree? It is, if ``TETHER_SESSION_KEY`` or
 ``TETHER_LEASE_ID`` is in its environment or in the environment of any ancestor (a
 keeper's environment carries ``TETHER_LEASE_ID`` and the agent cannot change it; an
-agent that clears its own environment is still below its keeper). Only then is the
-proof (:mod:`tether.requester`, against the registry and the kernel) paid for. The
-hint can only send a caller to the proof, never past it.
+agent that clears its own environment is still below its keeper), or ``TETHER_OWNER_OF``
+(every owner's: a killed keeper's orphans are re-parented to it), or when the process
+or an ancestor left a recorded member's mark (``run/members/PID.STARTTIME``: it was
+seen inside a run, wherever it is now -- issue 20). Only then is the proof
+(:mod:`tether.requester`, against the registry and the kernel) paid for. The hint can
+only send a caller to the proof, never past it.
 
 Configuration::
 
