@@ -266,3 +266,18 @@ def test_a_terminal_the_agent_created_cannot_answer_its_question(mock: Cli, tmp_
         assert "permission: denied" in stdout or "rejected" in stdout, stdout
     finally:
         raw.__exit__()
+
+
+def test_tether_exec_ends_what_a_killed_keeper_leaves(project_dir: Path, tmp_path: Path) -> None:
+    """``tether exec`` is its runs' subreaper of last resort too: the escapee that killed
+    its keeper is ended before exec returns."""
+    out = _out(Cli(project_dir), tmp_path)
+    argv = [sys.executable, str(ESCAPER), str(out), *_cgroup_root()]
+    cli = [sys.executable, "-m", "tether", "--cwd", str(project_dir), "mock", "exec"]
+    subprocess.run([*cli, f"run {shlex.join(argv)}"], capture_output=True, timeout=60)
+    words = out.read_text().split()
+    pid, start = int(words[0]), int(words[1])
+    try:
+        assert not alive(pid, start)
+    finally:
+        _end(pid, start)
