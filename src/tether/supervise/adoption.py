@@ -11,8 +11,8 @@ same user, or as root). Then the kernel re-parents the keeper's children to the 
 behind is a child of the owner, and the owner can prove it:
 
 * the owner's children are its keepers (recorded by :func:`note_launched` when they
-  start, forgotten when reaped) and nothing else -- the owner starts no other process
-  (``tests/integration/test_agent_side.py`` checks this stays true);
+  start, forgotten when reaped) and nothing else -- the owner (like ``tether exec``)
+  starts no other process;
 * so a child that is not a keeper of ours was adopted, from a keeper's tree: it is the
   agent's, and ending it -- with everything below it -- signals nothing we do not own.
 
@@ -45,7 +45,14 @@ from tether import _os
 from tether.supervise import _keeper_linux
 from tether.supervise.verify import signal_verified
 
-__all__ = ["adopted", "become_last_resort", "end_adopted", "forget_launched", "note_launched"]
+__all__ = [
+    "adopted",
+    "become_last_resort",
+    "end_adopted",
+    "forget_launched",
+    "is_last_resort",
+    "note_launched",
+]
 
 _state = {"last_resort": False}
 _LAUNCHED: set[int] = set()  # our own children: the keepers we started and hold
@@ -158,6 +165,7 @@ async def end_adopted(
         if now >= kill_at + KILL_WAIT_S:
             break
         await asyncio.sleep(_POLL_S)
+    _reap_zombies(table, adopted(table))  # one may have died after the last look
     return sorted(found)
 
 
