@@ -58,16 +58,12 @@ class RunEscapes(RunCore):
                 logging.WARNING,
                 reason="ownership-escape",
                 why="the keeper died before its run ended",
-                keeper_pid=self.keeper_pid_seen,
+                keeper_pid=self.keeper.pid if self.keeper is not None else None,
             )
         found = await adoption.end_adopted(
             self.table, lambda new: self._record_members(list(new), "adopted"), self.spec.grace
         )
         return found, keeper_lost
-
-    @property
-    def keeper_pid_seen(self) -> int | None:
-        return self.keeper.pid if self.keeper is not None else None
 
     async def _end_recorded_members(self) -> tuple[list[int], list[int]]:
         """``(members found alive and ended, members still alive)`` of this run."""
