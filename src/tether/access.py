@@ -16,9 +16,12 @@ imports no sqlite3, dataclasses or pathlib, and the operator sees everything, so
 this process be inside an agent tree? It is, if ``TETHER_SESSION_KEY`` or
 ``TETHER_LEASE_ID`` is in its environment or in the environment of any ancestor (a
 keeper's environment carries ``TETHER_LEASE_ID`` and the agent cannot change it; an
-agent that clears its own environment is still below its keeper). Only then is the
-proof (:mod:`tether.requester`, against the registry and the kernel) paid for. The
-hint can only send a caller to the proof, never past it.
+agent that clears its own environment is still below its keeper), or ``TETHER_OWNER_OF``
+(every owner's: a killed keeper's orphans are re-parented to it), or when the process
+or an ancestor left a recorded member's mark (``run/members/PID.STARTTIME``: it was
+seen inside a run, wherever it is now -- issue 20). Only then is the proof
+(:mod:`tether.requester`, against the registry and the kernel) paid for. The hint can
+only send a caller to the proof, never past it.
 
 Configuration::
 
@@ -56,7 +59,9 @@ __all__ = [
     "visible_sessions",
 ]
 
-_MARKERS = (b"TETHER_SESSION_KEY=", b"TETHER_LEASE_ID=")
+# TETHER_OWNER_OF is in every owner's environment as exec'd: what is below an owner and
+# outside its keepers is what a killed keeper left (issue 20), the agent's side too.
+_MARKERS = (b"TETHER_SESSION_KEY=", b"TETHER_LEASE_ID=", b"TETHER_OWNER_OF=")
 
 
 def _stat(pid: int) -> tuple[int, int]:
@@ -82,6 +87,16 @@ _CLEAN_KEPT = 1024  # (pid, start time) pairs a long-lived caller remembers as c
 _SELF_CLEAN: dict[int, int] = {}
 
 
+def _recorded(walked: list[tuple[int, int]]) -> bool:
+    """Whether one of ``walked`` left a member's mark (:func:`tether.paths.members_dir_path`)."""
+    from tether.paths import members_dir_path
+
+    where = members_dir_path()
+    if not os.path.isdir(where):
+        return False
+    return any(os.path.exists(f"{where}/{pid}.{start}") for pid, start in walked)
+
+
 def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = None) -> bool:
     """Whether the process might be inside an agent tree (so its requester needs proof).
 
@@ -95,6 +110,11 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
     so a process outside every agent tree stays outside, and a keeper started later
     can never come to be above it. For an operator's shell that saves all but the
     first hops of every call.
+
+    A process recorded as a member of a run (:mod:`tether._registry_members`) -- or
+    below one -- also answers yes: one that killed its keeper (and its owner) carries no
+    marker above it, but Tether saw it inside, so it still needs the proof. The record
+    leaves a mark file per member, checked here with one ``stat`` per hop.
     """
     if pid is None:
         if any(os.environ.get(m[:-1].decode()) for m in _MARKERS):
@@ -117,6 +137,8 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
             return True
     except (OSError, ValueError, IndexError):
         return True
+    if walked and _recorded(walked):
+        return True
     if clean is not None:
         if len(clean) + len(walked) > _CLEAN_KEPT:
             clean.clear()
@@ -125,17 +147,20 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
 
 
 def current_requester(registry: Registry | None = None) -> Resolved:
-    """Who this process is (:func:`tether.requester.resolve`), the hint first."""
+    """Who this process is (:func:`tether.requester.resolve`), the hint first.
+
+    A caller proven inside a run is recorded as that run's member.
+    """
     from tether.requester import Resolved, resolve
 
     if not could_be_agent():
         return Resolved(None, "no agent tree above this process: the operator")
     if registry is not None:
-        return resolve(registry)
+        return resolve(registry, record=True)
     from tether.registry import Registry
 
     with Registry() as reg:
-        return resolve(reg)
+        return resolve(reg, record=True)
 
 
 def _section(cfg: dict[str, Any] | None, name: str) -> dict[str, Any]:

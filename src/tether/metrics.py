@@ -138,6 +138,11 @@ def attach(sink: _Sink | None) -> None:
     _sink = sink
 
 
+def attached() -> bool:
+    """Whether changes are persisted to a sink (:func:`attach`) as well."""
+    return _sink is not None
+
+
 def incr(name: str, by: int = 1, **labels: str) -> None:
     """Add ``by`` to a counter (``labels`` select one series, e.g. ``reason="exit"``)."""
     with _lock:

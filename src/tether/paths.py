@@ -148,6 +148,17 @@ def run_dir() -> str:
     return path
 
 
+def members_dir_path(home_dir: str | None = None) -> str:
+    """Where recorded run members leave a mark (``run/members``), without creating it.
+
+    One empty file per member, named ``PID.STARTTIME``: the requester hint
+    (:func:`tether.access.could_be_agent`) checks a process's chain against it with a
+    ``stat`` per hop -- no database on the thin path. The registry's ``run_members``
+    table is the record; these marks follow it.
+    """
+    return os.path.join(home_dir or home_path(), "run", "members")
+
+
 def socket_dir_path() -> str:
     """Where :func:`socket_dir` is, without creating or changing anything."""
     home_dir = home_path()

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import paths
+from tether._registry_members import Member, MemberStore
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
 from tether.errors import StateLost
@@ -39,7 +40,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.metrics import MetricOp
 
-__all__ = ["ANY_OWNER", "Lease", "Registry", "Session"]
+__all__ = ["ANY_OWNER", "Lease", "Member", "Registry", "Session"]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -102,7 +103,7 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
     return fields
 
 
-class Registry(RunStore):
+class Registry(RunStore, MemberStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):

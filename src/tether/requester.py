@@ -37,6 +37,15 @@ claim whose ``TETHER_INSTANCE_ID`` names another install (another ``TETHER_HOME`
 not a claim here at all: an agent of that install driving this one is this install's
 operator unless the kernel places it in one of this install's trees.
 
+**Escapes keep their identity** (issue 20). A process outside every keeper is still an
+agent's (:func:`agent_side`, clamped to ``self``, never the operator) when an ancestor
+is a session's owner -- the subreaper of last resort, to which a killed keeper's
+orphans go (:mod:`tether.supervise.adoption`) -- or when it or an ancestor was recorded
+as a run's member while provably inside (:mod:`tether._registry_members`). Such a
+requester, and every proven member of a run, is its session's *agent side*
+(:attr:`Resolved.agent_side`): the owner's gate refuses it an answer to its own
+session's questions.
+
 **This is not a sandbox.** It governs cooperative agents running as the same Unix user
 as Tether: such an agent can read ``TETHER_HOME`` directly, or ask a service outside
 its tree to run commands for it. It keeps honest agents to their lane and makes
@@ -47,6 +56,7 @@ the channel Tether hands it (``tether mcp``), whose requester is fixed by constr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import struct
@@ -63,6 +73,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLAIM_ENV",
     "Resolved",
+    "agent_side",
     "ancestors",
     "peer_environ",
     "peer_pid",
@@ -81,6 +92,18 @@ class Resolved:
     requester: Requester | None
     proof: str
     lease_id: str | None = None
+    # The kernel (a keeper or owner above it) or Tether's record of run members places
+    # the process on its session's agent side -- not merely a claim (issue 20): such a
+    # requester never answers its own session's questions nor controls it.
+    agent_side: bool = False
+
+    def is_agent_of(self, session_key: str) -> bool:
+        """Whether the requester is proven to be ``session_key``'s own agent side."""
+        return (
+            self.agent_side
+            and self.requester is not None
+            and self.requester.session_key == session_key
+        )
 
     @property
     def is_operator(self) -> bool:
@@ -122,7 +145,7 @@ def _in_cgroup(table: ProcessTable, pid: int, path: str) -> bool:
 
 
 def _kernel_lease(
-    registry: Registry, table: ProcessTable, pid: int
+    registry: Registry, table: ProcessTable, pid: int, chain: list[tuple[int, int]] | None = None
 ) -> tuple[Lease | None, str | None]:
     """The open lease whose keeper is the nearest keeper above ``pid``, or None.
 
@@ -134,7 +157,7 @@ def _kernel_lease(
         return None, None
     boot = table.boot_id()
     by_keeper = {lease.keeper_pid: lease for lease in leases if lease.boot_id == boot}
-    for ancestor, starttime in ancestors(table, pid)[1:]:
+    for ancestor, starttime in (ancestors(table, pid) if chain is None else chain)[1:]:
         lease = by_keeper.get(ancestor)
         if lease is None or lease.keeper_starttime != starttime:
             continue
@@ -145,6 +168,50 @@ def _kernel_lease(
             return lease, "it left the run's cgroup"
         return lease, None
     return None, None
+
+
+def agent_side(
+    registry: Registry, table: ProcessTable, chain: list[tuple[int, int]]
+) -> tuple[str, str | None, str] | None:
+    """For a process outside every keeper: ``(session key, lease id, how)`` if it is still
+    an agent's, by the kernel or by Tether's record, else None.
+
+    ``chain``: the process and its ancestors, nearest first (:func:`ancestors`). It is
+    the agent's side when an ancestor is a session's owner (the subreaper of last
+    resort: a killed keeper's orphans are re-parented to it; nothing else is below an
+    owner), or when it or an ancestor is a recorded member of a run
+    (:mod:`tether._registry_members`) -- wherever it has moved since.
+    """
+    boot = table.boot_id()
+    owner_key = registry.owner_in(boot, chain[1:])
+    if owner_key is not None:
+        return owner_key, None, f"is below the owner of session {owner_key}, outside its keepers"
+    member = registry.member_in(boot, chain)
+    if member is not None:
+        key = member.session_key or f"exec:{member.lease_id}"
+        how = (
+            f"was recorded as a member of run {member.lease_id} ({member.how})"
+            if member.pid == chain[0][0]
+            else f"descends from pid {member.pid}, a recorded member of run {member.lease_id}"
+        )
+        return key, member.lease_id, how
+    return None
+
+
+def _record_chain(
+    registry: Registry, table: ProcessTable, lease: Lease, chain: list[tuple[int, int]]
+) -> None:
+    """Record the caller and its ancestors below ``lease``'s keeper as members of the run."""
+    below = []
+    for ident in chain:
+        if ident[0] == lease.keeper_pid:
+            break
+        below.append(ident)
+    # A record is best effort: the answer stands without it.
+    with contextlib.suppress(Exception):
+        registry.record_members(
+            lease.lease_id, lease.session_key, table.boot_id(), below, "requester"
+        )
 
 
 def _requester(registry: Registry, key: str, clamp: Visibility | None) -> Requester:
@@ -160,10 +227,13 @@ def resolve(
     pid: int | None = None,
     environ: Mapping[str, str] | None = None,
     table: ProcessTable | None = None,
+    record: bool = False,
 ) -> Resolved:
     """Decide who is asking: the process ``pid`` (default: us) with claim ``environ``.
 
-    See the module docstring for the table of outcomes.
+    See the module docstring for the table of outcomes. ``record``: a caller proven
+    below a keeper is recorded (with its ancestors up to the keeper) as a member of
+    that run, so it stays that run's agent wherever it moves.
     """
     if table is None:
         from tether._os import current
@@ -178,10 +248,27 @@ def resolve(
         # install operating this one. It names no session here; the kernel still decides.
         claim = None
     why_not: str | None = None
+    chain: list[tuple[int, int]] = []
+    side: tuple[str, str | None, str] | None = None
     try:
-        lease, doubt = _kernel_lease(registry, table, pid)
+        chain = ancestors(table, pid)
+        lease, doubt = _kernel_lease(registry, table, pid, chain)
+        if lease is None:
+            side = agent_side(registry, table, chain)
+        elif record and doubt is None:
+            _record_chain(registry, table, lease, chain)
     except ProcUnreadable as exc:
         lease, doubt, why_not = None, None, f"/proc unreadable ({exc})"
+    if side is not None:
+        # Issue 20: it left its keeper (killed it) or moved away, but Tether saw it inside
+        # an agent's run: that agent's, never the operator -- and, escaped, self only.
+        key, side_lease, how = side
+        return Resolved(
+            _requester(registry, key, Visibility.SELF),
+            f"pid {pid} {how}: clamped to self",
+            side_lease,
+            agent_side=True,
+        )
     if lease is not None:
         kernel_key = lease.session_key or f"exec:{lease.lease_id}"
         where = f"pid {pid} descends from keeper {lease.keeper_pid} of lease {lease.lease_id}"
@@ -190,13 +277,17 @@ def resolve(
                 _requester(registry, kernel_key, Visibility.SELF),
                 f"{where}, but {doubt}: clamped to self",
                 lease.lease_id,
+                agent_side=True,
             )
         if claim is None or claim == kernel_key:
-            return Resolved(_requester(registry, kernel_key, None), f"{where}", lease.lease_id)
+            return Resolved(
+                _requester(registry, kernel_key, None), f"{where}", lease.lease_id, agent_side=True
+            )
         return Resolved(
             _requester(registry, kernel_key, Visibility.SELF),
             f"{where}, but claims {claim}: clamped to self",
             lease.lease_id,
+            agent_side=True,
         )
     if claim is None:
         note = f" ({why_not})" if why_not else ""

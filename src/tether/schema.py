@@ -201,4 +201,23 @@ MIGRATIONS: tuple[str, ...] = (
         SELECT session_key, seq, at, kind, request_id, body FROM journal WHERE kind <> 'acp';
     DROP TABLE journal
     """,
+    # v7 (issue 20 item 1): the processes Tether has observed as members of a run --
+    # identity (boot, pid, start time) seen while provably inside it: in its cgroup, below
+    # its keeper, or adopted by its owner when its keeper died. A member stays its run's
+    # agent for every requester check wherever it moves, and close, terminate and reap
+    # report (and end, by that identity) any member still alive after its run ended.
+    """
+    CREATE TABLE run_members (
+        boot_id     TEXT NOT NULL,
+        pid         INTEGER NOT NULL,
+        starttime   INTEGER NOT NULL,
+        lease_id    TEXT NOT NULL,
+        session_key TEXT,
+        how         TEXT NOT NULL,          -- root | requester | adopted | scan
+        seen_at     REAL NOT NULL,
+        PRIMARY KEY (boot_id, pid, starttime)
+    ) WITHOUT ROWID;
+    CREATE INDEX run_members_lease ON run_members (lease_id);
+    CREATE INDEX run_members_session ON run_members (session_key)
+    """,
 )

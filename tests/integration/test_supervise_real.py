@@ -456,7 +456,9 @@ def test_term_ignoring_members_escalate(cgroup_mode: str, project_dir: Path) -> 
 
 
 def test_keeper_killed_supervisor_sweeps(cgroup_mode: str, project_dir: Path) -> None:
-    """The keeper dies (SIGKILL): the supervisor notices and sweeps the verified tree."""
+    """The keeper dies (SIGKILL): the supervisor notices and sweeps the verified tree;
+    a keeper dying before its run ended is an escape attempt (issue 20): the run fails
+    ownership-escape."""
 
     async def main() -> None:
         with Registry() as reg:
@@ -472,7 +474,11 @@ def test_keeper_killed_supervisor_sweeps(cgroup_mode: str, project_dir: Path) ->
                 os.close(fd)
             report = await asyncio.wait_for(proc.wait_ended(), 10)
             assert report.mode == "supervisor-sweep"
-            assert_clean(proc, report, "signal")
+            assert report.reason == "ownership-escape", report
+            assert report.survivors == ()
+            assert_extinct(proc.lease_id, proc.cgroup)
+            lease = assert_lease(proc.lease_id, reason="ownership-escape")
+            assert lease.failure == "ownership-escape"
             assert not [p for p, s in tree_pids(tree) if alive(p, s)]
 
     run(main())

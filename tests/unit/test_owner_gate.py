@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tether import access
+from tether import _os, access
 from tether.errors import VisibilityDenied
 from tether.ipc import protocol
 from tether.owner.gate import ACTIONS, PeerGate
@@ -183,3 +183,32 @@ def test_authorize_spawn_names_the_rule() -> None:
     access.authorize_spawn(
         me, "codex", cfg={"agentToAgent": {"enabled": True, "allow": ["claude", "codex"]}}
     )
+
+
+def test_a_recorded_member_that_moved_away_cannot_answer_its_own_session() -> None:
+    """Issue 20: a process Tether recorded inside the session's run -- now outside every
+    tree, no marker, no claim -- may read its own session but never answer for it."""
+    quiet = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"],
+        env={k: v for k, v in os.environ.items() if not k.startswith("TETHER_")},
+        stdin=subprocess.PIPE,
+    )
+    try:
+        with open(f"/proc/{quiet.pid}/stat", "rb") as f:
+            raw = f.read()
+        start = int(raw[raw.rfind(b")") + 2 :].split()[19])
+        with Registry() as reg:
+            _session(reg, "k")
+            reg.record_members(
+                "lease-k", "k", _os.current().boot_id(), [(quiet.pid, start)], "adopted"
+            )
+            gate = PeerGate("k", reg, "/")
+            gate.check(request("status"), {"pid": quiet.pid})
+            answer = request("answer", {"interactionId": "i", "answer": "allow"})
+            with pytest.raises(VisibilityDenied) as info:
+                gate.check(answer, {"pid": quiet.pid})
+        assert info.value.fields["rule"] == "own-agent-tree"
+    finally:
+        assert quiet.stdin is not None
+        quiet.stdin.close()
+        quiet.wait(timeout=30)

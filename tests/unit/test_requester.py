@@ -167,3 +167,57 @@ def test_a_claim_never_gains_anything(world: tuple) -> None:
                     for row in rows:
                         if can_see(row, claimed.requester, level, a2a).allowed:
                             assert can_see(row, honest, level, a2a).allowed, (pid, claim, row)
+
+
+# --- issue 20: escaped members keep their identity ----------------------------------------
+
+
+def test_a_recorded_member_that_moved_away_is_never_the_operator(world: tuple) -> None:
+    """Recorded while inside, the process (and its child) re-parented to init with no
+    claim at all is still its session's agent, clamped to self."""
+    reg, table = world
+    reg.record_members("lease-p", "parent", table.boot, [(300, 3000)], "adopted")
+    table.add(300, ppid=1, starttime=3000)
+    table.add(301, ppid=300, starttime=3001)
+    for pid in (300, 301):
+        resolved = resolve(reg, pid=pid, environ={}, table=table)
+        assert resolved.requester is not None, resolved.proof
+        assert (resolved.requester.session_key, resolved.requester.clamp) == (
+            "parent",
+            Visibility.SELF,
+        )
+        assert resolved.lease_id == "lease-p"
+
+
+def test_a_recorded_identity_of_another_process_proves_nothing(world: tuple) -> None:
+    """Same pid, another start time (a recycled pid), or another boot: the operator."""
+    reg, table = world
+    reg.record_members("lease-p", "parent", table.boot, [(300, 2999)], "adopted")
+    reg.record_members("lease-p", "parent", "another-boot", [(301, 3001)], "adopted")
+    table.add(300, ppid=1, starttime=3000)
+    table.add(301, ppid=1, starttime=3001)
+    for pid in (300, 301):
+        assert resolve(reg, pid=pid, environ={}, table=table).requester is None
+
+
+def test_below_an_owner_outside_its_keepers_is_that_sessions_agent(world: tuple) -> None:
+    """What a killed keeper left is re-parented to the owner: that session's, clamped."""
+    reg, table = world
+    reg.begin_owner("other", pid=100, starttime=1000, socket="/s", boot_id=table.boot)
+    table.add(400, ppid=100, starttime=4000)  # an orphan the owner adopted
+    resolved = resolve(reg, pid=400, environ={}, table=table)
+    assert resolved.requester is not None
+    assert (resolved.requester.session_key, resolved.requester.clamp) == ("other", Visibility.SELF)
+
+
+def test_a_caller_proven_inside_is_recorded_up_to_its_keeper(world: tuple) -> None:
+    reg, table = world
+    resolve(reg, pid=104, environ={}, table=table, record=True)
+    recorded = {(m.pid, m.starttime, m.lease_id, m.how) for m in reg.members(lease_id="lease-p")}
+    assert recorded == {
+        (104, 1004, "lease-p", "requester"),
+        (103, 1003, "lease-p", "requester"),
+        (102, 1002, "lease-p", "requester"),
+    }
+    reg.forget_members(reg.members(lease_id="lease-p"))
+    assert reg.members() == []

@@ -63,6 +63,11 @@ def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
 def run_exec(ctx: Any, text: str) -> int:
     if not text.strip():
         raise UsageError("exec needs prompt text (arguments, -f FILE, or stdin)")
+    # Like an owner, this process starts no child but its runs' keepers: it can be their
+    # subreaper of last resort and end what a killed keeper leaves (issue 20).
+    from tether.supervise.adoption import become_last_resort
+
+    become_last_resort()
     return asyncio.run(_run(ctx, text))
 
 

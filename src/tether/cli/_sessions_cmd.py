@@ -166,12 +166,13 @@ def _close(ctx: Any) -> int:
         raise _no_session_hint(ctx) from None
     survivors = result.get("survivors") or []
     if "reconciled" in result:
-        text = "session closed (no owner was running)"
+        text = f"session closed (no owner was running) · survivors {len(survivors)}"
     else:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
     text += _unproven_text(result)
+    text += _escaped_text(result)
     if "discarded" in result:
         text += " · conversation " + ("deleted" if result["discarded"] else "NOT deleted")
     children = result.get("closedChildren") or []
@@ -212,13 +213,14 @@ def _terminate(ctx: Any) -> int:
     if result.get("alreadyEnded"):
         text = f"session had already ended ({result.get('reason')}): nothing done"
     elif "reconciled" in result:
-        text = "session terminated (no owner was running)"
+        text = f"session terminated (no owner was running) · survivors {len(survivors)}"
     else:
         text = (
             f"session terminated · teardown {result.get('teardownMs')} ms"
             f" · survivors {len(survivors)}"
         )
     text += _unproven_text(result)
+    text += _escaped_text(result)
     ctx.output.control(result, text=text, quiet=str(result.get("reason")))
     return 1 if survivors else 0
 
@@ -230,3 +232,12 @@ def _unproven_text(result: dict[str, Any]) -> str:
         return ""
     pids = ", ".join(str(p) for p in unproven[:5])
     return f" · {len(unproven)} unproven (carry the run's marker; not signalled): {pids}"
+
+
+def _escaped_text(result: dict[str, Any]) -> str:
+    """Recorded members found alive after their run ended (issue 20): never silent."""
+    escaped = result.get("escaped") or []
+    if not escaped:
+        return ""
+    shown = ", ".join(str(p) for p in escaped[:5])
+    return f" · {len(escaped)} escaped member(s) found and ended: {shown}"

@@ -62,17 +62,22 @@ def _close_one(
     if conn is not None:
         return _close_live(conn, discard=discard, cascade_from=cascade_from)
     from tether.registry import Registry
+    from tether.supervise.members import escaped_of, survivors_of
     from tether.supervise.reconcile import reconcile, unproven_of
 
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
+        # The CLI's check ran without a registry; a recorded member is asked again here.
+        access.authorize(key, "close", registry=registry)
         decisions = reconcile(registry, session_key=key)
-        _close_offline(registry, key, how="closed with no owner running")
+        survivors = survivors_of(decisions)
+        _close_offline(registry, key, how="closed with no owner running", survivors=survivors)
     return {
         "action": "session_closed",
         "sessionKey": key,
-        "survivors": [],
+        "survivors": survivors,
+        "escaped": escaped_of(decisions),
         "unproven": unproven_of(decisions),  # claimants of its runs: never signalled
         "reconciled": decisions,
     }
@@ -108,7 +113,9 @@ def _close_live(
     return result
 
 
-def _close_offline(registry: Any, key: str, *, how: str) -> None:
+def _close_offline(
+    registry: Any, key: str, *, how: str, survivors: list[int] | None = None
+) -> None:
     """Mark an open session closed and record its one ``session_ended`` (no owner runs).
 
     The record goes into the session's journal, whose writer is whoever holds the
@@ -147,7 +154,7 @@ def _close_offline(registry: Any, key: str, *, how: str) -> None:
                 "terminatedBy": "daemon",
                 "message": f"the session was closed ({how})",
                 "agentWasRunning": False,
-                "survivors": [],
+                "survivors": survivors or [],
                 "ownerGeneration": session.owner_generation,
             },
         )

@@ -106,6 +106,7 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
     """Terminate with no owner running; the caller holds the session's lock."""
     from tether.journal import store
     from tether.registry import Registry
+    from tether.supervise.members import escaped_of, survivors_of
     from tether.supervise.reconcile import reconcile, unproven_of
 
     with Registry() as registry:
@@ -114,7 +115,9 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
             raise NoSession("no such session", session_key=key)
         if session.state == "closed":
             return _ended_report(registry, key)
+        access.authorize(key, "terminate", registry=registry)  # recorded members: see close
         decisions = reconcile(registry, session_key=key)
+        survivors = survivors_of(decisions)
         registry.update_session(key, state="closed", closed_at=time.time())
         event: dict[str, Any] = {
             "reason": "terminated",
@@ -123,7 +126,7 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
             "exitCode": None,
             "stderr": "",
             "agentWasRunning": False,
-            "survivors": [],
+            "survivors": survivors,
             "ownerGeneration": session.owner_generation,
             "requestedBy": {"pid": os.getpid(), "uid": os.getuid(), **by},
         }
@@ -135,7 +138,8 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
         "terminatedBy": "daemon",
         "alreadyEnded": False,
         "sessionKey": key,
-        "survivors": [],
+        "survivors": survivors,
+        "escaped": escaped_of(decisions),
         "unproven": unproven_of(decisions),  # claimants of its runs: never signalled
         "agentWasRunning": False,
         "reconciled": decisions,

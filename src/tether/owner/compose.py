@@ -43,6 +43,7 @@ from tether.owner.status import end_event, hello_frame, journal_condition, statu
 from tether.owner.teardown import Ending, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
+from tether.supervise.members import MemberScan
 
 __all__ = ["Owner"]
 
@@ -116,7 +117,9 @@ class Owner:
             unresponsive_after=self.settings.unresponsive_after,
             fields=self._status_fields,
             kept=metrics.kept(),
+            scan=lambda reg: member_scan.scan_live(reg, self.slot.live),  # issue 20
         )
+        member_scan = MemberScan(key)
         self.journal: JournalWriter | None = None
         self.fanout: Fanout | None = None
         self.state_watch: StateWatch | None = None
@@ -206,11 +209,14 @@ class Owner:
         await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     def _agent_roots(self) -> tuple[int, ...]:
-        """The live agent run's keeper and agent pids (none when no agent runs)."""
+        """The roots of what we run for the agent, us first: everything below the owner
+        (the run, each terminal's keeper, a dead keeper's orphans) is the agent's side,
+        and the operator, a daemon's stranger, never is (issue 20)."""
         live = self.slot.live
+        own = (os.getpid(),)
         if live is None:
-            return ()
-        return tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
+            return own
+        return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.get_running_loop().create_task(coro)

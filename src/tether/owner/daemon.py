@@ -103,6 +103,14 @@ def main(argv: list[str] | None = None) -> int:
     # here: no loop, no threads yet.
     if os.fork() != 0:
         os._exit(0)
+    # The subreaper of last resort for our runs: what a killed keeper leaves is re-parented
+    # to us, and ended (tether.supervise.adoption). Not inherited across fork: set it here.
+    from tether.supervise.adoption import become_last_resort
+
+    become_last_resort()
+    # Our environment as exec'd still names us (/proc/PID/environ: the requester hint, see
+    # tether.access); our children -- keepers, agents -- need not inherit it.
+    os.environ.pop("TETHER_OWNER_OF", None)
     log_fd = os.open(
         sessions.log_path(key), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
     )

@@ -44,7 +44,7 @@ from tether.ipc import protocol
 from tether.registry import Registry
 from tether.requester import peer_environ, resolve
 
-__all__ = ["ACTIONS", "PeerGate"]
+__all__ = ["ACTIONS", "OWN_SIDE_REFUSED", "PeerGate"]
 
 # IPC request kind -> the visibility check's action. A kind not listed (one added later)
 # is checked as "send": every request reads or drives the session, so none goes unchecked.
@@ -62,6 +62,8 @@ ACTIONS: Final = {
     "relay_answer": "send",  # a prompter's answer to an fs/terminal request relayed to it
 }
 _DEFAULT_ACTION: Final = "send"
+# Actions a session's own agent side may never take on it, whatever the visibility rules.
+OWN_SIDE_REFUSED: Final = frozenset({"answer"})
 
 
 class PeerGate:
@@ -105,6 +107,14 @@ class PeerGate:
         resolved = resolve(self.registry, pid=pid, environ=peer_environ(pid))
         if resolved.requester is None:
             return
+        if action in OWN_SIDE_REFUSED and resolved.is_agent_of(self.key):
+            # Issue 20: the agent's tree, its terminals, what a killed keeper left, and a
+            # recorded member wherever it moved -- none answers its own session's questions.
+            raise VisibilityDenied(
+                f"an agent cannot answer the questions of its own session ({resolved.proof})",
+                rule="own-agent-tree",
+                session_key=self.key,
+            )
         session = self.registry.session(self.key)
         if session is None:
             raise NoSession("no such session", session_key=self.key)

@@ -53,8 +53,10 @@ class Heartbeat:
         unresponsive_after: float,
         fields: Callable[[], dict[str, Any]],
         kept: metrics.Deferred | None = None,
+        scan: Callable[[Registry], object] | None = None,
     ) -> None:
         self.key = key
+        self._scan = scan  # each beat: record the live runs' members (issue 20)
         self.interval = max(0.05, min(HEARTBEAT_S, unresponsive_after / 3))
         self._fields = fields  # the status columns as they are now (read under the GIL)
         self.kept = kept
@@ -103,6 +105,9 @@ class Heartbeat:
                 except Exception:  # a missed beat is not fatal; silence is
                     if self.kept is not None:
                         self.kept.give_back(ops)
+                if self._scan is not None:
+                    with contextlib.suppress(Exception):  # a missed scan loses no run
+                        self._scan(registry)
         except Exception:  # no database: the owner's own writes will fail loudly
             return
         finally:

@@ -26,9 +26,11 @@ for every ``elicitation/create``. The decisions are the sans-IO table's
 
 An answer from inside the session's own agent tree is refused (``VISIBILITY_DENIED``):
 an agent must not approve its own tool calls by running ``tether answer`` through its
-shell. The owner knows the answering process from ``SO_PEERCRED``; it is inside the
-tree when its parent chain reaches the run's keeper (a subreaper: processes that escape
-by ``setsid`` or a double fork are re-parented to it, so they are still found).
+shell. The owner knows the answering process from ``SO_PEERCRED``; it is the agent's
+side when its parent chain reaches the owner itself or the run's keeper (subreapers:
+processes that escape by ``setsid`` or a double fork are re-parented to them, so they
+are still found). Below the owner are every terminal the agent created (each under a
+keeper of its own) and whatever a killed keeper left behind: all the agent (issue 20).
 
 A controller is a connection whose request asked for it (``control: true`` on a
 ``watch`` or a ``prompt``) and is still running; it stops being one when that request

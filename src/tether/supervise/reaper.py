@@ -23,9 +23,9 @@ import time
 from typing import Any
 
 from tether import _os, metrics
+from tether.supervise.escapes import RunEscapes
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.proof import split_claims
-from tether.supervise.run_core import RunCore
 from tether.supervise.run_state import RunState, TerminationReason
 from tether.supervise.run_types import ExtinctionReport
 from tether.supervise.verify import marked_survivors, marker_for, signal_verified
@@ -36,7 +36,7 @@ EXTINCTION_SLACK_S = 5.0  # beyond the grace, how long we wait for the keeper's 
 UNPROVEN_REASON = "carries the run's marker but is not a proven member: not signalled"
 
 
-class RunReaper(RunCore):
+class RunReaper(RunEscapes):
     """The watchdog and the single finalizer of a run."""
 
     # --- watchdog -------------------------------------------------------------------
@@ -101,6 +101,7 @@ class RunReaper(RunCore):
         keeper_report: dict[str, Any] | None = None
         assert self._extinct is not None
         assert self._keeper_exited is not None
+        keeper_gone_first = self._keeper_exited.done()  # it died before we asked (issue 20)
         if self.keeper is not None and not self._keeper_exited.done():
             self._control_send({"cmd": "terminate", "grace_ms": int(self.spec.grace * 1000)})
             try:
@@ -120,10 +121,13 @@ class RunReaper(RunCore):
         if self.keeper is not None and self.keeper.returncode is None:
             # The keeper did not answer: end it ourselves (our unreaped child, via pidfd).
             await self._kill_keeper()
+        # What a dead keeper left was re-parented to us: end it (.escapes, .adoption).
+        adopted, keeper_lost = await self._end_after_keeper_loss(keeper_report, keeper_gone_first)
         mode = str(keeper_report.get("mode")) if keeper_report else "supervisor-sweep"
         escalated = bool(keeper_report.get("escalated")) if keeper_report else True
         raw_escaped = keeper_report.get("escaped") if keeper_report else None
         escaped = [int(p) for p in raw_escaped] if isinstance(raw_escaped, list) else []
+        escaped += [p for p in adopted if p not in escaped]
         # The third witness: a /proc scan for the lease marker. One scan when the keeper
         # proved extinction and the scan agrees (the common case: a full scan reads
         # every process's environ, which is most of the teardown's cost after the
@@ -134,7 +138,12 @@ class RunReaper(RunCore):
         if keeper_report is None or found:
             await self._sweep_marker()
             found, unproven = self._marker_claims()
-        survivors = tuple(found)
+        # The last witness: recorded members of this run still alive (.escapes). A
+        # recorded member is proven by its record, so it is no longer a mere claimant.
+        ended_members, left_members = await self._end_recorded_members()
+        escaped += [p for p in ended_members if p not in escaped]
+        survivors = tuple(found) + tuple(p for p in left_members if p not in found)
+        unproven = [p for p in unproven if p not in ended_members and p not in left_members]
         if unproven:
             self._log("unproven_claim", logging.WARNING, reason=UNPROVEN_REASON, pids=unproven)
         if keeper_report is not None and found:
@@ -157,7 +166,7 @@ class RunReaper(RunCore):
             self.lifecycle.transition_extinct()
         self.lifecycle.finalize(reason=reason, exit_code=code, exit_signal=sig)
         reason = self.lifecycle.reason or reason
-        if escaped:
+        if escaped or keeper_lost:
             # Seed 003: a descendant that left the run's boundary marks the run failed
             # with reason ownership-escape (it was still reaped under this lease).
             reason = TerminationReason.OWNERSHIP_ESCAPE
@@ -188,7 +197,7 @@ class RunReaper(RunCore):
             LeaseInput.UNVERIFIABLE if unverified else LeaseInput.EXTINCTION_PROVEN,
             LeaseState.CLOSING,
             reason=reason.value,
-            failure=reason.value if escaped else None,
+            failure=reason.value if escaped or keeper_lost else None,
             run_state=RunState.EXITED.value,
             exit_code=code,
             exit_signal=sig,

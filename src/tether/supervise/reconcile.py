@@ -283,7 +283,23 @@ def reconcile(
     ``table`` defaults to the platform's process table (tests pass a fake one).
     """
     made = plan(registry, session_key=session_key, retention_s=retention_s, table=table)
-    return carry_out(registry, made, dry_run=dry_run, grace=grace)
+    decisions = carry_out(registry, made, dry_run=dry_run, grace=grace)
+    # Issue 20: recorded members of runs that are over, still alive -- report, end, count.
+    from tether.supervise.members import sweep_members
+
+    decisions += sweep_members(
+        registry,
+        session_key=session_key,
+        dry_run=dry_run,
+        grace=grace,
+        table=made.table,
+        exclude=(*made.ancestry, os.getpid()),
+        # The leases this reconcile ends (or, dry, would end): a skipped one is live.
+        ending=frozenset(
+            a.lease_id for a in made.actions if isinstance(a, Steal | MarkClosed | MarkLost)
+        ),
+    )
+    return decisions
 
 
 def carry_out(

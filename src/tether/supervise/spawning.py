@@ -18,6 +18,7 @@ from typing import Any
 
 from tether import _os, metrics
 from tether.errors import SpawnError
+from tether.supervise import adoption
 from tether.supervise.cgroups import new_cgroup
 from tether.supervise.heartbeat import SUPERVISOR_ID
 from tether.supervise.keeper_channel import KeeperChannel
@@ -49,6 +50,7 @@ class RunSpawner(RunReaper):
         self.keeper, control_sock, master_fd = launch_keeper(
             spec, argv, lease_id=self.lease_id, instance_id=self.instance_id, cgroup=self.cgroup
         )
+        adoption.note_launched(self.keeper.pid)  # our own child, not an adopted orphan
         # Our unreaped child: the pid cannot have been recycled, so this handle is exact.
         self.keeper_pidfd = self.table.child_handle(self.keeper.pid)
         keeper_st = self.table.stat(self.keeper.pid)
@@ -99,6 +101,7 @@ class RunSpawner(RunReaper):
             starttime=self.starttime,
             run_state=RunState.RUNNING.value,
         )
+        self._record_members([(self.pid, self.starttime)], "root", boot_id)
         self.lifecycle.transition_spawned(time.monotonic())
         if self._root_reported_exit:
             self._root_exited_by_itself()  # it exited before we got here
@@ -220,6 +223,7 @@ class RunSpawner(RunReaper):
         # keeper that died before starting the agent.
         self._drain_control()
         reaped = self.table.reap_child(self.keeper_pidfd)  # also closes the handle
+        adoption.forget_launched(self.keeper.pid)
         status = reaped if reaped is not None else -1
         # Tell Popen, so its finalizer neither warns nor waits on a reaped pid.
         self.keeper.returncode = status
