@@ -271,3 +271,67 @@ def test_a_lost_hosts_history_is_read_from_the_index_and_it_comes_back(
 def _durable(index: FleetIndex, sid: str) -> int:
     row = index.session(sid)
     return -1 if row is None else row.durable_seq
+
+
+def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
+    procs: Processes, project_dir: Path
+) -> None:
+    lost = procs.host("h1", "zone=a")
+    procs.host("h2", "zone=b")
+    router = procs.router()
+    s = create(router, project_dir, "moved", labels={"zone": "a"})
+    sid = s["id"]
+    assert "remember the number 42" in turn_text(router, sid, "echo remember the number 42")
+    local = [x for x in lost.http.get(f"/v1/sessions/{sid}/export").text.splitlines() if x]
+    last = int(json.loads(local[-1])["seq"])
+    with FleetIndex.connect(procs.dsn) as index:
+        wait_for(lambda: _durable(index, sid) >= last, "the journal to be shipped")
+    # While its host is up, a session is not lost: re-homing it is refused.
+    refused = router.http.post(f"/v1/sessions/{sid}/rehome", json={})
+    assert (refused.status_code, refused.json()["code"]) == (409, "HOST_AVAILABLE")
+    lost.proc.kill()  # the host process we started, by its pid
+    lost.stop()
+    moved = router.http.post(f"/v1/sessions/{sid}/rehome", json={"replay": True})
+    assert moved.status_code == 201, moved.text
+    new = moved.json()
+    assert (new["rehomedFrom"], new["fromHost"], new["hostId"]) == (sid, "h1", "h2")
+    assert new["durableSeq"] == last
+    assert new["id"] != sid
+    # The old id says where the conversation went; it is not silently served.
+    gone = router.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo x"})
+    assert (gone.status_code, gone.json()["rehomedTo"]) == (410, new["id"])
+    # The new session's journal says so first, then the transcript replayed as context.
+    entries = [
+        json.loads(x)
+        for x in router.http.get(f"/v1/sessions/{new['id']}/export").text.splitlines()
+        if x
+    ]
+    restarted = [e for e in entries if e["kind"] == "conversation_restarted"]
+    assert len(restarted) == 1
+    assert (restarted[0]["fromSession"], restarted[0]["durableSeq"]) == (sid, last)
+    wait_for(
+        lambda: any(
+            t["stopReason"]
+            for t in router.http.get(f"/v1/sessions/{new['id']}/history").json()["turns"]
+        ),
+        "the replayed context's turn to end",
+    )
+    turns = router.http.get(f"/v1/sessions/{new['id']}/history").json()["turns"]
+    assert turns[0]["requestId"] == new["replayRequestId"]
+    assert turns[0]["preview"].startswith("[Tether] This conversation was restarted")
+    assert "next turn" in turn_text(router, new["id"], "echo next turn")
+    with FleetIndex.connect(procs.dsn) as index:
+        old_row, new_row = index.session(sid), index.session(new["id"])
+        assert old_row is not None
+        assert new_row is not None
+        assert (old_row.state, old_row.rehomed_to) == ("lost", new["id"])
+        assert (new_row.state, new_row.restarted_from, new_row.host_id) == ("open", sid, "h2")
+    # The old host comes back on its storage: it no longer owns that session, and closes
+    # it by its own proof (its owner had outlived the gateway).
+    back = spawn_gateway(lost.home, "--host-id", "h1", env=procs.env)
+    back.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
+    procs.hosts["h1"] = back
+    wait_for(
+        lambda: back.http.get(f"/v1/sessions/{sid}").json().get("state") == "closed",
+        "the old host to close the superseded session",
+    )

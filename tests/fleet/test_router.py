@@ -171,9 +171,10 @@ def _turn(client: httpx.Client, sid: str, text: str) -> list[dict[str, Any]]:
     """Prompt through the router and read the turn's entries from its relayed stream."""
     r = client.post(f"/v1/sessions/{sid}/prompt", json={"prompt": text})
     assert r.status_code == 202, r.text
-    rid = r.json()["requestId"]
+    rid, from_seq = r.json()["requestId"], r.json()["fromSeq"]
     out = []
-    with client.stream("GET", f"/v1/sessions/{sid}/events") as stream:
+    # From the turn's first entry: a stream opened after a fast turn ended still has it.
+    with client.stream("GET", f"/v1/sessions/{sid}/events?from={from_seq}") as stream:
         assert stream.status_code == 200
         for event, data in parse_sse(stream.iter_lines()):
             if event == "message":
@@ -288,10 +289,18 @@ def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
             # refuses at once: an unresponsive host, never re-homed automatically.
             fleet.members["h1"].stop(deregister=False)
             wait_for(
-                lambda: client.get(f"/v1/sessions/{a}/history").status_code == 503,
-                "the router to call the silent host unavailable",
+                lambda: (
+                    client.get(f"/v1/sessions/{a}/history").headers.get("x-tether-source")
+                    == "index"
+                ),
+                "the router to call the silent host unavailable (reads from the index)",
             )
             r = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo no"})
             assert (r.status_code, r.json()["code"]) == (503, "HOST_UNAVAILABLE")
+            # Nothing re-homes it by itself: the session stays on its (frozen) host.
+            listed = client.get("/v1/sessions").json()["sessions"]
+            assert [(s["id"], s["hostId"], s["hostAvailable"]) for s in listed] == [
+                (a, "h1", False)
+            ]
         finally:
             frozen.proc.send_signal(signal.SIGCONT)

@@ -78,10 +78,26 @@ class FleetHost:
         epoch = self.membership.start()
         with self._connect() as index:
             self._owned = index.adopt_sessions(self.host_id, epoch)
+            stale = self._superseded_here(index, {row.session_id for row in self._owned})
         self._open_count = len(self._owned)
+        if stale:
+            # Fleet sessions this host still holds open but no longer owns (re-homed or
+            # ended while it was away): closed here, by this host's own proof.
+            self._log(f"host {self.host_id}: closing {len(stale)} superseded session(s)")
+            self._close_locally(stale)
         self._thread = threading.Thread(target=self._run, name="fleet-ship", daemon=True)
         self._thread.start()
         return epoch
+
+    @staticmethod
+    def _superseded_here(index: FleetIndex, adopted: set[str]) -> list[str]:
+        """Keys of this host's open local sessions the index knows as fleet sessions
+        that this host does not own any more."""
+        from tether.registry import Registry
+
+        with Registry() as registry:
+            local = [s.key for s in registry.sessions(include_closed=False)]
+        return [k for k in local if k not in adopted and index.session(k) is not None]
 
     def stop(self, *, deregister: bool = True) -> None:
         self._stop.set()

@@ -31,6 +31,10 @@ class HostTable:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.index_up = False
+        # Hosts that refused a connection (monotonic time): a dead process is known at
+        # once, not a heartbeat TTL later. Cleared by the next answer or after the TTL.
+        self._refused: dict[str, float] = {}
+        self.refused_ttl_s = 5.0
 
     def start(self) -> None:
         self.refresh()
@@ -72,6 +76,24 @@ class HostTable:
     def _loop(self) -> None:
         while not self._stop.wait(self._refresh_s):
             self.refresh()
+
+    def mark_refused(self, host_id: str) -> None:
+        self._refused[host_id] = time.monotonic()
+
+    def mark_answered(self, host_id: str) -> None:
+        if self._refused:
+            self._refused.pop(host_id, None)
+
+    def refused(self, host_id: str) -> float | None:
+        """Seconds since ``host_id`` refused a connection, if it did within the TTL."""
+        at = self._refused.get(host_id)
+        if at is None:
+            return None
+        ago = time.monotonic() - at
+        if ago > self.refused_ttl_s:
+            self._refused.pop(host_id, None)
+            return None
+        return ago
 
     def hosts(self) -> list[HostRow]:
         return list(self._hosts.values())
@@ -140,6 +162,22 @@ class HostTable:
             lambda ix: ix.shipped(session_id, after_seq=after, limit=1000)
         )
         return batch
+
+    def fence_host(self, host_id: str, seen_epoch: int, reason: str) -> int | None:
+        fenced: int | None = self._with_index(lambda ix: ix.fence_host(host_id, seen_epoch, reason))
+        self.refresh()
+        return fenced
+
+    def rehome_session(self, session_id: str, host_id: str, epoch: int, force: bool) -> SessionRow:
+        row: SessionRow = self._with_index(
+            lambda ix: ix.rehome_session(session_id, host_id, epoch, force=force)
+        )
+        self.forget_session(session_id)
+        return row
+
+    def undo_rehome(self, old_id: str, new_id: str) -> None:
+        self._with_index(lambda ix: ix.undo_rehome(old_id, new_id))
+        self.forget_session(new_id)
 
     def end_session(self, session_id: str, reason: str) -> None:
         self._with_index(lambda ix: ix.end_session(session_id, "closed", reason))

@@ -339,6 +339,96 @@ class FleetIndex:
                 )
         raise FleetError("the session kept changing while it was ensured; try again")
 
+    def rehome_session(
+        self, session_id: str, host_id: str, host_epoch: int, *, force: bool = False
+    ) -> SessionRow:
+        """Move an open session whose host is down to ``host_id``, in one transaction:
+        the old row ends ``lost`` naming its successor, and a new row of the same identity
+        and ownership, naming where it came from, is created on ``host_id`` (which must be
+        up with ``host_epoch``). Refused while the old host is not down (fenced or
+        deregistered): a host whose storage may still be written keeps its sessions.
+        ``force`` re-homes a session of a host that is up (the operator's explicit call).
+        """
+        with (
+            _translated("rehome session"),
+            self._conn.transaction(),
+            self._conn.cursor(row_factory=dict_row) as cur,
+        ):
+            old = cur.execute(
+                "SELECT s.*, h.state AS host_state FROM sessions s"
+                " JOIN hosts h ON h.host_id = s.host_id"
+                " WHERE s.session_id = %s FOR UPDATE OF s",
+                (session_id,),
+            ).fetchone()
+            if old is None or old["state"] != "open":
+                raise FleetError(
+                    f"session {session_id} is not open in the fleet", session_id=session_id
+                )
+            if old["host_state"] != "down" and not force:
+                raise FleetError(
+                    f"session {session_id}'s host {old['host_id']} is not down: it keeps"
+                    " its sessions (close the session, or fence the host first)",
+                    session_id=session_id,
+                    host=old["host_id"],
+                )
+            new_id = new_session_id()
+            cur.execute(
+                "UPDATE sessions SET state = 'lost', rehomed_to = %s, closed_at = now(),"
+                " updated_at = now(), end_reason = %s WHERE session_id = %s",
+                (new_id, f"re-homed to {host_id} as {new_id}", session_id),
+            )
+            created = cur.execute(
+                """
+                INSERT INTO sessions (session_id, scope, agent, cwd, name, state, host_id,
+                                      host_epoch, owner_session_id, spawned_by,
+                                      parent_session_id, sandboxed, restarted_from)
+                SELECT %s, %s, %s, %s, %s, 'open', host_id, epoch, %s, %s, %s, %s, %s
+                FROM hosts WHERE host_id = %s AND epoch = %s AND state = 'up'
+                RETURNING *
+                """,
+                (
+                    new_id,
+                    old["scope"],
+                    old["agent"],
+                    old["cwd"],
+                    old["name"],
+                    old["owner_session_id"],
+                    old["spawned_by"],
+                    old["parent_session_id"],
+                    old["sandboxed"],
+                    session_id,
+                    host_id,
+                    host_epoch,
+                ),
+            ).fetchone()
+            if created is None:
+                raise HostSuperseded(
+                    f"host {host_id} epoch {host_epoch} can take no new session",
+                    host=host_id,
+                    epoch=host_epoch,
+                )
+        return session_row(created)
+
+    def undo_rehome(self, old_id: str, new_id: str) -> bool:
+        """Take back a re-home whose new host did not create the session: the new row is
+        closed and the old one open again, as before the move."""
+        with _translated("undo rehome"), self._conn.transaction():
+            closed = self._conn.execute(
+                "UPDATE sessions SET state = 'closed', closed_at = now(), updated_at = now(),"
+                " end_reason = 'its host did not create it; the re-home was undone'"
+                " WHERE session_id = %s AND restarted_from = %s AND state = 'open' RETURNING 1",
+                (new_id, old_id),
+            ).fetchone()
+            if closed is None:
+                return False
+            self._conn.execute(
+                "UPDATE sessions SET state = 'open', rehomed_to = NULL, closed_at = NULL,"
+                " end_reason = NULL, updated_at = now()"
+                " WHERE session_id = %s AND rehomed_to = %s AND state = 'lost'",
+                (old_id, new_id),
+            )
+        return True
+
     def bind_local_key(self, session_id: str, host_id: str, host_epoch: int, key: str) -> None:
         """Record the host's own key for a session it now owns (epoch-checked)."""
         with _translated("bind session"):

@@ -116,8 +116,11 @@ class Router:
     def __init__(self, settings: RouterSettings) -> None:
         self.settings = settings
         self.table = HostTable(lambda: FleetIndex.connect(settings.dsn), settings.refresh_s)
+        self.table.refused_ttl_s = settings.ttl_s
         self.pool = HostConnections(settings.connect_timeout_s)
-        self._auth = b"Bearer " + settings.fleet_token.encode() if settings.fleet_token else None
+        self.fleet_auth = (
+            b"Bearer " + settings.fleet_token.encode() if settings.fleet_token else None
+        )
         self.requests_total = 0
         self.routed_total = 0
 
@@ -220,6 +223,10 @@ class Router:
                     self, head, _RequestBody(queue), out, link
                 )
         sid = http1.session_id_of(path)
+        if sid is not None and head.method == b"POST" and path.endswith("/rehome"):
+            from tether.fleet import router_rehome
+
+            return await router_rehome.rehome(self, sid, _RequestBody(queue), out)
         if sid is None:
             await self._drain_body(queue)
             out.write(http1.problem(404, "Not Found", f"the router does not serve {path}",
@@ -227,7 +234,25 @@ class Router:
             return True
         return await self._route(sid, head, queue, out, link)
 
+    async def probe(self, host: HostRow) -> str | None:
+        """Whether a host that looks alive in the index accepts a connection; a refusal
+        is remembered (:meth:`HostTable.mark_refused`) and said."""
+        url = urlsplit(host.url)
+        try:
+            async with asyncio.timeout(self.settings.connect_timeout_s):
+                _reader, writer = await asyncio.open_connection(url.hostname, url.port or 80)
+        except (OSError, TimeoutError) as e:
+            self.table.mark_refused(host.host_id)
+            return f"host {host.host_id} refuses connections ({str(e) or 'timed out'})"
+        writer.close()
+        with contextlib.suppress(OSError, ConnectionError):
+            await writer.wait_closed()
+        return None
+
     def unavailable_reason(self, host: HostRow) -> str | None:
+        refused = self.table.refused(host.host_id)
+        if refused is not None:
+            return f"host {host.host_id} refused a connection {refused:.1f} s ago"
         if host.state == "down":
             return f"host {host.host_id} is down ({host.down_reason or 'fenced'})"
         age = self.table.age(host)
@@ -252,7 +277,11 @@ class Router:
                 out.write(http1.problem(503, "Service Unavailable", str(e),
                                         code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
                 return True
-        host = None if host_id is None else self.table.host(host_id)
+        if host_id is None:
+            await self._drain_body(queue)
+            out.write(await self._not_open(sid))
+            return True
+        host = self.table.host(host_id)
         if host is None:
             await self._drain_body(queue)
             out.write(http1.problem(404, "Not Found", f"no open session {sid} in the fleet",
@@ -285,7 +314,7 @@ class Router:
         """
         url = urlsplit(host.url)
         address, port = url.hostname or "127.0.0.1", url.port or 80
-        headers = [(b"authorization", self._auth)] if self._auth else []
+        headers = [(b"authorization", self.fleet_auth)] if self.fleet_auth else []
         headers += [(b"x-tether-router", b"1"), *extra]
         request = http1.encode_request_head(head, url.netloc.encode(), headers)
 
@@ -302,6 +331,7 @@ class Router:
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
+            self.table.mark_refused(host.host_id)
             if isinstance(body, _RequestBody):
                 await body.drain()
             answer = (
@@ -319,10 +349,27 @@ class Router:
                 code="HOST_TIMEOUT", retryable=retry, hostId=host.host_id, keep_alive=False,
             ))  # fmt: skip
             return False, 504
+        self.table.mark_answered(host.host_id)
         self.routed_total += 1
         # A client that got a whole answer keeps its connection, whatever becomes of the
         # host connection (a host saying `connection: close` said it to the client).
         return outcome.client_whole, outcome.status
+
+    async def _not_open(self, sid: str) -> bytes:
+        """404 for a session the fleet never had; 410 for one that ended, naming the
+        session that continues it when it was re-homed."""
+        try:
+            row = await asyncio.to_thread(self.table.session_row, sid)
+        except FleetError:
+            row = None
+        if row is None:
+            return http1.problem(404, "Not Found", f"no session {sid} in the fleet",
+                                 code="NO_SESSION", retryable=False)  # fmt: skip
+        detail = f"session {sid} is {row.state}" + (
+            f": re-homed as {row.rehomed_to}" if row.rehomed_to else ""
+        )
+        return http1.problem(410, "Gone", detail, code="SESSION_" + row.state.upper(),
+                             retryable=False, rehomedTo=row.rehomed_to)  # fmt: skip
 
     async def _offline(self, sid: str, head: http1.RequestHead, host: HostRow, why: str) -> bytes:
         """The answer for a session whose host is unavailable: a read is served from the

@@ -89,6 +89,21 @@ async def _read(body: _RequestBody) -> bytes | None:
     return b"".join(parts)
 
 
+async def read_json(body: _RequestBody) -> tuple[dict[str, Any] | None, bytes | None]:
+    """A request's JSON object (bounded), or the problem document to answer instead."""
+    raw = await _read(body)
+    if raw is None:
+        return None, http1.problem(413, "Content Too Large", f"a body over {BODY_MAX} bytes",
+                                   code="BODY_TOO_LARGE", retryable=False)  # fmt: skip
+    try:
+        doc = json.loads(raw or b"{}")
+    except ValueError:
+        return None, _bad("the body is not JSON", "body")
+    if not isinstance(doc, dict):
+        return None, _bad("the body must be a JSON object", "body")
+    return doc, None
+
+
 async def create_session(
     router: Router,
     head: http1.RequestHead,
@@ -96,19 +111,11 @@ async def create_session(
     out: Any,
     link: ClientLink,
 ) -> bool:
-    raw = await _read(body)
-    if raw is None:
-        out.write(http1.problem(413, "Content Too Large", f"a body over {BODY_MAX} bytes",
-                                code="BODY_TOO_LARGE", retryable=False))  # fmt: skip
+    doc, error = await read_json(body)
+    if error is not None:
+        out.write(error)
         return True
-    try:
-        doc = json.loads(raw or b"{}")
-    except ValueError:
-        out.write(_bad("the body is not JSON", "body"))
-        return True
-    if not isinstance(doc, dict):
-        out.write(_bad("the body must be a JSON object", "body"))
-        return True
+    assert doc is not None
     for field in ("agent", "cwd"):
         if not isinstance(doc.get(field), str) or not doc[field]:
             out.write(_bad(f"{field} is required (a string)", field))

@@ -64,6 +64,8 @@ class SessionRow:
     parent_session_id: str | None = None
     sandboxed: bool = False
     end_reason: str | None = None
+    restarted_from: str | None = None
+    rehomed_to: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +84,8 @@ class SessionRow:
             "parentSessionId": self.parent_session_id,
             "sandboxed": self.sandboxed,
             "endReason": self.end_reason,
+            "restartedFrom": self.restarted_from,
+            "rehomedTo": self.rehomed_to,
         }
 
 
@@ -142,4 +146,6 @@ def session_row(r: Mapping[str, Any]) -> SessionRow:
         parent_session_id=r["parent_session_id"],
         sandboxed=bool(r["sandboxed"]),
         end_reason=r["end_reason"],
+        restarted_from=r.get("restarted_from"),
+        rehomed_to=r.get("rehomed_to"),
     )

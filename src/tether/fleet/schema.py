@@ -75,4 +75,11 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (session_id, first_seq)
     );
     """,
+    # v2: re-homing. A session whose host is gone for good is moved explicitly: its row
+    # ends `lost` naming the session that continues it (`rehomed_to`), and the new row
+    # names where it came from (`restarted_from`) -- never a silent restart.
+    """
+    ALTER TABLE sessions ADD COLUMN restarted_from TEXT;
+    ALTER TABLE sessions ADD COLUMN rehomed_to TEXT;
+    """,
 )

@@ -39,6 +39,7 @@ CONTROL_KINDS: Final = frozenset(
         "interaction_opened",
         "interaction_resolved",
         "journal_gap",
+        "conversation_restarted",
     }
 )
 # The kinds a turn summary is built from; the database indexes exactly these.

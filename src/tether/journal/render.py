@@ -166,6 +166,13 @@ def control_text(entry: dict[str, Any]) -> str | None:
         from tether.journal.gaps import gap_text
 
         return gap_text(entry)
+    if kind == "conversation_restarted":  # a fleet rehome: a new agent, never silent
+        replayed = " with the transcript replayed" if entry.get("replayed") else ""
+        return (
+            f"[conversation restarted] from session {str(entry.get('fromSession'))[:12]}"
+            f" on host {entry.get('fromHost')} (its journal up to seq {entry.get('durableSeq')});"
+            f" the agent starts afresh{replayed}"
+        )
     if kind == "owner_takeover":
         return f"[owner] unresponsive owner {entry.get('pid')} replaced"
     if kind == "mode_set":

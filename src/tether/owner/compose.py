@@ -186,6 +186,11 @@ class Owner:
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
+        restarted = self.session.options.get("restarted_from")
+        if isinstance(restarted, dict) and self.generation == 1:
+            # A session re-homed from a lost host of the fleet: its first owner says so
+            # before anything else happens in it (never a silent restart).
+            self.record("conversation_restarted", dict(restarted))
 
     def _shrink_journal(self) -> None:
         if self.journal is not None:

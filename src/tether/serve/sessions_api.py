@@ -140,7 +140,29 @@ def _fleet_key(request: Request) -> str | None:
     return raw
 
 
-def _ensure(gateway: Gateway, body: dict[str, Any], fleet_key: str | None = None) -> dict[str, Any]:
+def _restarted_from(request: Request) -> dict[str, Any] | None:
+    """What a router re-homing a session tells its new host (``x-tether-restarted-from``:
+    a JSON object), journaled by the new session's first owner."""
+    import json
+
+    raw = request.headers.get("x-tether-restarted-from")
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        value = None
+    if not isinstance(value, dict):
+        raise bodies.bad_value("x-tether-restarted-from", "a JSON object is expected")
+    return {str(k): v for k, v in value.items() if isinstance(v, str | int | bool | None)}
+
+
+def _ensure(
+    gateway: Gateway,
+    body: dict[str, Any],
+    fleet_key: str | None = None,
+    restarted_from: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     from tether import agents, config, sessions
 
     cwd = body["cwd"]
@@ -178,6 +200,8 @@ def _ensure(gateway: Gateway, body: dict[str, Any], fleet_key: str | None = None
         "handshake_timeout": cfg.get("handshakeTimeout"),
         "fs": True,
     }
+    if restarted_from is not None:
+        options["restarted_from"] = restarted_from
     given = "permissions" in body or "ttl" in body
     conn, created = operations.ensure_session(
         key,
@@ -209,7 +233,8 @@ async def ensure_session(request: Request) -> Response:
     """Create the session (or reuse it) and make sure its owner serves."""
     body = await parse_body(request, bodies.ENSURE)
     fleet_key = _fleet_key(request)
-    result = await asyncio.to_thread(_ensure, _gateway(request), body, fleet_key)
+    restarted = _restarted_from(request) if fleet_key is not None else None
+    result = await asyncio.to_thread(_ensure, _gateway(request), body, fleet_key, restarted)
     return JSONResponse(result, status_code=201 if result["created"] else 200)
 
 

@@ -1,0 +1,232 @@
+"""Re-homing a session whose host is gone: ``POST /v1/sessions/{id}/rehome``.
+
+Explicit, never automatic, never silent. A host that is only late (its heartbeat older
+than the TTL) may still be writing its storage, so the router first fences it -- one
+compare-and-set on its epoch -- after which nothing it writes to the index counts; a
+host that is up is refused unless ``force`` says the operator means it. Then, in one
+index transaction, the old session ends ``lost`` naming its successor and a new session
+of the same identity is created on another host (placed like any new session, or the
+``hostId`` asked for). The new host's first owner journals ``conversation_restarted``
+(from which session and host, up to which durable seq). With ``replay``, the old
+session's transcript, as shipped, is sent to the new agent as its first prompt: the
+agent is told it is context from a conversation that was restarted.
+
+If the new host refuses to create the session, the move is undone: the old session is
+open again and the new row closed, so a second try starts from where the first did.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import httptools
+
+from tether.errors import FleetError, HostSuperseded, HostUnavailable
+from tether.fleet import http1
+from tether.fleet.placement import PlacementRequest, place
+from tether.fleet.relay import ClientLink, HostRefused, HostSilent, exchange
+from tether.fleet.router_reads import _lines
+from tether.journal import render
+
+if TYPE_CHECKING:
+    from tether.fleet.router import Router, _RequestBody
+    from tether.fleet.rows import HostRow
+
+REPLAY_MAX_CHARS = 200_000  # the transcript sent as context is cut to its last part past this
+
+
+class _Collect:
+    """Stands in for a client connection: collects a host's answer to the router itself."""
+
+    class _Transport:
+        def get_write_buffer_size(self) -> int:
+            return 0
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.transport = self._Transport()
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+    async def drain(self) -> None:
+        return None
+
+
+def _parse(raw: bytes) -> tuple[int, Any]:
+    """(status, JSON body) of an HTTP response the relay collected."""
+
+    class Watch:
+        body = bytearray()
+
+        def on_body(self, part: bytes) -> None:
+            self.body += part
+
+    watch = Watch()
+    parser = httptools.HttpResponseParser(watch)
+    parser.feed_data(bytes(raw))
+    try:
+        return parser.get_status_code(), json.loads(bytes(watch.body) or b"null")
+    except ValueError:
+        return parser.get_status_code(), None
+
+
+async def call_host(
+    router: Router, host: HostRow, method: bytes, path: str, body: Any, extra: list[http1.Header]
+) -> tuple[int, Any]:
+    """One JSON request from the router itself to a host; (status, JSON answer)."""
+    payload = json.dumps(body, separators=(",", ":")).encode()
+    url = urlsplit(host.url)
+    head = http1.RequestHead(method, path.encode(), [(b"content-type", b"application/json")])
+    headers: list[http1.Header] = [(b"content-length", str(len(payload)).encode()), *extra]
+    if router.fleet_auth is not None:
+        headers.append((b"authorization", router.fleet_auth))
+    out = _Collect()
+
+    async def once() -> Any:
+        yield payload
+
+    await exchange(
+        router.pool,
+        url.hostname or "127.0.0.1",
+        url.port or 80,
+        http1.encode_request_head(head, url.netloc.encode(), headers),
+        once(),
+        out,  # type: ignore[arg-type]
+        first_byte_timeout=router.settings.first_byte_timeout_s,
+        link=ClientLink(),
+    )
+    return _parse(bytes(out.data))
+
+
+def replay_text(transcript: list[dict[str, Any]], from_host: str) -> str:
+    parts = [
+        f"[Tether] This conversation was restarted: its host ({from_host}) was lost, and the"
+        " agent session could not be resumed. What follows is the conversation so far, as"
+        " it was recorded, for context. Acknowledge briefly and wait for the next request.",
+        "",
+    ]
+    for turn in transcript:
+        parts.append(f"User: {turn.get('prompt', '')}")
+        if turn.get("text"):
+            parts.append(f"Assistant: {turn['text']}")
+        calls = turn.get("toolCalls") or []
+        parts.extend(f"(tool call: {c.get('title') or c.get('kind')})" for c in calls)
+        parts.append("")
+    text = "\n".join(parts)
+    if len(text) > REPLAY_MAX_CHARS:
+        text = parts[0] + "\n\n[... earlier turns cut ...]\n" + text[-REPLAY_MAX_CHARS:]
+    return text
+
+
+def _problem(status: int, detail: str, code: str, retryable: bool = False, **extra: Any) -> bytes:
+    title = {404: "Not Found", 409: "Conflict", 422: "Unprocessable Content"}.get(
+        status, "Service Unavailable"
+    )
+    return http1.problem(status, title, detail, code=code, retryable=retryable, **extra)
+
+
+async def rehome(router: Router, sid: str, body: _RequestBody, out: Any) -> bool:
+    from tether.fleet.router_sessions import read_json
+
+    doc, error = await read_json(body)
+    if error is not None:
+        out.write(error)
+        return True
+    assert doc is not None
+    replay = bool(doc.get("replay", False))
+    force = bool(doc.get("force", False))
+    labels = doc.get("labels", {})
+    wanted = doc.get("hostId")
+    if not isinstance(labels, dict) or (wanted is not None and not isinstance(wanted, str)):
+        out.write(_problem(422, "labels is an object, hostId a string", "BAD_VALUE"))
+        return True
+    try:
+        row = await asyncio.to_thread(router.table.session_row, sid)
+    except FleetError as e:
+        out.write(_problem(503, str(e), "INDEX_UNAVAILABLE", True))
+        return True
+    if row is None or row.state != "open":
+        state = "unknown" if row is None else row.state
+        out.write(_problem(404 if row is None else 409, f"session {sid} is {state}", "NO_SESSION"))
+        return True
+    old_host = router.table.host(row.host_id)
+    why = None if old_host is None else router.unavailable_reason(old_host)
+    if old_host is not None and why is None:
+        why = await router.probe(old_host)  # dead since its last beat?
+    if old_host is not None and why is None and not force:
+        out.write(_problem(409, f"its host {row.host_id} is up: the session is not lost"
+                           " (give force to move it anyway)", "HOST_AVAILABLE"))  # fmt: skip
+        return True
+    if old_host is not None and old_host.state != "down" and not force:
+        # Late, not known down: fence it first, so its storage's writes stop counting.
+        await asyncio.to_thread(
+            router.table.fence_host, old_host.host_id, old_host.epoch, f"re-home of {sid}"
+        )
+    try:
+        target = _target(router, row.host_id, labels, wanted)
+        new = await asyncio.to_thread(
+            router.table.rehome_session, sid, target.host_id, target.epoch, force
+        )
+    except (HostUnavailable, HostSuperseded) as e:
+        out.write(_problem(503, str(e), "HOST_UNAVAILABLE", True))
+        return True
+    except FleetError as e:
+        out.write(_problem(409, str(e), "REHOME_REFUSED"))
+        return True
+    restarted = {
+        "fromSession": sid,
+        "fromHost": row.host_id,
+        "durableSeq": row.durable_seq,
+        "replayed": replay,
+        "reason": why or "forced",
+    }
+    extra = [
+        (b"x-tether-session-id", new.session_id.encode()),
+        (b"x-tether-restarted-from", json.dumps(restarted).encode()),
+    ]
+    spec = {"agent": row.agent, "cwd": row.cwd, "name": row.name}
+    try:
+        status, created = await call_host(router, target, b"POST", "/v1/sessions", spec, extra)
+    except (HostRefused, HostSilent) as e:
+        status, created = 503, {"detail": str(e)}
+    if not 200 <= status < 300:
+        await asyncio.to_thread(router.table.undo_rehome, sid, new.session_id)
+        detail = (created or {}).get("detail") if isinstance(created, dict) else None
+        out.write(_problem(502, f"host {target.host_id} could not take the session ({status}):"
+                           f" {detail or 'no detail'}; nothing was moved", "REHOME_FAILED",
+                           True))  # fmt: skip
+        return True
+    router.table.remember(new.session_id, target.host_id)
+    answer: dict[str, Any] = {
+        **(created if isinstance(created, dict) else {}),
+        "id": new.session_id,
+        "hostId": target.host_id,
+        "rehomedFrom": sid,
+        "fromHost": row.host_id,
+        "durableSeq": row.durable_seq,
+        "replayRequestId": None,
+    }
+    if replay:
+        lines, _durable = await asyncio.to_thread(_lines, router, sid)
+        text = replay_text(render.transcript(lines), row.host_id)
+        status, queued = await call_host(
+            router, target, b"POST", f"/v1/sessions/{new.session_id}/prompt", {"prompt": text}, []
+        )
+        if status == 202 and isinstance(queued, dict):
+            answer["replayRequestId"] = queued.get("requestId")
+    out.write(http1.json_response(201, answer))
+    return True
+
+
+def _target(router: Router, old_host: str, labels: dict[str, str], wanted: str | None) -> HostRow:
+    hosts = [
+        dataclasses.replace(h, heartbeat_age_s=router.table.age(h))
+        for h in router.table.hosts()
+        if h.host_id != old_host and (wanted is None or h.host_id == wanted)
+    ]
+    return place(hosts, PlacementRequest(labels=labels), ttl_s=router.settings.ttl_s)
