@@ -335,3 +335,28 @@ def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
         lambda: back.http.get(f"/v1/sessions/{sid}").json().get("state") == "closed",
         "the old host to close the superseded session",
     )
+
+
+def test_closing_a_parent_closes_its_children_on_other_hosts_and_the_dashboard_is_served(
+    procs: Processes, project_dir: Path
+) -> None:
+    procs.host("h1", "zone=a")
+    procs.host("h2", "zone=b")
+    router = procs.router()
+    parent = create(router, project_dir, "parent", labels={"zone": "a"})
+    near = create(router, project_dir, "near", parentSessionId=parent["id"])
+    far = create(router, project_dir, "far", parentSessionId=parent["id"], labels={"zone": "b"})
+    listed = {s["id"]: s for s in router.http.get("/v1/sessions").json()["sessions"]}
+    # A child goes next to its parent unless its labels say otherwise.
+    assert listed[near["id"]]["hostId"] == "h1"
+    assert listed[far["id"]]["hostId"] == "h2"
+    assert listed[far["id"]]["parentSessionId"] == parent["id"]
+    assert router.http.delete(f"/v1/sessions/{parent['id']}").status_code == 200
+    for sid, host in ((near["id"], "h1"), (far["id"], "h2")):
+        record = procs.hosts[host].http.get(f"/v1/sessions/{sid}").json()
+        assert record["state"] == "closed", (host, record)
+    # The dashboard and the API description come through the router too.
+    page = httpx.get(f"{router.url}/ui/")
+    assert page.status_code == 200
+    assert "text/html" in page.headers["content-type"]
+    assert router.http.get("/v1/openapi.json").json()["openapi"].startswith("3.")

@@ -138,6 +138,10 @@ class HostTable:
         rows: list[SessionRow] = self._with_index(lambda ix: ix.sessions(state=state))
         return rows
 
+    def children(self, session_id: str) -> list[SessionRow]:
+        rows: list[SessionRow] = self._with_index(lambda ix: ix.children(session_id))
+        return rows
+
     def session_row(self, session_id: str) -> SessionRow | None:
         row: SessionRow | None = self._with_index(lambda ix: ix.session(session_id))
         return row

@@ -489,6 +489,16 @@ class FleetIndex:
             ).fetchall()
         return [session_row(r) for r in rows]
 
+    def children(self, session_id: str) -> list[SessionRow]:
+        """The open sessions spawned by ``session_id`` (its ``parent_session_id``)."""
+        with _translated("list children"), self._conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
+                "SELECT * FROM sessions WHERE parent_session_id = %s AND state = 'open'"
+                " ORDER BY created_at",
+                (session_id,),
+            ).fetchall()
+        return [session_row(r) for r in rows]
+
     def end_session(self, session_id: str, state: str, reason: str) -> bool:
         """Close an open session (``closed``) or mark it ``lost``; False if it was not open."""
         if state not in ("closed", "lost"):

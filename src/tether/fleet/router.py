@@ -38,6 +38,8 @@ DEFAULT_REFRESH_S = 0.25
 DEFAULT_TTL_S = 5.0
 SESSION_CACHE_S = 5.0
 HEAD_MAX = 64 * 1024  # a request head larger than this is refused
+# Routes every host answers alike, relayed to any available host.
+ANY_HOST_ROUTES = ("/v1/openapi.json", "/v1/agents")
 
 
 @dataclass(slots=True)
@@ -198,6 +200,10 @@ class Router:
             await self._drain_body(queue)
             out.write(http1.json_response(200, self.health()))
             return True
+        if path == "/" or path.startswith("/ui"):
+            # The dashboard's files hold no data (the page asks for the token): any host
+            # serves them, and the page then talks to this router.
+            return await self._any_host(head, queue, out, link)
         if not self._authorized(head):
             await self._drain_body(queue)
             out.write(http1.problem(401, "Unauthorized", "a bearer token is needed",
@@ -211,6 +217,8 @@ class Router:
             ]
             out.write(http1.json_response(200, {"hosts": hosts}))
             return True
+        if path in ANY_HOST_ROUTES and head.method == b"GET":
+            return await self._any_host(head, queue, out, link)
         if path == "/v1/sessions":
             from tether.fleet import router_sessions
 
@@ -227,12 +235,40 @@ class Router:
             from tether.fleet import router_rehome
 
             return await router_rehome.rehome(self, sid, _RequestBody(queue), out)
+        if sid is not None and head.method == b"DELETE" and path == f"/v1/sessions/{sid}":
+            from tether.fleet import router_sessions
+
+            await router_sessions.close_children(self, sid)  # children first, any host
         if sid is None:
             await self._drain_body(queue)
             out.write(http1.problem(404, "Not Found", f"the router does not serve {path}",
                                     code="NOT_FOUND", retryable=False))  # fmt: skip
             return True
         return await self._route(sid, head, queue, out, link)
+
+    def least_loaded(self) -> HostRow | None:
+        from tether.fleet.placement import load
+
+        up = [h for h in self.table.hosts() if self.unavailable_reason(h) is None]
+        return min(up, key=lambda h: (load(h), h.host_id), default=None)
+
+    async def _any_host(
+        self,
+        head: http1.RequestHead,
+        queue: asyncio.Queue[tuple[str, Any]],
+        out: asyncio.StreamWriter,
+        link: ClientLink,
+    ) -> bool:
+        """A route every host answers alike (the dashboard, the API description, the
+        agents): relayed to the least loaded available host."""
+        host = self.least_loaded()
+        if host is None:
+            await self._drain_body(queue)
+            out.write(http1.problem(503, "Service Unavailable", "no host is available",
+                                    code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
+            return True
+        keep, _status = await self.forward(host, head, _RequestBody(queue), out, link)
+        return keep
 
     async def probe(self, host: HostRow) -> str | None:
         """Whether a host that looks alive in the index accepts a connection; a refusal

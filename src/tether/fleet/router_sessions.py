@@ -213,3 +213,27 @@ def _place_and_insert(
                 raise
             router.table.refresh()  # the host drained or was fenced meanwhile: again
     raise AssertionError("unreachable")
+
+
+async def close_children(router: Router, sid: str, depth: int = 0) -> None:
+    """Close the sessions ``sid`` spawned, wherever they live, children first -- each on
+    its own host, by that host's own proof (a host never ends another host's trees).
+    A child whose host is unavailable is left to its host (it is reported by listing)."""
+    from tether.fleet.host_calls import call_host
+    from tether.fleet.relay import HostRefused, HostSilent
+
+    if depth > 16:  # a spawn chain that deep is a loop in the records, not a tree
+        return
+    try:
+        children = await asyncio.to_thread(router.table.children, sid)
+    except FleetError:
+        return
+    for child in children:
+        await close_children(router, child.session_id, depth + 1)
+        host = router.table.host(child.host_id)
+        if host is None or router.unavailable_reason(host) is not None:
+            continue
+        try:
+            await call_host(router, host, b"DELETE", f"/v1/sessions/{child.session_id}", None, [])
+        except (HostRefused, HostSilent):
+            continue
