@@ -23,7 +23,14 @@ from tests.integration._serve import Gateway, parse_sse, spawn_gateway
 from tether.fleet.index import FleetIndex
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
-pytestmark = [pytest.mark.fleet, pytest.mark.integration, pytest.mark.slow]
+# Each test starts PostgreSQL databases, hosts, routers, owners and agents: generous on a
+# loaded machine (a harness bound, not a performance figure).
+pytestmark = [
+    pytest.mark.fleet,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+]
 
 USER_TOKEN = "user-token-of-the-routers-0123456789"
 FLEET_TOKEN = "fleet-credential-0123456789abcdef"
@@ -152,12 +159,20 @@ def test_sessions_are_placed_prompted_listed_and_closed_through_routers(
         )
         shipped = [x.decode() for c in index.shipped(a["id"]) for x in c.data.splitlines()]
         assert shipped[: len(local)] == local
+        # The session's record through the router says how much is durable off-host.
+        last_local = int(json.loads(local[-1])["seq"])
+        wait_for(
+            lambda: (
+                (r1.http.get(f"/v1/sessions/{a['id']}").json().get("durableSeq") or 0) >= last_local
+            ),
+            "the host to report the durable seq",
+        )
         # Closing through a router ends the session on its host and in the index.
         assert r2.http.delete(f"/v1/sessions/{a['id']}").status_code == 200
         wait_for(lambda: (index.session(a["id"]) or object()).state == "closed",  # type: ignore[attr-defined]
                  "the index to learn the session closed")  # fmt: skip
     gone = r1.http.post(f"/v1/sessions/{a['id']}/prompt", json={"prompt": "echo x"})
-    assert gone.status_code == 404
+    assert (gone.status_code, gone.json()["code"]) == (410, "SESSION_CLOSED")
 
 
 def test_racing_ensures_through_two_routers_make_one_session_and_one_owner(

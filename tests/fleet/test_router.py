@@ -25,7 +25,14 @@ from tether.fleet.membership import HostMembership
 from tether.fleet.router import Router, RouterSettings, serve_router
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
-pytestmark = [pytest.mark.fleet, pytest.mark.integration, pytest.mark.slow]
+# Each test starts PostgreSQL databases, hosts, routers, owners and agents: generous on a
+# loaded machine (a harness bound, not a performance figure).
+pytestmark = [
+    pytest.mark.fleet,
+    pytest.mark.integration,
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+]
 
 TTL = 1.5
 FIRST_BYTE = 1.0

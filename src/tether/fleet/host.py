@@ -66,6 +66,7 @@ class FleetHost:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._owned: list[SessionRow] = []
+        self._durable: dict[str, int] = {}  # fleet session id -> its shipped durable seq
         self.shipped_total = 0
         self.last_error: str | None = None
 
@@ -104,6 +105,11 @@ class FleetHost:
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.membership.stop(deregister=deregister)
+
+    def durable_seq(self, session_id: str) -> int | None:
+        """The highest seq of the session shipped off-host, as of the last pass (None: not
+        a fleet session of this host, or not shipped yet)."""
+        return self._durable.get(session_id)
 
     def status(self) -> dict[str, Any]:
         return {
@@ -171,6 +177,7 @@ class FleetHost:
             state = local.state
             shipped = shipper.ship_session(row.session_id, row.session_id)
             self.shipped_total += shipped.entries
+            self._durable[row.session_id] = shipped.durable_seq
             if state == "closed":
                 index.end_session(row.session_id, "closed", "closed on its host")
             else:

@@ -257,8 +257,14 @@ def _get(key: str) -> dict[str, Any]:
 
 @endpoint
 async def get_session(request: Request) -> Response:
-    """One session's record and its status snapshot (live owner, or the registry's view)."""
-    return JSONResponse(await asyncio.to_thread(_get, session_key(request)))
+    """One session's record and its status snapshot (live owner, or the registry's view);
+    on a fleet host, also how much of its journal is durable off-host (``durableSeq``)."""
+    key = session_key(request)
+    record = await asyncio.to_thread(_get, key)
+    fleet_host = _gateway(request).fleet_host
+    if fleet_host is not None:
+        record["durableSeq"] = fleet_host.durable_seq(key)
+    return JSONResponse(record)
 
 
 @endpoint
