@@ -19,6 +19,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests import _proctree
 from tests.integration._serve import Gateway, parse_sse, spawn_gateway
 from tether.fleet.index import FleetIndex
 
@@ -301,6 +302,9 @@ def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
     last = int(json.loads(local[-1])["seq"])
     with FleetIndex.connect(procs.dsn) as index:
         wait_for(lambda: _durable(index, sid) >= last, "the journal to be shipped")
+    owner = lost.http.get(f"/v1/sessions/{sid}").json()["ownerPid"]
+    assert _environ(owner).get("TETHER_HOST_ID") == "h1"
+    owner_start = _starttime(owner)
     # While its host is up, a session is not lost: re-homing it is refused.
     refused = router.http.post(f"/v1/sessions/{sid}/rehome", json={})
     assert (refused.status_code, refused.json()["code"]) == (409, "HOST_AVAILABLE")
@@ -341,6 +345,14 @@ def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
         assert new_row is not None
         assert (old_row.state, old_row.rehomed_to) == ("lost", new["id"])
         assert (new_row.state, new_row.restarted_from, new_row.host_id) == ("open", sid, "h2")
+    # Nothing signalled the old host's processes from elsewhere: its owner (which
+    # outlives its gateway) still runs, the same process, until its own host ends it.
+    assert _starttime(owner) == owner_start
+    assert all(
+        _environ(pid).get("TETHER_HOST_ID") == "h2"
+        for pid in _proctree.live_descendants()
+        if _environ(pid).get("TETHER_HOST_ID") not in (None, "h1")
+    )
     # The old host comes back on its storage: it no longer owns that session, and closes
     # it by its own proof (its owner had outlived the gateway).
     back = spawn_gateway(lost.home, "--host-id", "h1", env=procs.env)
@@ -375,3 +387,18 @@ def test_closing_a_parent_closes_its_children_on_other_hosts_and_the_dashboard_i
     assert page.status_code == 200
     assert "text/html" in page.headers["content-type"]
     assert router.http.get("/v1/openapi.json").json()["openapi"].startswith("3.")
+
+
+def _environ(pid: int) -> dict[str, str]:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            raw = f.read()
+    except OSError:
+        return {}
+    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+
+
+def _starttime(pid: int) -> int | None:
+    state = _proctree.live_descendants().get(pid)
+    return None if state is None else state[1]

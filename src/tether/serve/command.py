@@ -206,6 +206,9 @@ def run_serve(ctx: Any) -> int:
             labels=fleet.labels,
             close_locally=_close_all,
         )
+        # Everything this host starts (owners, keepers, agents) carries its host id: a
+        # label for people and tests reading /proc -- never a proof of anything.
+        os.environ["TETHER_HOST_ID"] = fleet_host.host_id
         try:
             fleet_host.start()
         except BaseException:
