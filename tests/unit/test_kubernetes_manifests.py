@@ -38,16 +38,24 @@ CRD_DIR = SCHEMAS / "agent-sandbox-v0.5.6"
 DOC = ROOT / "docs" / "kubernetes.md"
 PARAM = re.compile(r"(?<!`)#\s*PARAM\s+([A-Z][A-Z0-9_]*)\b")  # `# PARAM X` is prose
 UID = 10001  # the Containerfile's user, and every pod's runAsUser
+# libyaml's loader where PyYAML has it: the pure-Python one takes seconds on the CRDs.
+LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _load(path: Path) -> Any:
+    return yaml.load(path.read_text(encoding="utf-8"), Loader=LOADER)
 
 
 def _manifest_files() -> list[Path]:
     return sorted(p for p in DEPLOY.rglob("*.yaml") if p.name != "kustomization.yaml")
 
 
+@functools.cache
 def _objects() -> list[tuple[str, dict[str, Any]]]:
+    """Every object in deploy/kubernetes (shared: copy one before changing it)."""
     out = []
     for path in _manifest_files():
-        for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+        for doc in yaml.load_all(path.read_text(encoding="utf-8"), Loader=LOADER):
             if doc is not None:
                 out.append((f"{path.relative_to(DEPLOY)}:{doc['kind']}", doc))
     return out
@@ -88,7 +96,7 @@ def _k8s_schema(api_version: str, kind: str) -> dict[str, Any] | None:
 def _crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
     for path in sorted(CRD_DIR.glob("*.yaml")):
-        crd = yaml.safe_load(path.read_text(encoding="utf-8"))
+        crd = _load(path)
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
             if version.get("served"):
@@ -160,7 +168,7 @@ def test_each_kustomization_lists_every_manifest_beside_it() -> None:
     kustomizations = sorted(DEPLOY.rglob("kustomization.yaml"))
     assert {p.parent.name for p in kustomizations} == {"routers", "dense", "sandbox"}
     for path in kustomizations:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        doc = _load(path)
         assert doc["apiVersion"] == "kustomize.config.k8s.io/v1beta1"
         assert doc["kind"] == "Kustomization"
         listed = doc["resources"]
@@ -202,17 +210,38 @@ def test_every_documented_parameter_is_in_the_manifests_and_back() -> None:
             assert not value.endswith(":"), f"{name}: no value on {line!r}"
 
 
-def _tether_containers() -> list[tuple[str, dict[str, Any]]]:
+def _pods() -> list[tuple[str, dict[str, Any]]]:
     out = []
     for where, doc in _objects():
         spec = doc.get("spec", {})
         pod = (spec.get("template") or spec.get("podTemplate") or {}).get("spec")
-        if pod is None:
-            continue
-        out += [(f"{where}/{c['name']}", c) for c in pod["containers"] if "args" in c]
-        assert pod["securityContext"]["runAsUser"] == UID
-        assert pod["securityContext"]["runAsNonRoot"] is True
+        if pod is not None:
+            out.append((where, pod))
     return out
+
+
+def _tether_containers() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (f"{where}/{c['name']}", c)
+        for where, pod in _pods()
+        for c in pod["containers"]
+        if "args" in c
+    ]
+
+
+def test_every_pod_runs_as_the_images_user_and_not_as_root() -> None:
+    """Each pod runs as the fixed non-root UID, needs no service account token, and each
+    container drops every capability on a read-only root file system."""
+    pods = _pods()
+    assert len(pods) == 3  # routers, dense hosts, sandboxes
+    for where, pod in pods:
+        assert pod["securityContext"]["runAsUser"] == UID, where
+        assert pod["securityContext"]["runAsNonRoot"] is True, where
+        assert pod["automountServiceAccountToken"] is False, where
+        for c in pod.get("initContainers", []) + pod["containers"]:
+            assert c["securityContext"]["capabilities"]["drop"] == ["ALL"], where
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, where
+            assert c["securityContext"]["allowPrivilegeEscalation"] is False, where
 
 
 @pytest.mark.parametrize(
