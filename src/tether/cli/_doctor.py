@@ -10,6 +10,9 @@ Checks, each reported as ``ok``, ``warn`` or ``fail``:
 - the journal: every stored chunk decoded (:mod:`tether.cli._doctor_journal`);
 - owner sockets nobody listens on (stale; harmless: the next owner replaces them);
 - the configuration files (the same validation every command runs);
+- cgroup supervision: whether runs get a cgroup v2 of their own (a writable, delegated
+  subtree with ``cgroup.kill``), the same probe a run makes; without one runs are bounded
+  by process group, session and keeper, which is a warning, not a failure;
 - crash logs written by the CLI's last line of defence, and the notes owners leave when
   ``state.db`` was removed or replaced under them.
 
@@ -172,6 +175,21 @@ def _config(report: Report, cwd: str) -> None:
         report.add("configuration", "ok", "valid")
 
 
+def _cgroups(report: Report) -> None:
+    from tether.supervise.cgroups import probe_cgroup
+
+    mount, reason = probe_cgroup()
+    if mount is not None:
+        report.add("cgroup supervision", "ok", f"{reason}: each run gets its own cgroup")
+    else:
+        report.add(
+            "cgroup supervision",
+            "warn",
+            f"{reason}: runs are bounded by process group, session and keeper, without"
+            " a cgroup of their own (no cgroup.kill)",
+        )
+
+
 def _crash_logs(report: Report, home: str) -> None:
     logs = os.path.join(home, "logs")
     try:
@@ -279,6 +297,7 @@ def diagnose(cwd: str, *, repair: bool = False) -> Report:
         )
     _state_lost(report, home)
     _config(report, cwd)
+    _cgroups(report)
     _crash_logs(report, home)
     if damaged and repair:
         _repair_database(report, database)

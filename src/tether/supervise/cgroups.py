@@ -6,7 +6,22 @@ import os
 
 from tether import _log, _os
 
-__all__ = ["CgroupProbe", "new_cgroup"]
+__all__ = ["CgroupProbe", "new_cgroup", "probe_cgroup"]
+
+
+def probe_cgroup() -> tuple[str | None, str]:
+    """``(mount, reason)``: the cgroup v2 mount runs' cgroups go under, or None, and why.
+
+    The probe creates and removes one cgroup; it never raises. ``tether doctor`` reports
+    the same verdict a run gets.
+    """
+    if os.environ.get("TETHER_NO_CGROUP"):
+        return None, "disabled by TETHER_NO_CGROUP"
+    mount = _os.find_cgroup2_mount()
+    if mount is None:
+        return None, "no cgroup2 mount"
+    ok, why = _os.cgroup_writable(mount)
+    return (mount if ok else None), why
 
 
 class CgroupProbe:
@@ -20,18 +35,8 @@ class CgroupProbe:
     def base(cls) -> str | None:
         if not cls._probed:
             cls._probed = True
-            if os.environ.get("TETHER_NO_CGROUP"):
-                cls.reason = "disabled by TETHER_NO_CGROUP"
-                return None
-            mount = _os.find_cgroup2_mount()
-            if mount is None:
-                cls.reason = "no cgroup2 mount"
-            else:
-                ok, why = _os.cgroup_writable(mount)
-                cls.reason = why
-                if ok:
-                    cls.mount = mount
-            if cls.mount is None:
+            cls.mount, cls.reason = probe_cgroup()
+            if cls.mount is None and not os.environ.get("TETHER_NO_CGROUP"):
                 _log.event("cgroup_unavailable", reason=cls.reason)
         return cls.mount
 
