@@ -103,6 +103,28 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
     return fields
 
 
+# Set once this process finds the state database removed or replaced under it
+# (owner.state_watch -> Registry.lose): see keep_if_lost.
+_LOST: str | None = None
+_KEPT_OPEN: list[sqlite3.Connection] = []
+
+
+def state_lost() -> str | None:
+    """Why this process's state database was lost, or None."""
+    return _LOST
+
+
+def keep_if_lost(db: sqlite3.Connection) -> bool:
+    """After a loss, a connection is never closed: SQLite's last close checkpoints its
+    write-ahead log into the file at the path -- no longer ours, and damaged by pages of
+    the old database. It is kept open until the process ends without closing it
+    (``os._exit``, as a lost owner does). True if ``db`` was kept."""
+    if _LOST is None:
+        return False
+    _KEPT_OPEN.append(db)
+    return True
+
+
 class Registry(RunStore, MemberStore):
     """A connection to the state database. Not shared between threads.
 
@@ -114,6 +136,11 @@ class Registry(RunStore, MemberStore):
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
+        if _LOST is not None:
+            # This process found the database removed or replaced under it: a new
+            # connection would write a schema into whatever is at the path now, and an
+            # old one's final checkpoint would then damage it. No new connections.
+            raise StateLost(_LOST, path=self.path)
         self.lost: str | None = None  # see lose()
         with self._translated():
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so read-modify-write
@@ -149,6 +176,8 @@ class Registry(RunStore, MemberStore):
         Thread-safe (the owner's state watch calls it from its own thread).
         """
         self.lost = why
+        global _LOST
+        _LOST = why
         with suppress(sqlite3.Error):
             self._db.interrupt()
 
@@ -162,6 +191,8 @@ class Registry(RunStore, MemberStore):
             return row
 
     def close(self) -> None:
+        if keep_if_lost(self._db):
+            return
         self._db.close()
 
     def __enter__(self) -> Registry:

@@ -249,7 +249,10 @@ class JournalWriter:
             except sqlite3.Error as exc:
                 logger.warning("journal: could not release the reservation: %s", exc)
         if not self._thread.is_alive():
-            self._db.close()
+            from tether.registry import keep_if_lost
+
+            if not keep_if_lost(self._db):  # a lost database is never checkpointed into
+                self._db.close()
         return done
 
     # --- the writer thread -----------------------------------------------------------

@@ -129,6 +129,15 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(log_fd, 2)
 
     try:
-        return asyncio.run(_amain(key, ready))
+        code = asyncio.run(_amain(key, ready))
     finally:
         ready({"ready": False, "error": "owner exited"})
+    from tether.registry import state_lost
+
+    if state_lost() is not None:
+        # Its connections to the lost database are kept open (tether.registry.
+        # keep_if_lost): end without closing them, so no final checkpoint writes old
+        # pages into whatever file is at the path now.
+        logging.shutdown()
+        os._exit(code)
+    return code

@@ -63,6 +63,10 @@ class Heartbeat:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._beat_path = sessions.lock_path(key)
+        # The state database was removed or replaced under the owner (owner.state_watch):
+        # nothing more is written to whatever is at its path now -- a write there would
+        # damage a fresh database, or the one an operator put in its place.
+        self.lost = False
         self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
 
     def start(self) -> None:
@@ -79,6 +83,10 @@ class Heartbeat:
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
+
+    def lose(self) -> None:
+        """Stop writing to the state database (thread-safe; the beat itself goes on)."""
+        self.lost = True
 
     def take_kept(self) -> list[metrics.MetricOp]:
         return self.kept.take() if self.kept is not None else []
@@ -97,6 +105,8 @@ class Heartbeat:
                     break
                 with contextlib.suppress(OSError):  # the beat that needs no disk space
                     os.utime(self._beat_path)
+                if self.lost:
+                    continue  # the beat that needs no disk space goes on; no writes
                 ops = self.take_kept()
                 try:
                     registry.update_session(

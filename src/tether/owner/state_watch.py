@@ -153,6 +153,7 @@ def watch_state(owner: Owner) -> StateWatch:
 
     def on_lost(why: str) -> None:  # on the watch thread
         owner.registry.lose(why)  # now: a lock wait on the loop ends at once
+        owner.heartbeat.lose()  # and its thread writes nothing more to that path
         loop.call_soon_threadsafe(_state_lost, owner, why)
 
     watch = StateWatch(owner.registry.path, on_lost)
