@@ -24,7 +24,7 @@ Figures, in order:
 * **N sessions over 3 hosts through 2 routers**: created (owner started), prompted once
   at once through the other router (its agent starts: cold), then once more each (warm),
   at most ``--concurrency`` in flight; creation stops early, saying so, if the machine's
-  MemAvailable falls below ``--mem-floor-gib`` (each session costs ~30 MiB: the 1,000 of
+  MemAvailable falls below ``--mem-floor-gib`` (each session costs ~26 MiB: the 1,000 of
   the issue do not fit a 24 GiB machine);
 * **host loss**: a host SIGKILLed, then another SIGSTOPped (each with one session and an
   open SSE stream through a router): time from the signal to the first ``503`` answered
