@@ -68,6 +68,24 @@ class Conn:
         self.writer.close()
 
 
+async def request(
+    url: str, method: str, path: str, headers: dict[str, str], payload: Any = None
+) -> tuple[int, Any]:
+    """One request on its own connection; (status, the JSON answer, or None without a
+    payload: then only the status line is read)."""
+    conn = await Conn.open(url)
+    try:
+        if payload is not None:
+            return await conn.json(method, path, headers, payload)
+        head = f"{method} {path} HTTP/1.1\r\nHost: {conn.host}\r\nConnection: close\r\n"
+        head += "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+        conn.writer.write(head.encode() + b"\r\n")
+        status_line = await conn.reader.readuntil(b"\r\n")
+        return int(status_line.split(b" ", 2)[1]), None
+    finally:
+        conn.close()
+
+
 async def timed(calls: Iterable[Awaitable[None]]) -> list[float]:
     """Run the calls at once; each one's seconds from the start to its end."""
     t0 = time.perf_counter()
