@@ -402,3 +402,34 @@ def _environ(pid: int) -> dict[str, str]:
 def _starttime(pid: int) -> int | None:
     state = _proctree.live_descendants().get(pid)
     return None if state is None else state[1]
+
+
+def test_a_router_dies_and_the_stream_resumes_through_another_with_no_gap_or_duplicate(
+    procs: Processes, project_dir: Path
+) -> None:
+    host = procs.host("h1")
+    r1, r2 = procs.router(), procs.router()
+    s = create(r1, project_dir, "streamed")
+    sid = s["id"]
+    turn_text(r1, sid, "stream 40 5")  # forty chunks, 5 ms apart
+    seen: list[int] = []
+    with r1.http.stream("GET", f"/v1/sessions/{sid}/events?from=1") as st:
+        for event, data in parse_sse(st.iter_lines()):
+            if event == "message":
+                seen.append(data["seq"])
+            if len(seen) == 10:
+                r1.proc.kill()  # the router we started, by its pid, mid-stream
+                break
+    r1.stop()
+    procs.routers.remove(r1)
+    with r2.http.stream(
+        "GET", f"/v1/sessions/{sid}/events", headers={"Last-Event-ID": str(seen[-1])}
+    ) as st:
+        total = [int(json.loads(x)["seq"]) for x in host.http.get(
+            f"/v1/sessions/{sid}/export").text.splitlines() if x]  # fmt: skip
+        for event, data in parse_sse(st.iter_lines()):
+            if event == "message":
+                seen.append(data["seq"])
+            if seen[-1] >= total[-1]:
+                break
+    assert seen == total  # every entry once, in order, across the two routers

@@ -284,6 +284,21 @@ def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
     fleet.start_router()
     with fleet.client() as client:
         _turn(client, a, "echo warm")
+        # A stream open through the router before the host freezes.
+        streamed: list[tuple[str, Any]] = []
+        opened = threading.Event()
+
+        def follow() -> None:
+            with fleet.client() as own, own.stream("GET", f"/v1/sessions/{a}/events?from=1") as st:
+                opened.set()
+                for event, data in parse_sse(st.iter_lines()):
+                    if event != "comment":
+                        streamed.append((event, data))
+
+        reader = threading.Thread(target=follow, daemon=True)
+        reader.start()
+        assert opened.wait(20)
+        wait_for(lambda: bool(streamed), "the replay to reach the stream")
         frozen.proc.send_signal(signal.SIGSTOP)
         try:
             started = time.monotonic()
@@ -304,6 +319,12 @@ def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
             )
             r = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo no"})
             assert (r.status_code, r.json()["code"]) == (503, "HOST_UNAVAILABLE")
+            # The stream that was open is ended too, with host_lost: a frozen host sends
+            # no EOF, so the router gives the answer up once the host is unavailable.
+            reader.join(30)
+            assert not reader.is_alive()
+            assert streamed[-1][0] == "host_lost"
+            assert streamed[-1][1]["hostId"] == "h1"
             # Nothing re-homes it by itself: the session stays on its (frozen) host.
             listed = client.get("/v1/sessions").json()["sessions"]
             assert [(s["id"], s["hostId"], s["hostAvailable"]) for s in listed] == [

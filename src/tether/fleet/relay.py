@@ -179,6 +179,29 @@ class _ResponseWatch:
         self.complete = True
 
 
+STILL_UP_EVERY_S = 1.0  # while an answer is open and silent, ask this often if its host lives
+
+
+class _HostGone(Exception):
+    """The host of an open answer is known unavailable (a frozen host sends no EOF)."""
+
+
+async def _next_bytes(reader: asyncio.StreamReader, still_up: Callable[[], bool] | None) -> bytes:
+    """The next bytes of an answer that has begun. A frozen or partitioned host never
+    closes the connection, so while nothing comes we ask ``still_up`` every
+    :data:`STILL_UP_EVERY_S` (the router's view: heartbeats, refusals) and give the
+    answer up once its host is known unavailable."""
+    if still_up is None:
+        return await reader.read(READ_SIZE)
+    while True:
+        try:
+            async with asyncio.timeout(STILL_UP_EVERY_S):
+                return await reader.read(READ_SIZE)
+        except TimeoutError:
+            if not still_up():
+                raise _HostGone() from None
+
+
 async def exchange(
     pool: HostConnections,
     host: str,
@@ -190,6 +213,7 @@ async def exchange(
     first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT_S,
     on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None = None,
     link: ClientLink | None = None,
+    still_up: Callable[[], bool] | None = None,
 ) -> Outcome:
     """Send one request to ``host:port`` and relay its answer to ``client``.
 
@@ -202,7 +226,16 @@ async def exchange(
     link.upstream = writer
     try:
         outcome = await _exchange_on(
-            pool, host, port, (reader, writer), head, body, client, first_byte_timeout, on_lost
+            pool,
+            host,
+            port,
+            (reader, writer),
+            head,
+            body,
+            client,
+            first_byte_timeout,
+            on_lost,
+            still_up,
         )
     except BaseException:
         writer.close()  # whatever state it is in, it cannot be reused
@@ -224,6 +257,7 @@ async def _exchange_on(
     client: asyncio.StreamWriter,
     first_byte_timeout: float,
     on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None,
+    still_up: Callable[[], bool] | None = None,
 ) -> Outcome:
     reader, writer = conn
     try:
@@ -246,11 +280,11 @@ async def _exchange_on(
                 async with asyncio.timeout(first_byte_timeout):
                     data = await reader.read(READ_SIZE)
             else:
-                data = await reader.read(READ_SIZE)
+                data = await _next_bytes(reader, still_up)
         except TimeoutError:
             writer.close()
             raise HostSilent(f"{host}:{port}: no answer within {first_byte_timeout} s") from None
-        except OSError:
+        except (OSError, _HostGone):
             data = b""
         if not data:
             if first:

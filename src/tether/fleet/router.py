@@ -363,7 +363,7 @@ class Router:
             outcome = await exchange(
                 self.pool, address, port, request, parts, out,
                 first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
-                link=link,
+                link=link, still_up=lambda: self._still_up(host.host_id),
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
@@ -416,6 +416,11 @@ class Router:
         if head.method == b"GET" and kind is not None:
             return await router_reads.serve_read(self, sid, kind, head, host, why)
         return self.unavailable(host, why)
+
+    def _still_up(self, host_id: str) -> bool:
+        """The host as the table knows it now (not as it was when the answer began)."""
+        host = self.table.host(host_id)
+        return host is not None and self.unavailable_reason(host) is None
 
     def unavailable(self, host: HostRow, why: str) -> bytes:
         return http1.problem(
