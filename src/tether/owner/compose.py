@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os, metrics, owner_lost
+from tether import _aio, _log, _os, metrics, owner_lost
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
@@ -219,9 +219,7 @@ class Owner:
         return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        _aio.spawn(coro, keep=self._tasks)
 
     def set_status(self, status: str) -> None:
         """The owner's status changed: its writer thread records it (the loop never waits
@@ -351,7 +349,7 @@ class Owner:
                 journal_condition(self, job)  # a turn on a full disk is told so at once
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
-            task = asyncio.get_running_loop().create_task(self.runner.run(job))
+            task = _aio.spawn(self.runner.run(job))
             try:
                 await self._await_job(task)
             except TetherError as exc:
@@ -378,7 +376,7 @@ class Owner:
         the ACP request) and its caller gets ``QUEUE_OWNER_SHUTTING_DOWN``.
         """
         while not task.done() and not self.stopping:
-            stop = asyncio.ensure_future(self._stop_event.wait())
+            stop = _aio.spawn(self._stop_event.wait())
             try:
                 await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
             finally:

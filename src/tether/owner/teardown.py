@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.errors import OwnerShuttingDown, SessionClosed, StateError
 from tether.owner.ending import end_session
 from tether.owner.lifecycle import OwnerInput
@@ -63,7 +63,7 @@ def terminate(owner: Owner, job: Job) -> None:
     ending.close_session = True
     ending.terminate_by = by
     owner.request_shutdown("terminate")
-    ending.terminating = asyncio.get_running_loop().create_task(owner.slot.terminate())
+    ending.terminating = _aio.spawn(owner.slot.terminate())
 
 
 async def shut_down(owner: Owner) -> None:
