@@ -41,6 +41,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
+from tether._table import Table
 from tether.errors import InvalidTransition
 
 __all__ = ["LEGAL", "OwnerInput", "OwnerLifecycle", "OwnerState"]
@@ -85,6 +86,8 @@ _TRANSITIONS: Final[Mapping[tuple[OwnerState, OwnerInput], OwnerState]] = {
 #: Every (state, input) pair the table accepts; exported for tests and docs.
 LEGAL: Final = frozenset(_TRANSITIONS)
 
+_TABLE: Final = Table("owner", _TRANSITIONS, fail=_S.STOPPED)
+
 
 class OwnerLifecycle:
     """The sans-IO lifecycle of one owner, with its idle TTL and max lifetime.
@@ -122,15 +125,10 @@ class OwnerLifecycle:
                 ``STOPPED``).
         """
         try:
-            new = _TRANSITIONS[(self.state, event)]
-        except KeyError:
-            old, self.state = self.state, OwnerState.STOPPED
-            raise InvalidTransition(
-                f"owner lifecycle: no transition from {old.name} on {event.name}",
-                machine="owner",
-                state=old.name,
-                input=event.name,
-            ) from None
+            new = _TABLE.next(self.state, event)
+        except InvalidTransition:
+            self.state = _TABLE.after_miss(self.state)
+            raise
         if new is OwnerState.IDLE:
             self.idle_since = now
         else:
