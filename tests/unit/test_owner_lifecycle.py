@@ -123,3 +123,24 @@ def test_every_state_input_pair_is_legal_or_a_typed_error(
 def test_stopped_is_terminal() -> None:
     """Nothing leaves STOPPED."""
     assert not [pair for pair in LEGAL if pair[0] is S.STOPPED]
+
+
+def test_stop_reasons_are_the_words_on_the_wire() -> None:
+    """StopReason is a str enum whose values are the words the journal and logs carried."""
+    assert {r.value for r in StopReason} == {
+        "close",
+        "terminate",
+        "idle-ttl",
+        "max-lifetime",
+        "state-lost",
+        "fatal-error",
+        "signal-SIGTERM",
+        "signal-SIGINT",
+        "signal-SIGHUP",
+    }
+    assert f"({StopReason.IDLE_TTL})" == "(idle-ttl)"
+    assert [r for r in StopReason if r.ends_session] == [StopReason.CLOSE, StopReason.TERMINATE]
+    assert [r for r in StopReason if r.is_retirement] == [
+        StopReason.IDLE_TTL,
+        StopReason.MAX_LIFETIME,
+    ]
