@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, UpdateListener
 from tether.acp.session_options import model_method, session_new_extras
 from tether.acp.transport import ExitStatus
@@ -185,8 +185,7 @@ class LiveAgent:
                 )
         except BaseException as exc:
             reason = TerminationReason.SPAWN_ERROR
-            with contextlib.suppress(Exception):
-                await asyncio.shield(live.aclose(reason, close_session=False))
+            await _aio.cleanup(live.aclose(reason, close_session=False), what="aclose")
             if isinstance(exc, TetherError) and "stderr_tail" not in exc.fields:
                 exc.fields["stderr_tail"] = proc.stderr_tail()[-2000:]
             raise

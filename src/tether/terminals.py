@@ -24,14 +24,13 @@ and stderr are one pipe, or one PTY with ``terminalPty``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.acp.terminals import DEFAULT_OUTPUT_LIMIT, TerminalCommand
 from tether.acp.transport import ExitStatus
 from tether.errors import ClosedResourceError
@@ -181,12 +180,7 @@ class ProcessTerminals:
         if not runs:
             return []
         ending = asyncio.gather(*(self.end(r, TerminationReason.CLOSE) for r in runs))
-        try:
-            return list(await asyncio.shield(ending))
-        except asyncio.CancelledError:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(ending)
-            raise
+        return list(await _aio.shielded(ending))
 
 
 def _ignore() -> None:

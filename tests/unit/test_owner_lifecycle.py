@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.errors import InvalidTransition
-from tether.owner.lifecycle import LEGAL, OwnerInput, OwnerLifecycle, OwnerState
+from tether.owner.lifecycle import LEGAL, OwnerInput, OwnerLifecycle, OwnerState, StopReason
 
 S = OwnerState
 I = OwnerInput  # noqa: E741 -- mirrors the table's own shorthand
@@ -44,7 +44,7 @@ def test_walkthrough_serve_then_idle_ttl() -> None:
     assert lc.next_check() == 15.0
     assert lc.retirement(14.9, busy=False, held=False) is None
     assert lc.retirement(15.0, busy=False, held=False) == "idle-ttl"
-    assert lc.request_stop("idle-ttl", 15.0) is True
+    assert lc.request_stop(StopReason.IDLE_TTL, 15.0) is True
     assert snap(lc) == Snap(S.STOPPING, None, "idle-ttl", True)
     lc.feed(I.STOPPED, 16.0)
     assert snap(lc) == Snap(S.STOPPED, None, "idle-ttl", True)
@@ -84,8 +84,8 @@ def test_first_stop_reason_wins_and_a_running_job_still_ends() -> None:
     lc = OwnerLifecycle(now=0.0, idle_ttl=1.0)
     lc.feed(I.STARTED, 0.0)
     lc.feed(I.JOB_STARTED, 0.0)
-    assert lc.request_stop("close", 1.0) is True
-    assert lc.request_stop("idle-ttl", 2.0) is False
+    assert lc.request_stop(StopReason.CLOSE, 1.0) is True
+    assert lc.request_stop(StopReason.IDLE_TTL, 2.0) is False
     lc.feed(I.JOB_ENDED, 3.0)
     assert snap(lc) == Snap(S.STOPPING, None, "close", True)
     assert lc.retirement(100.0, busy=False, held=False) is None
@@ -95,7 +95,7 @@ def test_a_miss_raises_and_leaves_the_owner_stopped() -> None:
     """No job starts while stopping: the table has no such key, and the machine ends STOPPED."""
     lc = OwnerLifecycle(now=0.0)
     lc.feed(I.STARTED, 0.0)
-    lc.request_stop("signal-SIGTERM", 0.0)
+    lc.request_stop(StopReason.SIGTERM, 0.0)
     with pytest.raises(InvalidTransition) as info:
         lc.feed(I.JOB_STARTED, 1.0)
     assert info.value.fields == {"machine": "owner", "state": "STOPPING", "input": "JOB_STARTED"}
@@ -123,3 +123,24 @@ def test_every_state_input_pair_is_legal_or_a_typed_error(
 def test_stopped_is_terminal() -> None:
     """Nothing leaves STOPPED."""
     assert not [pair for pair in LEGAL if pair[0] is S.STOPPED]
+
+
+def test_stop_reasons_are_the_words_on_the_wire() -> None:
+    """StopReason is a str enum whose values are the words the journal and logs carried."""
+    assert {r.value for r in StopReason} == {
+        "close",
+        "terminate",
+        "idle-ttl",
+        "max-lifetime",
+        "state-lost",
+        "fatal-error",
+        "signal-SIGTERM",
+        "signal-SIGINT",
+        "signal-SIGHUP",
+    }
+    assert f"({StopReason.IDLE_TTL})" == "(idle-ttl)"
+    assert [r for r in StopReason if r.ends_session] == [StopReason.CLOSE, StopReason.TERMINATE]
+    assert [r for r in StopReason if r.is_retirement] == [
+        StopReason.IDLE_TTL,
+        StopReason.MAX_LIFETIME,
+    ]

@@ -1,4 +1,4 @@
-"""The lease state table: legal steps, fail-closed misses and paths between states."""
+"""The lease state table: legal steps, fail-closed misses and what is unreachable."""
 
 from __future__ import annotations
 
@@ -7,62 +7,56 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.errors import InvalidTransition
-from tether.supervise.lease_state import (
-    EDGES,
-    LeaseInput,
-    LeaseMachine,
-    LeaseState,
-    check_edge,
-    next_state,
-    path_to,
-)
+from tether.supervise import lease_state
+from tether.supervise.lease_state import EDGES, LeaseInput, LeaseState, next_state
 
 S = LeaseState
+TABLE = lease_state._TABLE
 
 
-def now_in(m: LeaseMachine) -> LeaseState:
-    # A call, so the type checker does not narrow m.state across transitions.
-    return m.state
+def walk(state: LeaseState, *events: LeaseInput) -> list[LeaseState]:
+    """The states a lease in ``state`` goes through, one per event."""
+    seen = []
+    for event in events:
+        state = next_state(state, event)
+        seen.append(state)
+    return seen
 
 
 def test_walkthrough_clean_close() -> None:
     """A lease closes through closing, never directly from open."""
-    m = LeaseMachine()
-    assert now_in(m) is S.OPEN
-    assert m.transition(LeaseInput.CLOSE_STARTED) is S.CLOSING
-    assert now_in(m) is S.CLOSING
-    assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
-    assert now_in(m) is S.CLOSED
+    assert walk(S.OPEN, LeaseInput.CLOSE_STARTED, LeaseInput.EXTINCTION_PROVEN) == [
+        S.CLOSING,
+        S.CLOSED,
+    ]
 
 
 def test_walkthrough_lost_then_proven_gone() -> None:
     """An unverifiable lease is lost, and a later sweep that proves it gone closes it."""
-    m = LeaseMachine()
-    assert m.transition(LeaseInput.UNVERIFIABLE) is S.LOST
-    assert now_in(m) is S.LOST
-    assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
-    assert now_in(m) is S.CLOSED
+    assert walk(S.OPEN, LeaseInput.UNVERIFIABLE, LeaseInput.EXTINCTION_PROVEN) == [
+        S.LOST,
+        S.CLOSED,
+    ]
 
 
 def test_walkthrough_gone_before_cleanup_is_lost() -> None:
     """Seed 000: a tree already gone before cleanup reached it is lost, not closed."""
-    m = LeaseMachine()
-    assert m.transition(LeaseInput.GONE_BEFORE_CLEANUP) is S.LOST
-    assert now_in(m) is S.LOST
-    m = LeaseMachine(S.CLOSING)
-    assert m.transition(LeaseInput.GONE_BEFORE_CLEANUP) is S.LOST
+    assert walk(S.OPEN, LeaseInput.GONE_BEFORE_CLEANUP) == [S.LOST]
+    assert walk(S.CLOSING, LeaseInput.GONE_BEFORE_CLEANUP) == [S.LOST]
 
 
 def test_walkthrough_steal_then_reap() -> None:
     """A steal lands in closing from open, closing or lost; closed cannot be stolen."""
     for start in (S.OPEN, S.CLOSING, S.LOST):
-        m = LeaseMachine(start)
-        assert m.transition(LeaseInput.STOLEN) is S.CLOSING
-        assert m.transition(LeaseInput.EXTINCTION_PROVEN) is S.CLOSED
-    m = LeaseMachine(S.CLOSED)
-    with pytest.raises(InvalidTransition):
-        m.transition(LeaseInput.STOLEN)
-    assert now_in(m) is S.CLOSED
+        assert walk(start, LeaseInput.STOLEN, LeaseInput.EXTINCTION_PROVEN) == [
+            S.CLOSING,
+            S.CLOSED,
+        ]
+    with pytest.raises(InvalidTransition) as info:
+        next_state(S.CLOSED, LeaseInput.STOLEN)
+    assert info.value.fields == {"machine": "lease", "state": "CLOSED", "input": "STOLEN"}
+    assert str(info.value).startswith("lease: no transition from CLOSED on STOLEN")
+    assert TABLE.after_miss(S.CLOSED) is S.CLOSED
 
 
 def test_exactly_the_documented_edges() -> None:
@@ -76,20 +70,19 @@ def test_exactly_the_documented_edges() -> None:
         ("lost", "closing"),
         ("lost", "closed"),
     }
-    check_edge(S.LOST, S.CLOSED)
-    with pytest.raises(InvalidTransition):
-        check_edge(S.OPEN, S.CLOSED)
-    with pytest.raises(InvalidTransition):
-        check_edge(S.CLOSED, S.OPEN)
+    assert (S.LOST, S.CLOSED) in EDGES
+    assert (S.OPEN, S.CLOSED) not in EDGES
+    assert (S.CLOSED, S.OPEN) not in EDGES
 
 
-def test_path_to_steps_through_closing() -> None:
-    """path_to gives the intermediate steps an executor must write, and refuses the unreachable."""
-    assert path_to(S.OPEN, S.CLOSED) == [S.CLOSING, S.CLOSED]
-    assert path_to(S.LOST, S.CLOSED) == [S.CLOSED]
-    assert path_to(S.OPEN, S.OPEN) == []
-    with pytest.raises(InvalidTransition):
-        path_to(S.CLOSED, S.LOST)
+def test_closing_always_passes_through_closing_and_closed_is_terminal() -> None:
+    """open reaches closed only through closing (or lost); nothing leaves closed."""
+    assert [dst for src, dst in EDGES if src is S.OPEN and dst is S.CLOSED] == []
+    assert {src for src, dst in EDGES if dst is S.CLOSED} == {S.CLOSING, S.LOST}
+    assert [dst for src, dst in EDGES if src is S.CLOSED] == []
+    for event in LeaseInput:
+        with pytest.raises(InvalidTransition):
+            next_state(S.CLOSED, event)
 
 
 def test_values_are_registry_strings() -> None:
@@ -102,13 +95,10 @@ def test_values_are_registry_strings() -> None:
 @given(st.sampled_from(LeaseState), st.sampled_from(LeaseInput))
 def test_every_pair_is_legal_or_fails_closed(state: LeaseState, event: LeaseInput) -> None:
     """Any (state, input) is a legal step, or raises and leaves the lease lost (or closed)."""
-    m = LeaseMachine(state)
-    try:
-        expected = next_state(state, event)
-    except InvalidTransition:
-        with pytest.raises(InvalidTransition):
-            m.transition(event)
-        assert now_in(m) is (S.CLOSED if state is S.CLOSED else S.LOST)
+    if (state, event) in TABLE.transitions:
+        assert (state, next_state(state, event)) in EDGES
     else:
-        assert m.transition(event) is expected
-        assert (state, expected) in EDGES
+        with pytest.raises(InvalidTransition) as info:
+            next_state(state, event)
+        assert info.value.fields["machine"] == "lease"
+        assert TABLE.after_miss(state) is (S.CLOSED if state is S.CLOSED else S.LOST)

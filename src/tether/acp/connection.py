@@ -54,7 +54,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.acp import policy
 from tether.acp._agent_requests import AgentRequests, ClientRelay
 from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
@@ -220,9 +220,7 @@ class AgentConnection(TurnMethods, SessionMethods):
         self.transport.write(data)
 
     def spawn_handler(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = self._loop.create_task(coro)
-        self._handler_tasks.add(task)
-        task.add_done_callback(self._handler_tasks.discard)
+        _aio.spawn(coro, keep=self._handler_tasks)
 
     def _on_data(self, data: bytes) -> None:
         if self._closed:

@@ -41,6 +41,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
+from tether._table import Table
 from tether.errors import InvalidTransition
 
 __all__ = ["LEGAL", "SessionTurns", "TurnInput", "TurnState"]
@@ -93,6 +94,8 @@ _TRANSITIONS: Final[Mapping[tuple[TurnState, TurnInput], TurnState]] = {
 #: Every (state, input) pair the table accepts; exported for tests and docs.
 LEGAL: Final = frozenset(_TRANSITIONS)
 
+_TABLE: Final = Table("turn", _TRANSITIONS, fail=_S.RETIRED)
+
 
 class SessionTurns:
     """The sans-IO turn machine of one ACP session.
@@ -129,17 +132,10 @@ class SessionTurns:
                 left ``RETIRED``.
         """
         try:
-            new = _TRANSITIONS[(self._state, event)]
-        except KeyError:
-            old = self._state
-            self._state = TurnState.RETIRED
-            raise InvalidTransition(
-                f"turn: no transition from {old.name} on {event.name}",
-                machine="turn",
-                state=old.name,
-                input=event.name,
-                session_id=self.session_id,
-            ) from None
+            new = _TABLE.next(self._state, event, session_id=self.session_id)
+        except InvalidTransition:
+            self._state = _TABLE.after_miss(self._state)
+            raise
         self._state = new
         if event is TurnInput.PROMPT_SENT:
             self.request_id = request_id

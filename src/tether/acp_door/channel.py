@@ -35,7 +35,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tether import _fastjson
+from tether import _aio, _fastjson
 from tether.acp_door.attach import entries_between
 from tether.acp_door.door import AcpDoor, DoorOptions, Origin
 from tether.acp_door.event_ids import Cursors, Position, parse_id
@@ -70,7 +70,7 @@ class AcpChannel:
     def start(self) -> None:
         """Start serving (on the running loop)."""
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._door.serve(self._input.get))
+            self._task = _aio.spawn(self._door.serve(self._input.get))
 
     @property
     def late_answers(self) -> int:

@@ -51,7 +51,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import operations
+from tether import _aio, operations
 from tether.acp_door import opening, questions, relays, translate, turns
 from tether.acp_door.attach import Attachment, last_seq_of_open, read_entries
 from tether.errors import NoSession, UsageError
@@ -207,10 +207,7 @@ class AcpDoor:
         if self._tg is None:  # closing: nobody is left to hear it
             coro.close()
             return None
-        task = self._tg.create_task(coro)
-        self._inflight.add(task)
-        task.add_done_callback(self._inflight.discard)
-        return task
+        return _aio.spawn(coro, keep=self._inflight, group=self._tg)
 
     async def _answer(self, req: Request, handler: Handler) -> None:
         params = req.params if isinstance(req.params, dict) else {}

@@ -13,11 +13,10 @@ the first turn then runs warm.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from typing import TYPE_CHECKING, Any
 
-from tether import operations, sessions
+from tether import _aio, operations, sessions
 from tether.acp_door import turns
 from tether.errors import TetherError, UsageError
 
@@ -99,7 +98,6 @@ async def new_session(
     try:
         state = await agent_state(key)
     except BaseException:
-        with contextlib.suppress(Exception):
-            await asyncio.shield(asyncio.to_thread(operations.close_session, key))
+        await _aio.cleanup(asyncio.to_thread(operations.close_session, key), what="close")
         raise
     return key, name, state

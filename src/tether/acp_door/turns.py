@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tether import operations
+from tether import _aio, operations
 from tether.acp_door import translate
 from tether.acp_door.attach import Attachment
 from tether.client import _Connection
@@ -201,11 +201,10 @@ async def _finish_from_journal(
             _relay(key, seq, acp, notify)
     except asyncio.CancelledError:
         if follow:  # the owner let go of our connection, so it cannot tell we left
-            cancel = asyncio.ensure_future(asyncio.to_thread(operations.cancel, key, rid))
+            cancel = _aio.spawn(asyncio.to_thread(operations.cancel, key, rid))
             # Bounded, and not cut short by a second cancellation: a thread cannot be.
-            await asyncio.shield(asyncio.wait({cancel}, timeout=CLEANUP_S))
-            if cancel.done() and not cancel.cancelled():
-                cancel.exception()  # a cancel that finds nothing is no failure
+            # A cancel that finds nothing is no failure (settle drops its error).
+            await _aio.settle(cancel, CLEANUP_S)
         raise
     return {"stopReason": rest.stop_reason(), "_meta": {"tether": {"requestId": rid}}}
 

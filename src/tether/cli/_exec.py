@@ -23,6 +23,7 @@ import signal
 import sys
 from typing import Any
 
+from tether import _aio
 from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode, PermissionPolicy, load_policy
 from tether.acp.session_options import model_option_id
@@ -121,7 +122,7 @@ async def _run(ctx: Any, text: str) -> int:
         deadline = loop.time() + ctx.timeout if ctx.timeout is not None else None
         scope = asyncio.timeout_at(deadline)
         try:
-            start = asyncio.ensure_future(LiveAgent.start(agent_cfg, registry))
+            start = _aio.spawn(LiveAgent.start(agent_cfg, registry))
             prompt_task = start  # Ctrl-C during start-up cancels the start
             async with scope:
                 live = await start
@@ -141,14 +142,14 @@ async def _run(ctx: Any, text: str) -> int:
         frames.in_turn = True
         started = loop.time()
         spinner = _spinner.for_output(out)
-        ticker = asyncio.ensure_future(_tick(spinner)) if spinner is not None else None
+        ticker = _aio.spawn(_tick(spinner)) if spinner is not None else None
         attempt = 0
         result: Any = None
         try:
             while True:
                 ceiling = None if deadline is None else max(0.001, deadline - loop.time())
                 frames.updates = 0
-                prompt_task = asyncio.ensure_future(
+                prompt_task = _aio.spawn(
                     live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
                 )
                 try:
@@ -191,10 +192,9 @@ async def _run(ctx: Any, text: str) -> int:
             reason = (
                 TerminationReason.MANUAL_CANCEL if interrupted.is_set() else TerminationReason.CLOSE
             )
-            with contextlib.suppress(Exception):
-                report = await asyncio.shield(live.aclose(reason, close_session=True))
-                if report.survivors:
-                    sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
+            report = await _aio.cleanup(live.aclose(reason, close_session=True), what="aclose")
+            if report is not None and report.survivors:
+                sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
         metrics.attach(None)
         registry.close()
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from tether import operations, sessions
+from tether import _aio, operations, sessions
 from tether.client.connection import AsyncOwnerConnection
 from tether.client.watch import watch_journal
 from tether.errors import AlreadyAnswered, error_from_wire
@@ -150,9 +150,7 @@ class Session:
                     if question is None:
                         continue
                     if handler is not None and isinstance(question, Question):
-                        task = asyncio.ensure_future(self._ask(handler, question))
-                        handlers.add(task)
-                        task.add_done_callback(handlers.discard)
+                        _aio.spawn(self._ask(handler, question), keep=handlers)
                     yield question
                 elif kind == "session_ended":
                     ev = frame.get("event") or {}
@@ -180,8 +178,7 @@ class Session:
             if rid and not finished:
                 # The consumer left early (cancelled, or broke out of the loop): cancel
                 # this turn, never leave it running for nobody.
-                with contextlib.suppress(Exception):
-                    await asyncio.shield(self._cancel_request(rid))
+                await _aio.cleanup(self._cancel_request(rid), what="cancel")
             await asyncio.shield(conn.aclose())
 
     async def _answerer(

@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from tether import operations
+from tether import _aio, operations
 from tether.events import Event
 
 __all__ = ["watch_journal"]
@@ -64,7 +64,7 @@ async def watch_journal(
         else:
             asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
 
-    thread = asyncio.ensure_future(asyncio.to_thread(work))
+    thread = _aio.spawn(asyncio.to_thread(work))
     try:
         while True:
             item = await queue.get()

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from tether import _aio
 from tether.errors import FleetError
 from tether.fleet import http1
 from tether.fleet.host_table import HostTable
@@ -141,7 +142,7 @@ class Router:
         parser = httptools.HttpRequestParser(watch)
         watch.parser = parser
         link = ClientLink()
-        feeder = asyncio.get_running_loop().create_task(self._feed(reader, parser, queue, link))
+        feeder = _aio.spawn(self._feed(reader, parser, queue, link))
         try:
             while True:
                 kind, head = await queue.get()

@@ -21,6 +21,7 @@ import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
+from tether import _aio
 from tether.errors import NoSession, OwnerLost, SessionClosed, error_from_wire
 from tether.journal.entry import parse_line
 from tether.journal.follow import Follower, follow_session, is_session_end
@@ -70,7 +71,7 @@ class TurnRest:
                 with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
                     loop.call_soon_threadsafe(queue.put_nowait, _DONE)
 
-        thread = asyncio.ensure_future(asyncio.to_thread(work))
+        thread = _aio.spawn(asyncio.to_thread(work))
         try:
             while (item := await queue.get()) is not _DONE:
                 yield item
@@ -80,9 +81,7 @@ class TurnRest:
                 self._stop.set()
                 for follower in self._followers:
                     follower.interrupt()
-                await asyncio.shield(asyncio.wait({thread}, timeout=CLEANUP_S))
-                if thread.done() and not thread.cancelled():
-                    thread.exception()  # retrieved: we are leaving anyway
+                await _aio.settle(thread, CLEANUP_S)  # its error dropped: we are leaving anyway
 
     def _read(self, on_frame: Any) -> None:
         outcome = self.outcome

@@ -88,6 +88,7 @@ class AgentSlot:
         current_prompt: Callable[[], Job | None],
         on_run_end: Callable[[RunEnd], None],
         spawn: Callable[[Any], None],
+        stopping: Callable[[], bool],
     ) -> None:
         self.key = key
         self.registry = registry
@@ -98,7 +99,8 @@ class AgentSlot:
         self._spawn = spawn
         self._ended_runs: set[str] = set()
         self._retired = False  # the last run was retired: the next one says how it began
-        self.stopping = False  # set by the owner: a run ending now is not a crash to handle
+        # The owner is stopping (its lifecycle says): a run ending now is not a crash.
+        self._stopping = stopping
         # The owner's journal: every ACP frame goes in (returns its seq); None: none kept.
         self.journal_frame: Callable[[str, bytes, str | None], int] | None = None
         # Journal a control record (kind, payload); the owner wires its journal in.
@@ -285,7 +287,7 @@ class AgentSlot:
     async def _watch_run(self, live: LiveAgent) -> None:
         """Notice the agent ending by itself (crash, exit) between or during turns."""
         await live.proc.wait_exited()
-        if not self.stopping and self.live is live:
+        if not self._stopping() and self.live is live:
             await self.end_run(live, reason=TerminationReason.EXIT)
 
     def cancel(self) -> bool:

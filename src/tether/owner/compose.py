@@ -15,7 +15,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _log, _os, metrics, owner_lost
+from tether import _aio, _log, _os, metrics, owner_lost
 from tether.errors import (
     GenerationMismatch,
     OwnerShuttingDown,
@@ -31,7 +31,7 @@ from tether.owner.gate import PeerGate
 from tether.owner.heartbeat import Heartbeat
 from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
-from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState
+from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState, StopReason
 from tether.owner.lock import SessionLock
 from tether.owner.memory import MemoryTrim
 from tether.owner.relays import ClientRelays
@@ -40,7 +40,7 @@ from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
 from tether.owner.state_watch import StateWatch, watch_state
 from tether.owner.status import end_event, hello_frame, journal_condition, status_snapshot
-from tether.owner.teardown import Ending, shut_down, terminate
+from tether.owner.teardown import Ending, SessionEnd, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
 from tether.registry import Registry
 from tether.supervise.members import MemberScan
@@ -89,6 +89,7 @@ class Owner:
             current_prompt=self._current_prompt,
             on_run_end=self._on_run_end,
             spawn=self._spawn,
+            stopping=lambda: self.stopping,
         )
         self.runner = RequestRunner(key, registry, self.settings, self.slot)
         self.interactions = self.slot.questions = Interactions(
@@ -164,7 +165,7 @@ class Owner:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(
-                sig, self.request_shutdown, f"signal-{signal.Signals(sig).name}"
+                sig, self.request_shutdown, StopReason(f"signal-{signal.Signals(sig).name}")
             )
         self.heartbeat.start()
         self.state_watch = watch_state(self)  # state.db removed under us: stop
@@ -224,9 +225,7 @@ class Owner:
         return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        _aio.spawn(coro, keep=self._tasks)
 
     def set_status(self, status: str) -> None:
         """The owner's status changed: its writer thread records it (the loop never waits
@@ -327,9 +326,9 @@ class Owner:
         if env.kind == "close":
             job.ack()
             self.ending.closer = job
-            self.ending.close_session = True
-            self.ending.discard = env.payload.get("discard") is True
-            self.request_shutdown("close")
+            discard = env.payload.get("discard") is True
+            self.ending.session = SessionEnd.DISCARDED if discard else SessionEnd.CLOSED
+            self.request_shutdown(StopReason.CLOSE)
             return
         if env.kind == "terminate":
             job.ack()
@@ -356,7 +355,7 @@ class Owner:
                 journal_condition(self, job)  # a turn on a full disk is told so at once
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
             self.set_status("running")
-            task = asyncio.get_running_loop().create_task(self.runner.run(job))
+            task = _aio.spawn(self.runner.run(job))
             try:
                 await self._await_job(task)
             except TetherError as exc:
@@ -383,7 +382,7 @@ class Owner:
         the ACP request) and its caller gets ``QUEUE_OWNER_SHUTTING_DOWN``.
         """
         while not task.done() and not self.stopping:
-            stop = asyncio.ensure_future(self._stop_event.wait())
+            stop = _aio.spawn(self._stop_event.wait())
             try:
                 await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
             finally:
@@ -416,17 +415,16 @@ class Owner:
 
     # --- shutdown ---------------------------------------------------------------------
 
-    def request_shutdown(self, reason: str) -> None:
+    def request_shutdown(self, reason: StopReason) -> None:
         if not self.lifecycle.request_stop(reason, time.monotonic()):
             return
-        self.slot.stopping = True
         self._retire_timer = rearm(self._retire_timer, None, self._check_retire)
         _log.event("owner_stopping", session_key=self.key, reason=reason)
         self._stop_event.set()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
         held = self.admission.stop(
-            closing=reason in ("close", "terminate"), ask_agent=reason != "terminate"
+            closing=reason.ends_session, ask_agent=reason is not StopReason.TERMINATE
         )
         if held is not None:
             self.ending.held.append(held)

@@ -27,6 +27,7 @@ from typing import Any
 from tether import _log, metrics, sessions
 from tether.errors import TetherError, UsageError
 from tether.owner.compose import Owner
+from tether.owner.lifecycle import StopReason
 from tether.registry import Registry
 
 __all__ = ["main"]
@@ -76,7 +77,7 @@ async def _amain(key: str, ready: Ready) -> int:
     except BaseException:
         logger.exception("owner loop failed")
         if not owner.stopping:
-            owner.request_shutdown("fatal-error")
+            owner.request_shutdown(StopReason.FATAL_ERROR)
         await owner.shutdown()
         raise
     finally:

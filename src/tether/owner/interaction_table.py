@@ -47,6 +47,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 
+from tether._table import Table
 from tether.errors import AlreadyAnswered, InvalidTransition, UnknownInteraction, UsageError
 
 __all__ = [
@@ -97,6 +98,11 @@ _TRANSITIONS: Final[Mapping[tuple[IState, IInput], IState]] = {
     # (RESOLVED, ANSWER), (RESOLVED, POLICY) and (RESOLVED, REMEMBERED) are missing on
     # purpose: see the essay.
 }
+
+# RESOLVED is terminal: a miss (only ever from there) leaves the interaction as it was.
+_TABLE: Final = Table(
+    "interaction", _TRANSITIONS, fail=IState.RESOLVED, terminal=frozenset({IState.RESOLVED})
+)
 
 CANCELLED_PERMISSION: Final[Mapping[str, Any]] = {"outcome": {"outcome": "cancelled"}}
 _ALLOW_WORDS = {
@@ -227,14 +233,11 @@ class Interaction:
 
     def _feed(self, event: IInput) -> bool:
         """Apply ``event``; True when it resolved the interaction now."""
-        new = _TRANSITIONS.get((self.state, event))
-        if new is None:
-            raise InvalidTransition(
-                f"interaction {self.id}: no transition for {event.value} when {self.state.value}",
-                machine="interaction",
-                state=self.state.value,
-                input=event.value,
-            )
+        try:
+            new = _TABLE.next(self.state, event, interaction_id=self.id)
+        except InvalidTransition:
+            self.state = _TABLE.after_miss(self.state)
+            raise
         was_open = self.state is IState.OPEN
         self.state = new
         return was_open

@@ -41,9 +41,10 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
+from tether._table import Table
 from tether.errors import InvalidTransition
 
-__all__ = ["LEGAL", "OwnerInput", "OwnerLifecycle", "OwnerState"]
+__all__ = ["LEGAL", "OwnerInput", "OwnerLifecycle", "OwnerState", "StopReason"]
 
 
 class OwnerState(enum.Enum):
@@ -66,6 +67,31 @@ class OwnerInput(enum.Enum):
     STOPPED = "stopped"  # everything torn down, socket and lock released
 
 
+class StopReason(enum.StrEnum):
+    """Why an owner stops (the first reason asked wins). The values are the words the
+    journal (``owner_stopped``), the logs and the errors carry."""
+
+    CLOSE = "close"  # the session was closed
+    TERMINATE = "terminate"  # the operator's immediate end
+    IDLE_TTL = "idle-ttl"
+    MAX_LIFETIME = "max-lifetime"
+    STATE_LOST = "state-lost"  # state.db went away under us
+    FATAL_ERROR = "fatal-error"
+    SIGTERM = "signal-SIGTERM"
+    SIGINT = "signal-SIGINT"
+    SIGHUP = "signal-SIGHUP"
+
+    @property
+    def ends_session(self) -> bool:
+        """The session ends with the owner (close, terminate); else it stays resumable."""
+        return self in (StopReason.CLOSE, StopReason.TERMINATE)
+
+    @property
+    def is_retirement(self) -> bool:
+        """The owner retires by itself (idle TTL, max lifetime): a clean close of the run."""
+        return self in (StopReason.IDLE_TTL, StopReason.MAX_LIFETIME)
+
+
 _S = OwnerState
 _I = OwnerInput
 
@@ -85,6 +111,8 @@ _TRANSITIONS: Final[Mapping[tuple[OwnerState, OwnerInput], OwnerState]] = {
 #: Every (state, input) pair the table accepts; exported for tests and docs.
 LEGAL: Final = frozenset(_TRANSITIONS)
 
+_TABLE: Final = Table("owner", _TRANSITIONS, fail=_S.STOPPED)
+
 
 class OwnerLifecycle:
     """The sans-IO lifecycle of one owner, with its idle TTL and max lifetime.
@@ -101,7 +129,7 @@ class OwnerLifecycle:
         self.max_lifetime = max_lifetime
         self.started_at = now
         self.idle_since: float | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: StopReason | None = None
 
     def __repr__(self) -> str:
         return (
@@ -122,15 +150,10 @@ class OwnerLifecycle:
                 ``STOPPED``).
         """
         try:
-            new = _TRANSITIONS[(self.state, event)]
-        except KeyError:
-            old, self.state = self.state, OwnerState.STOPPED
-            raise InvalidTransition(
-                f"owner lifecycle: no transition from {old.name} on {event.name}",
-                machine="owner",
-                state=old.name,
-                input=event.name,
-            ) from None
+            new = _TABLE.next(self.state, event)
+        except InvalidTransition:
+            self.state = _TABLE.after_miss(self.state)
+            raise
         if new is OwnerState.IDLE:
             self.idle_since = now
         else:
@@ -138,7 +161,7 @@ class OwnerLifecycle:
         self.state = new
         return new
 
-    def request_stop(self, reason: str, now: float) -> bool:
+    def request_stop(self, reason: StopReason, now: float) -> bool:
         """Ask to stop for ``reason``; True if this was the first request (its reason wins)."""
         first = not self.is_stopping
         if first:
@@ -146,8 +169,8 @@ class OwnerLifecycle:
             self.feed(OwnerInput.STOP_REQUESTED, now)
         return first
 
-    def retirement(self, now: float, *, busy: bool, held: bool) -> str | None:
-        """The reason to retire now (``"max-lifetime"``, ``"idle-ttl"``), or None.
+    def retirement(self, now: float, *, busy: bool, held: bool) -> StopReason | None:
+        """The reason to retire now (``MAX_LIFETIME``, ``IDLE_TTL``), or None.
 
         Args:
             now: monotonic time.
@@ -157,14 +180,14 @@ class OwnerLifecycle:
         if self.state is not OwnerState.IDLE or busy:
             return None
         if self.max_lifetime > 0 and now >= self.started_at + self.max_lifetime:
-            return "max-lifetime"
+            return StopReason.MAX_LIFETIME
         if (
             self.idle_ttl > 0
             and self.idle_since is not None
             and now >= self.idle_since + self.idle_ttl
             and not held
         ):
-            return "idle-ttl"
+            return StopReason.IDLE_TTL
         return None
 
     def next_check(self) -> float | None:

@@ -20,7 +20,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.errors import FrameTooLarge
 from tether.ipc import protocol
 from tether.ipc.lines import LineReader
@@ -141,7 +141,7 @@ class IpcServer:
         """Flush every connection (bounded), so last frames reach their callers, then
         close them and let their coroutines end (none is left for the loop to cancel)."""
         # Concurrently: one slow reader must not use up the others' time.
-        drains = {asyncio.ensure_future(o.drain(timeout)) for o in self.connections}
+        drains = {_aio.spawn(o.drain(timeout)) for o in self.connections}
         if drains:
             await asyncio.wait(drains, timeout=timeout + 0.1)
         for outbox in list(self.connections):

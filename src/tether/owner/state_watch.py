@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from tether import _log, paths
 from tether.errors import StateLost
+from tether.owner.lifecycle import StopReason
 
 if TYPE_CHECKING:
     from tether.owner.compose import Owner
@@ -170,7 +171,7 @@ def _state_lost(owner: Owner, why: str) -> None:
     _log.event("state_lost", logging.ERROR, session_key=owner.key, why=why)
     _leave_note(owner.key, why)
     active = owner.active
-    owner.request_shutdown("state-lost")
+    owner.request_shutdown(StopReason.STATE_LOST)
     if active is not None:
         active.finish(error=StateLost(message, path=owner.registry.path))
 

@@ -1,8 +1,8 @@
 """The owner's teardown: how it ends, and the one ordered shutdown.
 
-:class:`Ending` is what a ``close`` or ``terminate`` request decided (who asked, the
-immediate teardown under way, whether to discard the agent's session, the requests
-it superseded); :func:`shut_down` carries it out once the FIFO loop has stopped: the
+:class:`Ending` is what a ``close`` or ``terminate`` request decided (how the session
+fares -- :class:`SessionEnd` --, who asked, the immediate teardown under way, the
+requests it superseded); :func:`shut_down` carries it out once the FIFO loop has stopped: the
 queue drained, the agent run ended (or the terminate's teardown awaited), the
 registry updated, the session's end recorded and told (:mod:`.ending`), the journal
 stored, the last frames flushed, the lock released.
@@ -11,15 +11,16 @@ stored, the last frames flushed, the lock released.
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tether import _log
+from tether import _aio, _log
 from tether.errors import OwnerShuttingDown, SessionClosed, StateError
 from tether.owner.ending import end_session
-from tether.owner.lifecycle import OwnerInput
+from tether.owner.lifecycle import OwnerInput, StopReason
 from tether.supervise.run_state import TerminationReason
 
 if TYPE_CHECKING:
@@ -27,24 +28,37 @@ if TYPE_CHECKING:
     from tether.owner.compose import Owner
     from tether.owner.job import Job
 
-__all__ = ["LAST_FRAMES_S", "Ending", "shut_down", "terminate"]
+__all__ = ["LAST_FRAMES_S", "Ending", "SessionEnd", "shut_down", "terminate"]
 
 LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 logger = logging.getLogger("tether.owner")
+
+
+class SessionEnd(enum.Enum):
+    """How the session fares when its owner ends."""
+
+    STAYS = "stays"  # the owner retires (idle, signal, lost state): the session resumes later
+    CLOSED = "closed"  # close: session/close, the session ends
+    DISCARDED = "discarded"  # close --discard: session/delete the agent's session too
+    TERMINATED = "terminated"  # terminate (seed 004): the tree ended at once, the session ends
 
 
 @dataclass
 class Ending:
     """How the owner is ending, as the requests that end it decided."""
 
+    session: SessionEnd = SessionEnd.STAYS
     closer: Job | None = None  # the close / terminate request, answered at the end
-    close_session: bool = False  # the session ends (not just this owner)
-    # terminate (seed 004): who asked, and the immediate teardown under way
+    # terminate: who asked, and the immediate teardown under way
     terminate_by: dict[str, Any] | None = None
     terminating: asyncio.Task[RunEnd | None] | None = None
-    discard: bool = False  # close --discard: session/delete the agent's session too
     held: list[Job] = field(default_factory=list)  # superseded by a close: answered last
     done: bool = False  # the teardown ran (it runs once)
+
+    @property
+    def closes_session(self) -> bool:
+        """The session ends (not just this owner)."""
+        return self.session is not SessionEnd.STAYS
 
 
 def terminate(owner: Owner, job: Job) -> None:
@@ -60,10 +74,10 @@ def terminate(owner: Owner, job: Job) -> None:
         by.update({str(k): v for k, v in list(asked.items())[:8]})
     ending = owner.ending
     ending.closer = job
-    ending.close_session = True
+    ending.session = SessionEnd.TERMINATED
     ending.terminate_by = by
-    owner.request_shutdown("terminate")
-    ending.terminating = asyncio.get_running_loop().create_task(owner.slot.terminate())
+    owner.request_shutdown(StopReason.TERMINATE)
+    ending.terminating = _aio.spawn(owner.slot.terminate())
 
 
 async def shut_down(owner: Owner) -> None:
@@ -75,16 +89,16 @@ async def shut_down(owner: Owner) -> None:
     owner.memory.cancel()
     owner.set_status("stopping")
     owner.lock.stop_listening()
-    closing = ending.close_session
+    closing = ending.closes_session
     waiting = owner.admission.drain(
         SessionClosed("the session was closed before this request ran")
         if closing
         else OwnerShuttingDown(f"the owner is shutting down ({owner.stop_reason})")
     )
     reason = TerminationReason.CLOSE if closing else TerminationReason.SIGNAL
-    if owner.stop_reason in ("idle-ttl", "max-lifetime"):
+    if owner.lifecycle.stop_reason is not None and owner.lifecycle.stop_reason.is_retirement:
         reason = TerminationReason.CLOSE
-    discard = closing and ending.discard
+    discard = ending.session is SessionEnd.DISCARDED
     if ending.terminating is not None:
         end = await ending.terminating  # started at once by the terminate request
     else:
@@ -148,7 +162,7 @@ async def _close_journal(owner: Owner) -> None:
     """
     if owner.journal is None or owner.fanout is None:
         return
-    if owner.ending.close_session:
+    if owner.ending.closes_session:
         owner.fanout.end_all("session-ended")  # its session_ended is journaled already
     else:
         owner.record("owner_stopped", {"reason": owner.stop_reason})

@@ -29,13 +29,14 @@ first step of a teardown -- and ``closing --STOLEN--> closing`` covers a holder
 that died mid-teardown.
 
 There is no ``open -> closed`` edge: closing always passes through ``closing`` so a
-crash mid-teardown leaves a lease that says so. :func:`path_to` gives the steps
-between two states for executors that only know the target.
+crash mid-teardown leaves a lease that says so.
 
 Values are the lowercase strings so the registry can store ``state.value``.
-A table miss raises :class:`~tether.errors.InvalidTransition` and leaves a
-:class:`LeaseMachine` in ``lost`` -- the fail-closed state, which is never
-signalled and which sweeps re-examine -- except that ``closed`` stays ``closed``.
+A table miss raises :class:`~tether.errors.InvalidTransition` (through
+:class:`tether._table.Table`, like every machine's) and writes nothing: the registry
+moves a lease only through :func:`next_state`, as one compare-and-set. Where a miss
+would leave a lease held in memory is ``lost`` -- the fail-closed state, which is
+never signalled and which sweeps re-examine -- except that ``closed`` stays ``closed``.
 """
 
 from __future__ import annotations
@@ -44,9 +45,9 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
-from tether.errors import InvalidTransition
+from tether._table import Table
 
-__all__ = ["LeaseInput", "LeaseMachine", "LeaseState", "check_edge", "next_state", "path_to"]
+__all__ = ["EDGES", "LeaseInput", "LeaseState", "next_state"]
 
 
 class LeaseState(enum.StrEnum):
@@ -87,10 +88,12 @@ _TRANSITIONS: Final[Mapping[tuple[LeaseState, LeaseInput], LeaseState]] = {
     (_S.LOST, _I.EXTINCTION_PROVEN): _S.CLOSED,
 }
 
-#: The legal (from, to) edges, derived from the table.
-EDGES: Final = frozenset((src, dst) for (src, _), dst in _TRANSITIONS.items())
+#: Where a miss leaves a lease: ``lost`` -- the fail-closed state, never signalled and
+#: re-examined by sweeps -- except that ``closed`` stays ``closed``.
+_TABLE: Final = Table("lease", _TRANSITIONS, fail=_S.LOST, terminal=frozenset({_S.CLOSED}))
 
-TERMINAL: Final = frozenset({LeaseState.CLOSED})
+#: The legal (from, to) edges, derived from the table; exported for tests and docs.
+EDGES: Final = _TABLE.edges
 
 
 def next_state(state: LeaseState, event: LeaseInput) -> LeaseState:
@@ -99,67 +102,4 @@ def next_state(state: LeaseState, event: LeaseInput) -> LeaseState:
     Raises:
         InvalidTransition: the table has no such transition.
     """
-    try:
-        return _TRANSITIONS[(state, event)]
-    except KeyError:
-        raise InvalidTransition(
-            f"lease: no transition from {state.value} on {event.name}",
-            machine="lease",
-            state=state.value,
-            input=event.name,
-        ) from None
-
-
-def check_edge(src: LeaseState, dst: LeaseState) -> None:
-    """Raise :class:`~tether.errors.InvalidTransition` unless ``src -> dst`` is one legal step."""
-    if (src, dst) not in EDGES:
-        raise InvalidTransition(
-            f"lease: {src.value} -> {dst.value} is not a legal step",
-            machine="lease",
-            state=src.value,
-            input=dst.value,
-        )
-
-
-def path_to(src: LeaseState, dst: LeaseState) -> list[LeaseState]:
-    """The states to step through from ``src`` to reach ``dst`` (excluding ``src``).
-
-    ``path_to(OPEN, CLOSED) == [CLOSING, CLOSED]``; ``[]`` when ``src == dst``.
-
-    Raises:
-        InvalidTransition: ``dst`` cannot be reached from ``src``.
-    """
-    # Breadth-first over four states: the shortest path is the intended one.
-    frontier: list[list[LeaseState]] = [[src]]
-    seen = {src}
-    while frontier:
-        path = frontier.pop(0)
-        if path[-1] is dst:
-            return path[1:]
-        for a, b in sorted(EDGES, key=lambda e: (e[0].value, e[1].value)):
-            if a is path[-1] and b not in seen:
-                seen.add(b)
-                frontier.append([*path, b])
-    raise InvalidTransition(
-        f"lease: {dst.value} is unreachable from {src.value}",
-        machine="lease",
-        state=src.value,
-        input=dst.value,
-    )
-
-
-class LeaseMachine:
-    """One lease's state, advanced through the table."""
-
-    def __init__(self, state: LeaseState = LeaseState.OPEN) -> None:
-        self.state = state
-
-    def transition(self, event: LeaseInput) -> LeaseState:
-        """Apply ``event``; on a table miss raise and fail closed (``lost``; ``closed`` stays)."""
-        try:
-            self.state = next_state(self.state, event)
-        except InvalidTransition:
-            if self.state is not LeaseState.CLOSED:
-                self.state = LeaseState.LOST
-            raise
-        return self.state
+    return _TABLE.next(state, event)

@@ -22,7 +22,7 @@ import signal
 import time
 from typing import Any
 
-from tether import _os, metrics
+from tether import _aio, _os, metrics
 from tether.supervise.escapes import RunEscapes
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.proof import split_claims
@@ -64,7 +64,7 @@ class RunReaper(RunEscapes):
         self._log("timeout", reason=reason.value, type=kind)
         if self._closing is None:
             self.lifecycle.request_stop(reason)
-            self._closing = asyncio.get_running_loop().create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
 
     # --- teardown: the single finalizer ------------------------------------------------
 

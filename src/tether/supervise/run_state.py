@@ -37,6 +37,7 @@ import enum
 from collections.abc import Mapping
 from typing import Final
 
+from tether._table import Table
 from tether.errors import InvalidTransition
 
 __all__ = ["RunInput", "RunLifecycle", "RunState", "TerminationReason"]
@@ -105,6 +106,8 @@ _TRANSITIONS: Final[Mapping[tuple[RunState, RunInput], RunState]] = {
 #: Every (state, input) pair the table accepts; exported for tests and docs.
 LEGAL: Final = frozenset(_TRANSITIONS)
 
+_TABLE: Final = Table("run", _TRANSITIONS, fail=_S.EXITED)
+
 
 class RunLifecycle:
     """The sans-IO lifecycle of one run.
@@ -165,16 +168,10 @@ class RunLifecycle:
                 is left in ``EXITED``.
         """
         try:
-            new = _TRANSITIONS[(self._state, event)]
-        except KeyError:
-            old = self._state
-            self._state = RunState.EXITED
-            raise InvalidTransition(
-                f"run: no transition from {old.name} on {event.name}",
-                machine="run",
-                state=old.name,
-                input=event.name,
-            ) from None
+            new = _TABLE.next(self._state, event)
+        except InvalidTransition:
+            self._state = _TABLE.after_miss(self._state)
+            raise
         if event is RunInput.SPAWN_FAILED:
             self._spawn_failed = True
         self._state = new

@@ -46,7 +46,7 @@ import contextlib
 import os
 from typing import Any
 
-from tether import metrics
+from tether import _aio, metrics
 from tether.errors import SpawnError
 from tether.supervise.run_state import RunState, TerminationReason
 from tether.supervise.run_types import DEFAULT_GRACE_S, ExtinctionReport, SpawnSpec
@@ -93,7 +93,7 @@ class AgentProcess(RunSpawner):
         """
         self.lifecycle.request_stop(reason)
         if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
         try:
             return await asyncio.shield(self._closing)
         except asyncio.CancelledError:

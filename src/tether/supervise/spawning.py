@@ -16,7 +16,7 @@ import os
 import time
 from typing import Any
 
-from tether import _os, metrics
+from tether import _aio, _os, metrics
 from tether.errors import SpawnError
 from tether.supervise import adoption
 from tether.supervise.cgroups import new_cgroup
@@ -109,7 +109,7 @@ class RunSpawner(RunReaper):
             # The keeper died (killed) while we were starting: _on_keeper_exit saw
             # STARTING and left it to us. End and sweep the run, as it would have.
             self.lifecycle.request_stop(TerminationReason.SIGNAL)
-            self._closing = loop.create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
         else:
             self._arm_watchdog()
         self._log(
@@ -210,7 +210,7 @@ class RunSpawner(RunReaper):
             self._watchdog.cancel()
             self._watchdog = None
         if self._closing is None:
-            self._closing = asyncio.get_running_loop().create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
 
     def _on_keeper_exit(self) -> None:
         loop = asyncio.get_running_loop()
@@ -245,10 +245,10 @@ class RunSpawner(RunReaper):
                 self.lifecycle.transition_exited()  # it ended by itself: terminated by the agent
             else:
                 self.lifecycle.request_stop(TerminationReason.SIGNAL)  # the keeper was killed
-            self._closing = loop.create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
         elif self._closing is None and self.lifecycle.state is RunState.EXITING:
             # The root's exit started EXITING but nothing has run the finalizer yet.
-            self._closing = loop.create_task(self._teardown())
+            self._closing = _aio.spawn(self._teardown())
 
 
 def _own_starttime(table: _os.ProcessTable) -> int | None:
