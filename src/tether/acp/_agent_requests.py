@@ -41,8 +41,9 @@ from tether.jsonrpc import (
 )
 
 if TYPE_CHECKING:
-    from tether.acp._turns import _Turn
-    from tether.acp.connection import AgentConnection
+    from tether.acp._turn_table import TurnTable, _Turn
+    from tether.acp._wire import Wire
+    from tether.acp.connection import ClientOptions
 
 FS_METHODS = frozenset({"fs/read_text_file", "fs/write_text_file"})
 
@@ -60,18 +61,23 @@ class ClientRelay(Protocol):
 
 
 class AgentRequests:
-    """Answers the agent's requests on behalf of one connection."""
+    """Answers the agent's requests on behalf of one connection (a collaborator of
+    :class:`tether.acp.connection.AgentConnection`: it answers through the wire and finds
+    a request's turn in the turn table)."""
 
-    def __init__(self, conn: AgentConnection) -> None:
-        self._conn = conn
-        host = conn.options.terminal_host
+    def __init__(self, wire: Wire, table: TurnTable, cwd: str, options: ClientOptions) -> None:
+        self._wire = wire
+        self._table = table
+        self._cwd = cwd
+        self._options = options
+        host = options.terminal_host
         self.terminals = (
             TerminalRequests(
                 host,
-                conn.cwd,
+                cwd,
                 answer=self.answer,
                 error=self._error,
-                spawn=conn.spawn_handler,
+                spawn=wire.spawn_handler,
             )
             if host is not None
             else None
@@ -80,29 +86,29 @@ class AgentRequests:
 
     def answer(self, req_id: Any, result: Any) -> None:
         """Send ``result`` for ``req_id`` unless it was answered already."""
-        rpc = self._conn.rpc
+        rpc = self._wire.rpc
         if req_id in rpc.incoming_pending():
-            self._conn.send_bytes(rpc.send_result(req_id, result))
+            self._wire.send_bytes(rpc.send_result(req_id, result))
 
     def _error(self, req_id: Any, code: int, message: str) -> None:
-        rpc = self._conn.rpc
+        rpc = self._wire.rpc
         if req_id in rpc.incoming_pending():
-            self._conn.send_bytes(rpc.send_error(req_id, code, message))
+            self._wire.send_bytes(rpc.send_error(req_id, code, message))
 
     def on_request(self, req: Request) -> None:
         params = req.params if isinstance(req.params, dict) else {}
         method = req.method
-        fs = self._conn.options.fs
-        relay = self._conn.options.relay
+        fs = self._options.fs
+        relay = self._options.relay
         served = (fs and method in FS_METHODS) or (
             method in TERMINAL_METHODS and self.terminals is not None
         )
         if served and relay is not None and relay.wants(method, params):
-            self._conn.spawn_handler(self._relay(relay, req, params))
+            self._wire.spawn_handler(self._relay(relay, req, params))
         elif method == "session/request_permission":
-            self._conn.spawn_handler(self._permission(req, params))
-        elif method == "elicitation/create" and self._conn.options.elicitation_hook is not None:
-            self._conn.spawn_handler(self._elicitation(req, params))
+            self._wire.spawn_handler(self._permission(req, params))
+        elif method == "elicitation/create" and self._options.elicitation_hook is not None:
+            self._wire.spawn_handler(self._elicitation(req, params))
         elif method == "fs/read_text_file" and fs:
             self._fs(req, params, write=False)
         elif method == "fs/write_text_file" and fs:
@@ -115,12 +121,12 @@ class AgentRequests:
     def on_cancel_request(self, params: dict[str, Any]) -> None:
         """``$/cancel_request``: answer the named request ``-32800`` if still unanswered."""
         target = params.get("requestId")
-        if target not in self._conn.rpc.incoming_pending():
+        if target not in self._wire.rpc.incoming_pending():
             return  # already answered: nothing to cancel
         relayed = self._relayed.pop(target, None)
         if relayed is not None:
             relayed.cancel()
-        for turn in self._conn.running_turns():
+        for turn in self._table.running_turns():
             task = turn.pending_permissions.pop(target, None)
             if task is not None:
                 task.cancel()
@@ -138,10 +144,10 @@ class AgentRequests:
             self._relayed.pop(req.id, None)
         error = answer.get("error")
         if isinstance(error, dict):
-            rpc = self._conn.rpc
+            rpc = self._wire.rpc
             if req.id in rpc.incoming_pending():
                 code, message = error.get("code"), str(error.get("message") or "")
-                self._conn.send_bytes(
+                self._wire.send_bytes(
                     rpc.send_error(
                         req.id,
                         code if isinstance(code, int) else INTERNAL_ERROR,
@@ -162,9 +168,8 @@ class AgentRequests:
 
     async def _elicitation(self, req: Request, params: dict[str, Any]) -> None:
         """Relay ``elicitation/create`` to the hook; a cancelled turn answers ``cancel``."""
-        conn = self._conn
-        hook = conn.options.elicitation_hook
-        turn = conn.turn_of(params.get("sessionId"))
+        hook = self._options.elicitation_hook
+        turn = self._table.turn_of(params.get("sessionId"))
         cancel = {"action": "cancel"}
         if hook is None or (turn is not None and turn.cancel_requested):
             self.answer(req.id, cancel)
@@ -184,9 +189,8 @@ class AgentRequests:
         self.answer(req.id, result)
 
     async def _permission(self, req: Request, params: dict[str, Any]) -> None:
-        conn = self._conn
         session_id = params.get("sessionId")
-        turn = conn.turn_of(session_id)
+        turn = self._table.turn_of(session_id)
         raw_tool = params.get("toolCall")
         tool_call: dict[str, Any] = raw_tool if isinstance(raw_tool, dict) else {}
         raw_options = params.get("options")
@@ -196,9 +200,9 @@ class AgentRequests:
         if turn is not None and turn.cancel_requested:
             self.answer(req.id, dict(policy.CANCELLED_OUTCOME))
             return
-        decision = policy.decide(conn.options.permission_mode, tool_call)
+        decision = policy.decide(self._options.permission_mode, tool_call)
         outcome: dict[str, Any] | None = None
-        hook = conn.options.permission_hook
+        hook = self._options.permission_hook
         if decision is policy.Decision.ASK and hook is not None:
             task = asyncio.current_task()
             if turn is not None and task is not None:
@@ -232,13 +236,13 @@ class AgentRequests:
             kind=tool_call.get("kind"),
             outcome=selected,
         )
-        if conn.options.on_permission is not None:
-            conn.guard(conn.options.on_permission, params, outcome)
+        if self._options.on_permission is not None:
+            self._wire.guard(self._options.on_permission, params, outcome)
         self.answer(req.id, outcome)
 
     def _fs(self, req: Request, params: dict[str, Any], *, write: bool) -> None:
         try:
-            path = policy.confine(self._conn.cwd, params.get("path"))
+            path = policy.confine(self._cwd, params.get("path"))
             if write:
                 content = params.get("content")
                 if not isinstance(content, str):

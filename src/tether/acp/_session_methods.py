@@ -6,8 +6,9 @@ configured for an advertised method), ``session/new``, ``session/load`` or
 ``session/set_mode``, ``session/set_config_option`` and ``session/close``. Each is one
 request under the handshake deadline; what the agent advertised in ``initialize``
 decides which exist, and calling one the agent did not advertise raises
-:class:`~tether.errors.NotAdvertised` without sending anything. A mixin of
-:class:`tether.acp.connection.AgentConnection`, which supplies ``request``.
+:class:`~tether.errors.NotAdvertised` without sending anything. :class:`SessionCalls`
+is a collaborator of :class:`tether.acp.connection.AgentConnection`: it sends through the
+connection's wire and owns what the agent said about itself in ``initialize``.
 
 ``session/fork`` is still unstable in ACP (it is in ``schema.unstable.json``, not in the
 stable v1 schema): both current adapters ship it with the params of ``session/new``
@@ -30,28 +31,24 @@ from tether.errors import (
 )
 
 if TYPE_CHECKING:
+    from tether.acp._wire import Wire
     from tether.acp.connection import ClientOptions
 
 PROTOCOL_VERSION = 1
 
 
-class SessionMethods:
-    """Handshake and session calls; see the module docstring."""
+class SessionCalls:
+    """Handshake and session calls of one connection; see the module docstring."""
 
-    options: ClientOptions
-    agent_info: dict[str, Any]
-    agent_capabilities: dict[str, Any]
-    auth_methods: list[dict[str, Any]]
-    _listeners: dict[str, Callable[[dict[str, Any]], None]]
-
-    async def request(self, method: str, params: Any, *, timeout: float | None) -> Any:
-        raise NotImplementedError  # supplied by AgentConnection
-
-    def _usable(self) -> bool:
-        raise NotImplementedError  # supplied by AgentConnection
+    def __init__(self, wire: Wire, options: ClientOptions) -> None:
+        self._wire = wire
+        self._options = options
+        self.agent_info: dict[str, Any] = {}
+        self.agent_capabilities: dict[str, Any] = {}
+        self.auth_methods: list[dict[str, Any]] = []
 
     async def _handshake(self, method: str, params: Any) -> Any:
-        return await self.request(method, params, timeout=self.options.handshake_timeout)
+        return await self._wire.request(method, params, timeout=self._options.handshake_timeout)
 
     async def initialize(self) -> dict[str, Any]:
         """Send ``initialize`` (protocol 1, fs capabilities) under the handshake deadline.
@@ -60,16 +57,16 @@ class SessionMethods:
             RemoteProtocolError: no result object, or another protocol version.
             HandshakeTimeout / AgentRequestError / AgentExited: as :meth:`request`.
         """
-        fs = self.options.fs
+        fs = self._options.fs
         params = {
             "protocolVersion": PROTOCOL_VERSION,
             "clientCapabilities": {
                 "fs": {"readTextFile": fs, "writeTextFile": fs},
-                "terminal": self.options.terminal_host is not None,
+                "terminal": self._options.terminal_host is not None,
                 # Elicitations (form and URL) are relayed to whoever can answer them.
                 **(
                     {"elicitation": {"form": {}, "url": {}}}
-                    if self.options.elicitation_hook is not None
+                    if self._options.elicitation_hook is not None
                     else {}
                 ),
             },
@@ -103,7 +100,7 @@ class SessionMethods:
             method_id = method.get("id")
             if not isinstance(method_id, str) or method.get("type") == "terminal":
                 continue
-            credential = self.options.auth.get(method_id)
+            credential = self._options.auth.get(method_id)
             if credential is None:
                 continue
             params: dict[str, Any] = {"methodId": method_id}
@@ -111,7 +108,7 @@ class SessionMethods:
                 params["_meta"] = {method_id: {"apiKey": credential}}
             await self._handshake("authenticate", params)
             return method_id
-        if self.auth_methods and self.options.auth_policy == "fail":
+        if self.auth_methods and self._options.auth_policy == "fail":
             ids = ", ".join(str(m.get("id")) for m in self.auth_methods)
             raise AuthRequired(
                 f"the agent advertises auth methods [{ids}] and none has a credential"
@@ -245,12 +242,12 @@ class SessionMethods:
             **(extras or {}),
         }
         if listener is not None:
-            self._listeners[session_id] = listener
+            self._wire.listen(session_id, listener)
         try:
             result = await self._handshake(method, params)
         finally:
             if listener is not None:
-                self._listeners.pop(session_id, None)
+                self._wire.unlisten(session_id)
         return result if isinstance(result, dict) else {}
 
     async def set_mode(self, session_id: str, mode_id: str) -> Any:
@@ -266,10 +263,10 @@ class SessionMethods:
 
     async def close_session(self, session_id: str, timeout: float = 2.0) -> bool:
         """Send ``session/close`` when advertised; True if the agent acknowledged it."""
-        if not self.can_close or not self._usable():
+        if not self.can_close or not self._wire.usable():
             return False
         try:
-            await self.request("session/close", {"sessionId": session_id}, timeout=timeout)
+            await self._wire.request("session/close", {"sessionId": session_id}, timeout=timeout)
         except (AgentRequestError, HandshakeTimeout, BrokenResourceError):
             return False
         return True

@@ -2,23 +2,22 @@
 
 Theory of operation
 -------------------
-A thin async shell around the sans-IO :class:`tether.jsonrpc.JsonRpcConnection`, over
-an :class:`~tether.acp.transport.AgentTransport` (a supervised process in production,
-an in-memory fake in tests: this module imports neither). Bytes from the agent arrive
-in ``_on_data``, called synchronously by the transport; we feed them to the core and
-drain its events at once, in order:
+:class:`AgentConnection` talks to one agent over an
+:class:`~tether.acp.transport.AgentTransport` (a supervised process in production, an
+in-memory fake in tests: this module imports neither). It is a facade over
+collaborators it owns, each the only owner of its fields:
 
-* a ``Response`` resolves the future of the request it answers -- the core has already
-  dropped late answers to abandoned requests, so a stale answer can never resolve a
-  newer request (openab #732/#760);
-* a ``session/update`` (and any other notification, known or not, ``_``-prefixed or
-  not) goes to the listener of its ``sessionId`` synchronously, so updates reach the
-  caller in arrival order (the SDK's task-per-message design reorders them);
-* an agent->client request goes to :class:`~tether.acp._agent_requests.AgentRequests`;
-* a ``ProtocolViolation`` (malformed or oversized line) is logged and counted, and the
-  stream goes on; an *oversized* one (over ``max_frame_bytes``, config ``frameMaxBytes``)
-  also fails every running turn with :class:`~tether.errors.FrameTooLarge`, naming the
-  limit: a turn whose agent output was cut must never end as a success.
+* the wire (:mod:`tether.acp._wire`) -- the sans-IO JSON-RPC core fed synchronously
+  by the transport, frames in and out (observed through ``on_frame`` / ``on_line``),
+  our requests and their answers, listeners, and the connection's death or close;
+* the turn table (:mod:`tether.acp._turn_table`) -- running turns and each session's
+  turn machine;
+* the turns (:mod:`tether.acp._turns`) -- prompt, cancel, abandon, and the rule that
+  nothing of an abandoned turn reaches the next one;
+* the session calls (:mod:`tether.acp._session_methods`) -- handshake and session
+  methods, and what the agent said about itself;
+* the agent's requests (:mod:`tether.acp._agent_requests`) -- permissions,
+  elicitations, fs, terminals, ``$/cancel_request``.
 
 Observers never break the reader. Listeners and the ``on_frame`` / ``on_line`` /
 ``on_permission`` observers are the caller's code (a renderer writing to a closed
@@ -33,52 +32,26 @@ agent fails the turn at once (EOF) or within one liveness interval, and the ceil
 *abandons* the request by the pending-table rules (removed, ``session/cancel`` exactly
 once, late answer dropped).
 
-Turns -- prompt, cancel, abandon, and the rule that nothing of an abandoned turn
-reaches the next one -- are in :mod:`tether.acp._turns`; handshake and session calls in
-:mod:`tether.acp._session_methods`; the agent's requests in
-:mod:`tether.acp._agent_requests`.
-
 Every outgoing and incoming frame can be observed through ``on_frame`` (used by
 ``--format json``, which prints raw ACP frames, and by the schema-conformance tests).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import functools
-import json
-import logging
-import time
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether import _aio, _log
 from tether.acp import policy
 from tether.acp._agent_requests import AgentRequests, ClientRelay
-from tether.acp._session_methods import PROTOCOL_VERSION, SessionMethods
-from tether.acp._turns import TurnMethods, TurnResult, UpdateListener, _Turn
+from tether.acp._session_methods import PROTOCOL_VERSION, SessionCalls
+from tether.acp._turn_table import TurnResult, TurnTable, UpdateListener
+from tether.acp._turns import Turns
+from tether.acp._wire import Wire
 from tether.acp.terminals import TerminalHost
 from tether.acp.transport import AgentTransport
-from tether.acp.turn_state import SessionTurns, TurnInput
-from tether.errors import (
-    AgentExited,
-    BrokenResourceError,
-    ClosedResourceError,
-    HandshakeTimeout,
-    agent_request_error,
-)
-from tether.jsonrpc import (
-    DEFAULT_MAX_FRAME_BYTES,
-    EOF,
-    NEED_DATA,
-    JsonRpcConnection,
-    Notification,
-    ProtocolViolation,
-    Request,
-    Response,
-)
+from tether.acp.turn_state import TurnState
+from tether.jsonrpc import DEFAULT_MAX_FRAME_BYTES, JsonRpcConnection
 
 __all__ = [
     "PROTOCOL_VERSION",
@@ -95,20 +68,11 @@ DEFAULT_PROMPT_CEILING = 30 * 60.0
 # connection is retired. Agents answer session/cancel in 7-100 ms (acp-protocol.md §9);
 # one that honours no cancel but finishes its work (mock `late`) gets this long.
 DEFAULT_ABANDONED_TURN_GRACE = 10.0
-# EOF usually beats the keeper's `exited` report by a millisecond; we wait this long for
-# it so the error can say how the agent ended.
-EXIT_STATUS_WAIT_S = 0.5
 
 FrameObserver = Callable[[str, dict[str, Any]], None]
 PermissionHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | None]]
 # elicitation/create params -> the result ({"action": "accept"|"decline"|"cancel", ...})
 ElicitationHook = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-logger = logging.getLogger("tether.acp")
-
-
-def _raw_of(event: Response | Notification | Request) -> dict[str, Any]:
-    return event.raw
 
 
 @dataclass
@@ -157,266 +121,199 @@ class ClientOptions:
     relay: ClientRelay | None = None
 
 
-class AgentConnection(TurnMethods, SessionMethods):
-    """An ACP client connection to one agent, over a transport."""
+class AgentConnection:
+    """An ACP client connection to one agent, over a transport.
+
+    A facade: each call is carried out by the collaborator that owns it (see the module
+    docstring); ``wire``, ``turns``, ``calls`` and ``requests`` are those collaborators.
+    """
 
     def __init__(self, transport: AgentTransport, cwd: str, options: ClientOptions) -> None:
         self.transport = transport
         self.cwd = cwd
         self.options = options
-        self.rpc = JsonRpcConnection(max_frame_bytes=options.max_frame_bytes)
-        self.agent_info: dict[str, Any] = {}
-        self.agent_capabilities: dict[str, Any] = {}
-        self.auth_methods: list[dict[str, Any]] = []
-        self.protocol_violations = 0
-        self.observer_errors = 0
-        self._waiters: dict[int, asyncio.Future[Response]] = {}
-        self._listeners: dict[str, UpdateListener] = {}
-        self._turns: dict[str, _Turn] = {}
-        self._fallback_listener: UpdateListener | None = None
-        self._dead: BaseException | None = None
-        self._closed = False
-        self._loop = asyncio.get_running_loop()
-        self._handler_tasks: set[asyncio.Task[None]] = set()
-        self._turn_states: dict[str, SessionTurns] = {}  # each session's turn machine
-        self._late_answer = asyncio.Event()
-        self._requests = AgentRequests(self)
-        transport.set_receiver(self._on_data, self._on_eof)
+        table = TurnTable()
+        self.wire = Wire(transport, options, table)
+        self.requests = AgentRequests(self.wire, table, cwd, options)
+        self.turns = Turns(self.wire, table, self.requests, options)
+        self.calls = SessionCalls(self.wire, options)
+        self.wire.start(self.requests)
 
-    # --- observers: the caller's code, isolated from the reader ------------------------
+    # --- the wire -----------------------------------------------------------------------
 
-    def guard(self, fn: Callable[..., None], *args: Any, fails: Iterable[_Turn] = ()) -> None:
-        """Call an observer. An exception fails the turns in ``fails`` instead of reaching
-        the reader; with no turn to fail it is logged, since nobody else would see it."""
-        try:
-            fn(*args)
-        except Exception as exc:
-            self.observer_errors += 1
-            turns = list(fails)
-            for turn in turns:
-                if not turn.failed.done():
-                    turn.failed.set_result(exc)
-            if not turns:
-                _log.event(
-                    "observer_failed", logging.WARNING, agent=self.transport.label, error=repr(exc)
-                )
+    @property
+    def rpc(self) -> JsonRpcConnection:
+        """The sans-IO JSON-RPC core (its pending tables and stats)."""
+        return self.wire.rpc
 
-    def _observe(self, direction: str, line: bytes, raw: Callable[[], dict[str, Any]]) -> None:
-        on_line = self.options.on_line
-        if on_line is not None:
-            self.guard(on_line, direction, line, fails=self._turns.values())
-        on_frame = self.options.on_frame
-        if on_frame is not None:
-            self.guard(on_frame, direction, raw(), fails=self._turns.values())
+    @property
+    def protocol_violations(self) -> int:
+        """Malformed or oversized lines the agent sent."""
+        return self.wire.protocol_violations
 
-    # --- wire plumbing --------------------------------------------------------------
-
-    def send_bytes(self, data: bytes) -> None:
-        """Write frames to the agent, observed first (``out``)."""
-        if data and (self.options.on_line is not None or self.options.on_frame is not None):
-            for line in data.splitlines():
-                if line.strip():
-                    self._observe("out", line, functools.partial(json.loads, line))
-        self.transport.write(data)
-
-    def spawn_handler(self, coro: Coroutine[Any, Any, None]) -> None:
-        _aio.spawn(coro, keep=self._handler_tasks)
-
-    def _on_data(self, data: bytes) -> None:
-        if self._closed:
-            return  # we stopped listening: nothing the agent says now reaches anyone
-        self.rpc.receive_data(data)
-        self._drain_events()
-
-    def _on_eof(self) -> None:
-        if self._closed:
-            return
-        self.rpc.receive_data(b"")
-        self._drain_events()
-
-    def _drain_events(self) -> None:
-        stale_before = self.rpc.stats.stale_responses
-        while True:
-            event = self.rpc.next_event()
-            if event is NEED_DATA:
-                if self.rpc.stats.stale_responses != stale_before:
-                    self._late_answer.set()
-                return
-            if event is EOF:
-                self.spawn_handler(self._fail_after_exit())
-                return
-            if isinstance(event, Response | Notification | Request):
-                self._observe("in", event.line, functools.partial(_raw_of, event))
-            if isinstance(event, Response):
-                fut = self._waiters.pop(event.id, None) if isinstance(event.id, int) else None
-                if fut is not None and not fut.done():
-                    fut.set_result(event)
-            elif isinstance(event, Notification):
-                self._on_notification(event)
-            elif isinstance(event, Request):
-                self._requests.on_request(event)
-            elif isinstance(event, ProtocolViolation):
-                self.protocol_violations += 1
-                _log.event(
-                    "protocol_violation",
-                    logging.WARNING,
-                    agent=self.transport.label,
-                    reason=event.reason,
-                    detail=event.detail,
-                )
-                if event.reason == "oversized":
-                    self.fail_turns_oversized(event.length)
-
-    def _on_notification(self, note: Notification) -> None:
-        params = note.params if isinstance(note.params, dict) else {}
-        if note.method == "$/cancel_request":
-            self._requests.on_cancel_request(params)
-            return
-        if note.method == "elicitation/complete" and self.options.on_elicitation_complete:
-            self.guard(self.options.on_elicitation_complete, params)
-        session_id = params.get("sessionId")
-        frame = note.raw or {"jsonrpc": "2.0", "method": note.method, "params": note.params}
-        listener = self._listeners.get(session_id) if isinstance(session_id, str) else None
-        if listener is not None:
-            turn = self._turns.get(session_id) if isinstance(session_id, str) else None
-            self.guard(listener, frame, fails=(turn,) if turn is not None else ())
-        elif self._fallback_listener is not None:
-            self.guard(self._fallback_listener, frame)
-
-    async def _fail_after_exit(self) -> None:
-        """The agent's output closed: let its exit status arrive (bounded), fail what waits."""
-        if self.transport.exit_status() is None:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(EXIT_STATUS_WAIT_S):
-                    await self.transport.wait_exited()
-        if self.transport.exit_status() is None:
-            # Alive without a stdout: it can never answer again. Say so (issue 9, item 15)
-            # rather than "exited (exit_code=None, signal=None)".
-            self._fail_everything(
-                AgentExited(
-                    "the agent closed its stdout but is still running, so it can no longer"
-                    " answer; this agent run is ended",
-                    stderr_tail=self.transport.stderr_tail()[-2000:],
-                )
-            )
-            return
-        self._fail_everything(self._exit_error("the agent closed its output"))
-
-    def _exit_error(self, why: str) -> BrokenResourceError:
-        code, sig = self.transport.exit_status() or (None, None)
-        return AgentExited(
-            f"{why}: the agent exited"
-            + (f" with code {code}" if code is not None else "")
-            + (f" on signal {sig}" if sig is not None else ""),
-            exit_code=code,
-            signal=sig,
-            stderr_tail=self.transport.stderr_tail()[-2000:],
-        )
-
-    def _fail_everything(self, exc: BaseException) -> None:
-        if self._dead is None:
-            self._dead = exc
-        for machine in self._turn_states.values():
-            machine.transition(TurnInput.AGENT_GONE)
-        self.rpc.fail_all()
-        for fut in self._waiters.values():
-            if not fut.done():
-                fut.set_exception(exc)
-                fut.exception()
-        self._waiters.clear()
-
-    def turn_of(self, session_id: object) -> _Turn | None:
-        return self._turns.get(session_id) if isinstance(session_id, str) else None
-
-    def running_turns(self) -> list[_Turn]:
-        return list(self._turns.values())
-
-    # --- client -> agent requests ---------------------------------------------------------
-
-    def _usable(self) -> bool:
-        return not self._closed and self._dead is None
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise ClosedResourceError("the agent connection is closed")
-        if self._dead is not None:
-            raise self._dead
-
-    def _send_request(self, method: str, params: Any) -> tuple[int, asyncio.Future[Response]]:
-        self._check_usable()
-        request_id, data = self.rpc.send_request(method, params, now=time.monotonic())
-        fut: asyncio.Future[Response] = self._loop.create_future()
-        self._waiters[request_id] = fut
-        self.send_bytes(data)
-        return request_id, fut
-
-    async def request(self, method: str, params: Any, *, timeout: float | None) -> Any:
-        """Send a request and wait for its result; abandon it on timeout or cancellation.
-
-        Raises:
-            HandshakeTimeout: no answer within ``timeout`` (the request is abandoned).
-            AgentRequestError: the agent answered with a JSON-RPC error.
-            AgentExited: the agent died first.
-        """
-        request_id, fut = self._send_request(method, params)
-        try:
-            async with asyncio.timeout(timeout):
-                response = await fut
-        except TimeoutError:
-            self._abandon(request_id, "deadline")
-            raise HandshakeTimeout(
-                f"the agent did not answer {method} within {timeout:g} s",
-                method=method,
-                stderr_tail=self.transport.stderr_tail()[-2000:],
-            ) from None
-        except asyncio.CancelledError:
-            self._abandon(request_id, "cancelled")
-            raise
-        return self._result_of(method, response)
-
-    def _abandon(self, request_id: int, reason: str) -> None:
-        """Stop waiting for ``request_id``: ``session/cancel`` for a prompt (once), then
-        ``$/cancel_request`` for any request.
-
-        ``$/cancel_request`` is ACP's protocol-level cancellation of one request; a
-        ``$/`` notification may be ignored by an agent that does not implement it, so we
-        send it to every agent (``ClientOptions.cancel_requests``). Both current adapters
-        honour it for ``session/prompt``, answering ``{"stopReason": "cancelled"}`` within
-        ~30 ms (tests/realagents/NOTES.md), which lets the next turn settle sooner.
-        """
-        self._waiters.pop(request_id, None)
-        if request_id in self.rpc.pending:
-            data = self.rpc.abandon(request_id, reason=reason)
-            if self.options.cancel_requests and self._usable():
-                data += self.rpc.send_notification("$/cancel_request", {"requestId": request_id})
-            self.send_bytes(data)
-
-    @staticmethod
-    def _result_of(method: str, response: Response) -> Any:
-        if response.error is not None:
-            raise agent_request_error(method, response.error)
-        return response.result
-
-    # --- turns ----------------------------------------------------------------------
-
-    def set_fallback_listener(self, listener: UpdateListener | None) -> None:
-        """Receive notifications that arrive outside any turn (after session/new, late ones)."""
-        self._fallback_listener = listener
+    @property
+    def observer_errors(self) -> int:
+        """Exceptions raised by listeners and observers (each caught)."""
+        return self.wire.observer_errors
 
     @property
     def is_broken(self) -> bool:
         """Whether the agent side is unusable (EOF, exit, failed liveness check, retired)."""
-        return self._dead is not None
+        return self.wire.is_broken
+
+    async def request(self, method: str, params: Any, *, timeout: float | None) -> Any:
+        """Send a request and wait for its result (:meth:`Wire.request`)."""
+        return await self.wire.request(method, params, timeout=timeout)
+
+    def set_fallback_listener(self, listener: UpdateListener | None) -> None:
+        """Receive notifications that arrive outside any turn (after session/new, late ones)."""
+        self.wire.set_fallback_listener(listener)
 
     async def aclose(self) -> None:
         """Stop using the connection: fail pending requests, close the agent's input.
 
         Nothing the agent sends afterwards reaches a listener or an observer.
         """
-        if self._closed:
-            return
-        self._closed = True
-        for task in list(self._handler_tasks):
-            task.cancel()
-        self._fail_everything(ClosedResourceError("the agent connection was closed"))
-        self.transport.close_write()
+        self.wire.close()
+
+    # --- turns ----------------------------------------------------------------------------
+
+    async def prompt(
+        self,
+        session_id: str,
+        blocks: Sequence[dict[str, Any]],
+        listener: UpdateListener,
+        *,
+        ceiling: float | None = None,
+    ) -> TurnResult:
+        """Run one turn (:meth:`Turns.prompt`, which documents errors and cancellation)."""
+        return await self.turns.prompt(session_id, blocks, listener, ceiling=ceiling)
+
+    async def settle(self, session_id: str, grace: float | None = None) -> bool:
+        """Wait until nothing of an abandoned turn can still arrive (:meth:`Turns.settle`)."""
+        return await self.turns.settle(session_id, grace)
+
+    def cancel(self, session_id: str) -> bool:
+        """Cancel the turn of ``session_id`` (:meth:`Turns.cancel`); False if none runs."""
+        return self.turns.cancel(session_id)
+
+    def turn_state(self, session_id: str) -> TurnState:
+        """Where the turn of ``session_id`` is (``IDLE`` for a session never prompted)."""
+        return self.turns.turn_state(session_id)
+
+    def has_abandoned_turn(self, session_id: str) -> bool:
+        """Whether an abandoned turn of ``session_id`` is still unanswered."""
+        return self.turns.has_abandoned_turn(session_id)
+
+    def active_turn(self, session_id: str) -> bool:
+        """Whether a turn of ``session_id`` is running."""
+        return self.turns.active_turn(session_id)
+
+    # --- handshake and session calls --------------------------------------------------
+
+    @property
+    def agent_info(self) -> dict[str, Any]:
+        """``agentInfo`` from ``initialize``."""
+        return self.calls.agent_info
+
+    @property
+    def agent_capabilities(self) -> dict[str, Any]:
+        """``agentCapabilities`` from ``initialize``."""
+        return self.calls.agent_capabilities
+
+    @property
+    def auth_methods(self) -> list[dict[str, Any]]:
+        """``authMethods`` from ``initialize``."""
+        return self.calls.auth_methods
+
+    async def initialize(self) -> dict[str, Any]:
+        """``initialize`` (:meth:`SessionCalls.initialize`)."""
+        return await self.calls.initialize()
+
+    async def authenticate_if_needed(self) -> str | None:
+        """``authenticate`` when configured (:meth:`SessionCalls.authenticate_if_needed`)."""
+        return await self.calls.authenticate_if_needed()
+
+    @property
+    def can_load(self) -> bool:
+        """The agent advertises ``loadSession``."""
+        return self.calls.can_load
+
+    @property
+    def can_resume(self) -> bool:
+        """The agent advertises ``sessionCapabilities.resume``."""
+        return self.calls.can_resume
+
+    @property
+    def can_close(self) -> bool:
+        """The agent advertises ``sessionCapabilities.close``."""
+        return self.calls.can_close
+
+    @property
+    def can_fork(self) -> bool:
+        """The agent advertises ``sessionCapabilities.fork``."""
+        return self.calls.can_fork
+
+    @property
+    def can_list(self) -> bool:
+        """The agent advertises ``sessionCapabilities.list``."""
+        return self.calls.can_list
+
+    @property
+    def can_delete(self) -> bool:
+        """The agent advertises ``sessionCapabilities.delete``."""
+        return self.calls.can_delete
+
+    @property
+    def can_logout(self) -> bool:
+        """The agent advertises ``auth.logout``."""
+        return self.calls.can_logout
+
+    async def new_session(
+        self, cwd: str, mcp_servers: Sequence[Any] = (), extras: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``session/new`` (:meth:`SessionCalls.new_session`)."""
+        return await self.calls.new_session(cwd, mcp_servers, extras)
+
+    async def load_session(
+        self,
+        session_id: str,
+        cwd: str,
+        listener: UpdateListener | None = None,
+        mcp_servers: Sequence[Any] = (),
+        extras: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """``session/resume`` or ``session/load`` (:meth:`SessionCalls.load_session`)."""
+        return await self.calls.load_session(session_id, cwd, listener, mcp_servers, extras)
+
+    async def fork_session(
+        self, session_id: str, cwd: str, mcp_servers: Sequence[Any] = ()
+    ) -> dict[str, Any]:
+        """``session/fork`` (:meth:`SessionCalls.fork_session`)."""
+        return await self.calls.fork_session(session_id, cwd, mcp_servers)
+
+    async def list_sessions(
+        self, cwd: str | None = None, cursor: str | None = None
+    ) -> dict[str, Any]:
+        """``session/list`` (:meth:`SessionCalls.list_sessions`)."""
+        return await self.calls.list_sessions(cwd, cursor)
+
+    async def delete_session(self, session_id: str) -> None:
+        """``session/delete`` (:meth:`SessionCalls.delete_session`)."""
+        await self.calls.delete_session(session_id)
+
+    async def logout(self) -> None:
+        """``logout`` (:meth:`SessionCalls.logout`)."""
+        await self.calls.logout()
+
+    async def set_mode(self, session_id: str, mode_id: str) -> Any:
+        """``session/set_mode``."""
+        return await self.calls.set_mode(session_id, mode_id)
+
+    async def set_config_option(self, session_id: str, config_id: str, value: Any) -> Any:
+        """``session/set_config_option``."""
+        return await self.calls.set_config_option(session_id, config_id, value)
+
+    async def close_session(self, session_id: str, timeout: float = 2.0) -> bool:
+        """``session/close`` when advertised; True if the agent acknowledged it."""
+        return await self.calls.close_session(session_id, timeout)

@@ -15,7 +15,8 @@ from select import select
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tether.testing.mock_agent import MockAgent, _Session
+    from tether.testing.mock_agent.agent import MockAgent
+    from tether.testing.mock_agent.protocol import Session
 
 __all__ = ["INITIALIZE", "RUN_TIMEOUT_S", "mcp_call", "run"]
 
@@ -33,7 +34,7 @@ INITIALIZE: dict[str, Any] = {
 }
 
 
-def run(agent: MockAgent, session: _Session, rest: str) -> None:
+def run(agent: MockAgent, session: Session, rest: str) -> None:
     import shlex
     import subprocess
 
@@ -96,7 +97,7 @@ def _mcp_exchange(server: dict[str, Any], tool: str, arguments: Any) -> Any:
             proc.wait()
 
 
-def mcp_call(agent: MockAgent, session: _Session, rest: str) -> None:
+def mcp_call(agent: MockAgent, session: Session, rest: str) -> None:
     name, _, tail = rest.partition(" ")
     tool, _, raw_args = tail.strip().partition(" ")
     try:
