@@ -101,7 +101,7 @@ async def _run(ctx: Any, text: str) -> int:
 
     # The user's MCP servers only: an exec run has no session for the bridge to act as.
     mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
-    from tether.cli._session_cmds import terminal_options
+    from tether.cli._session_cmds import _owner_options
     from tether.terminals import TerminalSettings
 
     agent_cfg = AgentConfig(
@@ -111,7 +111,7 @@ async def _run(ctx: Any, text: str) -> int:
         grace=1.5,
         mcp_servers=mcp,
         backend_id=ctx.agent_label,
-        terminals=TerminalSettings.from_options(terminal_options(ctx)),
+        terminals=TerminalSettings.from_options(_owner_options(ctx)),
         session_options=ctx.inv.session_options(),
         on_progress=out.banner,
     )
