@@ -3,10 +3,11 @@
 Each door built a session's owner settings from the configuration with its own key set
 (the CLI 15 keys, the gateway 8, the library 2, the MCP bridge none); now every door
 calls :func:`tether.operations.settings`. Here one config file sets every owner key to
-a value that is not its default, a session is created from each door -- the CLI, a real
-``tether serve``, the library, ``tether acp`` and the MCP bridge (``sessions_spawn``
-called by an agent through ``tether mcp``) -- and each session's ``status`` shows the
-same effective settings, each the configured value.
+a value that is not its default, a session is created from each door -- the CLI, a
+real ``tether serve`` (``POST /v1/sessions`` and its ACP route), the library, ``tether
+acp`` and the MCP bridge (``sessions_spawn`` called by an agent through ``tether mcp``)
+-- and each session's ``status`` shows the same effective settings, each the configured
+value.
 """
 
 from __future__ import annotations
@@ -119,6 +120,19 @@ def _from_gateway(gateway: Gateway, project: Path) -> str:
     return gateway.ensure(project, name="http")
 
 
+def _from_acp_over_http(gateway: Gateway, project: Path) -> str:
+    """The gateway's ACP route (``/v1/acp/{serverId}``): ``session/new`` in a POST."""
+
+    def rpc(rid: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        r = gateway.http.post("/v1/acp/srv-1?agent=mock", json=frame)
+        assert r.status_code == 200, r.text
+        return dict(r.json()["result"])
+
+    rpc(1, "initialize", {"protocolVersion": 1})
+    return str(rpc(2, "session/new", {"cwd": str(project), "mcpServers": []})["sessionId"])
+
+
 def _from_library(project: Path) -> str:
     async def create() -> str:
         async with tether.Client() as client:
@@ -154,12 +168,14 @@ def _from_mcp_bridge(project: Path) -> str:
 def test_issue22_every_door_gives_a_session_the_same_owner_settings(
     configured: Path, project_dir: Path
 ) -> None:
-    """Sessions made from the CLI, the gateway, the library, the ACP door and the MCP
-    bridge with one configuration: each owner goes by every configured value (status
-    ``settings``, in JSON from the CLI and the gateway, and in the CLI's text)."""
+    """Sessions made from the CLI, the gateway (REST and ACP over HTTP), the library,
+    the ACP door and the MCP bridge with one configuration: each owner goes by every
+    configured value (status ``settings``, in JSON from the CLI and the gateway, and in
+    the CLI's text)."""
     gateway = spawn_gateway(configured)
     try:
         keys = {"cli": _from_cli(project_dir), "http": _from_gateway(gateway, project_dir)}
+        keys["acp-http"] = _from_acp_over_http(gateway, project_dir)
         keys["library"] = _from_library(project_dir)
         keys["acp"] = _from_acp_door(project_dir)
         keys["mcp"] = _from_mcp_bridge(project_dir)
