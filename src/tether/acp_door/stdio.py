@@ -23,25 +23,28 @@ __all__ = ["door_options", "run_stdio"]
 READ_CHUNK = 65536
 
 
-def door_options(ctx: Any) -> DoorOptions:
-    """The door's settings from the CLI context (agent, owner settings, credentials)."""
-    from tether.cli._session_cmds import _owner_options
+def door_options(ctx: Any, owner_flags: dict[str, Any]) -> DoorOptions:
+    """The door's settings from the CLI context (agent, credentials) and the owner
+    settings of the sessions it creates: the config and ``owner_flags`` (the flags of
+    ``tether acp``) through the table every door uses (:func:`tether.operations.settings`).
+    """
+    from tether import operations
 
     auth = ctx.config.get("auth") or {}
     return DoorOptions(
         agent_label=ctx.agent_label,
         agent_argv=list(ctx.agent_argv),
         agent_scope=ctx.agent_scope,
-        owner_options=_owner_options(ctx),
+        owner_options=operations.settings(ctx.config, owner_flags),
         auth_config={str(k): str(v) for k, v in auth.items()} if isinstance(auth, dict) else {},
         close_on_exit=bool(ctx.inv.close_on_exit),
         max_frame_bytes=protocol.prompt_max_bytes(ctx.config) + protocol.ENVELOPE_SLACK,
     )
 
 
-def run_stdio(ctx: Any) -> int:
+def run_stdio(ctx: Any, owner_flags: dict[str, Any]) -> int:
     """Serve one ACP client on stdin/stdout until it disconnects; returns the exit code."""
-    asyncio.run(serve_stdio(door_options(ctx)))
+    asyncio.run(serve_stdio(door_options(ctx, owner_flags)))
     return 0
 
 

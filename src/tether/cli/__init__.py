@@ -319,8 +319,9 @@ def _dispatch(ctx: Context) -> int:
         return _sessions_cmd.sessions_cmd(ctx)
     if command == "acp":
         from tether.acp_door.stdio import run_stdio
+        from tether.cli._session_cmds import owner_flags
 
-        return run_stdio(ctx)
+        return run_stdio(ctx, owner_flags(ctx))
     if command == "logout":
         from tether.cli import _acp_cmds
 

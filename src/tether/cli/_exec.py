@@ -102,8 +102,11 @@ async def _run(ctx: Any, text: str) -> int:
 
     # The user's MCP servers only: an exec run has no session for the bridge to act as.
     mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
-    from tether.cli._session_cmds import terminal_options
+    from tether import operations
     from tether.terminals import TerminalSettings
+
+    # Terminals as a session's owner would offer them (the one settings table).
+    no_terminal = {"terminal": False if ctx.inv.no_terminal else None}
 
     agent_cfg = AgentConfig(
         argv=ctx.agent_argv,
@@ -112,7 +115,7 @@ async def _run(ctx: Any, text: str) -> int:
         grace=1.5,
         mcp_servers=mcp,
         backend_id=ctx.agent_label,
-        terminals=TerminalSettings.from_options(terminal_options(ctx)),
+        terminals=TerminalSettings.from_options(operations.settings(ctx.config, no_terminal)),
         session_options=ctx.inv.session_options(),
         on_progress=out.banner,
     )

@@ -80,44 +80,30 @@ def _no_session_hint(ctx: Any) -> NoSession:
 
 
 def _owner_options(ctx: Any) -> dict[str, Any]:
-    cfg = ctx.config
-    return {
-        "permission_mode": ctx.permissions,
-        "idle_ttl": ctx.ttl,
-        "turn_timeout": cfg.get("turnTimeout"),
-        "max_lifetime": cfg.get("ownerMaxLifetime"),
-        "queue_max_depth": cfg.get("queueMaxDepth"),
-        "liveness_interval": cfg.get("livenessInterval"),
-        "handshake_timeout": cfg.get("handshakeTimeout"),
-        "rate_limit_hold": cfg.get("rateLimitHold"),
-        "unresponsive_after": cfg.get("ownerUnresponsiveAfter"),
-        "fs": not ctx.inv.no_fs,
-        **terminal_options(ctx),
+    """The session's owner settings: the config and this call's flags, through the one
+    table every door uses (:func:`tether.operations.settings`)."""
+    return operations.settings(ctx.config, owner_flags(ctx))
+
+
+def owner_flags(ctx: Any) -> dict[str, Any]:
+    """This call's flags as owner options (None: not given; the config's value stays)."""
+    inv = ctx.inv
+    flags: dict[str, Any] = {
+        "idle_ttl": inv.ttl,
+        "permission_mode": inv.permissions or None,
         "permission_policy": _policy(ctx),
-        "auth_policy": ctx.auth_policy,
+        "auth_policy": inv.auth_policy,
+        "fs": False if inv.no_fs else None,
+        "terminal": False if inv.no_terminal else None,
+        "mcp_bridge": True if inv.mcp_bridge else None,
         **agent_options(ctx),
-        **_mcp_options(ctx),
     }
+    if inv.mcp_config:
+        from tether.mcp import bridge  # json: only when a file is given
 
-
-def terminal_options(ctx: Any) -> dict[str, Any]:
-    """Agents' terminals: ``--no-terminal`` and the ``terminal*`` config keys."""
-    cfg = ctx.config
-    return {
-        "terminal": not ctx.inv.no_terminal and cfg.get("terminal") is not False,
-        "terminal_output_limit": cfg.get("terminalOutputLimit"),
-        "terminal_pty": cfg.get("terminalPty") is True,
-    }
-
-
-def _mcp_options(ctx: Any) -> dict[str, Any]:
-    """MCP servers for the session's agents: config, ``--mcp-config``, the bridge."""
-    cfg = ctx.config
-    if not (cfg.get("mcpServers") or ctx.inv.mcp_config):
-        return {"mcp_bridge": bool(ctx.inv.mcp_bridge or cfg.get("mcpBridge")), "mcp_servers": []}
-    from tether.mcp import bridge  # json: only when servers are configured
-
-    return bridge.options_from(cfg, ctx.inv.mcp_config, ctx.inv.mcp_bridge)
+        # --mcp-config adds its servers to the configured ones.
+        flags["mcp_servers"] = bridge.options_from(ctx.config, inv.mcp_config, False)["mcp_servers"]
+    return flags
 
 
 def _later_flags(ctx: Any) -> dict[str, Any] | None:

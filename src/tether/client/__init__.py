@@ -22,6 +22,7 @@ behind ``Session.watch`` (:mod:`.watch`).
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
@@ -47,9 +48,12 @@ class Client:
             default) keeps each session's own mode (``approve-reads`` for new ones).
         env: extra environment for the owners this client starts, and so for their
             agents (API keys, base URLs); merged over this process's environment.
-        ttl: owner idle TTL in seconds for sessions this client creates (0 = forever).
-        options: further owner settings (``turn_timeout``, ``queue_max_depth``,
-            ``permission_policy`` (a policy file), ``permission_timeout``...).
+        ttl: owner idle TTL in seconds for sessions this client creates (0 = forever);
+            None: the configuration's ``ttl`` (3600 s by default).
+        options: further owner settings by option name (``turn_timeout``,
+            ``queue_max_depth``, ``permission_policy`` (a policy file),
+            ``permission_timeout``...: :data:`tether.operations.settings_table.TABLE`),
+            over the configuration's, checked as the config keys are.
         on_question: answers the questions agents ask during this client's prompts
             (see :meth:`Session.prompt`); None: nobody here answers.
     """
@@ -60,7 +64,7 @@ class Client:
         *,
         permissions: str | None = None,
         env: dict[str, str] | None = None,
-        ttl: float = 3600.0,
+        ttl: float | None = None,
         options: dict[str, Any] | None = None,
         on_question: QuestionHandler | None = None,
     ) -> None:
@@ -122,11 +126,8 @@ class Client:
         cwd_path, argv, label, scope = _agent_of(agent, cwd)
         key = sessions.session_key(scope, cwd_path, name)
         session = Session(self, key, name, label, cwd_path, scope)
-        options = {
-            "permission_mode": self.permissions or "approve-reads",
-            "idle_ttl": self.ttl,
-            **self.options,
-        }
+        flags = {"permission_mode": self.permissions, "idle_ttl": self.ttl, **self.options}
+        options = await self._op(_owner_settings, cwd_path, flags)
         conn, _created = await self._op(
             operations.ensure_session,
             key,
@@ -189,6 +190,16 @@ class Client:
         """Every open session in this home, as registry records."""
         items = await self._op(operations.list_sessions)
         return [{k: item[k] for k in ("key", "name", "agent", "cwd", "state")} for item in items]
+
+
+def _owner_settings(cwd: str, flags: dict[str, Any]) -> dict[str, Any]:
+    """The owner settings of a session this client creates in ``cwd``: the configuration
+    (of this client's home and ``cwd``) and the client's own, through the table every
+    door uses (:func:`tether.operations.settings`). Config warnings go to the log."""
+    from tether import config
+
+    cfg = config.load(cwd, warn=logging.getLogger("tether.client").warning)
+    return operations.settings(cfg, flags)
 
 
 def _agent_of(

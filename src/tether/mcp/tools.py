@@ -150,6 +150,7 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
         raise ToolError(f"unknown agent {agent!r}: spawn takes a registry name")
     argv = agents.resolve(agent, cfg.get("agents"))
     key = sessions.session_key(sessions.agent_scope(agent, argv, named=True), cwd, name)
+    options = operations.settings(cfg)
     with Registry() as reg:
         resolved = access.current_requester(reg)
         access.authorize_spawn(resolved, agent)  # the agent-to-agent policy (our config)
@@ -160,7 +161,8 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
                 f"a session {name or '(default)'} of {agent} in {cwd} is already open;"
                 " pick another name"
             )
-        # The row first, with its owner; ensure_session then finds it open and keeps it.
+        # The row first, with its owner and settings (the table every door uses);
+        # ensure_session then finds it open and keeps it.
         reg.upsert_session(
             key=key,
             name=name,
@@ -168,9 +170,10 @@ def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
             agent_label=agent,
             cwd=cwd,
             owner=access.spawn_owner(resolved, agent, parent, sandboxed=sandboxed),
+            options=options,
         )
     conn, _created = operations.ensure_session(
-        key, name=name, argv=argv, label=agent, cwd=cwd, options={}
+        key, name=name, argv=argv, label=agent, cwd=cwd, options=options
     )
     conn.close()
     out: dict[str, Any] = {"sessionKey": key, "name": name, "agent": agent, "cwd": cwd}

@@ -19,7 +19,8 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch) and :mod:`.acp` (ACP's newer methods).
+:mod:`.journal_reads` (history, transcript, watch), :mod:`.settings_table` (the owner
+settings every door builds from one table of keys) and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
 module is loaded on first use, so a thin CLI path loads only the one it calls.
 """
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.session_status import offline_status, status
+    from tether.operations.settings_table import settings
     from tether.operations.terminating import terminate
 
 __all__ = [
@@ -62,6 +64,7 @@ __all__ = [
     "resolve_key",
     "resume_agent_session",
     "serving_generation",
+    "settings",
     "status",
     "terminate",
     "transcript",
@@ -77,6 +80,7 @@ _HOME = {
     "serving_generation": "connecting",
     "ensure_session": "ensure",
     "status": "session_status",
+    "settings": "settings_table",
     "offline_status": "session_status",
     "cancel": "live",
     "answer": "live",

@@ -88,6 +88,9 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "sessionInfo": owner.slot.session_info.snapshot(),
         # The live agent session's modes and config options, as set since (tether acp
         # answers session/load and resume with them without queueing behind a turn).
+        # What this owner goes by: the settings every door builds from one table
+        # (tether.operations.settings), as the owner read them.
+        "settings": owner.settings.effective(),
         "agentSession": {
             k: live.session_result[k]
             for k in ("modes", "configOptions")

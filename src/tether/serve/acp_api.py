@@ -102,7 +102,7 @@ def _servers(gateway: Gateway) -> _Servers:
 
 
 def _options(gateway: Gateway, agent: str | None) -> Any:
-    from tether import agents, sessions
+    from tether import agents, operations, sessions
     from tether.acp_door import DoorOptions
 
     cfg = gateway.config
@@ -113,7 +113,9 @@ def _options(gateway: Gateway, agent: str | None) -> Any:
         agent_label=label,
         agent_argv=argv,
         agent_scope=sessions.agent_scope(label, argv, named=named),
-        owner_options={"permission_mode": str(cfg.get("defaultPermissions") or "approve-reads")},
+        # The gateway's config (of the directory it serves from), through the table
+        # every door uses.
+        owner_options=operations.settings(cfg),
     )
 
 

@@ -184,22 +184,12 @@ def _ensure(
     )
     if fleet_key is not None:
         _check_fleet_key(fleet_key, label, cwd, name)
-    permissions = bodies.permission_mode(body) or str(
-        cfg.get("defaultPermissions") or "approve-reads"
-    )
-    ttl = body.get("ttl", cfg["ttl"])
-    if ttl < 0:
+    ttl = body.get("ttl")
+    if ttl is not None and ttl < 0:
         raise bodies.bad_value("ttl", "ttl must not be negative")
-    options = {
-        "permission_mode": permissions,
-        "idle_ttl": float(ttl),
-        "turn_timeout": cfg.get("turnTimeout"),
-        "max_lifetime": cfg.get("ownerMaxLifetime"),
-        "queue_max_depth": cfg.get("queueMaxDepth"),
-        "liveness_interval": cfg.get("livenessInterval"),
-        "handshake_timeout": cfg.get("handshakeTimeout"),
-        "fs": True,
-    }
+    # The body's permissions and ttl over the config: the table every door uses.
+    flags = {"permission_mode": bodies.permission_mode(body), "idle_ttl": ttl}
+    options = operations.settings(cfg, flags)
     if restarted_from is not None:
         options["restarted_from"] = restarted_from
     given = "permissions" in body or "ttl" in body
