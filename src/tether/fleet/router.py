@@ -329,7 +329,12 @@ class Router:
             await self._drain_body(queue)
             out.write(await self._offline(sid, head, host, why))
             return True
-        keep, _status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
+        keep, status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
+        if head.method == b"DELETE" or head.path.endswith("/terminate") or status == 404:
+            # Ended (or about to be, or its host no longer has it): the next request
+            # looks the session up again, and finds it closed in the index once its host
+            # has said so.
+            self.table.forget_session(sid)
         return keep
 
     async def forward(
