@@ -24,12 +24,14 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from tether import paths
+from tether._registry_journal import JournalAppends
 from tether._registry_members import Member, MemberStore
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
@@ -103,7 +105,7 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
     return fields
 
 
-class Registry(RunStore, MemberStore):
+class Registry(RunStore, MemberStore, JournalAppends):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -163,6 +165,11 @@ class Registry(RunStore, MemberStore):
 
     def close(self) -> None:
         self._db.close()
+
+    def reopener(self) -> Callable[[], Registry]:
+        """Opens a fresh connection to this database (for another thread: a connection
+        is never shared between threads), e.g. the lease heartbeat's."""
+        return partial(Registry, self.path)
 
     def __enter__(self) -> Registry:
         return self

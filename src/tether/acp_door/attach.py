@@ -138,7 +138,6 @@ def last_seq_of_open(key: str, action: str) -> int:
         VisibilityDenied: the requester (an agent of a supervised tree) may not.
     """
     from tether import access
-    from tether.journal import store
     from tether.registry import Registry
 
     with Registry() as registry:
@@ -146,16 +145,15 @@ def last_seq_of_open(key: str, action: str) -> int:
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise NoSession("no open session with this id", session_key=key)
-        return store.last_seq(registry._db, key)
+        return registry.journal_last_seq(key)
 
 
 def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
     """One chunk of stored entries ``cursor <= seq <= upto``, parsed (blocking)."""
-    from tether.journal import store
     from tether.registry import Registry
 
     with Registry() as registry:
-        rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
+        rows = registry.journal_read(key, cursor, upto=upto)
     return [(seq, parse_line(line.decode())) for seq, line in rows]
 
 

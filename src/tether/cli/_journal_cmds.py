@@ -145,7 +145,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     if inv.control and inv.no_follow:
         raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
     if inv.from_seq is not None:
-        last = store.last_seq(registry._db, key)
+        last = registry.journal_last_seq(key)
         if inv.from_seq > last + 1:  # last + 1 is simply the next entry
             waiting = f": waiting for an entry numbered {inv.from_seq} or more"
             ctx.output.notice(
@@ -191,10 +191,11 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
 
 def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
-    db = registry._db
-    cursor = max(store.turns_start(db, key, ctx.inv.tail), operations.first_seq(registry, key))
+    cursor = max(
+        registry.journal_turns_start(key, ctx.inv.tail), operations.first_seq(registry, key)
+    )
     damage = _Damage(ctx, key)
-    lines = store.iter_lines(db, key, cursor, on_damage=damage)
+    lines = registry.journal_lines(key, cursor, on_damage=damage)
     if ctx.fmt == "json":
         valid = ((seq, line) for seq, line in lines if damage.parsed(seq, line) is not None)
         transcript = render.transcript(valid)
@@ -217,7 +218,7 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
 
 def _history(ctx: Any, registry: Registry, key: str) -> int:
     first = operations.first_seq(registry, key)  # not what an earlier session of this key did
-    turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
+    turns = render.turns([r for r in registry.journal_turn_rows(key) if r[0] >= first])
     limit = ctx.inv.limit if ctx.inv.limit is not None else 20
     shown = turns[-limit:] if limit > 0 else []
     items = [t.to_json() for t in shown]
@@ -243,7 +244,7 @@ def _export(ctx: Any, registry: Registry, key: str) -> int:
     damage = _Damage(ctx, key)
     # Lines go out as stored: a chunk's lines were checked when it was read (its zlib
     # checksum, or every line's JSON for a small plain one).
-    lines = (line for _seq, line in store.iter_lines(registry._db, key, on_damage=damage))
+    lines = (line for _seq, line in registry.journal_lines(key, on_damage=damage))
     count = 0
     try:
         if path and path != "-":

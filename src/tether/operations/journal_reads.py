@@ -36,10 +36,10 @@ def _readable(key: str) -> Any:
 def first_seq(registry: Any, key: str) -> int:
     """The session's first seq as it is now: a session that ``sessions new`` replaced
     left its turns under the same key, before this one's creation."""
-    from tether.journal import store
-
     session = registry.session(key)
-    return 1 if session is None else store.incarnation_start(registry._db, key, session.created_at)
+    if session is None:
+        return 1
+    return int(registry.journal_incarnation_start(key, session.created_at))
 
 
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
@@ -50,11 +50,11 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render, store
+    from tether.journal import render
 
     with _readable(key) as registry:
         first = first_seq(registry, key)
-        turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
+        turns = render.turns([r for r in registry.journal_turn_rows(key) if r[0] >= first])
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
     return [t.to_json() for t in turns]
@@ -68,11 +68,11 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render, store
+    from tether.journal import render
 
     with _readable(key) as registry:
-        start = max(store.turns_start(registry._db, key, tail), first_seq(registry, key))
-        return render.transcript(store.iter_lines(registry._db, key, start))
+        start = max(registry.journal_turns_start(key, tail), first_seq(registry, key))
+        return render.transcript(registry.journal_lines(key, start))
 
 
 def watch(key: str, emit: Any, **kwargs: Any) -> int:
