@@ -1,8 +1,9 @@
 """``sessions prune``: old journal entries and events, and closed sessions whole.
 
 What it touches is scoped by session key: the sessions of one agent (``tether mock
-sessions prune``: keys derived from that agent's scope, :func:`agent_keys`), or every
-session (``--all-agents``: ``keys`` None). A dry run does the same work in a
+sessions prune``: keys derived from that agent's scope,
+:func:`tether.operations.pruning.agent_keys`), or every session (``--all-agents``:
+``keys`` None). A dry run does the same work in a
 transaction it rolls back, so what it reports is exactly what a real run removes.
 """
 
@@ -21,21 +22,6 @@ if TYPE_CHECKING:
 
 class _RolledBack(Exception):
     """Ends a dry run's transaction: everything it did is undone."""
-
-
-def agent_keys(registry: Registry, agent_scope: str) -> set[str]:
-    """The keys of every session (open or closed) of the agent ``agent_scope`` names.
-
-    A session belongs to an agent when its key derives from that agent's scope (the key
-    is a hash of the scope, the directory and the name), so no label is compared.
-    """
-    from tether.sessions import session_key
-
-    return {
-        s.key
-        for s in registry.sessions(include_closed=True)
-        if session_key(agent_scope, s.cwd, s.name) == s.key
-    }
 
 
 def prune(

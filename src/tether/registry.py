@@ -24,7 +24,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -407,9 +407,17 @@ class Registry(RunStore, MemberStore, JournalAppends):
 
     # --- pruning ------------------------------------------------------------------
 
-    def prune(self, *, older_than: float | None = None, closed: bool = False) -> dict[str, Any]:
-        """Every agent's old entries and events, and closed sessions whole: see
-        :func:`tether._registry_prune.prune` (which scopes and dry-runs)."""
+    def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        closed: bool = False,
+        keys: Collection[str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Old entries and events, and closed sessions whole, of the sessions ``keys``
+        (None: every session): see :func:`tether._registry_prune.prune`. Callers go
+        through :func:`tether.operations.prune`, which scopes it to an agent."""
         from tether._registry_prune import prune
 
-        return prune(self, older_than=older_than, closed=closed)
+        return prune(self, older_than=older_than, closed=closed, keys=keys, dry_run=dry_run)

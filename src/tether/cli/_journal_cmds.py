@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from tether import operations, sessions
+from tether import operations
 from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
@@ -289,20 +289,20 @@ def _prune(ctx: Any) -> int:
             raise UsageError(str(exc)) from None
     if inv.all_agents and (inv.agent or inv.agent_cmd):
         raise UsageError("--all-agents prunes every agent's sessions: name no agent with it")
-    from tether._registry_prune import agent_keys, prune
-
     scope = "every agent" if inv.all_agents else f"agent {ctx.agent_label}"
-    with Registry() as registry:
-        keys = None if inv.all_agents else agent_keys(registry, ctx.agent_scope)
-        report = prune(
-            registry, older_than=cutoff, closed=inv.closed, keys=keys, dry_run=inv.dry_run
-        )
-    if not inv.dry_run:
-        for key in report["sessionsRemoved"]:
-            _remove_run_files(key)
+    report = operations.prune(
+        older_than=cutoff,
+        closed=inv.closed,
+        agent_scope=None if inv.all_agents else ctx.agent_scope,
+        dry_run=inv.dry_run,
+    )
     verb = "would prune" if inv.dry_run else "pruned"
     ctx.output.control(
-        {"action": "pruned", "scope": "all-agents" if keys is None else ctx.agent_label, **report},
+        {
+            "action": "pruned",
+            "scope": "all-agents" if inv.all_agents else ctx.agent_label,
+            **report,
+        },
         text=(
             f"{verb} {report['entriesRemoved']} journal entries"
             f" and {len(report['sessionsRemoved'])} closed sessions of {scope}"
@@ -311,27 +311,3 @@ def _prune(ctx: Any) -> int:
         quiet=str(report["entriesRemoved"]),
     )
     return 0
-
-
-def _remove_run_files(key: str) -> None:
-    """A removed session's lock file and socket go with it (never a live owner's)."""
-    import fcntl
-
-    lock = sessions.lock_path(key)
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return  # an owner holds it: not ours to remove
-    try:
-        for path in (sessions.socket_path(key), sessions.create_lock_path(key), lock):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-    finally:
-        os.close(fd)

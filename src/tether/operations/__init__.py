@@ -19,7 +19,8 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch) and :mod:`.acp` (ACP's newer methods).
+:mod:`.journal_reads` (history, transcript, watch), :mod:`.pruning` (old entries and
+closed sessions) and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
 module is loaded on first use, so a thin CLI path loads only the one it calls.
 """
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from tether.operations.journal_reads import first_seq, history, transcript, watch
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
+    from tether.operations.pruning import prune
     from tether.operations.session_status import offline_status, status
     from tether.operations.terminating import terminate
 
@@ -59,6 +61,7 @@ __all__ = [
     "list_sessions",
     "logout",
     "offline_status",
+    "prune",
     "resolve_key",
     "resume_agent_session",
     "serving_generation",
@@ -89,6 +92,7 @@ _HOME = {
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",
+    "prune": "pruning",
     "fork_session": "acp",
     "resume_agent_session": "acp",
     "agent_sessions": "acp",
