@@ -18,22 +18,18 @@ from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
 from tether.journal.follow import follow_session
-from tether.registry import Registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.registry import Registry
 
 
 def run(ctx: Any, key: str, no_session: Any) -> int:
     sub = ctx.inv.subcommand
     if sub == "prune":
         return _prune(ctx)
-    from tether import access
-
-    with Registry() as registry:
-        if registry.session(key) is None:
-            raise no_session
-        access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
-        from tether.owner_lost import correct_if_dead
-
-        correct_if_dead(registry, key)  # a killed owner's turn reads owner-lost, not running
+    action = "watch" if sub == "watch" else "history"
+    with operations.open_journal(key, action, missing=no_session) as registry:
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":

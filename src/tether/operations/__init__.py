@@ -38,7 +38,15 @@ if TYPE_CHECKING:
         serving_generation,
     )
     from tether.operations.ensure import ensure_session
-    from tether.operations.journal_reads import first_seq, history, transcript, watch
+    from tether.operations.journal_reads import (
+        first_seq,
+        history,
+        last_seq,
+        open_journal,
+        read_lines,
+        transcript,
+        watch,
+    )
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.pruning import prune
@@ -58,10 +66,13 @@ __all__ = [
     "first_seq",
     "fork_session",
     "history",
+    "last_seq",
     "list_sessions",
     "logout",
     "offline_status",
+    "open_journal",
     "prune",
+    "read_lines",
     "resolve_key",
     "resume_agent_session",
     "serving_generation",
@@ -92,6 +103,9 @@ _HOME = {
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",
+    "last_seq": "journal_reads",
+    "open_journal": "journal_reads",
+    "read_lines": "journal_reads",
     "prune": "pruning",
     "fork_session": "acp",
     "resume_agent_session": "acp",
