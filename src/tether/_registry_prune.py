@@ -11,44 +11,48 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from tether.journal import store as journal_store
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from tether.registry import Registry
 
 
 class _RolledBack(Exception):
     """Ends a dry run's transaction: everything it did is undone."""
 
 
-def prune(
-    registry: Registry,
-    *,
-    older_than: float | None = None,
-    closed: bool = False,
-    keys: Collection[str] | None = None,
-    dry_run: bool = False,
-) -> dict[str, Any]:
-    """Remove old journal entries and events, and (``closed``) closed sessions whole.
+class PruneStore:
+    """Pruning; mixed into :class:`tether.registry.Registry`. Callers go through
+    :func:`tether.operations.prune`, which scopes it to an agent."""
 
-    ``older_than`` is a wall-clock time: entries and events before it go (sequence
-    numbers are never reused: the high-water marks stay). ``closed`` removes closed
-    sessions with their journals, events and finished leases. ``keys``: only these
-    sessions (None: every session, and events of none). ``dry_run``: report, change
-    nothing. Returns what went (or would go).
-    """
-    report: dict[str, Any] = {}
-    try:
-        with registry.transaction() as db:
-            report = _prune(db, older_than=older_than, closed=closed, keys=keys)
-            if dry_run:
-                raise _RolledBack
-    except _RolledBack:
-        pass
-    return {**report, "dryRun": dry_run}
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # the Registry's BEGIN IMMEDIATE transaction
+
+    def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        closed: bool = False,
+        keys: Collection[str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Remove old journal entries and events, and (``closed``) closed sessions whole.
+
+        ``older_than`` is a wall-clock time: entries and events before it go (sequence
+        numbers are never reused: the high-water marks stay). ``closed`` removes closed
+        sessions with their journals, events and finished leases. ``keys``: only these
+        sessions (None: every session, and events of none). ``dry_run``: report, change
+        nothing. Returns what went (or would go).
+        """
+        report: dict[str, Any] = {}
+        try:
+            with self.transaction() as db:
+                report = _prune(db, older_than=older_than, closed=closed, keys=keys)
+                if dry_run:
+                    raise _RolledBack
+        except _RolledBack:
+            pass
+        return {**report, "dryRun": dry_run}
 
 
 def _prune(

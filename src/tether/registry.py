@@ -24,7 +24,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
@@ -33,6 +33,7 @@ from typing import Any
 from tether import paths
 from tether._registry_journal import JournalAppends
 from tether._registry_members import Member, MemberStore
+from tether._registry_prune import PruneStore
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
 from tether.errors import StateLost
@@ -105,7 +106,7 @@ def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict
     return fields
 
 
-class Registry(RunStore, MemberStore, JournalAppends):
+class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -404,20 +405,3 @@ class Registry(RunStore, MemberStore, JournalAppends):
             }
             for r in reversed(rows)
         ]
-
-    # --- pruning ------------------------------------------------------------------
-
-    def prune(
-        self,
-        *,
-        older_than: float | None = None,
-        closed: bool = False,
-        keys: Collection[str] | None = None,
-        dry_run: bool = False,
-    ) -> dict[str, Any]:
-        """Old entries and events, and closed sessions whole, of the sessions ``keys``
-        (None: every session): see :func:`tether._registry_prune.prune`. Callers go
-        through :func:`tether.operations.prune`, which scopes it to an agent."""
-        from tether._registry_prune import prune
-
-        return prune(self, older_than=older_than, closed=closed, keys=keys, dry_run=dry_run)
