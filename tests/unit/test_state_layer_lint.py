@@ -88,3 +88,20 @@ def test_the_state_layer_modules_named_exist() -> None:
     """A renamed state module must be renamed here too, not silently linted."""
     missing = [name for name in sorted(STATE_LAYER) if not (SRC / name).is_file()]
     assert missing == []
+
+
+def test_supervision_is_handed_an_opener_and_imports_no_registry() -> None:
+    """``tether.supervise`` receives what it needs (the heartbeat an opener) instead of
+    importing the registry."""
+    offences = []
+    for path in sorted((SRC / "supervise").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            # Record types (``_registry_members.Member``) are vocabulary; the registry is not.
+            if any(n == "tether.registry" or n.startswith("tether.registry.") for n in names):
+                offences.append(f"supervise/{path.relative_to(SRC / 'supervise')}:{node.lineno}")
+    assert offences == []
