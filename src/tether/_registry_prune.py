@@ -1,8 +1,9 @@
 """``sessions prune``: old journal entries and events, and closed sessions whole.
 
 What it touches is scoped by session key: the sessions of one agent (``tether mock
-sessions prune``: keys derived from that agent's scope, :func:`agent_keys`), or every
-session (``--all-agents``: ``keys`` None). A dry run does the same work in a
+sessions prune``: keys derived from that agent's scope,
+:func:`tether.operations.pruning.agent_keys`), or every session (``--all-agents``:
+``keys`` None). A dry run does the same work in a
 transaction it rolls back, so what it reports is exactly what a real run removes.
 """
 
@@ -10,59 +11,48 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Collection, Iterable
+from contextlib import AbstractContextManager
 from typing import Any
 
 from tether.journal import store as journal_store
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from tether.registry import Registry
 
 
 class _RolledBack(Exception):
     """Ends a dry run's transaction: everything it did is undone."""
 
 
-def agent_keys(registry: Registry, agent_scope: str) -> set[str]:
-    """The keys of every session (open or closed) of the agent ``agent_scope`` names.
+class PruneStore:
+    """Pruning; mixed into :class:`tether.registry.Registry`. Callers go through
+    :func:`tether.operations.prune`, which scopes it to an agent."""
 
-    A session belongs to an agent when its key derives from that agent's scope (the key
-    is a hash of the scope, the directory and the name), so no label is compared.
-    """
-    from tether.sessions import session_key
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        raise NotImplementedError  # the Registry's BEGIN IMMEDIATE transaction
 
-    return {
-        s.key
-        for s in registry.sessions(include_closed=True)
-        if session_key(agent_scope, s.cwd, s.name) == s.key
-    }
+    def prune(
+        self,
+        *,
+        older_than: float | None = None,
+        closed: bool = False,
+        keys: Collection[str] | None = None,
+        dry_run: bool = False,
+    ) -> dict[str, Any]:
+        """Remove old journal entries and events, and (``closed``) closed sessions whole.
 
-
-def prune(
-    registry: Registry,
-    *,
-    older_than: float | None = None,
-    closed: bool = False,
-    keys: Collection[str] | None = None,
-    dry_run: bool = False,
-) -> dict[str, Any]:
-    """Remove old journal entries and events, and (``closed``) closed sessions whole.
-
-    ``older_than`` is a wall-clock time: entries and events before it go (sequence
-    numbers are never reused: the high-water marks stay). ``closed`` removes closed
-    sessions with their journals, events and finished leases. ``keys``: only these
-    sessions (None: every session, and events of none). ``dry_run``: report, change
-    nothing. Returns what went (or would go).
-    """
-    report: dict[str, Any] = {}
-    try:
-        with registry.transaction() as db:
-            report = _prune(db, older_than=older_than, closed=closed, keys=keys)
-            if dry_run:
-                raise _RolledBack
-    except _RolledBack:
-        pass
-    return {**report, "dryRun": dry_run}
+        ``older_than`` is a wall-clock time: entries and events before it go (sequence
+        numbers are never reused: the high-water marks stay). ``closed`` removes closed
+        sessions with their journals, events and finished leases. ``keys``: only these
+        sessions (None: every session, and events of none). ``dry_run``: report, change
+        nothing. Returns what went (or would go).
+        """
+        report: dict[str, Any] = {}
+        try:
+            with self.transaction() as db:
+                report = _prune(db, older_than=older_than, closed=closed, keys=keys)
+                if dry_run:
+                    raise _RolledBack
+        except _RolledBack:
+            pass
+        return {**report, "dryRun": dry_run}
 
 
 def _prune(

@@ -28,7 +28,6 @@ import time
 from typing import Any
 
 from tether import _log, _os, owner_lost, sessions
-from tether.journal import store as journal_store
 from tether.registry import Registry
 
 __all__ = [
@@ -101,7 +100,7 @@ def fence_if_silent(key: str) -> bool:
         lock_fd = sessions.try_lock(key)
         if lock_fd is not None:
             try:
-                journal_store.append_now(registry._db, key, "owner_takeover", payload)
+                registry.journal_append(key, "owner_takeover", payload)
                 owner_lost.correct_offline(registry, key)  # its turn ends owner-lost
             finally:
                 os.close(lock_fd)

@@ -90,12 +90,7 @@ def correct(registry: Any, key: str, append: Append, *, before: int | None = Non
     the session's lock (it is the journal's writer) and appends with ``append``;
     ``before``: only records below this seq are the lost owner's (a new owner's own
     records may already be stored)."""
-    marks = ", ".join("?" for _ in (*_KINDS, *_RUN_KINDS))
-    rows: list[MarkRow] = registry._db.execute(
-        "SELECT seq, kind, request_id, body FROM journal_marks"  # noqa: S608 -- placeholders only
-        f" WHERE session_key = ? AND seq < ? AND kind IN ({marks}) ORDER BY seq",
-        (key, before if before is not None else 1 << 62, *_KINDS, *_RUN_KINDS),
-    ).fetchall()
+    rows: list[MarkRow] = registry.journal_marks(key, (*_KINDS, *_RUN_KINDS), before=before)
     turns, runs = unfinished(rows)
     for rid, started in turns.items():
         append(
@@ -145,20 +140,17 @@ def was_lost(registry: Any, key: str, session: Any) -> bool:
     """Whether the session's last owner was lost, for a caller that holds the lock (so
     no owner runs): its row still names it running, or its journal reservation was
     never released."""
-    from tether.journal import store
-
     if session.owner_pid is not None and session.owner_status not in ("stopped", "dead"):
         return True
-    return store.unreleased(registry._db, key) is not None
+    return registry.journal_unreleased(key) is not None
 
 
 def correct_offline(registry: Any, key: str) -> int:
     """:func:`correct` by a writer that runs no owner (it holds the session's lock):
     each record in a transaction of its own, the first after the journal's gap record."""
-    from tether.journal import store
 
     def append(kind: str, payload: dict[str, Any], rid: str | None) -> None:
-        store.append_now(registry._db, key, kind, payload, request_id=rid)
+        registry.journal_append(key, kind, payload, request_id=rid)
 
     return correct(registry, key, append)
 

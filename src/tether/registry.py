@@ -24,13 +24,16 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from tether import paths
+from tether._registry_journal import JournalAppends
 from tether._registry_members import Member, MemberStore
+from tether._registry_prune import PruneStore
 from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether._state_errors import translate_error
 from tether.errors import StateLost
@@ -125,7 +128,7 @@ def keep_if_lost(db: sqlite3.Connection) -> bool:
     return True
 
 
-class Registry(RunStore, MemberStore):
+class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -194,6 +197,11 @@ class Registry(RunStore, MemberStore):
         if keep_if_lost(self._db):
             return
         self._db.close()
+
+    def reopener(self) -> Callable[[], Registry]:
+        """Opens a fresh connection to this database (for another thread: a connection
+        is never shared between threads), e.g. the lease heartbeat's."""
+        return partial(Registry, self.path)
 
     def __enter__(self) -> Registry:
         return self
@@ -428,12 +436,3 @@ class Registry(RunStore, MemberStore):
             }
             for r in reversed(rows)
         ]
-
-    # --- pruning ------------------------------------------------------------------
-
-    def prune(self, *, older_than: float | None = None, closed: bool = False) -> dict[str, Any]:
-        """Every agent's old entries and events, and closed sessions whole: see
-        :func:`tether._registry_prune.prune` (which scopes and dry-runs)."""
-        from tether._registry_prune import prune
-
-        return prune(self, older_than=older_than, closed=closed)

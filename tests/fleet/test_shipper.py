@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tether import paths
+from tether._registry_journal import JournalReader
 from tether.errors import HostSuperseded
 from tether.fleet.index import FleetIndex
 from tether.fleet.shipper import JournalShipper
@@ -39,6 +40,12 @@ def local() -> Iterator[sqlite3.Connection]:
 
 
 @pytest.fixture
+def reader(local: sqlite3.Connection) -> Iterator[JournalReader]:
+    with JournalReader(paths.state_db()) as journal:
+        yield journal
+
+
+@pytest.fixture
 def index(fleet_dsn: str) -> Iterator[FleetIndex]:
     with FleetIndex.connect(fleet_dsn) as ix:
         yield ix
@@ -58,12 +65,12 @@ def _shipped_lines(ix: FleetIndex, sid: str) -> list[bytes]:
 
 
 def test_committed_entries_ship_byte_for_byte_in_few_chunks(
-    local: sqlite3.Connection, index: FleetIndex
+    local: sqlite3.Connection, reader: JournalReader, index: FleetIndex
 ) -> None:
     sid, epoch = _fleet_session(index)
     store.write_batch(local, "k1", _entries(1, 2500))
     store.write_batch(local, "k1", _entries(2501, 10))
-    shipper = JournalShipper(index, local, "h1", lambda: epoch, max_entries=1000)
+    shipper = JournalShipper(index, reader, "h1", lambda: epoch, max_entries=1000)
     result = shipper.ship_session(sid, "k1")
     assert (result.durable_seq, result.entries, result.chunks) == (2510, 2510, 3)
     assert _shipped_lines(index, sid) == [line for _, line in store.read(local, "k1", 1)]
@@ -72,15 +79,15 @@ def test_committed_entries_ship_byte_for_byte_in_few_chunks(
 
 
 def test_a_lost_answer_is_found_shipped_and_shipping_resumes_after_it(
-    local: sqlite3.Connection, index: FleetIndex
+    local: sqlite3.Connection, reader: JournalReader, index: FleetIndex
 ) -> None:
     sid, epoch = _fleet_session(index)
     store.write_batch(local, "k1", _entries(1, 20))
-    JournalShipper(index, local, "h1", lambda: epoch).ship_session(sid, "k1")
+    JournalShipper(index, reader, "h1", lambda: epoch).ship_session(sid, "k1")
     store.write_batch(local, "k1", _entries(21, 5))
     # A shipper that believes nothing was shipped (its answer was lost, or it restarted
     # with a stale cursor) finds out from the index and ships only what is new.
-    stale = JournalShipper(index, local, "h1", lambda: epoch)
+    stale = JournalShipper(index, reader, "h1", lambda: epoch)
     stale._durable[sid] = 3  # the cursor it had before the lost answer
     result = stale.ship_session(sid, "k1")
     assert result.durable_seq == 25
@@ -90,22 +97,24 @@ def test_a_lost_answer_is_found_shipped_and_shipping_resumes_after_it(
 
 
 def test_a_hole_in_the_local_journal_is_shipped_as_it_is(
-    local: sqlite3.Connection, index: FleetIndex
+    local: sqlite3.Connection, reader: JournalReader, index: FleetIndex
 ) -> None:
     sid, epoch = _fleet_session(index)
     store.write_batch(local, "k1", _entries(1, 5))
     store.write_batch(local, "k1", _entries(store.RESERVE + 1, 5))  # after an owner crash
-    result = JournalShipper(index, local, "h1", lambda: epoch).ship_session(sid, "k1")
+    result = JournalShipper(index, reader, "h1", lambda: epoch).ship_session(sid, "k1")
     assert result.durable_seq == store.RESERVE + 5
     seqs = [c.first_seq for c in index.shipped(sid)]
     assert seqs == sorted(seqs)
     assert len(_shipped_lines(index, sid)) == 10
 
 
-def test_a_superseded_host_ships_nothing(local: sqlite3.Connection, index: FleetIndex) -> None:
+def test_a_superseded_host_ships_nothing(
+    local: sqlite3.Connection, reader: JournalReader, index: FleetIndex
+) -> None:
     sid, epoch = _fleet_session(index)
     store.write_batch(local, "k1", _entries(1, 5))
-    shipper = JournalShipper(index, local, "h1", lambda: epoch)
+    shipper = JournalShipper(index, reader, "h1", lambda: epoch)
     shipper.ship_session(sid, "k1")
     assert index.fence_host("h1", epoch, "frozen") == epoch + 1
     store.write_batch(local, "k1", _entries(6, 5))

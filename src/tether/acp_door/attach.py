@@ -137,26 +137,16 @@ def last_seq_of_open(key: str, action: str) -> int:
         NoSession: no such session, or it was closed.
         VisibilityDenied: the requester (an agent of a supervised tree) may not.
     """
-    from tether import access
-    from tether.journal import store
-    from tether.registry import Registry
+    from tether import operations
 
-    with Registry() as registry:
-        access.authorize(key, action, registry=registry)
-        session = registry.session(key)
-        if session is None or session.state == "closed":
-            raise NoSession("no open session with this id", session_key=key)
-        return store.last_seq(registry._db, key)
+    return int(operations.last_seq(key, action, open_only=True))
 
 
 def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
     """One chunk of stored entries ``cursor <= seq <= upto``, parsed (blocking)."""
-    from tether.journal import store
-    from tether.registry import Registry
+    from tether import operations
 
-    with Registry() as registry:
-        rows = store.read(registry._db, key, cursor, upto=upto, limit=store.READ_CHUNK)
-    return [(seq, parse_line(line.decode())) for seq, line in rows]
+    return [(seq, parse_line(line)) for seq, line in operations.read_lines(key, cursor, upto=upto)]
 
 
 def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str, Any]]]:

@@ -36,7 +36,6 @@ import time
 from typing import Any
 
 from tether import config, paths
-from tether._state_errors import translate_error
 from tether.errors import ConfigError, StateError
 
 _LOW_SPACE_WARN = 64 << 20  # below 64 MiB free, say so before SQLite finds out
@@ -101,21 +100,13 @@ def _free_space(report: Report, home: str) -> None:
 
 def database_problem(path: str) -> tuple[str, str]:
     """``(status, detail)`` for the database at ``path``, read-only: nothing is changed."""
-    import sqlite3
-
+    from tether._registry_inspect import integrity
     from tether.registry import SCHEMA_VERSION
 
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
-    except sqlite3.Error as exc:
-        return "fail", str(translate_error(exc, path))
-    try:
-        rows = [r[0] for r in db.execute("PRAGMA integrity_check").fetchall()]
-        version = int(db.execute("PRAGMA user_version").fetchone()[0])
-    except sqlite3.Error as exc:
-        return "fail", str(translate_error(exc, path))
-    finally:
-        db.close()
+        rows, version = integrity(path)
+    except StateError as exc:
+        return "fail", str(exc)
     if rows != ["ok"]:
         return "fail", f"{path} is damaged: {'; '.join(rows[:3])} (--repair moves it aside)"
     if version > SCHEMA_VERSION:

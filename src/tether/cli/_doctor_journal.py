@@ -15,7 +15,6 @@ import os
 import sqlite3
 from typing import Any
 
-from tether._state_errors import translate_error
 from tether.errors import StateError
 
 _MAX_NAMED = 3  # damaged chunks named in the report line; the count says the rest
@@ -23,20 +22,15 @@ _MAX_NAMED = 3  # damaged chunks named in the report line; the count says the re
 
 def check_journal(report: Any, path: str, *, repair: bool) -> None:
     """Add the ``journal`` check to ``report`` (and, with ``repair``, set damage aside)."""
-    from tether.journal.damage import damaged_chunks
+    from tether._registry_inspect import damaged_journal_chunks
 
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
-        try:
-            tables = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'journal_chunks'")
-            if tables.fetchone() is None:  # an empty or older database: nothing to decode
-                report.add("journal", "ok", "no journal stored yet")
-                return
-            found = list(damaged_chunks(db))
-        finally:
-            db.close()
-    except sqlite3.Error as exc:
-        report.add("journal", "fail", str(translate_error(exc, path)))
+        found = damaged_journal_chunks(path)
+    except StateError as exc:
+        report.add("journal", "fail", str(exc))
+        return
+    if found is None:  # an empty or older database: nothing to decode
+        report.add("journal", "ok", "no journal stored yet")
         return
     if not found:
         report.add("journal", "ok", "every stored chunk decodes")
@@ -65,7 +59,6 @@ def check_journal(report: Any, path: str, *, repair: bool) -> None:
 def _set_aside(path: str, found: list[tuple[str, tuple[int, int, str]]]) -> list[str]:
     """Save each damaged chunk's bytes under ``damaged/``, then remove its row."""
     from tether.journal.chunks import ZLIB
-    from tether.journal.damage import stored_chunk, take_chunk
     from tether.registry import Registry
 
     aside = os.path.join(os.path.dirname(path), "damaged")
@@ -73,7 +66,7 @@ def _set_aside(path: str, found: list[tuple[str, tuple[int, int, str]]]) -> list
     done = []
     with Registry(path) as registry:
         for key, (first, last, _why) in found:
-            stored = stored_chunk(registry._db, key, first)
+            stored = registry.journal_stored_chunk(key, first)
             if stored is None:
                 continue  # retention removed it meanwhile
             codec, data = stored
@@ -85,7 +78,7 @@ def _set_aside(path: str, found: list[tuple[str, tuple[int, int, str]]]) -> list
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
-            take_chunk(registry._db, key, first)
+            registry.journal_take_chunk(key, first)
             done.append(
                 f"set journal entries {first}-{last} of session {key[:12]} aside to {target}"
             )

@@ -13,27 +13,23 @@ import sys
 import time
 from typing import Any
 
-from tether import operations, sessions
+from tether import operations
 from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.journal import render, store
 from tether.journal.entry import parse_duration, parse_line
 from tether.journal.follow import follow_session
-from tether.registry import Registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.registry import Registry
 
 
 def run(ctx: Any, key: str, no_session: Any) -> int:
     sub = ctx.inv.subcommand
     if sub == "prune":
         return _prune(ctx)
-    from tether import access
-
-    with Registry() as registry:
-        if registry.session(key) is None:
-            raise no_session
-        access.authorize(key, "watch" if sub == "watch" else "history", registry=registry)
-        from tether.owner_lost import correct_if_dead
-
-        correct_if_dead(registry, key)  # a killed owner's turn reads owner-lost, not running
+    action = "watch" if sub == "watch" else "history"
+    with operations.open_journal(key, action, missing=no_session) as registry:
         if sub == "watch":
             return _watch(ctx, registry, key)
         if sub == "read":
@@ -145,7 +141,7 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
     if inv.control and inv.no_follow:
         raise UsageError("--control answers questions live: it cannot be combined with --no-follow")
     if inv.from_seq is not None:
-        last = store.last_seq(registry._db, key)
+        last = registry.journal_last_seq(key)
         if inv.from_seq > last + 1:  # last + 1 is simply the next entry
             waiting = f": waiting for an entry numbered {inv.from_seq} or more"
             ctx.output.notice(
@@ -191,10 +187,11 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
 
 def _read(ctx: Any, registry: Registry, key: str) -> int:
     """The conversation: prompts, assistant text, tool calls, stop reasons."""
-    db = registry._db
-    cursor = max(store.turns_start(db, key, ctx.inv.tail), operations.first_seq(registry, key))
+    cursor = max(
+        registry.journal_turns_start(key, ctx.inv.tail), operations.first_seq(registry, key)
+    )
     damage = _Damage(ctx, key)
-    lines = store.iter_lines(db, key, cursor, on_damage=damage)
+    lines = registry.journal_lines(key, cursor, on_damage=damage)
     if ctx.fmt == "json":
         valid = ((seq, line) for seq, line in lines if damage.parsed(seq, line) is not None)
         transcript = render.transcript(valid)
@@ -217,7 +214,7 @@ def _read(ctx: Any, registry: Registry, key: str) -> int:
 
 def _history(ctx: Any, registry: Registry, key: str) -> int:
     first = operations.first_seq(registry, key)  # not what an earlier session of this key did
-    turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
+    turns = render.turns([r for r in registry.journal_turn_rows(key) if r[0] >= first])
     limit = ctx.inv.limit if ctx.inv.limit is not None else 20
     shown = turns[-limit:] if limit > 0 else []
     items = [t.to_json() for t in shown]
@@ -243,7 +240,7 @@ def _export(ctx: Any, registry: Registry, key: str) -> int:
     damage = _Damage(ctx, key)
     # Lines go out as stored: a chunk's lines were checked when it was read (its zlib
     # checksum, or every line's JSON for a small plain one).
-    lines = (line for _seq, line in store.iter_lines(registry._db, key, on_damage=damage))
+    lines = (line for _seq, line in registry.journal_lines(key, on_damage=damage))
     count = 0
     try:
         if path and path != "-":
@@ -288,20 +285,20 @@ def _prune(ctx: Any) -> int:
             raise UsageError(str(exc)) from None
     if inv.all_agents and (inv.agent or inv.agent_cmd):
         raise UsageError("--all-agents prunes every agent's sessions: name no agent with it")
-    from tether._registry_prune import agent_keys, prune
-
     scope = "every agent" if inv.all_agents else f"agent {ctx.agent_label}"
-    with Registry() as registry:
-        keys = None if inv.all_agents else agent_keys(registry, ctx.agent_scope)
-        report = prune(
-            registry, older_than=cutoff, closed=inv.closed, keys=keys, dry_run=inv.dry_run
-        )
-    if not inv.dry_run:
-        for key in report["sessionsRemoved"]:
-            _remove_run_files(key)
+    report = operations.prune(
+        older_than=cutoff,
+        closed=inv.closed,
+        agent_scope=None if inv.all_agents else ctx.agent_scope,
+        dry_run=inv.dry_run,
+    )
     verb = "would prune" if inv.dry_run else "pruned"
     ctx.output.control(
-        {"action": "pruned", "scope": "all-agents" if keys is None else ctx.agent_label, **report},
+        {
+            "action": "pruned",
+            "scope": "all-agents" if inv.all_agents else ctx.agent_label,
+            **report,
+        },
         text=(
             f"{verb} {report['entriesRemoved']} journal entries"
             f" and {len(report['sessionsRemoved'])} closed sessions of {scope}"
@@ -310,27 +307,3 @@ def _prune(ctx: Any) -> int:
         quiet=str(report["entriesRemoved"]),
     )
     return 0
-
-
-def _remove_run_files(key: str) -> None:
-    """A removed session's lock file and socket go with it (never a live owner's)."""
-    import fcntl
-
-    lock = sessions.lock_path(key)
-    try:
-        fd = os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-    except OSError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return  # an owner holds it: not ours to remove
-    try:
-        for path in (sessions.socket_path(key), sessions.create_lock_path(key), lock):
-            try:
-                os.unlink(path)
-            except FileNotFoundError:
-                pass
-    finally:
-        os.close(fd)

@@ -129,10 +129,10 @@ class FleetHost:
             self._log(f"host {self.host_id}: closing superseded sessions failed: {e}")
 
     def _run(self) -> None:
-        from tether.journal.writer import open_db
+        from tether._registry_journal import JournalReader
         from tether.registry import Registry
 
-        db: sqlite3.Connection | None = None
+        journal: JournalReader | None = None
         registry: Registry | None = None
         index: FleetIndex | None = None
         shipper: JournalShipper | None = None
@@ -141,11 +141,11 @@ class FleetHost:
                 try:
                     if registry is None:
                         registry = Registry()
-                    if index is None or db is None or shipper is None:
+                    if index is None or journal is None or shipper is None:
                         index = self._connect()
-                        db = db or open_db(paths.state_db())
+                        journal = journal or JournalReader(paths.state_db())
                         shipper = JournalShipper(
-                            index, db, self.host_id, lambda: self.membership.epoch
+                            index, journal, self.host_id, lambda: self.membership.epoch
                         )
                     self.sync_once(index, registry, shipper)
                     self.last_error = None
@@ -160,8 +160,8 @@ class FleetHost:
         finally:
             if index is not None:
                 index.close()
-            if db is not None:
-                db.close()
+            if journal is not None:
+                journal.close()
             if registry is not None:
                 registry.close()
 

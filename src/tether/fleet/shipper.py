@@ -15,13 +15,15 @@ block; the journal says so in its own entry) is shipped as it is.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from tether.errors import FleetError, HostSuperseded
 from tether.fleet.index import FleetIndex, ShippedChunk
-from tether.journal import store
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether._registry_journal import JournalReads
 
 DEFAULT_MAX_ENTRIES = 5_000
 DEFAULT_MAX_BYTES = 4 << 20
@@ -63,7 +65,7 @@ class JournalShipper:
     def __init__(
         self,
         index: FleetIndex,
-        db: sqlite3.Connection,
+        journal: JournalReads,
         host_id: str,
         epoch: Callable[[], int],
         *,
@@ -71,7 +73,7 @@ class JournalShipper:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         self._index = index
-        self._db = db
+        self._journal = journal  # the state layer's journal reads
         self._host_id = host_id
         self._epoch = epoch
         self._max_entries = max_entries
@@ -98,7 +100,7 @@ class JournalShipper:
             durable = self._resync(session_id)
         shipped_chunks = shipped_entries = 0
         while True:
-            rows = store.read(self._db, local_key, durable + 1, limit=self._max_entries)
+            rows = self._journal.journal_read(local_key, durable + 1, limit=self._max_entries)
             if not rows:
                 break
             for chunk in chunk_lines(

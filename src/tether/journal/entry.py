@@ -82,6 +82,19 @@ def entry_line(seq: int, at: float, kind: str, request_id: str | None, body: str
     return f'{{"seq":{seq},"at":{at!r},"kind":{_quoted(kind)}{rid},' + body[1:]
 
 
+# The IPC ``entry`` frame that carries one public line to a watcher, spliced rather than
+# encoded (the owner's watchers build it; a follower reads the seq off it undecoded):
+#     {"type":"entry","requestId":"R","entry":{"seq":N,...}}\n
+ENTRY_HEAD: Final = b'{"seq":'  # how every public line starts
+FRAME_END: Final = b"}\n"  # what follows the line in its frame
+
+
+def entry_frame_prefix(request_id: str) -> bytes:
+    """The bytes of a watch's ``entry`` frames before the entry's line; the line, then
+    :data:`FRAME_END`, complete a frame."""
+    return b'{"type":"entry","requestId":' + _fastjson.dumps(request_id).encode() + b',"entry":'
+
+
 def parse_line(line: str) -> dict[str, Any]:
     """An entry's public JSON text back to a dict (for renderers and the library)."""
     value = _fastjson.loads(line)

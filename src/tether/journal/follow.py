@@ -15,7 +15,6 @@ in a thread.
 from __future__ import annotations
 
 import re
-import sqlite3
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +29,11 @@ from tether.errors import (
 )
 from tether.ipc.client import OwnerConnection, new_request_id
 from tether.journal import store
+from tether.journal.entry import ENTRY_HEAD, FRAME_END, entry_frame_prefix
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether._registry_journal import JournalReads
 
 POLL_S = 0.25  # with no owner serving, how often to look for new entries or a new owner
 HELLO_TIMEOUT_S = 2.0
@@ -38,7 +42,6 @@ HELLO_TIMEOUT_S = 2.0
 Emit = Callable[[int, str], None]
 # (first seq, last seq, the public lines of first..last, without newlines) -> None
 EmitBlock = Callable[[int, int, list[bytes]], None]
-ENTRY_HEAD = b'{"seq":'
 SESSION_END = b'"kind":"session_ended"'
 BLOCK_RECV = 1 << 18  # bytes per read from a live owner when relaying blocks
 # Frames of the live owner other than entries (a controller's questions) -> None
@@ -82,7 +85,7 @@ class Follower:
 
     def __init__(
         self,
-        db: sqlite3.Connection,
+        journal: JournalReads,
         key: str,
         cursor: int,
         emit: Emit,
@@ -94,7 +97,7 @@ class Follower:
         door: str | None = None,
         on_damage: store.OnDamage | None = None,
     ) -> None:
-        self.db = db
+        self.journal = journal  # the state layer's journal reads (a Registry)
         self.door = door  # which front door watches (cli, http...): the owner lists it
         # Told of each damaged stored chunk the follower skips (its entries are missing).
         self.on_damage = on_damage
@@ -122,7 +125,7 @@ class Follower:
 
     def catch_up(self) -> None:
         """Deliver every stored entry from the cursor on."""
-        lines = store.iter_lines(self.db, self.key, self.cursor, on_damage=self._skipped)
+        lines = self.journal.journal_lines(self.key, self.cursor, on_damage=self._skipped)
         for seq, line in lines:
             if self.stop.is_set():
                 break
@@ -176,7 +179,7 @@ class Follower:
             if self.door:
                 payload["client"] = self.door  # as a prompt names its door
             rid = new_request_id()
-            prefix = b'{"type":"entry","requestId":"' + rid.encode() + b'","entry":'
+            prefix = entry_frame_prefix(rid)
             conn.send("watch", payload, request_id=rid)
             on_block = None
             if self.emit_block is not None:
@@ -208,14 +211,15 @@ class Follower:
         """Take an ``entry`` frame's line as it came: its seq read off its head, no JSON
         decoded or encoded (a follower of a 10,000-update turn is on a hot path)."""
         start = len(prefix)
+        past_head = start + len(ENTRY_HEAD)
 
         def take(line: bytes) -> bool:
             # {"type":"entry","requestId":"R","entry":{"seq":N,...}}
-            if not line.startswith(prefix) or line[start : start + 7] != b'{"seq":':
+            if not line.startswith(prefix) or line[start:past_head] != ENTRY_HEAD:
                 return False
-            comma = line.find(b",", start + 7)
+            comma = line.find(b",", past_head)
             try:
-                seq = int(line[start + 7 : comma])
+                seq = int(line[past_head:comma])
             except ValueError:
                 return False
             self._deliver(seq, line[start:-1].decode())
@@ -232,7 +236,7 @@ class Follower:
         Python. Anything else goes line by line, as ``_raw_entry`` does.
         """
         head = prefix + ENTRY_HEAD
-        joint = b"}\n" + prefix
+        joint = FRAME_END + prefix
         start = len(prefix)
         take_line = self._raw_entry(prefix)
         run: list[Callable[[bytes], re.Match[bytes] | None]] = []
@@ -346,9 +350,9 @@ def follow_session(
     with Registry() as registry:
         if registry.session(key) is None:
             raise NoSession("no such session", session_key=key)
-        cursor = start_seq(store.last_seq(registry._db, key), from_seq=from_seq, tail=tail)
+        cursor = start_seq(registry.journal_last_seq(key), from_seq=from_seq, tail=tail)
         follower = Follower(
-            registry._db,
+            registry,
             key,
             cursor,
             emit,

@@ -19,8 +19,9 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch), :mod:`.settings_table` (the owner
-settings every door builds from one table of keys) and :mod:`.acp` (ACP's newer methods).
+:mod:`.journal_reads` (history, transcript, watch), :mod:`.pruning` (old entries and
+closed sessions), :mod:`.settings_table` (the owner settings every door builds from one
+table of keys) and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
 module is loaded on first use, so a thin CLI path loads only the one it calls.
 """
@@ -38,9 +39,18 @@ if TYPE_CHECKING:
         serving_generation,
     )
     from tether.operations.ensure import ensure_session
-    from tether.operations.journal_reads import first_seq, history, transcript, watch
+    from tether.operations.journal_reads import (
+        first_seq,
+        history,
+        last_seq,
+        open_journal,
+        read_lines,
+        transcript,
+        watch,
+    )
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
+    from tether.operations.pruning import prune
     from tether.operations.session_status import offline_status, status
     from tether.operations.settings_table import settings
     from tether.operations.terminating import terminate
@@ -58,9 +68,13 @@ __all__ = [
     "first_seq",
     "fork_session",
     "history",
+    "last_seq",
     "list_sessions",
     "logout",
     "offline_status",
+    "open_journal",
+    "prune",
+    "read_lines",
     "resolve_key",
     "resume_agent_session",
     "serving_generation",
@@ -93,6 +107,10 @@ _HOME = {
     "history": "journal_reads",
     "transcript": "journal_reads",
     "watch": "journal_reads",
+    "last_seq": "journal_reads",
+    "open_journal": "journal_reads",
+    "read_lines": "journal_reads",
+    "prune": "pruning",
     "fork_session": "acp",
     "resume_agent_session": "acp",
     "agent_sessions": "acp",

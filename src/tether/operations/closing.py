@@ -121,8 +121,6 @@ def _close_offline(
     The record goes into the session's journal, whose writer is whoever holds the
     session's lock: we take it for the write (an owner that holds it records its own).
     """
-    from tether.journal import store
-
     session = registry.session(key)
     if session is None or session.state == "closed":
         return
@@ -145,8 +143,7 @@ def _close_offline(
             queue_depth=0,
             current_request=None,
         )
-        store.append_now(
-            registry._db,
+        registry.journal_append(
             key,
             "session_ended",
             {

@@ -9,21 +9,28 @@ TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads th
 if TYPE_CHECKING:
     from typing import Any
 
+    from tether.registry import Registry
 
-def _readable(key: str) -> Any:
-    """The open registry, once ``key`` exists and the requester may read its history.
+
+def open_journal(
+    key: str, action: str = "history", *, missing: BaseException | None = None
+) -> Registry:
+    """The open registry (a context manager: the caller closes it), once ``key`` exists
+    and the requester may ``action`` it (``history``, ``watch``); a killed owner's
+    unfinished records are corrected first (they read owner-lost, not running). Its
+    journal API (``journal_lines``, ``journal_turn_rows``...) reads the session.
 
     Raises:
-        NoSession: no such session.
-        VisibilityDenied: the requester may not read this session's history.
+        NoSession: no such session (``missing``, when given, instead).
+        VisibilityDenied: the requester may not ``action`` this session.
     """
     from tether.registry import Registry
 
     registry = Registry()
     try:
         if registry.session(key) is None:
-            raise NoSession("no such session", session_key=key)
-        access.authorize(key, "history", registry=registry)
+            raise missing or NoSession("no such session", session_key=key)
+        access.authorize(key, action, registry=registry)
         from tether.owner_lost import correct_if_dead
 
         correct_if_dead(registry, key)  # a killed owner's turn reads owner-lost, not running
@@ -36,10 +43,10 @@ def _readable(key: str) -> Any:
 def first_seq(registry: Any, key: str) -> int:
     """The session's first seq as it is now: a session that ``sessions new`` replaced
     left its turns under the same key, before this one's creation."""
-    from tether.journal import store
-
     session = registry.session(key)
-    return 1 if session is None else store.incarnation_start(registry._db, key, session.created_at)
+    if session is None:
+        return 1
+    return int(registry.journal_incarnation_start(key, session.created_at))
 
 
 def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
@@ -50,11 +57,11 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render, store
+    from tether.journal import render
 
-    with _readable(key) as registry:
+    with open_journal(key) as registry:
         first = first_seq(registry, key)
-        turns = render.turns([r for r in store.turn_rows(registry._db, key) if r[0] >= first])
+        turns = render.turns([r for r in registry.journal_turn_rows(key) if r[0] >= first])
     if limit is not None:
         turns = turns[-limit:] if limit > 0 else []
     return [t.to_json() for t in turns]
@@ -68,11 +75,43 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render, store
+    from tether.journal import render
 
-    with _readable(key) as registry:
-        start = max(store.turns_start(registry._db, key, tail), first_seq(registry, key))
-        return render.transcript(store.iter_lines(registry._db, key, start))
+    with open_journal(key) as registry:
+        start = max(registry.journal_turns_start(key, tail), first_seq(registry, key))
+        return render.transcript(registry.journal_lines(key, start))
+
+
+def last_seq(key: str, action: str, *, open_only: bool = False) -> int:
+    """The journal's last stored seq (0 if none), once the requester may ``action``
+    the session (``history`` for a load, ``watch`` for a resume). Needs no owner.
+
+    Raises:
+        NoSession: no such session (or, ``open_only``, it was closed).
+        VisibilityDenied: the requester may not ``action`` this session.
+    """
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        access.authorize(key, action, registry=registry)
+        session = registry.session(key)
+        if session is None or (open_only and session.state == "closed"):
+            raise NoSession(
+                "no open session with this id" if open_only else "no such session",
+                session_key=key,
+            )
+        return registry.journal_last_seq(key)
+
+
+def read_lines(key: str, from_seq: int, *, upto: int | None = None) -> list[tuple[int, str]]:
+    """One bounded chunk of stored entries from ``from_seq`` (to ``upto``): ``(seq,
+    public JSON line)``. No visibility check: for a caller that checked with
+    :func:`last_seq` (or :func:`open_journal`) first."""
+    from tether.registry import Registry
+
+    with Registry() as registry:
+        rows = registry.journal_read(key, from_seq, upto=upto)
+    return [(seq, line.decode()) for seq, line in rows]
 
 
 def watch(key: str, emit: Any, **kwargs: Any) -> int:

@@ -104,7 +104,6 @@ def _terminate_live(
 
 def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
     """Terminate with no owner running; the caller holds the session's lock."""
-    from tether.journal import store
     from tether.registry import Registry
     from tether.supervise.members import escaped_of, survivors_of
     from tether.supervise.reconcile import reconcile, unproven_of
@@ -130,7 +129,7 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
             "ownerGeneration": session.owner_generation,
             "requestedBy": {"pid": os.getpid(), "uid": os.getuid(), **by},
         }
-        store.append_now(registry._db, key, "session_ended", event)
+        registry.journal_append(key, "session_ended", event)
     return {
         "action": "session_terminated",
         "terminated": True,
@@ -149,9 +148,8 @@ def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
 def _ended_report(registry: Any, key: str) -> dict[str, Any]:
     """How an ended session ended (its journal's ``session_ended``): terminate's no-op."""
     from tether import _fastjson
-    from tether.journal import store
 
-    row = store.last_of_kind(registry._db, key, "session_ended")
+    row = registry.journal_last_of_kind(key, "session_ended")
     event: dict[str, Any] = _fastjson.loads(row[4]) if row else {}
     return {
         "action": "session_terminated",

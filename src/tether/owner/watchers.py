@@ -25,12 +25,11 @@ The session's end and the owner's retirement end every watch with a terminal
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 
-from tether import _fastjson
+from tether._registry_journal import JournalReader
 from tether.ipc import protocol
-from tether.journal import store
-from tether.journal.writer import JournalWriter, open_db
+from tether.journal.entry import FRAME_END, entry_frame_prefix
+from tether.journal.writer import JournalWriter
 from tether.owner.job import Job
 
 __all__ = ["Fanout", "Watch"]
@@ -43,12 +42,11 @@ class Watch:
         self.job = job
         self.cursor = 1  # the next seq this watcher is to get
         self.ended = False
-        rid = _fastjson.dumps(job.request_id).encode()
-        self._prefix = b'{"type":"entry","requestId":' + rid + b',"entry":'
+        self._prefix = entry_frame_prefix(job.request_id)
         job.outbox.lag_handlers.append(self._on_lagged)
 
     def frame(self, line: bytes) -> bytes:
-        return self._prefix + line + b"}\n"
+        return self._prefix + line + FRAME_END
 
     def deliver(self, seq: int, line: bytes) -> None:
         if seq < self.cursor or self.ended:
@@ -124,7 +122,7 @@ class Fanout:
         """Replay from ``from_seq``, then (``follow``) go live; see the module docstring."""
         watch.cursor = max(1, from_seq)
         journal = self.journal
-        db: sqlite3.Connection | None = None
+        reader: JournalReader | None = None
         try:
             while not watch.ended and not watch.job.outbox.detached:
                 ring = journal.ring
@@ -140,15 +138,10 @@ class Fanout:
                     else:
                         watch.end("caught-up")
                     return
-                if db is None:
-                    db = await asyncio.to_thread(open_db, journal.db_path)
+                if reader is None:
+                    reader = await asyncio.to_thread(JournalReader, journal.db_path)
                 rows = await asyncio.to_thread(
-                    store.read,
-                    db,
-                    journal.key,
-                    watch.cursor,
-                    upto=first - 1,
-                    limit=store.READ_CHUNK,
+                    reader.journal_read, journal.key, watch.cursor, upto=first - 1
                 )
                 if not rows:
                     watch.cursor = first  # retention removed them: the seq jump shows it
@@ -157,8 +150,8 @@ class Fanout:
                 watch.cursor = rows[-1][0] + 1
                 await watch.job.outbox.drain(timeout=30.0)
         finally:
-            if db is not None:
-                await asyncio.to_thread(db.close)
+            if reader is not None:
+                await asyncio.to_thread(reader.close)
 
     def end_all(self, reason: str) -> None:
         """The session ended or the owner retires: every watch gets its terminal frame."""

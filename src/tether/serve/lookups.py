@@ -52,18 +52,14 @@ def registry() -> Iterator[Registry]:
 
 def last_seq(key: str) -> int:
     """The last stored seq of session ``key`` (0 if none)."""
-    from tether.journal import store
-
     with registry() as reg:
-        return store.last_seq(reg._db, key)
+        return reg.journal_last_seq(key)
 
 
 def stream_info(key: str) -> tuple[str, int]:
     """The session's state and its last stored seq. Raises NoSession."""
-    from tether.journal import store
-
     with registry() as reg:
         session = reg.session(key)
         if session is None:
             raise NoSession("no such session", session_key=key)
-        return session.state, store.last_seq(reg._db, key)
+        return session.state, reg.journal_last_seq(key)

@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from tether.errors import TetherError
-from tether.journal import store
 from tether.serve.sse import sse_control, sse_event
 from tether.serve.stream import Hub, Hubs
 
@@ -23,7 +22,7 @@ def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
     from tether.serve import lookups
 
     with lookups.registry() as registry:  # this worker thread's connection, reused
-        rows = store.read(registry._db, key, cursor, limit=limit)
+        rows = registry.journal_read(key, cursor, limit=limit)
     return [(seq, line.decode()) for seq, line in rows]
 
 

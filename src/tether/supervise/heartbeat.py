@@ -139,17 +139,16 @@ _heartbeats: dict[str, LeaseHeartbeat] = {}
 _heartbeats_lock = threading.Lock()
 
 
-def heartbeat_for(db_path: str) -> LeaseHeartbeat:
-    """This process's heartbeat for the registry at ``db_path`` (created on first use)."""
+def heartbeat_for(db_path: str, open_registry: Callable[[], _Renewer]) -> LeaseHeartbeat:
+    """This process's heartbeat for the registry at ``db_path`` (created on first use).
+
+    ``open_registry`` opens a fresh connection to that database (the heartbeat's thread
+    calls it): supervision is handed an opener by the state layer's caller
+    (:meth:`tether.registry.Registry.reopener`), never importing the registry itself.
+    """
     with _heartbeats_lock:
         beat = _heartbeats.get(db_path)
         if beat is None:
-
-            def open_registry() -> _Renewer:
-                from tether.registry import Registry
-
-                return Registry(db_path)
-
             beat = LeaseHeartbeat(open_registry, interval=HEARTBEAT_S, ttl=LEASE_TTL_S)
             _heartbeats[db_path] = beat
         return beat

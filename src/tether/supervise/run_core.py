@@ -73,7 +73,7 @@ class RunCore:
         self._next_heartbeat = 0.0
         self.last_output_at: float | None = None
         self._root_reported_exit = False
-        self._heartbeat = heartbeat_for(str(registry.path))
+        self._heartbeat = heartbeat_for(str(registry.path), registry.reopener())
         self._lease_held = True
 
     def _log(self, name: str, level: int = logging.INFO, *, reason: str, **fields: Any) -> None:
