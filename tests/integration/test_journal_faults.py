@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +15,7 @@ from typing import Any
 import pytest
 from tests.integration.test_journal import entries_of, watcher
 from tests.integration.test_owner import Cli, alive, finish, signal_descendant, wait_for
-from tests.integration.test_state_faults import _fill
+from tests.integration.test_state_faults import _fill, tmpfs
 
 pytestmark = pytest.mark.integration
 
@@ -28,22 +25,8 @@ Entry = dict[str, Any]
 @pytest.fixture
 def disk_2m(tmp_path: Path) -> Iterator[Path]:
     """A 2 MiB tmpfs mounted for this test (root only; skipped with the reason otherwise)."""
-    if os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("a real full disk needs root to mount a small tmpfs")
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=2m,mode=0700", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if r.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path, "2m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=False)
 
 
 def assert_holes_explained(entries: list[Entry]) -> None:

@@ -15,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -132,15 +133,16 @@ def test_repair_refuses_while_an_owner_answers(project_dir: Path, tether_home: P
 # --- a full disk: a real 1 MiB tmpfs ---------------------------------------------------
 
 
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A 1 MiB tmpfs mounted for this test (root only; skipped with the reason otherwise)."""
+@contextmanager
+def tmpfs(tmp_path: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of ``size`` mounted for one test (root only; skipped with the reason
+    otherwise), unmounted after it."""
     if os.geteuid() != 0 or shutil.which("mount") is None:
         pytest.skip("a real full disk needs root to mount a small tmpfs")
     mnt = tmp_path / "small"
     mnt.mkdir()
     r = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs", str(mnt)],
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(mnt)],
         capture_output=True,
         text=True,
         check=False,
@@ -151,6 +153,13 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs mounted for this test."""
+    with tmpfs(tmp_path, "1m") as mnt:
+        yield mnt
 
 
 def _fill(mnt: Path) -> Path:

@@ -171,8 +171,7 @@ def _close(ctx: Any) -> int:
         text = (
             f"session closed · teardown {result.get('teardownMs')} ms · survivors {len(survivors)}"
         )
-    text += _unproven_text(result)
-    text += _escaped_text(result)
+    text += _found_text(result)
     if "discarded" in result:
         text += " · conversation " + ("deleted" if result["discarded"] else "NOT deleted")
     children = result.get("closedChildren") or []
@@ -219,25 +218,23 @@ def _terminate(ctx: Any) -> int:
             f"session terminated · teardown {result.get('teardownMs')} ms"
             f" · survivors {len(survivors)}"
         )
-    text += _unproven_text(result)
-    text += _escaped_text(result)
+    text += _found_text(result)
     ctx.output.control(result, text=text, quiet=str(result.get("reason")))
     return 1 if survivors else 0
 
 
-def _unproven_text(result: dict[str, Any]) -> str:
-    """Processes that carry the run's marker without being proven members (issue 20)."""
-    unproven = result.get("unproven") or []
-    if not unproven:
-        return ""
-    pids = ", ".join(str(p) for p in unproven[:5])
-    return f" · {len(unproven)} unproven (carry the run's marker; not signalled): {pids}"
+# What a close or terminate found of its runs' processes besides the tree it ended
+# (issue 20): never silent. field -> what the line says of them.
+_FOUND = (
+    ("unproven", "unproven (carry the run's marker; not signalled)"),
+    ("escaped", "escaped member(s) found and ended"),
+)
 
 
-def _escaped_text(result: dict[str, Any]) -> str:
-    """Recorded members found alive after their run ended (issue 20): never silent."""
-    escaped = result.get("escaped") or []
-    if not escaped:
-        return ""
-    shown = ", ".join(str(p) for p in escaped[:5])
-    return f" · {len(escaped)} escaped member(s) found and ended: {shown}"
+def _found_text(result: dict[str, Any]) -> str:
+    text = ""
+    for field, said in _FOUND:
+        pids = result.get(field) or []
+        if pids:
+            text += f" · {len(pids)} {said}: " + ", ".join(str(p) for p in pids[:5])
+    return text

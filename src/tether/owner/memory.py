@@ -10,28 +10,13 @@ owner stays small however busy its past.
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import Callable
+
+from tether import _memory
 
 __all__ = ["MemoryTrim"]
 
 SETTLE_S = 1.0  # idle this long before trimming: a next prompt right away pays nothing
-
-
-def _libc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where there is none (musl, other platforms).
-
-    Looked up in the process's own symbols (libc is loaded): ``ctypes.util.find_library``
-    would run ``ldconfig`` and cost tens of milliseconds. Imported here, on the first
-    trim, not at the owner's start.
-    """
-    import ctypes
-
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return trim
 
 
 class MemoryTrim:
@@ -41,8 +26,6 @@ class MemoryTrim:
         self._idle = idle
         self._shrink = shrink  # drop caches that are only worth keeping while busy
         self._handle: asyncio.TimerHandle | None = None
-        self._trim: Callable[[int], int] | None = None
-        self._looked_up = False
         self.trims = 0
 
     def soon(self) -> None:
@@ -56,11 +39,7 @@ class MemoryTrim:
         if not self._idle():
             return  # busy again: the next idle moment trims
         self._shrink()
-        gc.collect()
-        if not self._looked_up:
-            self._trim, self._looked_up = _libc_trim(), True
-        if self._trim is not None:
-            self._trim(0)
+        _memory.give_back()
         self.trims += 1
 
     def cancel(self) -> None:

@@ -12,23 +12,12 @@ activity only sets a flag.
 from __future__ import annotations
 
 import asyncio
-import gc
-from collections.abc import Callable
+
+from tether import _memory
 
 __all__ = ["QuietTrim"]
 
 SETTLE_S = 1.0  # quiet this long before trimming: a busy relay never pays for it
-
-
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim`` from the process's own symbols; None without glibc."""
-    import ctypes
-
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return trim
 
 
 class QuietTrim:
@@ -39,8 +28,6 @@ class QuietTrim:
         self.trims = 0
         self._active = False
         self._handle: asyncio.TimerHandle | None = None
-        self._trim: Callable[[int], int] | None = None
-        self._looked_up = False
 
     def touch(self) -> None:
         """Something was relayed or released: trim once things have settled."""
@@ -54,11 +41,7 @@ class QuietTrim:
             self._handle = asyncio.get_running_loop().call_later(self.settle, self._run)
             return
         self._handle = None
-        gc.collect()
-        if not self._looked_up:
-            self._trim, self._looked_up = _malloc_trim(), True
-        if self._trim is not None:
-            self._trim(0)
+        _memory.give_back()
         self.trims += 1
 
     def cancel(self) -> None:
