@@ -16,11 +16,11 @@ import asyncio
 import os
 import signal
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from tether.errors import UsageError
+from tether.errors import IndexUnavailable, UsageError
 
 MIN_FLEET_TOKEN_CHARS = 24
 
@@ -89,12 +89,24 @@ def _fleet_token(path: str | None, env: Mapping[str, str]) -> str:
     return token
 
 
-def run_router(sock: socket.socket, args: FleetArgs, user_token: str) -> int:
+def run_router(
+    sock: socket.socket,
+    args: FleetArgs,
+    user_token: str,
+    announce: Callable[[], None] = lambda: None,
+) -> int:
     """Serve as a router on a bound socket until SIGTERM or SIGINT."""
     from tether.fleet.router import Router, RouterSettings, serve_router
 
     router = Router(RouterSettings(dsn=args.dsn, token=user_token, fleet_token=args.token))
-    router.start()  # reads the host table once: an unreachable index is said here
+    router.start()  # reads the host table once
+    if not router.table.index_up:
+        # Later, a router routes from its cache while the index is down; at its start it
+        # has nothing cached, so an unreachable index is said now, not served around.
+        router.stop()
+        sock.close()
+        raise IndexUnavailable("the fleet index cannot be reached: the router has no hosts")
+    announce()
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -131,8 +131,13 @@ def run_serve(ctx: Any) -> int:
         from tether.fleet.command import run_router
 
         sock = _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
-        _announce(ctx, _url(sock), None, token_file, token, role="router")
-        return run_router(sock, fleet, token)
+        url = _url(sock)
+        return run_router(
+            sock,
+            fleet,
+            token,
+            announce=lambda: _announce(ctx, url, None, token_file, token, role="router"),
+        )
     allowed = _allowed_hosts(inv, ctx.config)
     host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
     sock = (
