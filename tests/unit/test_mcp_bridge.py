@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from tests.acp_schema import schema_errors
 
+from tether import mcp_servers as bridge
 from tether.errors import UsageError
-from tether.mcp import bridge
 
 
 def test_map_form_and_list_form_normalise_to_acp() -> None:

@@ -80,7 +80,7 @@ async def new_session(
     servers = params.get("mcpServers")
     if isinstance(servers, list) and servers:
         # The client's servers join the configured ones (the owner passes them all
-        # to the agent's session/new; ``tether.mcp.bridge.servers_for``).
+        # to the agent's session/new; ``tether.mcp_servers.servers_for``).
         configured = owner_options.get("mcp_servers") or []
         owner_options["mcp_servers"] = [*configured, *servers]
     if auth_method is not None:

@@ -98,7 +98,7 @@ async def _run(ctx: Any, text: str) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_sigint)
     frames = _Frames(out, json_mode=ctx.fmt == "json")
-    from tether.mcp import bridge
+    from tether import mcp_servers as bridge
 
     # The user's MCP servers only: an exec run has no session for the bridge to act as.
     mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]

@@ -99,7 +99,7 @@ def owner_flags(ctx: Any) -> dict[str, Any]:
         **agent_options(ctx),
     }
     if inv.mcp_config:
-        from tether.mcp import bridge  # json: only when a file is given
+        from tether import mcp_servers as bridge  # json: only when a file is given
 
         # --mcp-config adds its servers to the configured ones.
         flags["mcp_servers"] = bridge.options_from(ctx.config, inv.mcp_config, False)["mcp_servers"]

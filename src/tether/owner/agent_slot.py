@@ -165,7 +165,7 @@ class AgentSlot:
         await self.end_run(live, reason=TerminationReason.UNRESPONSIVE)
 
     def _config(self, session: Any) -> AgentConfig:
-        from tether.mcp.bridge import servers_for
+        from tether.mcp_servers import servers_for
 
         s = self.settings
         return AgentConfig(

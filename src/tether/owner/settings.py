@@ -87,7 +87,7 @@ class OwnerSettings:
     # Agents' terminals (terminal/*); None: not offered (--no-terminal).
     terminals: TerminalSettings | None = field(default_factory=TerminalSettings)
 
-    # The MCP servers the agent is handed (tether.mcp.bridge.servers_for reads them
+    # The MCP servers the agent is handed (tether.mcp_servers.servers_for reads them
     # from the options): shown in status.
     mcp_bridge: bool = False
     mcp_servers: list[str] = field(default_factory=list)  # names: specs may hold secrets
