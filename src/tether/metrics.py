@@ -228,7 +228,7 @@ class Snapshot:
 
 def zero_counters() -> dict[str, int]:
     """Every counter series at 0: what ``tether metrics`` shows before anything moved."""
-    from tether.supervise.run_state import TerminationReason
+    from tether.termination import TerminationReason
 
     zero: dict[str, int] = {}
     for name, (kind, _help) in METRICS.items():

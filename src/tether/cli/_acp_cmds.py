@@ -1,5 +1,5 @@
 """Commands over ACP's newer methods: ``sessions fork``, ``sessions list
---agent-sessions`` and ``logout`` (the operations are in :mod:`tether._operations_acp`)."""
+--agent-sessions`` and ``logout`` (the operations are in :mod:`tether.operations._acp_calls`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ACP's newer methods (:mod:`tether._operations_acp`, imported only when used: it loads
+"""ACP's newer methods (:mod:`tether.operations._acp_calls`, imported only when used: it loads
 asyncio, which the thin CLI paths never do)."""
 
 from __future__ import annotations
@@ -11,28 +11,28 @@ if TYPE_CHECKING:
 
 
 def fork_session(parent_key: str, key: str, **kwargs: Any) -> dict[str, Any]:
-    """See :func:`tether._operations_acp.fork_session` (``sessions fork``)."""
-    from tether import _operations_acp
+    """See :func:`tether.operations._acp_calls.fork_session` (``sessions fork``)."""
+    from tether.operations import _acp_calls
 
-    return _operations_acp.fork_session(parent_key, key, **kwargs)
+    return _acp_calls.fork_session(parent_key, key, **kwargs)
 
 
 def resume_agent_session(key: str, conn: OwnerConnection) -> dict[str, Any]:
-    """See :func:`tether._operations_acp.resume_agent_session` (``--resume-session``)."""
-    from tether import _operations_acp
+    """See :func:`tether.operations._acp_calls.resume_agent_session` (``--resume-session``)."""
+    from tether.operations import _acp_calls
 
-    return _operations_acp.resume_agent_session(key, conn)
+    return _acp_calls.resume_agent_session(key, conn)
 
 
 def agent_sessions(argv: list[str], cwd: str, **kwargs: Any) -> dict[str, Any]:
-    """See :func:`tether._operations_acp.agent_sessions` (``sessions list --agent-sessions``)."""
-    from tether import _operations_acp
+    """See :func:`tether.operations._acp_calls.agent_sessions` (``--agent-sessions``)."""
+    from tether.operations import _acp_calls
 
-    return _operations_acp.agent_sessions(argv, cwd, **kwargs)
+    return _acp_calls.agent_sessions(argv, cwd, **kwargs)
 
 
 def logout(argv: list[str], cwd: str, **kwargs: Any) -> dict[str, Any]:
-    """See :func:`tether._operations_acp.logout` (``tether logout``)."""
-    from tether import _operations_acp
+    """See :func:`tether.operations._acp_calls.logout` (``tether logout``)."""
+    from tether.operations import _acp_calls
 
-    return _operations_acp.logout(argv, cwd, **kwargs)
+    return _acp_calls.logout(argv, cwd, **kwargs)

@@ -39,6 +39,7 @@ from typing import Final
 
 from tether._table import Table
 from tether.errors import InvalidTransition
+from tether.termination import TerminationReason
 
 __all__ = ["RunInput", "RunLifecycle", "RunState", "TerminationReason"]
 
@@ -60,26 +61,6 @@ class RunInput(enum.Enum):
     STOP_REQUESTED = "stop-requested"
     PROCESS_EXITED = "process-exited"
     EXTINCTION_PROVEN = "extinction-proven"
-
-
-class TerminationReason(enum.StrEnum):
-    """Why a run ended, as reported in ``session-ended``."""
-
-    MANUAL_CANCEL = "manual-cancel"
-    OVERALL_TIMEOUT = "overall-timeout"
-    # The agent never answered a turn we abandoned: its connection was retired (seed 002).
-    UNRESPONSIVE = "unresponsive"
-    NO_OUTPUT_TIMEOUT = "no-output-timeout"
-    SPAWN_ERROR = "spawn-error"
-    SIGNAL = "signal"
-    EXIT = "exit"
-    OWNER_LOST = "owner-lost"
-    CLOSE = "close"
-    TERMINATE = "terminate"  # the operator's immediate end (tether acp, sessions terminate)
-    # Seed 003: a descendant left the run's boundary (the cgroup, or the group and
-    # session where there is no cgroup). Set by the shell after extinction; it
-    # overrides the ordinary reason because the run failed its ownership contract.
-    OWNERSHIP_ESCAPE = "ownership-escape"
 
 
 _S = RunState
