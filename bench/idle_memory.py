@@ -1,0 +1,242 @@
+"""What an idle warm session costs a host in Tether's own processes (issue 23, item 3).
+
+For N sessions of the mock agent, each prompted once and then left idle, it reads every
+owner's and keeper's ``/proc/<pid>/smaps_rollup`` (PSS -- shared pages divided among
+the processes sharing them -- and RSS) and thread count, and reports medians per
+session. With ``--breakdown`` it adds where a fresh owner's anonymous memory goes
+(the interpreter, then each import on the owner's path). With ``--fork-probe`` it
+measures what a design change would give: N idle "owners" forked from one process that
+imported the owner's modules first (each with an event loop, a unix server, a SQLite
+connection in WAL and one extra thread, as an idle owner has) -- the figure behind the
+proposal in ``docs/benchmarks.md``. Nothing in Tether uses such a fork server today.
+
+Every session is closed at the end through ``tether sessions close``; the pids read
+from ``status`` are then checked gone by (pid, start time).
+
+    .venv/bin/python bench/idle_memory.py --sessions 20 --breakdown --fork-probe
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+TETHER = str(Path(sys.executable).parent / "tether")
+
+
+def smaps(pid: int) -> dict[str, int]:
+    """KiB figures of one process, or {} when it is gone."""
+    out: dict[str, int] = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                if key in ("Rss", "Pss", "Pss_Anon", "Pss_File"):
+                    out[key] = int(rest.split()[0])
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
+                    out["Threads"] = int(line.split()[1])
+    except OSError:
+        return {}
+    return out
+
+
+def starttime(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def tether(home: Path, cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TETHER_HOME": str(home)}
+    env.pop("IS_SANDBOX", None)
+    return subprocess.run(
+        [TETHER, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def sessions_figure(n: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="tether-idle-mem-") as tmp:
+        home, cwd = Path(tmp) / "home", Path(tmp) / "proj"
+        cwd.mkdir()
+        pids: list[tuple[int, int | None]] = []
+        rows: list[dict[str, dict[str, int]]] = []
+        try:
+            for i in range(n):
+                r = tether(home, cwd, "mock", "sessions", "new", "-s", f"s{i}")
+                if r.returncode != 0:
+                    raise SystemExit(f"sessions new {i} failed: {r.stderr.strip()}")
+                r = tether(home, cwd, "mock", "-s", f"s{i}", "prompt", "hello")
+                if r.returncode != 0:
+                    raise SystemExit(f"prompt {i} failed: {r.stderr.strip()}")
+            time.sleep(3.0)  # idle: the owners' post-turn trims have run
+            for i in range(n):
+                r = tether(home, cwd, "--format", "json", "mock", "status", "-s", f"s{i}")
+                status = json.loads(r.stdout)
+                row = {}
+                for role in ("ownerPid", "keeperPid", "agentPid"):
+                    pid = status.get(role)
+                    if isinstance(pid, int):
+                        pids.append((pid, starttime(pid)))
+                        row[role] = smaps(pid)
+                rows.append(row)
+        finally:
+            for i in range(n):
+                tether(home, cwd, "mock", "sessions", "close", "-s", f"s{i}")
+        deadline = time.monotonic() + 20
+        left = [p for p, st in pids if st is not None and starttime(p) == st]
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = [p for p, st in pids if st is not None and starttime(p) == st]
+        if left:
+            raise SystemExit(f"processes still alive after close: {left}")
+
+    def fig(role: str, key: str) -> float:
+        return median([r[role][key] / 1024 for r in rows if r.get(role, {}).get(key)])
+
+    out: dict[str, Any] = {"sessions": n}
+    for role in ("ownerPid", "keeperPid", "agentPid"):
+        name = role.removesuffix("Pid")
+        for key in ("Pss", "Rss", "Pss_Anon", "Threads"):
+            out[f"{name}.{key}"] = fig(role, key) if key != "Threads" else fig(role, key) * 1024
+    out["tether.Pss"] = out["owner.Pss"] + out["keeper.Pss"]
+    out["tether.Rss"] = out["owner.Rss"] + out["keeper.Rss"]
+    return out
+
+
+BREAKDOWN = (
+    "asyncio",
+    "sqlite3",
+    "tether.registry",
+    "tether.journal.writer",
+    "tether.acp.connection",
+    "tether.supervise.runner",
+    "tether.owner.compose",
+    "tether.owner.daemon",
+)
+
+_BREAKDOWN_CHILD = """
+import importlib, sys
+def anon():
+    for line in open('/proc/self/smaps_rollup'):
+        if line.startswith('Pss_Anon:'):
+            return int(line.split()[1])
+    return 0
+print('interpreter', anon())
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+    print(name, anon())
+"""
+
+
+def breakdown() -> list[tuple[str, float]]:
+    r = subprocess.run(
+        [sys.executable, "-c", _BREAKDOWN_CHILD, *BREAKDOWN],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    rows, prev = [], 0
+    for line in r.stdout.splitlines():
+        name, kib = line.rsplit(" ", 1)
+        rows.append((name, (int(kib) - prev) / 1024))
+        prev = int(kib)
+    return rows
+
+
+_FORK_CHILD = """
+import asyncio, gc, os, sqlite3, sys, threading, time
+import tether.owner.daemon, tether.owner.compose  # what an owner imports
+n, tmp = int(sys.argv[1]), sys.argv[2]
+gc.collect(); gc.freeze()  # keep the imported objects out of the collector's passes
+kids = []
+for i in range(n):
+    pid = os.fork()
+    if pid == 0:
+        db = sqlite3.connect(f'{tmp}/s{i}.db'); db.execute('pragma journal_mode=wal')
+        db.execute('create table if not exists t(x)'); db.commit()
+        threading.Thread(target=threading.Event().wait, daemon=True).start()
+        async def idle():
+            await asyncio.start_unix_server(lambda r, w: None, path=f'{tmp}/s{i}.sock')
+            await asyncio.sleep(6)
+        asyncio.run(idle()); os._exit(0)
+    kids.append(pid)
+time.sleep(4)
+for pid in kids:
+    f = {}
+    for line in open(f'/proc/{pid}/smaps_rollup'):
+        k, _, v = line.partition(':')
+        if k in ('Pss', 'Rss'): f[k] = int(v.split()[0])
+    print(f['Pss'], f['Rss'])
+for pid in kids:
+    os.waitpid(pid, 0)
+"""
+
+
+def fork_probe(n: int) -> dict[str, float]:
+    with tempfile.TemporaryDirectory(prefix="tether-fork-probe-") as tmp:
+        r = subprocess.run(
+            [sys.executable, "-c", _FORK_CHILD, str(n), tmp],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+    pairs = [tuple(int(x) for x in line.split()) for line in r.stdout.splitlines()]
+    return {
+        "forked.Pss": median([p for p, _ in pairs]) / 1024,
+        "forked.Rss": median([r for _, r in pairs]) / 1024,
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--sessions", type=int, default=20)
+    ap.add_argument("--breakdown", action="store_true")
+    ap.add_argument("--fork-probe", action="store_true")
+    args = ap.parse_args()
+    if not 1 <= args.sessions <= 300:
+        raise SystemExit("--sessions: 1..300")
+    print(f"# idle warm sessions, mock agent, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    fig = sessions_figure(args.sessions)
+    print(f"sessions: {fig['sessions']}")
+    print("| process | PSS MiB | RSS MiB | anon PSS MiB | threads |")
+    print("|---|---|---|---|---|")
+    for name in ("owner", "keeper", "agent"):
+        print(
+            f"| {name} | {fig[name + '.Pss']:.1f} | {fig[name + '.Rss']:.1f} |"
+            f" {fig[name + '.Pss_Anon']:.1f} | {fig[name + '.Threads']:.0f} |"
+        )
+    own = f"{fig['tether.Pss']:.1f} | {fig['tether.Rss']:.1f}"
+    print(f"| Tether's own (owner + keeper) | {own} | | |")
+    if args.breakdown:
+        print("\n| an owner's anonymous memory, step by step | MiB |\n|---|---|")
+        for name, mib in breakdown():
+            print(f"| {name} | {mib:+.1f} |")
+    if args.fork_probe:
+        probe = fork_probe(args.sessions)
+        print(
+            f"\nforked from one process that imported the owner's modules: {args.sessions}"
+            f" idle owners, PSS {probe['forked.Pss']:.1f} MiB,"
+            f" RSS {probe['forked.Rss']:.1f} MiB each"
+        )
+
+
+if __name__ == "__main__":
+    main()
