@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests import _proctree
+from tests.fleet import _pidns
 from tests.integration._serve import Gateway, parse_sse, spawn_gateway
 from tether.fleet.index import FleetIndex
 
@@ -34,6 +35,8 @@ pytestmark = [
 ]
 
 USER_TOKEN = "user-token-of-the-routers-0123456789"
+# Hosts run in pid namespaces of their own where the machine allows (tests/fleet/_pidns.py).
+PIDNS = _pidns.available() is None
 FLEET_TOKEN = "fleet-credential-0123456789abcdef"
 
 
@@ -57,7 +60,7 @@ class Processes:
         home = self.base / host_id
         home.mkdir()
         flags = [f"--label={label}" for label in labels]
-        gw = spawn_gateway(home, "--host-id", host_id, *flags, env=self.env)
+        gw = spawn_gateway(home, "--host-id", host_id, *flags, env=self.env, pidns=PIDNS)
         gw.token = FLEET_TOKEN
         gw.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
         self.hosts[host_id] = gw
@@ -79,9 +82,10 @@ class Processes:
             try:
                 if gw.proc.poll() is not None:
                     # A host the test killed comes back on its storage to close what its
-                    # owners still run (owners outlive a gateway, as they should).
+                    # owners still run (owners outlive a gateway, as they should; in a
+                    # pid namespace of its own, its death ended them with it).
                     gw.stop()
-                    gw = spawn_gateway(gw.home, "--host-id", host_id, env=self.env)
+                    gw = spawn_gateway(gw.home, "--host-id", host_id, env=self.env, pidns=PIDNS)
                     gw.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
                 gw.close_all()
             finally:
@@ -278,7 +282,7 @@ def test_a_lost_hosts_history_is_read_from_the_index_and_it_comes_back(
     assert events[-1][1]["durableSeq"] == durable
     # The host comes back on its storage under the same id: it re-adopts its session and
     # the next prompt is served there.
-    back = spawn_gateway(doomed.home, "--host-id", "h1", env=procs.env)
+    back = spawn_gateway(doomed.home, "--host-id", "h1", env=procs.env, pidns=PIDNS)
     back.token = FLEET_TOKEN
     back.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
     procs.hosts["h1"] = back
@@ -312,7 +316,7 @@ def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
     last = int(json.loads(local[-1])["seq"])
     with FleetIndex.connect(procs.dsn) as index:
         wait_for(lambda: _durable(index, sid) >= last, "the journal to be shipped")
-    owner = lost.http.get(f"/v1/sessions/{sid}").json()["ownerPid"]
+    owner = _seen_from_here(lost, lost.http.get(f"/v1/sessions/{sid}").json()["ownerPid"])
     assert _environ(owner).get("TETHER_HOST_ID") == "h1"
     owner_start = _starttime(owner)
     # While its host is up, a session is not lost: re-homing it is refused.
@@ -360,23 +364,58 @@ def test_rehome_is_explicit_journaled_and_the_old_host_gives_the_session_up(
         assert new_row is not None
         assert (old_row.state, old_row.rehomed_to) == ("lost", new["id"])
         assert (new_row.state, new_row.restarted_from, new_row.host_id) == ("open", sid, "h2")
-    # Nothing signalled the old host's processes from elsewhere: its owner (which
-    # outlives its gateway) still runs, the same process, until its own host ends it.
-    assert _starttime(owner) == owner_start
+    if PIDNS:
+        # The host was its pid namespace's first process: the kernel ended the whole
+        # namespace with it (a lost machine), owner included.
+        assert _starttime(owner) is None
+    else:
+        # Nothing signalled the old host's processes from elsewhere: its owner (which
+        # outlives its gateway) still runs, the same process, until its own host ends it.
+        assert _starttime(owner) == owner_start
     assert all(
         _environ(pid).get("TETHER_HOST_ID") == "h2"
         for pid in _proctree.live_descendants()
         if _environ(pid).get("TETHER_HOST_ID") not in (None, "h1")
     )
     # The old host comes back on its storage: it no longer owns that session, and closes
-    # it by its own proof (its owner had outlived the gateway).
-    back = spawn_gateway(lost.home, "--host-id", "h1", env=procs.env)
+    # it by its own proof (its owner had outlived the gateway, or died with its
+    # namespace).
+    back = spawn_gateway(lost.home, "--host-id", "h1", env=procs.env, pidns=PIDNS)
     back.http.headers["Authorization"] = f"Bearer {FLEET_TOKEN}"
     procs.hosts["h1"] = back
     wait_for(
         lambda: back.http.get(f"/v1/sessions/{sid}").json().get("state") == "closed",
         "the old host to close the superseded session",
     )
+
+
+def test_each_hosts_processes_live_where_only_that_host_can_reach_them(
+    procs: Processes, project_dir: Path
+) -> None:
+    """Three hosts, an agent running on each: every process a host started carries its
+    host id, and -- where the machine allows pid namespaces -- lives in that host's
+    namespace and no other, so no host can even name another host's processes."""
+    hosts = {h: procs.host(h, f"zone={h}") for h in ("h1", "h2", "h3")}
+    router = procs.router()
+    for h in hosts:
+        s = create(router, project_dir, f"on-{h}", labels={"zone": h})
+        assert f"ran on {h}" in turn_text(router, s["id"], f"echo ran on {h}")
+    by_host: dict[str, set[int]] = {h: set() for h in hosts}
+    for pid in _proctree.live_descendants():
+        host_id = _environ(pid).get("TETHER_HOST_ID")
+        if host_id is not None:
+            by_host[host_id].add(pid)
+    # Each host's session: an owner, a keeper and an agent, all labelled by the host.
+    assert all(len(pids) >= 3 for pids in by_host.values()), by_host
+    for h, gw in hosts.items():
+        by_host[h].add(gw.proc.pid)  # and the host process itself
+    if not PIDNS:
+        return  # separate homes and host ids only (tests/fleet/_pidns.py says why)
+    namespaces = {h: gw.proc.namespace for h, gw in hosts.items()}
+    assert len(set(namespaces.values())) == len(hosts)
+    for h, pids in by_host.items():
+        seen = {os.stat(f"/proc/{pid}/ns/pid").st_ino for pid in pids}
+        assert seen == {namespaces[h]}, (h, seen, namespaces)
 
 
 def test_closing_a_parent_closes_its_children_on_other_hosts_and_the_dashboard_is_served(
@@ -402,6 +441,16 @@ def test_closing_a_parent_closes_its_children_on_other_hosts_and_the_dashboard_i
     assert page.status_code == 200
     assert "text/html" in page.headers["content-type"]
     assert router.http.get("/v1/openapi.json").json()["openapi"].startswith("3.")
+
+
+def _seen_from_here(host: Gateway, pid: int) -> int:
+    """A pid a host reports, as this test sees it (the host may run in a pid namespace
+    of its own: tests/fleet/_pidns.py)."""
+    if isinstance(host.proc, _pidns.NamespacedHost):
+        outer = host.proc.outside(pid)
+        assert outer is not None, f"no process {pid} in {host.home.name}'s namespace"
+        return outer
+    return pid
 
 
 def _environ(pid: int) -> dict[str, str]:

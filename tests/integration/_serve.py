@@ -107,18 +107,27 @@ def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
             data.append(line[6:])
 
 
-def spawn_gateway(home: Path, *args: str, env: dict[str, str] | None = None) -> Gateway:
-    """Start ``tether serve`` on a free port of ``home``; wait for its announcement."""
+def spawn_gateway(
+    home: Path, *args: str, env: dict[str, str] | None = None, pidns: bool = False
+) -> Gateway:
+    """Start ``tether serve`` on a free port of ``home``; wait for its announcement.
+
+    ``pidns``: in a pid namespace of its own (``tests/fleet/_pidns.py``); ``proc`` is then
+    the host process as seen from here, not a ``Popen``."""
     full_env = {**python_env(), "TETHER_HOME": str(home), **(env or {})}
     err_path = home / "serve-starting.err"
+    argv = [sys.executable, "-m", "tether", "serve", "--port", "0", "--format", "json", *args]
+    if pidns:
+        from tests.fleet import _pidns
+
+        argv = _pidns.wrap(argv)
     with open(err_path, "w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tether", "serve", "--port", "0", "--format", "json", *args],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            env=full_env,
-        )
+        popen = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True, env=full_env)
+    proc: Any = popen
+    if pidns:
+        from tests.fleet import _pidns
+
+        proc = _pidns.NamespacedHost(popen)
     err_path.rename(home / f"serve-{proc.pid}.err")
     assert proc.stdout is not None
     line = proc.stdout.readline()
