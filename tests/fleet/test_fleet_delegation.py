@@ -21,6 +21,7 @@ import pytest
 
 from tests.conftest import python_env
 from tests.fleet.test_fleet_e2e import FLEET_TOKEN, USER_TOKEN, Processes, create, turn_text
+from tests.integration._serve import spawn_gateway
 from tether import paths
 from tether.fleet.door import DOOR_FILE
 from tether.fleet.index import FleetIndex
@@ -195,6 +196,23 @@ def test_assertions_are_refused_from_users_for_other_hosts_and_at_the_door_unpro
     )
     assert own.status_code == 200, own.text
     assert [s["id"] for s in own.json()["sessions"]] == [mine]
+    # A requester reaches only the routes that check it.
+    acp = httpx.post(
+        f"{router.url}/v1/acp/x", headers={**fleet, "x-tether-requester": assertion("h1", mine)}
+    )
+    assert (acp.status_code, acp.json()["rule"]) == (403, "route")
+    # The visibility level is the router's configuration: under `agent`, every mock
+    # session is within reach.
+    wide = procs.router()
+    (wide.home / "config.toml").write_text('[sessions]\nvisibility = "agent"\n')
+    wide.stop()
+    procs.routers.remove(wide)
+    wide = spawn_gateway(wide.home, "--router", "--token", USER_TOKEN, env=procs.env)
+    procs.routers.append(wide)
+    seen = httpx.get(
+        f"{wide.url}/v1/sessions", headers={**fleet, "x-tether-requester": assertion("h1", mine)}
+    )
+    assert {s["id"] for s in seen.json()["sessions"]} == {mine, theirs}
 
     # At the door: this test process is the operator (outside every agent tree) ...
     door = door_of(h1.home)

@@ -11,6 +11,7 @@ from tether.fleet.delegation import (
     action_of,
     check_assertion,
     parse_assertion,
+    requester_may_use,
     requester_of,
     row_of,
     spawn_ownership,
@@ -123,3 +124,44 @@ def test_a_requesters_spawn_is_its_own_and_keeps_its_sandbox() -> None:
 )
 def test_each_route_names_its_action(method: bytes, path: str, action: Action) -> None:
     assert action_of(method, path) is action
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/v1/sessions", True),
+        ("/v1/sessions/x/prompt", True),
+        ("/v1/fleet/hosts", True),
+        ("/v1/health", True),
+        ("/v1/acp/server-1", False),
+        ("/v1/metrics", False),
+        ("/v1/sessionsX", False),
+    ],
+)
+def test_requesters_reach_only_the_routes_that_are_checked(path: str, allowed: bool) -> None:
+    """A route the router gains later is the operator's until it checks requesters."""
+    assert requester_may_use(path) is allowed
+
+
+def test_a_host_learns_its_router_from_the_environment_and_a_router_ignores_it() -> None:
+    """``TETHER_FLEET_ROUTER`` opens a host's agents' door; a router has none to open."""
+    from tether.cli._parse import parse
+    from tether.errors import UsageError
+    from tether.fleet.command import fleet_args
+
+    env = {
+        "TETHER_FLEET_INDEX": "postgresql://tether@db/tether",
+        "TETHER_FLEET_TOKEN": "fleet-credential-0123456789abcdef",
+        "TETHER_FLEET_ROUTER": "http://router:8787",
+    }
+    host = fleet_args(parse(["serve", "--host-id", "h1"]), env)
+    assert host is not None
+    assert host.router_url == "http://router:8787"
+    router = fleet_args(parse(["serve", "--router"]), env)
+    assert router is not None
+    assert router.router_url is None
+    with pytest.raises(UsageError, match="http://"):
+        fleet_args(parse(["serve"]), {**env, "TETHER_FLEET_ROUTER": "router:8787"})
+    plain = fleet_args(parse(["serve"]), {k: v for k, v in env.items() if "ROUTER" not in k})
+    assert plain is not None
+    assert plain.router_url is None

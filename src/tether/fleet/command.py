@@ -60,12 +60,10 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
         raise UsageError("a fleet host or router listens on TCP: --unix cannot be used")
     if inv.advertise and not inv.advertise.startswith(("http://", "https://")):
         raise UsageError(f"--advertise must be an http(s) URL, got {inv.advertise!r}")
-    router_url = env.get("TETHER_FLEET_ROUTER") or None
-    if router_url is not None and (inv.router or not router_url.startswith("http://")):
-        raise UsageError(
-            "TETHER_FLEET_ROUTER is a host's router for its agents' door: an http:// URL,"
-            " given to a host (not a router)"
-        )
+    # A host's router for its agents' door (a router itself has no use for it).
+    router_url = None if inv.router else (env.get("TETHER_FLEET_ROUTER") or None)
+    if router_url is not None and not router_url.startswith("http://"):
+        raise UsageError(f"TETHER_FLEET_ROUTER must be an http:// URL, got {router_url!r}")
     return FleetArgs(
         router_url=router_url,
         dsn=dsn,

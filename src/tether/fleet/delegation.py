@@ -45,6 +45,7 @@ __all__ = [
     "action_of",
     "check_assertion",
     "parse_assertion",
+    "requester_may_use",
     "requester_of",
     "row_of",
     "spawn_ownership",
@@ -177,6 +178,20 @@ _GET_ACTIONS: Final = {
     "transcript": Action.HISTORY,
     "export": Action.HISTORY,
 }
+
+
+# The router's routes a requester may use, all checked here: the sessions (listing,
+# creating, each one's routes) and what holds no session data. Anything else -- a
+# route the router gains later, say -- is refused to requesters until it is checked.
+_REQUESTER_PATHS: Final = frozenset(
+    {"/v1/sessions", "/v1/health", "/v1/fleet/hosts", "/v1/agents", "/v1/openapi.json"}
+)
+
+
+def requester_may_use(path: str) -> bool:
+    """Whether a requester may use the router's route ``path`` at all (its session
+    routes are then checked session by session)."""
+    return path in _REQUESTER_PATHS or path.startswith("/v1/sessions/")
 
 
 def action_of(method: bytes, path: str) -> Action:

@@ -58,7 +58,13 @@ def _bind(path: str) -> socket.socket:
     with contextlib.suppress(FileNotFoundError):
         if not stat.S_ISSOCK(os.lstat(path).st_mode):
             raise UsageError(f"{path} exists and is not a socket")
-        os.unlink(path)  # a door left by a host that died (one host per home)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                os.unlink(path)  # a door left by a host that died
+            else:
+                raise UsageError(f"another host serves this home's agents' door ({path})")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)
     try:
@@ -71,6 +77,13 @@ def _bind(path: str) -> socket.socket:
     os.chmod(path, 0o600)
     sock.listen(256)
     return sock
+
+
+def _unlink_if_ours(path: str, ours: os.stat_result | None) -> None:
+    with contextlib.suppress(OSError):
+        now = os.lstat(path)
+        if ours is not None and (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):
+            os.unlink(path)
 
 
 def _unproven(resolved: Resolved) -> bytes:
@@ -95,6 +108,7 @@ class FleetDoor:
         self._auth = b"Bearer " + fleet_token.encode()
         self.path = door_path()
         self._sock: socket.socket | None = None
+        self._ours: os.stat_result | None = None
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -103,6 +117,7 @@ class FleetDoor:
     def start(self) -> None:
         """Open the socket (raising :class:`UsageError` if it cannot be) and serve."""
         self._sock = _bind(self.path)
+        self._ours = os.lstat(self.path)
         self._thread = threading.Thread(target=self._run, name="fleet-door", daemon=True)
         self._thread.start()
         self._ready.wait(_STOP_WAIT_S)
@@ -116,8 +131,7 @@ class FleetDoor:
             self._thread.join(timeout=_STOP_WAIT_S)
         if self._sock is not None:
             self._sock.close()
-        with contextlib.suppress(OSError):
-            os.unlink(self.path)
+        _unlink_if_ours(self.path, self._ours)
 
     def _run(self) -> None:
         asyncio.run(self._main())

@@ -20,6 +20,7 @@ from tether.fleet.delegation import (
     action_of,
     check_assertion,
     parse_assertion,
+    requester_may_use,
     requester_of,
     row_of,
 )
@@ -63,6 +64,11 @@ async def requester(
         return None, denied(Decision(
             False, "assertion.missing",
             "the fleet credential speaks at a router only for a requester a host asserts",
+        ))  # fmt: skip
+    if not requester_may_use(head.path):
+        return None, denied(Decision(
+            False, "route",
+            f"{head.path} is not open to requesters asserted by a host (the operator's only)",
         ))  # fmt: skip
     assertion = parse_assertion(raw)
     if isinstance(assertion, str):
