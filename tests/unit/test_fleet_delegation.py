@@ -165,3 +165,18 @@ def test_a_host_learns_its_router_from_the_environment_and_a_router_ignores_it()
     plain = fleet_args(parse(["serve"]), {k: v for k, v in env.items() if "ROUTER" not in k})
     assert plain is not None
     assert plain.router_url is None
+
+
+def test_an_assertion_a_caller_sent_is_never_passed_on() -> None:
+    """Only a door writes the header (after the caller's are dropped), only a router reads
+    it: a relayed head carries the door's own assertion, or none."""
+    from tether.fleet import http1
+    from tether.fleet.delegation import ASSERTION_HEADER
+
+    forged = Assertion("h9", OTHER, "mock").encode()
+    head = http1.RequestHead(b"GET", b"/v1/sessions", [(ASSERTION_HEADER, forged)])
+    assert forged not in http1.encode_request_head(head, b"router")
+    own = Assertion("h1", PARENT, "mock").encode()
+    sent = http1.encode_request_head(head, b"router", [(ASSERTION_HEADER, own)])
+    assert sent.count(ASSERTION_HEADER) == 1
+    assert own in sent

@@ -28,7 +28,7 @@ import os
 import socket
 import stat
 import threading
-from typing import Any, Final
+from typing import Final
 from urllib.parse import urlsplit
 
 from tether import paths
@@ -36,7 +36,13 @@ from tether.errors import TetherError, UsageError
 from tether.fleet import http1
 from tether.fleet.delegation import ASSERTION_HEADER, Assertion
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
-from tether.fleet.requests import Queue, RequestBody, serve_connection, serve_listener
+from tether.fleet.requests import (
+    Queue,
+    RequestBody,
+    ServeOne,
+    serve_connection,
+    serve_listener,
+)
 from tether.requester import Resolved, peer_environ, peer_pid, resolve
 
 __all__ = ["DOOR_ENV", "DOOR_FILE", "FleetDoor", "door_path"]
@@ -149,7 +155,7 @@ class FleetDoor:
         finally:
             await pool.aclose()
 
-    def _serve_one_with(self, pool: HostConnections) -> Any:
+    def _serve_one_with(self, pool: HostConnections) -> ServeOne:
         async def serve_one(
             head: http1.RequestHead, queue: Queue, out: asyncio.StreamWriter, link: ClientLink
         ) -> bool:
@@ -187,8 +193,8 @@ class FleetDoor:
             out.write(_unproven(resolved))
             return True
         assertion = Assertion(self.host_id, who.session_key, who.agent_id, who.sandboxed, who.clamp)
-        # Whatever the agent sent as credentials or assertions is not passed on.
-        head.headers = [(k, v) for k, v in head.headers if k != ASSERTION_HEADER]
+        # Whatever the agent sent as credentials or assertions is not passed on
+        # (http1.HOP_BY_HOP); the door's own follow.
         extra = [(b"authorization", self._auth), (ASSERTION_HEADER, assertion.encode())]
         request = http1.encode_request_head(head, self._netloc, extra)
         host, port = self._address
