@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 
 from tether.errors import FleetError
 from tether.fleet import http1, router_access
+from tether.fleet.delegation import ASSERTION_HEADER
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
@@ -92,12 +93,13 @@ class Router:
     def _caller(self, head: http1.RequestHead) -> str | None:
         """``"fleet"`` (a host, with the fleet credential), ``"user"`` or None (refused)."""
         got = head.header(b"authorization") or b""
-        if self.fleet_auth is not None and hmac.compare_digest(got, self.fleet_auth):
+        fleet = self.fleet_auth is not None and hmac.compare_digest(got, self.fleet_auth)
+        if fleet and head.header(ASSERTION_HEADER) is not None:
             return "fleet"
         token = self.settings.token
         if token is None or hmac.compare_digest(got, b"Bearer " + token.encode()):
             return "user"
-        return None
+        return "fleet" if fleet else None  # the fleet's, asserting no one: refused
 
     async def _serve_one(
         self,
