@@ -148,6 +148,12 @@ def test_an_agent_spawns_on_another_host_through_its_door_and_sees_only_its_tree
     assert (refused["code"], refused["rule"]) == ("VISIBILITY_DENIED", "visibility=tree")
     status, refused = agent_calls(router, parent, script, "GET", f"/v1/sessions/{unrelated}")
     assert (status, refused["rule"]) == (403, "visibility=tree")
+    # Ensuring a session that exists already is reaching it: the same rule.
+    status, refused = agent_calls(
+        router, parent, script, "POST", "/v1/sessions",
+        {"agent": "mock", "cwd": str(project_dir), "name": "unrelated"},
+    )  # fmt: skip
+    assert (status, refused["rule"]) == (403, "visibility=tree")
 
     # Closing the parent through the router closes the child on its own host.
     assert router.http.delete(f"/v1/sessions/{parent}").status_code == 200
