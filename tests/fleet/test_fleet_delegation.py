@@ -222,6 +222,9 @@ def test_assertions_are_refused_from_users_for_other_hosts_and_at_the_door_unpro
 
     # At the door: this test process is the operator (outside every agent tree) ...
     door = door_of(h1.home)
+    assert (os.stat(door).st_mode & 0o777, os.stat(os.path.dirname(door)).st_mode & 0o777) == (
+        0o600, 0o700,
+    )  # fmt: skip
     with httpx.Client(transport=httpx.HTTPTransport(uds=door), base_url="http://door") as c:
         r = c.get("/v1/sessions")
     assert r.status_code == 403, r.text
