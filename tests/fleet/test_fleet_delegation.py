@@ -148,6 +148,9 @@ def test_an_agent_spawns_on_another_host_through_its_door_and_sees_only_its_tree
     assert (refused["code"], refused["rule"]) == ("VISIBILITY_DENIED", "visibility=tree")
     status, refused = agent_calls(router, parent, script, "GET", f"/v1/sessions/{unrelated}")
     assert (status, refused["rule"]) == (403, "visibility=tree")
+    status, refused = agent_calls(router, parent, script, "DELETE", f"/v1/sessions/{unrelated}")
+    assert (status, refused["rule"]) == (403, "visibility=tree")
+    assert "close of session" in refused["detail"]
     # Ensuring a session that exists already is reaching it: the same rule.
     status, refused = agent_calls(
         router, parent, script, "POST", "/v1/sessions",
