@@ -33,6 +33,8 @@ class FleetArgs:
     host_id: str | None = None
     advertise: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    # A host's router for its agents' door (TETHER_FLEET_ROUTER); None: no door.
+    router_url: str | None = None
 
 
 def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | None:
@@ -58,7 +60,12 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
         raise UsageError("a fleet host or router listens on TCP: --unix cannot be used")
     if inv.advertise and not inv.advertise.startswith(("http://", "https://")):
         raise UsageError(f"--advertise must be an http(s) URL, got {inv.advertise!r}")
+    # A host's router for its agents' door (a router itself has no use for it).
+    router_url = None if inv.router else (env.get("TETHER_FLEET_ROUTER") or None)
+    if router_url is not None and not router_url.startswith("http://"):
+        raise UsageError(f"TETHER_FLEET_ROUTER must be an http:// URL, got {router_url!r}")
     return FleetArgs(
+        router_url=router_url,
         dsn=dsn,
         token=_fleet_token(inv.fleet_token_file, env),
         router=bool(inv.router),
@@ -94,11 +101,22 @@ def run_router(
     args: FleetArgs,
     user_token: str,
     announce: Callable[[], None] = lambda: None,
+    config: dict[str, Any] | None = None,
 ) -> int:
-    """Serve as a router on a bound socket until SIGTERM or SIGINT."""
+    """Serve as a router on a bound socket until SIGTERM or SIGINT.
+
+    ``config``: the router's configuration, whose ``[sessions] visibility`` and
+    ``[agentToAgent]`` decide what requesters asserted by hosts may reach.
+    """
+    from tether.access import policy
     from tether.fleet.router import Router, RouterSettings, serve_router
 
-    router = Router(RouterSettings(dsn=args.dsn, token=user_token, fleet_token=args.token))
+    level, a2a = policy(config if config is not None else {})
+    router = Router(
+        RouterSettings(
+            dsn=args.dsn, token=user_token, fleet_token=args.token, visibility=level, a2a=a2a
+        )
+    )
     router.start()  # reads the host table once
     if not router.table.index_up:
         # Later, a router routes from its cache while the index is down; at its start it

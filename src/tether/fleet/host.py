@@ -12,6 +12,10 @@ router asks the host to create it so), so its journal, owner, socket and lock ar
 the way every local session's are. A local session that the index does not know (made
 by an operator on the host itself) is never shipped or listed in the fleet.
 
+With a router to reach (``TETHER_FLEET_ROUTER``), a host also opens its agents' door
+(:mod:`tether.fleet.door`), through which the agents it runs reach the fleet as
+requesters it proves.
+
 When the host finds itself superseded (fenced while frozen or partitioned, or its id
 registered again elsewhere), it stops shipping and closes its fleet sessions locally,
 with its own proof, through ``on_superseded`` -- it never serves them again.
@@ -19,6 +23,7 @@ with its own proof, through ``on_superseded`` -- it never serves them again.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import threading
 from collections.abc import Callable, Mapping
@@ -26,6 +31,7 @@ from typing import Any
 
 from tether import paths
 from tether.errors import HostSuperseded, TetherError
+from tether.fleet.door import DOOR_ENV, FleetDoor
 from tether.fleet.index import FleetIndex, SessionRow
 from tether.fleet.membership import HostMembership
 from tether.fleet.shipper import JournalShipper
@@ -46,6 +52,8 @@ class FleetHost:
         ship_interval_s: float = DEFAULT_SHIP_INTERVAL_S,
         close_locally: Callable[[list[str]], None] = lambda _keys: None,
         log: Callable[[str], None] = lambda _m: None,
+        router_url: str | None = None,
+        fleet_token: str | None = None,
     ) -> None:
         self.dsn = dsn
         self.host_id = host_id
@@ -69,6 +77,9 @@ class FleetHost:
         self._durable: dict[str, int] = {}  # fleet session id -> its shipped durable seq
         self.shipped_total = 0
         self.last_error: str | None = None
+        self.door: FleetDoor | None = None
+        if router_url is not None and fleet_token is not None:
+            self.door = FleetDoor(host_id, router_url, fleet_token)
 
     def _connect(self) -> FleetIndex:
         return FleetIndex.connect(self.dsn)
@@ -88,6 +99,10 @@ class FleetHost:
             self._close_locally(stale)
         self._thread = threading.Thread(target=self._run, name="fleet-ship", daemon=True)
         self._thread.start()
+        if self.door is not None:
+            self.door.start()
+            # Owners inherit it; their keepers hand agents TETHER_SERVER=unix:<door>.
+            os.environ[DOOR_ENV] = self.door.path
         return epoch
 
     @staticmethod
@@ -101,6 +116,8 @@ class FleetHost:
         return [k for k in local if k not in adopted and index.session(k) is not None]
 
     def stop(self, *, deregister: bool = True) -> None:
+        if self.door is not None:
+            self.door.stop()
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)

@@ -15,10 +15,13 @@ from typing import Any
 
 Header = tuple[bytes, bytes]
 
-# Request headers never forwarded to a host: hop-by-hop ones (RFC 9110 7.6.1), and the
-# user's credential -- a host gets the fleet's own.
+# Request headers never forwarded: hop-by-hop ones (RFC 9110 7.6.1), the caller's
+# credential -- a host (or, from a host's agents' door, a router) gets the fleet's own --
+# and a requester assertion, which only a door writes and only a router reads
+# (tether.fleet.delegation).
 HOP_BY_HOP = frozenset(
     {
+        b"x-tether-requester",
         b"connection",
         b"keep-alive",
         b"proxy-connection",

@@ -20,25 +20,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-import httptools
-
-from tether import _aio
 from tether.errors import FleetError
-from tether.fleet import http1
+from tether.fleet import http1, router_access
+from tether.fleet.delegation import ASSERTION_HEADER
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
+from tether.fleet.requests import RequestBody as _RequestBody
+from tether.fleet.requests import once as _once
+from tether.fleet.requests import serve_connection, serve_listener
 from tether.fleet.rows import HostRow
+from tether.visibility import A2APolicy, Visibility
 
 DEFAULT_REFRESH_S = 0.25
 DEFAULT_TTL_S = 5.0
 SESSION_CACHE_S = 5.0
-HEAD_MAX = 64 * 1024  # a request head larger than this is refused
 # Routes every host answers alike, relayed to any available host.
 ANY_HOST_ROUTES = ("/v1/openapi.json", "/v1/agents")
 
@@ -52,67 +53,9 @@ class RouterSettings:
     refresh_s: float = DEFAULT_REFRESH_S
     connect_timeout_s: float = 1.0
     first_byte_timeout_s: float = DEFAULT_TTL_S + 1.0
-
-
-class _RequestWatch:
-    """httptools callbacks for a client's requests: heads, then body parts."""
-
-    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        self._queue = queue
-        self._url = b""
-        self._headers: list[http1.Header] = []
-        self.parser: httptools.HttpRequestParser | None = None
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        assert self.parser is not None
-        head = http1.RequestHead(
-            method=self.parser.get_method(),
-            target=self._url,
-            headers=self._headers,
-            keep_alive=self.parser.should_keep_alive(),
-        )
-        self._queue.put_nowait(("head", head))
-        self._url, self._headers = b"", []
-
-    def on_body(self, body: bytes) -> None:
-        self._queue.put_nowait(("body", body))
-
-    def on_message_complete(self) -> None:
-        self._queue.put_nowait(("end", None))
-
-
-async def _once(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
-
-
-class _RequestBody:
-    """One request's body parts as they arrive; drained whole whatever its reader did,
-    so the next request on the connection starts at its head."""
-
-    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        self._queue = queue
-        self.done = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while not self.done:
-            kind, part = await self._queue.get()
-            if kind == "body":
-                yield part
-            elif kind == "end":
-                self.done = True
-            else:
-                raise ConnectionError("the client went away mid-request")
-
-    async def drain(self) -> None:
-        async for _ in self:
-            pass
+    # What requesters asserted by hosts may reach ([sessions] visibility, [agentToAgent]).
+    visibility: Visibility = Visibility.TREE
+    a2a: A2APolicy = field(default_factory=A2APolicy)
 
 
 class Router:
@@ -137,57 +80,26 @@ class Router:
     # --- connections -------------------------------------------------------------------
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue()
-        watch = _RequestWatch(queue)
-        parser = httptools.HttpRequestParser(watch)
-        watch.parser = parser
-        link = ClientLink()
-        feeder = _aio.spawn(self._feed(reader, parser, queue, link))
-        try:
-            while True:
-                kind, head = await queue.get()
-                if kind != "head":
-                    break  # eof or a malformed request
-                self.requests_total += 1
-                keep = await self._serve_one(head, queue, writer, link)
-                if not keep or not head.keep_alive:
-                    break
-        except (OSError, ConnectionError):
-            pass
-        finally:
-            feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await feeder
-            writer.close()
-            with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
+        def counted() -> None:
+            self.requests_total += 1
 
-    async def _feed(
-        self,
-        reader: asyncio.StreamReader,
-        parser: httptools.HttpRequestParser,
-        queue: asyncio.Queue[tuple[str, Any]],
-        link: ClientLink,
-    ) -> None:
-        try:
-            while data := await reader.read(256 * 1024):
-                parser.feed_data(data)
-        except (httptools.HttpParserError, OSError, ConnectionError):
-            pass
-        queue.put_nowait(("eof", None))
-        link.client_gone()
+        await serve_connection(reader, writer, self._serve_one, counted)
 
     async def _drain_body(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
         await _RequestBody(queue).drain()
 
     # --- one request -------------------------------------------------------------------
 
-    def _authorized(self, head: http1.RequestHead) -> bool:
-        token = self.settings.token
-        if token is None:
-            return True
+    def _caller(self, head: http1.RequestHead) -> str | None:
+        """``"fleet"`` (a host, with the fleet credential), ``"user"`` or None (refused)."""
         got = head.header(b"authorization") or b""
-        return hmac.compare_digest(got, b"Bearer " + token.encode())
+        fleet = self.fleet_auth is not None and hmac.compare_digest(got, self.fleet_auth)
+        if fleet and head.header(ASSERTION_HEADER) is not None:
+            return "fleet"
+        token = self.settings.token
+        if token is None or hmac.compare_digest(got, b"Bearer " + token.encode()):
+            return "user"
+        return "fleet" if fleet else None  # the fleet's, asserting no one: refused
 
     async def _serve_one(
         self,
@@ -205,10 +117,18 @@ class Router:
             # The dashboard's files hold no data (the page asks for the token): any host
             # serves them, and the page then talks to this router.
             return await self._any_host(head, queue, out, link)
-        if not self._authorized(head):
+        caller = self._caller(head)
+        if caller is None:
             await self._drain_body(queue)
             out.write(http1.problem(401, "Unauthorized", "a bearer token is needed",
                                     code="UNAUTHORIZED", retryable=False))  # fmt: skip
+            return True
+        # Who the request speaks for: the operator (a user's token), or an agent's
+        # session a host proved and asserts (tether.fleet.router_access).
+        who, refused = await router_access.requester(self, head, caller == "fleet")
+        if refused is not None:
+            await self._drain_body(queue)
+            out.write(refused)
             return True
         if path == "/v1/fleet/hosts" and head.method == b"GET":
             await self._drain_body(queue)
@@ -225,13 +145,19 @@ class Router:
 
             if head.method == b"GET":
                 await self._drain_body(queue)
-                out.write(await router_sessions.list_sessions(self, head))
+                out.write(await router_sessions.list_sessions(self, head, who))
                 return True
             if head.method == b"POST":
                 return await router_sessions.create_session(
-                    self, head, _RequestBody(queue), out, link
+                    self, head, _RequestBody(queue), out, link, who
                 )
         sid = http1.session_id_of(path)
+        if who is not None and sid is not None:
+            refused = await router_access.target_refused(self, who, sid, head)
+            if refused is not None:
+                await self._drain_body(queue)
+                out.write(refused)
+                return True
         if sid is not None and head.method == b"POST" and path.endswith("/rehome"):
             from tether.fleet import router_rehome
 
@@ -448,29 +374,7 @@ class Router:
 async def serve_router(router: Router, sock: Any, stop: asyncio.Event) -> None:
     """Serve on an already bound listening socket until ``stop`` is set; then end every
     open connection (relayed streams included) and close the pooled host connections."""
-    handlers: set[asyncio.Task[None]] = set()
-
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        handlers.add(task)
-        try:
-            await router.handle(reader, writer)
-        except asyncio.CancelledError:
-            # Only our own shutdown cancels a connection's task; asyncio's server would
-            # log the cancellation of its callback's task as an error.
-            writer.close()
-        finally:
-            handlers.discard(task)
-
-    server = await asyncio.start_server(handle, sock=sock, limit=HEAD_MAX)
     try:
-        await stop.wait()
+        await serve_listener(router.handle, sock, stop)
     finally:
-        server.close()
-        for task in list(handlers):
-            task.cancel()
-        if handlers:
-            await asyncio.wait(list(handlers), timeout=5)
-        await server.wait_closed()
         await router.pool.aclose()

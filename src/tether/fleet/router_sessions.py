@@ -21,13 +21,16 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
-from tether.fleet import http1
+from tether.fleet import http1, router_access
+from tether.fleet.delegation import row_of, spawn_ownership
 from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.rows import HostRow, Ownership, SessionRow
+from tether.visibility import Requester, can_see, can_spawn
 
 if TYPE_CHECKING:
     from tether.fleet.relay import ClientLink
-    from tether.fleet.router import Router, _RequestBody
+    from tether.fleet.requests import RequestBody as _RequestBody
+    from tether.fleet.router import Router
 
 BODY_MAX = 64 * 1024
 ROUTER_FIELDS = ("labels", "parentSessionId")
@@ -52,7 +55,10 @@ def record(row: SessionRow, host: HostRow | None, available: bool) -> dict[str, 
     }
 
 
-async def list_sessions(router: Router, head: http1.RequestHead) -> bytes:
+async def list_sessions(
+    router: Router, head: http1.RequestHead, who: Requester | None = None
+) -> bytes:
+    """The fleet's sessions (``?state=``, default open) that ``who`` may list."""
     query = head.target.split(b"?", 1)[1].decode("latin-1") if b"?" in head.target else ""
     state: str | None = "open"
     for pair in query.split("&"):
@@ -64,6 +70,9 @@ async def list_sessions(router: Router, head: http1.RequestHead) -> bytes:
     except FleetError as e:
         return http1.problem(503, "Service Unavailable", str(e), code="INDEX_UNAVAILABLE",
                              retryable=True)  # fmt: skip
+    if who is not None:
+        level, a2a = router.settings.visibility, router.settings.a2a
+        rows = [r for r in rows if can_see(row_of(r), who, level, a2a).allowed]
     items = []
     for row in rows:
         host = router.table.host(row.host_id)
@@ -110,6 +119,7 @@ async def create_session(
     body: _RequestBody,
     out: Any,
     link: ClientLink,
+    who: Requester | None = None,
 ) -> bool:
     doc, error = await read_json(body)
     if error is not None:
@@ -134,9 +144,18 @@ async def create_session(
     if parent is not None and not isinstance(parent, str):
         out.write(_bad("parentSessionId must be a string", "parentSessionId"))
         return True
+    ownership = Ownership(parent_session_id=parent, spawned_by=parent)
+    if who is not None:
+        # A requester's session is its own child, placed next to it unless the labels
+        # say otherwise; another agent's needs the agent-to-agent policy.
+        decision = can_spawn(who, doc["agent"], router.settings.a2a)
+        if not decision.allowed:
+            out.write(router_access.denied(decision, requester=who.session_key))
+            return True
+        ownership = spawn_ownership(who)
     try:
         row, created = await asyncio.to_thread(
-            _place_and_insert, router, doc["agent"], doc["cwd"], name, labels, parent
+            _place_and_insert, router, doc["agent"], doc["cwd"], name, labels, ownership
         )
     except (HostUnavailable, HostSuperseded) as e:
         out.write(http1.problem(503, "Service Unavailable", str(e), code="HOST_UNAVAILABLE",
@@ -154,6 +173,12 @@ async def create_session(
         out.write(http1.problem(503, "Service Unavailable", f"host {row.host_id} is unknown",
                                 code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
         return True
+    if who is not None and not created:
+        # An existing session of that identity is ensured only if it is within reach.
+        refused = await router_access.target_refused(router, who, row.session_id, head)
+        if refused is not None:
+            out.write(refused)
+            return True
     why = router.unavailable_reason(host)
     if why is not None and not created:
         out.write(router.unavailable(host, why))
@@ -185,9 +210,10 @@ def _place_and_insert(
     cwd: str,
     name: str,
     labels: dict[str, str],
-    parent: str | None,
+    ownership: Ownership,
 ) -> tuple[SessionRow, bool]:
     parent_host = None
+    parent = ownership.parent_session_id
     if parent is not None:
         parent_row = router.table.session_row(parent)
         parent_host = None if parent_row is None else parent_row.host_id
@@ -206,7 +232,7 @@ def _place_and_insert(
                 name=name,
                 host_id=chosen.host_id,
                 host_epoch=chosen.epoch,
-                ownership=Ownership(parent_session_id=parent, spawned_by=parent),
+                ownership=ownership,
             )
         except HostSuperseded:
             if attempt:

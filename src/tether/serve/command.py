@@ -137,6 +137,7 @@ def run_serve(ctx: Any) -> int:
             fleet,
             token,
             announce=lambda: _announce(ctx, url, None, token_file, token, role="router"),
+            config=ctx.config,
         )
     allowed = _allowed_hosts(inv, ctx.config)
     host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
@@ -210,6 +211,8 @@ def run_serve(ctx: Any) -> int:
             fleet.advertise or url,
             labels=fleet.labels,
             close_locally=_close_all,
+            router_url=fleet.router_url,
+            fleet_token=fleet.token,
         )
         # Everything this host starts (owners, keepers, agents) carries its host id: a
         # label for people and tests reading /proc -- never a proof of anything.

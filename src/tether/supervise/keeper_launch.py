@@ -39,6 +39,11 @@ def launch_keeper(
         env["TETHER_SESSION_KEY"] = spec.session_key
     else:
         env.pop("TETHER_SESSION_KEY", None)
+    # On a fleet host, where its agents reach the fleet (tether.fleet.door): an address,
+    # not a claim -- the door proves who calls by the caller's pid.
+    door = env.get("TETHER_FLEET_DOOR")
+    if door:
+        env["TETHER_SERVER"] = f"unix:{door}"
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     keeper_argv = [
         sys.executable,

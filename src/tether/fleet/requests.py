@@ -1,0 +1,177 @@
+"""Serving HTTP/1.1 requests on raw asyncio streams, for the router and a host's agents'
+door (:mod:`tether.fleet.door`): both relay what they are asked, byte for byte, and
+never build a request object.
+
+A connection's bytes are parsed by ``httptools`` into heads and body parts on a queue;
+:func:`serve_connection` hands each head, with its body still arriving, to the caller's
+``serve_one``, which answers it (or relays it) and says whether the connection serves
+on. :func:`serve_listener` serves a bound listening socket until told to stop, then ends
+every open connection, relayed streams included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from typing import Any
+
+import httptools
+
+from tether import _aio
+from tether.fleet import http1
+from tether.fleet.relay import ClientLink
+
+HEAD_MAX = 64 * 1024  # a request head larger than this is refused
+READ_SIZE = 256 * 1024
+
+Queue = asyncio.Queue[tuple[str, Any]]
+# serve_one(head, queue of its body, client, link) -> whether the connection serves on
+ServeOne = Callable[[http1.RequestHead, Queue, asyncio.StreamWriter, ClientLink], Awaitable[bool]]
+
+
+class RequestWatch:
+    """httptools callbacks for a client's requests: heads, then body parts."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._url = b""
+        self._headers: list[http1.Header] = []
+        self.parser: httptools.HttpRequestParser | None = None
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name.lower(), value))
+
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        head = http1.RequestHead(
+            method=self.parser.get_method(),
+            target=self._url,
+            headers=self._headers,
+            keep_alive=self.parser.should_keep_alive(),
+        )
+        self._queue.put_nowait(("head", head))
+        self._url, self._headers = b"", []
+
+    def on_body(self, body: bytes) -> None:
+        self._queue.put_nowait(("body", body))
+
+    def on_message_complete(self) -> None:
+        self._queue.put_nowait(("end", None))
+
+
+async def once(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+class RequestBody:
+    """One request's body parts as they arrive; drained whole whatever its reader did,
+    so the next request on the connection starts at its head."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self.done = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        while not self.done:
+            kind, part = await self._queue.get()
+            if kind == "body":
+                yield part
+            elif kind == "end":
+                self.done = True
+            else:
+                raise ConnectionError("the client went away mid-request")
+
+    async def drain(self) -> None:
+        async for _ in self:
+            pass
+
+
+async def _feed(
+    reader: asyncio.StreamReader,
+    parser: httptools.HttpRequestParser,
+    queue: Queue,
+    link: ClientLink,
+) -> None:
+    try:
+        while data := await reader.read(READ_SIZE):
+            parser.feed_data(data)
+    except (httptools.HttpParserError, OSError, ConnectionError):
+        pass
+    queue.put_nowait(("eof", None))
+    link.client_gone()
+
+
+async def serve_connection(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    serve_one: ServeOne,
+    on_request: Callable[[], None] = lambda: None,
+) -> None:
+    """Serve one client connection's requests in turn until it ends or may not go on."""
+    queue: Queue = asyncio.Queue()
+    watch = RequestWatch(queue)
+    parser = httptools.HttpRequestParser(watch)
+    watch.parser = parser
+    link = ClientLink()
+    feeder = _aio.spawn(_feed(reader, parser, queue, link))
+    try:
+        while True:
+            kind, head = await queue.get()
+            if kind != "head":
+                break  # eof or a malformed request
+            on_request()
+            keep = await serve_one(head, queue, writer, link)
+            if not keep or not head.keep_alive:
+                break
+    except (OSError, ConnectionError):
+        pass
+    finally:
+        feeder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await feeder
+        writer.close()
+        with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
+            await writer.wait_closed()
+
+
+async def serve_listener(
+    handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+    sock: Any,
+    stop: asyncio.Event,
+) -> None:
+    """Serve ``handle`` on an already bound listening socket (TCP or Unix) until ``stop``
+    is set; then end every open connection and wait (bounded) for their handlers."""
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            await handle(reader, writer)
+        except asyncio.CancelledError:
+            # Only our own shutdown cancels a connection's task; asyncio's server would
+            # log the cancellation of its callback's task as an error.
+            writer.close()
+        finally:
+            handlers.discard(task)
+
+    if sock.family == socket.AF_UNIX:
+        server = await asyncio.start_unix_server(each, sock=sock, limit=HEAD_MAX)
+    else:
+        server = await asyncio.start_server(each, sock=sock, limit=HEAD_MAX)
+    try:
+        await stop.wait()
+    finally:
+        server.close()
+        for task in list(handlers):
+            task.cancel()
+        if handlers:
+            await asyncio.wait(list(handlers), timeout=5)
+        await server.wait_closed()
