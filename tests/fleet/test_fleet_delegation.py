@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.conftest import python_env
+from tests.fleet import _pidns
 from tests.fleet.test_fleet_e2e import FLEET_TOKEN, USER_TOKEN, Processes, create, turn_text
 from tests.integration._serve import spawn_gateway
 from tether import paths
@@ -237,10 +238,12 @@ def test_assertions_are_refused_from_users_for_other_hosts_and_at_the_door_unpro
     script = tmp_path / "door_client.py"
     script.write_text(CLIENT)
     env = {**python_env(), "TETHER_SERVER": f"unix:{door}", "TETHER_SESSION_KEY": mine}
-    done = subprocess.run(
-        [sys.executable, str(script), "GET", "/v1/sessions"],
-        capture_output=True, text=True, env=env, timeout=60, check=True,
-    )  # fmt: skip
+    argv = [sys.executable, str(script), "GET", "/v1/sessions"]
+    if isinstance(h1.proc, _pidns.NamespacedHost):
+        # Where the host sees it: inside its pid namespace (from outside, its door would
+        # see pid 0 -- a process it cannot name, refused as the operator above).
+        argv = ["nsenter", f"--target={h1.proc.pid}", "--pid", "--mount", "--", *argv]
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=60, check=True)
     status, body = _answer(done.stdout)
     assert (status, body["code"]) == (403, "REQUESTER_UNPROVEN")
     assert "unproven" in body["detail"]
