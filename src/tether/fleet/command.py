@@ -16,6 +16,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ class FleetArgs:
 def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | None:
     """The fleet flags of a ``serve`` call, checked; None for a single-host gateway."""
     dsn = inv.fleet_index or env.get("TETHER_FLEET_INDEX") or None
+    if inv.fleet_ca and not inv.router:
+        raise UsageError("--fleet-ca is a router's flag: the CA it trusts hosts' certificates by")
     host_only = [
         flag
         for flag, given in (
@@ -94,11 +97,21 @@ def run_router(
     args: FleetArgs,
     user_token: str,
     announce: Callable[[], None] = lambda: None,
+    *,
+    host_tls: ssl.SSLContext | None = None,
+    own_tls: ssl.SSLContext | None = None,
 ) -> int:
-    """Serve as a router on a bound socket until SIGTERM or SIGINT."""
+    """Serve as a router on a bound socket until SIGTERM or SIGINT.
+
+    ``host_tls`` opens connections to ``https://`` hosts (:mod:`tether.serve.tls`);
+    ``own_tls``, when given, makes the router's own listener HTTPS.
+    """
     from tether.fleet.router import Router, RouterSettings, serve_router
 
-    router = Router(RouterSettings(dsn=args.dsn, token=user_token, fleet_token=args.token))
+    router = Router(
+        RouterSettings(dsn=args.dsn, token=user_token, fleet_token=args.token),
+        host_tls=host_tls,
+    )
     router.start()  # reads the host table once
     if not router.table.index_up:
         # Later, a router routes from its cache while the index is down; at its start it
@@ -113,7 +126,7 @@ def run_router(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve_router(router, sock, stop)
+        await serve_router(router, sock, stop, tls=own_tls)
 
     try:
         try:
