@@ -69,11 +69,15 @@ def tls_host(
     return gw
 
 
-def router(procs: Processes, *args: str) -> Gateway:
+def router(procs: Processes, *args: str, verify: ssl.SSLContext | None = None) -> Gateway:
+    """A router; ``verify``: it serves HTTPS, and the test's client trusts it so."""
     home = procs.base / f"router{len(procs.routers)}"
     home.mkdir()
     gw = spawn_gateway(home, "--router", "--token", USER_TOKEN, *args, env=procs.env)
     gw.token = USER_TOKEN
+    if verify is not None:
+        gw.http.close()
+        gw.http = httpx.Client(base_url=gw.url, verify=verify, timeout=30.0)
     gw.http.headers["Authorization"] = f"Bearer {USER_TOKEN}"
     procs.routers.append(gw)
     return gw
@@ -82,12 +86,15 @@ def router(procs: Processes, *args: str) -> Gateway:
 def test_sessions_route_over_tls_to_hosts_a_router_trusts_by_the_fleet_ca(
     procs: Processes, project_dir: Path, ca: CertificateAuthority
 ) -> None:
-    """A TLS host advertises https://; a router with --fleet-ca creates, prompts, streams,
-    reads and closes its sessions through it."""
+    """A TLS host advertises https://; a router with --fleet-ca (itself serving HTTPS to
+    users) creates, prompts, streams, reads and closes its sessions through it."""
     host = tls_host(procs, "h1", ca.issue("h1"), ca)
     assert host.url.startswith("https://127.0.0.1:")
     assert host.http.get("/v1/health").status_code == 200  # the fleet credential, over TLS
-    r = router(procs, "--fleet-ca", str(ca.path))
+    own = ca.issue("router")
+    tls = ("--tls-cert", str(own.cert), "--tls-key", str(own.key))
+    r = router(procs, "--fleet-ca", str(ca.path), *tls, verify=trusting(ca))
+    assert r.url.startswith("https://127.0.0.1:")
     listed = r.http.get("/v1/fleet/hosts").json()["hosts"]
     assert [(h["hostId"], h["url"], h["available"]) for h in listed] == [("h1", host.url, True)]
     s = create(r, project_dir, "secure")
