@@ -58,13 +58,13 @@ def test_a_gateway_serves_https_with_the_files_given_by_flag_or_config(
         gw.stop()
 
 
-def _serve(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _serve(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "tether", "serve", "--port", "0", *args],
         capture_output=True,
         text=True,
         timeout=60,
-        env={**python_env(), "TETHER_HOME": str(home), "TETHER_FLEET_INDEX": ""},
+        env={**python_env(), "TETHER_HOME": str(home), "TETHER_FLEET_INDEX": "", **env},
     )
 
 
@@ -72,7 +72,8 @@ def test_wrong_tls_flags_are_usage_errors_before_anything_listens(
     tether_home: Path, ca: CertificateAuthority, tmp_path: Path
 ) -> None:
     """A certificate without its key, a key that does not match, a missing file, TLS on
-    a Unix socket, --fleet-ca on anything but a router: exit 2, said plainly."""
+    a Unix socket, --fleet-ca on anything but a router, a TLS host advertising http://:
+    exit 2, said plainly (the last before the fleet index is ever reached)."""
     leaf, other = ca.issue("one"), ca.issue("two")
     missing = str(tmp_path / "missing.pem")
     cases = [
@@ -90,3 +91,9 @@ def test_wrong_tls_flags_are_usage_errors_before_anything_listens(
         assert done.returncode == 2, (args, done.stderr)
         assert said in done.stderr, (args, done.stderr)
         assert "Traceback" not in done.stderr
+    tls = ("--tls-cert", str(leaf.cert), "--tls-key", str(leaf.key))
+    fleet = {"TETHER_FLEET_INDEX": "postgresql://nobody@127.0.0.1:1/none",
+             "TETHER_FLEET_TOKEN": "f" * 32}  # fmt: skip
+    done = _serve(tether_home, "--advertise", "http://127.0.0.1:1", *tls, **fleet)
+    assert done.returncode == 2, done.stderr
+    assert "this host serves HTTPS" in done.stderr

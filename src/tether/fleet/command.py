@@ -4,7 +4,9 @@
 serves as a host of the fleet (the gateway, plus :class:`tether.fleet.host.FleetHost`);
 ``tether serve --router --fleet-index DSN`` serves as a router. Both need the fleet
 credential (``--fleet-token-file`` or ``TETHER_FLEET_TOKEN``): a host accepts only it, so
-users reach hosts through routers, which check the users' own token.
+users reach hosts through routers, which check the users' own token. A host given
+``--tls-cert``/``--tls-key`` serves HTTPS and advertises ``https://``; a router reaches
+such hosts verifying their certificates against ``--fleet-ca`` (:mod:`tether.serve.tls`).
 
 The DSN may carry a password: ``TETHER_FLEET_INDEX`` keeps it off the command line
 (where any process of the same user can read it in ``/proc``).
