@@ -132,6 +132,8 @@ def test_a_router_without_the_fleet_ca_gets_a_retryable_problem_naming_tls(
         assert "Traceback" not in answer.text
 
     assert turn_text(trusted, s["id"], "still here") == "still here"
+    assert "Traceback" not in blind.stderr()
+    assert "Traceback" not in procs.hosts["h1"].stderr()
 
 
 def test_a_host_with_a_certificate_for_another_name_is_refused_saying_so(

@@ -143,11 +143,11 @@ _COMMAND_FLAGS = {
         "the credential shared by routers and hosts (or TETHER_FLEET_TOKEN)",
     ),
     "--tls-cert": (1, "--tls-cert FILE", "serve HTTPS with this certificate (PEM; serve.tlsCert)"),
-    "--tls-key": (1, "--tls-key FILE", "the private key of --tls-cert (PEM; or serve.tlsKey)"),
+    "--tls-key": (1, "--tls-key FILE", "the private key of --tls-cert (PEM; serve.tlsKey)"),
     "--fleet-ca": (
         1,
         "--fleet-ca FILE",
-        "a router trusts hosts' https:// certificates signed by this CA (PEM)",
+        "a router trusts hosts' https:// certificates signed by this CA (PEM; serve.fleetCa)",
     ),
     "--allowed-host": (
         1,
