@@ -123,7 +123,9 @@ class HostConnections:
             writer.close()
         context = None
         if tls:
-            context = self.tls_context or ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+            if self.tls_context is None:  # the system's trust store, loaded once
+                self.tls_context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+            context = self.tls_context
         try:
             async with asyncio.timeout(self.connect_timeout):
                 return await asyncio.open_connection(host, port, limit=READ_SIZE, ssl=context)
