@@ -21,6 +21,10 @@ Figures, in order:
   then its SSE stream from ``fromSeq`` until ``turn_ended``, a new connection each, the
   ``bench/rawhttp.py`` client of ``bench/serve.py``) through a router with the users'
   token and straight to the host with the fleet credential, alternating;
+* **routed warm prompt, host over TLS vs plain**: a 4th host serving HTTPS (a throwaway
+  CA made as the tests make it) behind a router with ``--fleet-ca``, against the plain
+  host of the figure above through its router, alternating (users reach both routers
+  over plain HTTP); the TLS host and its router are retired after;
 * **N sessions over 3 hosts through 2 routers**: created (owner started), prompted once
   at once through the other router (its agent starts: cold), then once more each (warm),
   at most ``--concurrency`` in flight; creation stops early, saying so, if the machine's
@@ -116,30 +120,84 @@ def index_figures(fleet: Fleet, n_ops: int) -> dict[str, Any]:
 # --- routed vs direct ------------------------------------------------------------------
 
 
-async def routed_vs_direct(router: Server, host: Server, sid: str, runs: int) -> dict[str, Any]:
-    for _ in range(5):  # warm both paths (the router's pooled host connection included)
-        await rawhttp.tether_prompt(router.url, USER, sid)
-        await rawhttp.tether_prompt(host.url, FLEET, sid)
-    routed: list[float] = []
-    direct: list[float] = []
-    router_cpu = 0.0
+Leg = tuple[str, dict[str, str], str]  # (URL, headers, session id) of one warm prompt
+
+
+async def alternating(a: Leg, b: Leg, runs: int, cpu_pid: int) -> tuple[Any, Any, float]:
+    """Warm prompts on two legs, alternating which goes first; (a's summary, b's summary,
+    seconds of ``cpu_pid``'s CPU per prompt of leg ``a``)."""
+    for _ in range(5):  # warm both paths (a router's pooled host connection included)
+        for url, headers, sid in (a, b):
+            await rawhttp.tether_prompt(url, headers, sid)
+    times: tuple[list[float], list[float]] = ([], [])
+    cpu = 0.0
     for i in range(runs):
-        legs = [(routed, router.url, USER), (direct, host.url, FLEET)]
-        for out, url, headers in legs if i % 2 == 0 else legs[::-1]:
-            c0 = cpu_s(router.proc.pid)
+        legs = [(0, a), (1, b)]
+        for which, (url, headers, sid) in legs if i % 2 == 0 else legs[::-1]:
+            c0 = cpu_s(cpu_pid)
             t0 = time.perf_counter()
             await rawhttp.tether_prompt(url, headers, sid)
-            out.append(time.perf_counter() - t0)
-            if out is routed:
-                router_cpu += cpu_s(router.proc.pid) - c0
-    r, d = summary(routed), summary(direct)
+            times[which].append(time.perf_counter() - t0)
+            if which == 0:
+                cpu += cpu_s(cpu_pid) - c0
+    return summary(times[0]), summary(times[1]), cpu / runs
+
+
+async def routed_vs_direct(router: Server, host: Server, sid: str, runs: int) -> dict[str, Any]:
+    r, d, cpu = await alternating(
+        (router.url, USER, sid), (host.url, FLEET, sid), runs, router.proc.pid
+    )
     return {
         "routed": r, "direct": d,
         "p50_added_ms": round(r["p50_ms"] - d["p50_ms"], 2),
         "p99_added_ms": round(r["p99_ms"] - d["p99_ms"], 2),
         "p50_ratio": round(r["p50_ms"] / d["p50_ms"], 3),
-        "router_cpu_ms_per_prompt": round(router_cpu * 1000 / runs, 2),
+        "router_cpu_ms_per_prompt": round(cpu * 1000, 2),
     }  # fmt: skip
+
+
+async def routed_tls_vs_plain(
+    tls_router: Server, tls_sid: str, router: Server, sid: str, runs: int
+) -> dict[str, Any]:
+    """The same routed warm prompt to a host over TLS (a router with --fleet-ca) and to
+    one over plain HTTP, alternating; the users reach both routers over plain HTTP."""
+    t, p, cpu = await alternating(
+        (tls_router.url, USER, tls_sid), (router.url, USER, sid), runs, tls_router.proc.pid
+    )
+    return {
+        "tls": t, "plain": p,
+        "p50_added_ms": round(t["p50_ms"] - p["p50_ms"], 2),
+        "p99_added_ms": round(t["p99_ms"] - p["p99_ms"], 2),
+        "tls_router_cpu_ms_per_prompt": round(cpu * 1000, 2),
+    }  # fmt: skip
+
+
+def tls_stage(fleet: Fleet, plain_sid: str, runs: int) -> dict[str, Any]:
+    """A 4th host serving TLS (a throwaway CA, as the tests make it) and a router that
+    trusts it; both are retired after, so the later stages see the plain fleet."""
+    import ssl
+
+    from tests._certs import CertificateAuthority
+
+    pki = fleet.base / "pki"
+    pki.mkdir()
+    ca = CertificateAuthority(pki)
+    leaf = ca.issue("htls")
+    verify = ssl.create_default_context(cafile=str(ca.path))
+    tls_flags = ("--tls-cert", str(leaf.cert), "--tls-key", str(leaf.key))
+    host = fleet.host("htls", "tls=yes", extra=tls_flags, verify=verify)
+    router = fleet.router("--fleet-ca", str(ca.path))
+    try:
+        fleet.wait_available("htls")
+        body = {"agent": "mock", "cwd": str(fleet.project), "name": "warm-tls",
+                "labels": {"tls": "yes"}}  # fmt: skip
+        created = router.http.post("/v1/sessions", json=body)
+        created.raise_for_status()
+        sid = created.json()["id"]
+        return asyncio.run(routed_tls_vs_plain(router, sid, fleet.routers[0], plain_sid, runs))
+    finally:
+        fleet.retire(router)
+        fleet.retire(host)
 
 
 # --- many sessions ---------------------------------------------------------------------
@@ -264,6 +322,8 @@ def run(args: argparse.Namespace, fleet: Fleet, report: dict[str, Any]) -> None:
     listed = {s["id"]: s["hostId"] for s in r0.http.get("/v1/sessions").json()["sessions"]}
     host = fleet.hosts[listed[sid]]
     report["warm_prompt"] = asyncio.run(routed_vs_direct(r0, host, sid, args.runs))
+    stage("routed warm prompt, host over TLS vs plain")
+    report["warm_prompt_tls"] = tls_stage(fleet, sid, args.runs)
     r0.http.delete(f"/v1/sessions/{sid}")
     stage(f"{args.sessions} sessions through 2 routers")
     floor = int(args.mem_floor_gib * 1024 * 1024)
@@ -289,6 +349,14 @@ def table(report: dict[str, Any]) -> str:
             ("router adds p50 / p99 (ms)", f"{w['p50_added_ms']} / {w['p99_added_ms']}", "+1 / +3"),
             ("routed:direct p50", str(w["p50_ratio"]), ""),
             ("router CPU per routed prompt (ms)", str(w["router_cpu_ms_per_prompt"]), ""),
+        ]
+    t = report.get("warm_prompt_tls", {})
+    if t:
+        rows += [
+            ("routed to a TLS host p50 / p99 (ms)", _pq(t["tls"]), ""),
+            ("routed to a plain host p50 / p99 (ms)", _pq(t["plain"]), ""),
+            ("TLS adds p50 / p99 (ms)", f"{t['p50_added_ms']} / {t['p99_added_ms']}", ""),
+            ("TLS router CPU per prompt (ms)", str(t["tls_router_cpu_ms_per_prompt"]), ""),
         ]
     for kind, goal in (("kill", "<= 0.1 s"), ("stop", f"<= {ROUTER_TTL_S + 1} s (TTL + 1 s)")):
         h = report.get(f"host_loss_{kind}")

@@ -62,7 +62,15 @@ def pss_kib(pids: list[int]) -> int:
 class Server:
     """One ``tether serve`` we started: a host or a router, its URL and a client."""
 
-    def __init__(self, name: str, home: Path, args: list[str], env: dict[str, str], token: str):
+    def __init__(
+        self,
+        name: str,
+        home: Path,
+        args: list[str],
+        env: dict[str, str],
+        token: str,
+        verify: Any = True,
+    ):
         self.name = name
         self.home = home
         self.args = args
@@ -81,7 +89,7 @@ class Server:
             self.proc.wait(STOP_TIMEOUT_S)
             raise RuntimeError(f"{name} did not start: {(home / 'serve.err').read_text()[-2000:]}")
         self.url = str(json.loads(line)["url"])
-        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=60)
+        self.http = httpx.Client(base_url=self.url, headers=self.headers, timeout=60, verify=verify)
 
     def close_all(self) -> int:
         """Close every session this server lists (a host: its own ones); how many."""
@@ -139,18 +147,30 @@ class Fleet:
             "PYTHONUNBUFFERED": "1",
         }
 
-    def host(self, host_id: str, *labels: str) -> Server:
-        flags = ["--host-id", host_id, *(f"--label={label}" for label in labels)]
-        gw = Server(host_id, self.base / "hosts" / host_id, flags, self.env, FLEET_TOKEN)
+    def host(
+        self, host_id: str, *labels: str, extra: tuple[str, ...] = (), verify: Any = True
+    ) -> Server:
+        """A host; ``extra`` flags (``--tls-cert``...), ``verify`` for our client of it."""
+        flags = ["--host-id", host_id, *(f"--label={label}" for label in labels), *extra]
+        gw = Server(host_id, self.base / "hosts" / host_id, flags, self.env, FLEET_TOKEN, verify)
         self.hosts[host_id] = gw
         return gw
 
-    def router(self) -> Server:
+    def router(self, *extra: str) -> Server:
         name = f"router{len(self.routers)}"
-        gw = Server(name, self.base / name, ["--router", "--token", USER_TOKEN], self.env,
-                    USER_TOKEN)  # fmt: skip
+        gw = Server(name, self.base / name, ["--router", "--token", USER_TOKEN, *extra],
+                    self.env, USER_TOKEN)  # fmt: skip
         self.routers.append(gw)
         return gw
+
+    def retire(self, server: Server) -> None:
+        """Close a server's sessions and stop it for good (a host deregisters)."""
+        if server in self.routers:
+            self.routers.remove(server)
+        else:
+            server.close_all()
+            del self.hosts[server.name]
+        server.stop()
 
     def wait_available(self, *host_ids: str) -> None:
         """Until every router sees each of ``host_ids`` available."""

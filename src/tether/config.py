@@ -205,6 +205,9 @@ _SERVE = {
         "a list of host names",
         _strings,
     ),
+    "tlsCert": text(None, "serve HTTPS with this certificate file (PEM; --tls-cert)"),
+    "tlsKey": text(None, "the private key file of tlsCert (PEM; --tls-key)"),
+    "fleetCa": text(None, "a router trusts hosts' https:// certificates signed by this CA"),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),

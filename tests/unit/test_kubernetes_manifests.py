@@ -251,8 +251,10 @@ def test_each_command_line_is_one_tether_accepts(
     where: str, container: dict[str, Any], tmp_path: Path
 ) -> None:
     """The args parse as `tether serve` with real flags, make a fleet host or router,
-    and a host answers the Host a router sends (its pod IP) and the probe's (loopback)."""
-    values = {"POD_NAME": "tether-host-0", "POD_IP": "10.1.2.3", "TETHER_USER_TOKEN": "u" * 32}
+    and a host answers the Host a router sends (what it advertises) and the probe's
+    (loopback); a host that advertises https:// serves TLS, and routers hold the CA."""
+    values = {"POD_NAME": "tether-host-0", "POD_IP": "10.1.2.3", "TETHER_USER_TOKEN": "u" * 32,
+              "POD_NAMESPACE": "tether"}  # fmt: skip
     args = [re.sub(r"\$\((\w+)\)", lambda m: values[m.group(1)], a) for a in container["args"]]
     token = tmp_path / "fleet-token"
     token.write_text("f" * 32, encoding="utf-8")
@@ -264,11 +266,19 @@ def test_each_command_line_is_one_tether_accepts(
     fleet = fleet_args(inv, {"TETHER_FLEET_INDEX": "postgresql://tether@db/tether"})
     assert fleet is not None
     if fleet.router:
+        assert inv.fleet_ca == "/run/secrets/tether-tls/ca.crt"
         return
     assert fleet.host_id == "tether-host-0"
-    assert fleet.advertise == "http://10.1.2.3:8787"
+    assert fleet.advertise in (
+        "http://10.1.2.3:8787",  # a sandbox: plain HTTP at its pod IP
+        "https://tether-host-0.tether-hosts.tether.svc.cluster.local:8787",  # dense: TLS
+    )
+    if fleet.advertise.startswith("https://"):
+        assert inv.tls_cert == "/run/secrets/tether-tls/tls.crt"
+        assert inv.tls_key == "/run/secrets/tether-tls/tls.key"
     rule = host_rule(inv.host, inv.port or 0, inv.allowed_hosts, hostname="tether-host-0")
     assert rule is not None
+    assert rule.allows(fleet.advertise.split("://", 1)[1])
     assert rule.allows("10.1.2.3:8787")
     assert rule.allows("127.0.0.1:8787")
     probe = container["livenessProbe"]["exec"]["command"]

@@ -142,6 +142,13 @@ _COMMAND_FLAGS = {
         "--fleet-token-file PATH",
         "the credential shared by routers and hosts (or TETHER_FLEET_TOKEN)",
     ),
+    "--tls-cert": (1, "--tls-cert FILE", "serve HTTPS with this certificate (PEM; serve.tlsCert)"),
+    "--tls-key": (1, "--tls-key FILE", "the private key of --tls-cert (PEM; serve.tlsKey)"),
+    "--fleet-ca": (
+        1,
+        "--fleet-ca FILE",
+        "a router trusts hosts' https:// certificates signed by this CA (PEM; serve.fleetCa)",
+    ),
     "--allowed-host": (
         1,
         "--allowed-host HOST",
@@ -294,8 +301,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "config init": ("", "write the user config template (only when there is none)", ()),
     "serve": (
         "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]..."
-        " [--fleet-index DSN [--router | --host-id ID --advertise URL --label K=V...]"
-        " [--fleet-token-file PATH]]",
+        " [--tls-cert FILE --tls-key FILE]"
+        " [--fleet-index DSN [--router [--fleet-ca FILE] | --host-id ID --advertise URL"
+        " --label K=V...] [--fleet-token-file PATH]]",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
         (
             "--host",
@@ -309,6 +317,9 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
             "--advertise",
             "--label",
             "--fleet-token-file",
+            "--tls-cert",
+            "--tls-key",
+            "--fleet-ca",
         ),
     ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),

@@ -80,6 +80,9 @@ class Invocation:
         self.advertise: str | None = None  # serve --advertise URL
         self.labels: list[tuple[str, str]] = []  # serve --label KEY=VALUE (repeatable)
         self.fleet_token_file: str | None = None  # serve --fleet-token-file PATH
+        self.tls_cert: str | None = None  # serve --tls-cert FILE
+        self.tls_key: str | None = None  # serve --tls-key FILE
+        self.fleet_ca: str | None = None  # serve --router --fleet-ca FILE
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
@@ -267,7 +270,15 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.close_on_exit = True
     elif flag == "--router":
         inv.router = True
-    elif flag in ("--fleet-index", "--host-id", "--advertise", "--fleet-token-file"):
+    elif flag in (
+        "--fleet-index",
+        "--host-id",
+        "--advertise",
+        "--fleet-token-file",
+        "--tls-cert",
+        "--tls-key",
+        "--fleet-ca",
+    ):
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
         setattr(inv, flag[2:].replace("-", "_"), value)

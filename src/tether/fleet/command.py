@@ -4,7 +4,9 @@
 serves as a host of the fleet (the gateway, plus :class:`tether.fleet.host.FleetHost`);
 ``tether serve --router --fleet-index DSN`` serves as a router. Both need the fleet
 credential (``--fleet-token-file`` or ``TETHER_FLEET_TOKEN``): a host accepts only it, so
-users reach hosts through routers, which check the users' own token.
+users reach hosts through routers, which check the users' own token. A host given
+``--tls-cert``/``--tls-key`` serves HTTPS and advertises ``https://``; a router reaches
+such hosts verifying their certificates against ``--fleet-ca`` (:mod:`tether.serve.tls`).
 
 The DSN may carry a password: ``TETHER_FLEET_INDEX`` keeps it off the command line
 (where any process of the same user can read it in ``/proc``).
@@ -16,6 +18,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,6 +43,8 @@ class FleetArgs:
 def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | None:
     """The fleet flags of a ``serve`` call, checked; None for a single-host gateway."""
     dsn = inv.fleet_index or env.get("TETHER_FLEET_INDEX") or None
+    if inv.fleet_ca and not inv.router:
+        raise UsageError("--fleet-ca is a router's flag: the CA it trusts hosts' certificates by")
     host_only = [
         flag
         for flag, given in (
@@ -102,11 +107,16 @@ def run_router(
     user_token: str,
     announce: Callable[[], None] = lambda: None,
     config: dict[str, Any] | None = None,
+    *,
+    host_tls: ssl.SSLContext | None = None,
+    own_tls: ssl.SSLContext | None = None,
 ) -> int:
     """Serve as a router on a bound socket until SIGTERM or SIGINT.
 
     ``config``: the router's configuration, whose ``[sessions] visibility`` and
     ``[agentToAgent]`` decide what requesters asserted by hosts may reach.
+    ``host_tls`` opens connections to ``https://`` hosts (:mod:`tether.serve.tls`);
+    ``own_tls``, when given, makes the router's own listener HTTPS.
     """
     from tether.access import policy
     from tether.fleet.router import Router, RouterSettings, serve_router
@@ -115,7 +125,8 @@ def run_router(
     router = Router(
         RouterSettings(
             dsn=args.dsn, token=user_token, fleet_token=args.token, visibility=level, a2a=a2a
-        )
+        ),
+        host_tls=host_tls,
     )
     router.start()  # reads the host table once
     if not router.table.index_up:
@@ -131,7 +142,7 @@ def run_router(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)
-        await serve_router(router, sock, stop)
+        await serve_router(router, sock, stop, tls=own_tls)
 
     try:
         try:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import json
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 import httptools
 
 from tether.fleet import http1
-from tether.fleet.relay import ClientLink, exchange
+from tether.fleet.relay import ClientLink, Endpoint, exchange
 
 if TYPE_CHECKING:
     from tether.fleet.router import Router
@@ -59,7 +58,7 @@ async def call_host(
 ) -> tuple[int, Any]:
     """One JSON request from the router itself to a host; (status, JSON answer)."""
     payload = b"" if body is None else json.dumps(body, separators=(",", ":")).encode()
-    url = urlsplit(host.url)
+    at = Endpoint.of(host.url)
     head = http1.RequestHead(method, path.encode(), [(b"content-type", b"application/json")])
     headers: list[http1.Header] = [(b"content-length", str(len(payload)).encode()), *extra]
     if router.fleet_auth is not None:
@@ -71,12 +70,13 @@ async def call_host(
 
     await exchange(
         router.pool,
-        url.hostname or "127.0.0.1",
-        url.port or 80,
-        http1.encode_request_head(head, url.netloc.encode(), headers),
+        at.host,
+        at.port,
+        http1.encode_request_head(head, at.netloc, headers),
         once(),
         out,  # type: ignore[arg-type]
         first_byte_timeout=router.settings.first_byte_timeout_s,
         link=ClientLink(),
+        tls=at.tls,
     )
     return _parse(bytes(out.data))

@@ -34,6 +34,7 @@ class HostTable:
         # Hosts that refused a connection (monotonic time): a dead process is known at
         # once, not a heartbeat TTL later. Cleared by the next answer or after the TTL.
         self._refused: dict[str, float] = {}
+        self._refused_why: dict[str, str] = {}
         self.refused_ttl_s = 5.0
 
     def start(self) -> None:
@@ -77,12 +78,17 @@ class HostTable:
         while not self._stop.wait(self._refresh_s):
             self.refresh()
 
-    def mark_refused(self, host_id: str) -> None:
+    def mark_refused(self, host_id: str, why: str = "") -> None:
         self._refused[host_id] = time.monotonic()
+        self._refused_why[host_id] = why
 
     def mark_answered(self, host_id: str) -> None:
         if self._refused:
             self._refused.pop(host_id, None)
+
+    def refused_why(self, host_id: str) -> str:
+        """What the last refusal of ``host_id`` said (a TLS failure names its reason)."""
+        return self._refused_why.get(host_id, "") if host_id in self._refused else ""
 
     def refused(self, host_id: str) -> float | None:
         """Seconds since ``host_id`` refused a connection, if it did within the TTL."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
@@ -144,9 +145,12 @@ async def serve_listener(
     handle: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
     sock: Any,
     stop: asyncio.Event,
+    *,
+    tls: ssl.SSLContext | None = None,
 ) -> None:
-    """Serve ``handle`` on an already bound listening socket (TCP or Unix) until ``stop``
-    is set; then end every open connection and wait (bounded) for their handlers."""
+    """Serve ``handle`` on an already bound listening socket (TCP or Unix; HTTPS with
+    ``tls``) until ``stop`` is set; then end every open connection and wait (bounded)
+    for their handlers."""
     handlers: set[asyncio.Task[None]] = set()
 
     async def each(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -165,7 +169,7 @@ async def serve_listener(
     if sock.family == socket.AF_UNIX:
         server = await asyncio.start_unix_server(each, sock=sock, limit=HEAD_MAX)
     else:
-        server = await asyncio.start_server(each, sock=sock, limit=HEAD_MAX)
+        server = await asyncio.start_server(each, sock=sock, limit=HEAD_MAX, ssl=tls)
     try:
         await stop.wait()
     finally:

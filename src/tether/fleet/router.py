@@ -20,17 +20,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from tether.errors import FleetError
 from tether.fleet import http1, router_access
 from tether.fleet.delegation import ASSERTION_HEADER
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
-from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
+from tether.fleet.relay import (
+    ClientLink,
+    Endpoint,
+    HostConnections,
+    HostRefused,
+    HostSilent,
+    exchange,
+)
 from tether.fleet.requests import RequestBody as _RequestBody
 from tether.fleet.requests import once as _once
 from tether.fleet.requests import serve_connection, serve_listener
@@ -59,11 +66,12 @@ class RouterSettings:
 
 
 class Router:
-    def __init__(self, settings: RouterSettings) -> None:
+    def __init__(self, settings: RouterSettings, host_tls: ssl.SSLContext | None = None) -> None:
         self.settings = settings
         self.table = HostTable(lambda: FleetIndex.connect(settings.dsn), settings.refresh_s)
         self.table.refused_ttl_s = settings.ttl_s
-        self.pool = HostConnections(settings.connect_timeout_s)
+        # https:// hosts are reached with host_tls (tether.serve.tls.fleet_client_context)
+        self.pool = HostConnections(settings.connect_timeout_s, host_tls)
         self.fleet_auth = (
             b"Bearer " + settings.fleet_token.encode() if settings.fleet_token else None
         )
@@ -200,13 +208,14 @@ class Router:
     async def probe(self, host: HostRow) -> str | None:
         """Whether a host that looks alive in the index accepts a connection; a refusal
         is remembered (:meth:`HostTable.mark_refused`) and said."""
-        url = urlsplit(host.url)
+        at = Endpoint.of(host.url)
         try:
             async with asyncio.timeout(self.settings.connect_timeout_s):
-                _reader, writer = await asyncio.open_connection(url.hostname, url.port or 80)
+                _reader, writer = await asyncio.open_connection(at.host, at.port)
         except (OSError, TimeoutError) as e:
-            self.table.mark_refused(host.host_id)
-            return f"host {host.host_id} refuses connections ({str(e) or 'timed out'})"
+            why = f"host {host.host_id} refuses connections ({str(e) or 'timed out'})"
+            self.table.mark_refused(host.host_id, why)
+            return why
         writer.close()
         with contextlib.suppress(OSError, ConnectionError):
             await writer.wait_closed()
@@ -215,7 +224,10 @@ class Router:
     def unavailable_reason(self, host: HostRow) -> str | None:
         refused = self.table.refused(host.host_id)
         if refused is not None:
-            return f"host {host.host_id} refused a connection {refused:.1f} s ago"
+            why = self.table.refused_why(host.host_id)
+            return f"host {host.host_id} refused a connection {refused:.1f} s ago" + (
+                f" ({why})" if why else ""
+            )
         if host.state == "down":
             return f"host {host.host_id} is down ({host.down_reason or 'fenced'})"
         age = self.table.age(host)
@@ -280,11 +292,11 @@ class Router:
         bytes the router made itself. Returns whether the client's connection serves on,
         and the status the client was answered (the host's, or the router's own).
         """
-        url = urlsplit(host.url)
-        address, port = url.hostname or "127.0.0.1", url.port or 80
+        at = Endpoint.of(host.url)
+        address, port = at.host, at.port
         headers = [(b"authorization", self.fleet_auth)] if self.fleet_auth else []
         headers += [(b"x-tether-router", b"1"), *extra]
-        request = http1.encode_request_head(head, url.netloc.encode(), headers)
+        request = http1.encode_request_head(head, at.netloc, headers)
 
         async def on_lost(_last: int | None) -> dict[str, Any]:
             durable = None if sid is None else await asyncio.to_thread(self.table.durable_seq, sid)
@@ -295,11 +307,11 @@ class Router:
             outcome = await exchange(
                 self.pool, address, port, request, parts, out,
                 first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
-                link=link, still_up=lambda: self._still_up(host.host_id),
+                link=link, still_up=lambda: self._still_up(host.host_id), tls=at.tls,
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
-            self.table.mark_refused(host.host_id)
+            self.table.mark_refused(host.host_id, str(e))
             if isinstance(body, _RequestBody):
                 await body.drain()
             answer = (
@@ -371,10 +383,13 @@ class Router:
                 "hosts": len(hosts), "hostsAvailable": up}  # fmt: skip
 
 
-async def serve_router(router: Router, sock: Any, stop: asyncio.Event) -> None:
-    """Serve on an already bound listening socket until ``stop`` is set; then end every
-    open connection (relayed streams included) and close the pooled host connections."""
+async def serve_router(
+    router: Router, sock: Any, stop: asyncio.Event, *, tls: ssl.SSLContext | None = None
+) -> None:
+    """Serve on an already bound listening socket (HTTPS with ``tls``) until ``stop`` is
+    set; then end every open connection (relayed streams included) and close the pooled
+    host connections."""
     try:
-        await serve_listener(router.handle, sock, stop)
+        await serve_listener(router.handle, sock, stop, tls=tls)
     finally:
         await router.pool.aclose()

@@ -122,6 +122,8 @@ class AuthMiddleware:
 
     A refused Host is a 400 ``HOST_NOT_ALLOWED`` before anything else is looked at.
     A 401 says only "Unauthorized": no hint whether a token was missing or wrong.
+    A WebSocket (no route takes one today) gets the same check, refused by closing
+    before it is accepted: no kind of request reaches a route without the token.
     """
 
     def __init__(self, app: ASGIApp, gateway: Gateway) -> None:
@@ -129,6 +131,15 @@ class AuthMiddleware:
         self.gateway = gateway
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            host_ok = self.gateway.hosts is None or self.gateway.hosts.allows(
+                _header(scope, b"host")
+            )
+            if host_ok and authorized(_header(scope, b"authorization"), self.gateway.token):
+                await self.app(scope, receive, send)
+            else:
+                await send({"type": "websocket.close", "code": 1008})  # policy violation
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

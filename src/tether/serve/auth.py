@@ -4,8 +4,8 @@ A token is always required. Unless one is given (``--token``), the gateway uses 
 stored in ``TETHER_HOME/serve-token`` and creates it (0600, 256 random bits) on first
 start; two gateways on one home share it. Binding an address that is not loopback
 without an explicit token is refused: a token nobody chose, generated on a machine
-someone reaches over the network, is too easy to forget about. TLS is a reverse
-proxy's job (the README says so).
+someone reaches over the network, is too easy to forget about. TLS is a choice per
+deployment: ``--tls-cert``/``--tls-key`` (:mod:`tether.serve.tls`) or a reverse proxy.
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def choose_token(given: str | None, host: str | None) -> tuple[str, str | None]:
     if host is not None and not is_loopback(host):
         raise UsageError(
             f"--host {host} is not a loopback address: give an explicit --token"
-            " (and put TLS in front with a reverse proxy)"
+            " (and serve TLS: --tls-cert/--tls-key, or a reverse proxy in front)"
         )
     return load_or_create_token(), token_path()
 

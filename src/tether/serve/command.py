@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from tether.errors import UsageError
-from tether.serve import auth
+from tether.serve import auth, tls
 from tether.serve.hosts import host_rule
 
 DEFAULT_HOST = "127.0.0.1"
@@ -70,12 +70,12 @@ def _bind_unix(path: str) -> socket.socket:
     return sock
 
 
-def _url(sock: socket.socket) -> str:
+def _url(sock: socket.socket, *, https: bool = False) -> str:
     if sock.family == socket.AF_UNIX:
         return f"unix:{sock.getsockname()}"
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    return f"http://{shown}:{port}"
+    return f"{'https' if https else 'http'}://{shown}:{port}"
 
 
 def _ring_entries() -> int:
@@ -119,6 +119,7 @@ def run_serve(ctx: Any) -> int:
     from tether.serve.stream import HEARTBEAT_S
 
     fleet = fleet_args(inv)
+    tls_files = tls.server_files(inv, ctx.config)  # loaded now: a bad pair is said first
     host = inv.host or DEFAULT_HOST
     if fleet is not None and not fleet.router:
         # A fleet host answers only the fleet credential: users come through routers.
@@ -130,15 +131,21 @@ def run_serve(ctx: Any) -> int:
     if fleet is not None and fleet.router:
         from tether.fleet.command import run_router
 
+        host_tls = tls.fleet_client_context(tls.fleet_ca_file(inv, ctx.config))
         sock = _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
-        url = _url(sock)
+        url = _url(sock, https=tls_files is not None)
         return run_router(
             sock,
             fleet,
             token,
             announce=lambda: _announce(ctx, url, None, token_file, token, role="router"),
             config=ctx.config,
+            host_tls=host_tls,
+            own_tls=None if tls_files is None else tls.server_context(tls_files),
         )
+    advertise = None if fleet is None else fleet.advertise
+    if tls_files is not None and advertise and not advertise.startswith("https://"):
+        raise UsageError(f"--advertise {advertise}: this host serves HTTPS (--tls-cert)")
     allowed = _allowed_hosts(inv, ctx.config)
     host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
     sock = (
@@ -165,6 +172,8 @@ def run_serve(ctx: Any) -> int:
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=GRACE_S,
+        ssl_certfile=None if tls_files is None else tls_files.cert,
+        ssl_keyfile=None if tls_files is None else tls_files.key,
     )
 
     unix_path = os.path.abspath(inv.unix) if inv.unix else None
@@ -199,7 +208,7 @@ def run_serve(ctx: Any) -> int:
                     loop.call_soon_threadsafe(gateway.stop)
             super().handle_exit(sig, frame)
 
-    url = _url(sock)
+    url = _url(sock, https=tls_files is not None)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
     fleet_host = None
     if fleet is not None:
