@@ -207,19 +207,24 @@ def error_from_wire(wire: dict[str, Any]) -> TetherError:
 
     Also an HTTP problem document (RFC 9457) of a gateway or a router
     (:mod:`tether.serve.problems`): its ``title`` names the class, its ``detail`` is the
-    message. A problem with no Tether error behind it (``type`` ``about:blank``: a 401,
-    an unknown route) becomes the class its ``status`` says (:data:`_BY_STATUS`): a
-    refused token is :class:`PermissionDenied` (``detail_code`` ``UNAUTHORIZED``).
+    message. Else (a fleet router's own problems) its ``code`` may name a class's detail
+    code (``HOST_UNAVAILABLE``, ``NO_SESSION``). A problem with none of these (``type``
+    ``about:blank``: a 401, an unknown route) becomes the class its ``status`` says
+    (:data:`_BY_STATUS`): a refused token is :class:`PermissionDenied` (``detail_code``
+    ``UNAUTHORIZED``).
     """
     cls = _BY_NAME.get(str(wire.get("type", "")))
     message = wire.get("message")
     detail_code = wire.get("detailCode")
     status = wire.get("status")
     if cls is None and isinstance(status, int) and "title" in wire:  # a problem document
-        title = str(wire.get("title", ""))
+        title, detail = str(wire.get("title", "")), wire.get("detail")
         cls = _BY_NAME.get(title)
+        said_code = detail_code or wire.get("code")  # a router's problems: ``code``
+        if cls is None and isinstance(said_code, str):
+            cls = _BY_DETAIL_CODE.get(said_code)
+            detail_code = said_code
         if message is None:
-            detail = wire.get("detail")
             said = f": {detail}" if detail else ""
             message = detail if cls is not None else f"HTTP {status} {title}{said}"
         if cls is None:
@@ -720,4 +725,12 @@ _BY_STATUS: dict[int, tuple[type[TetherError], str | None]] = {
     405: (UsageError, "METHOD_NOT_ALLOWED"),
     429: (QueueOverloaded, None),
     504: (TetherTimeout, None),
+}
+# A problem's detail code -> the class that defines it (a fleet router's problems carry
+# only ``code``). Request-validation codes (UsageError's: ``BAD_VALUE``...) name no one
+# class: their status makes them a UsageError with that code.
+_BY_DETAIL_CODE: dict[str, type[TetherError]] = {
+    c.__dict__["default_detail_code"]: c
+    for c in _all_subclasses(TetherError)
+    if "default_detail_code" in c.__dict__ and not issubclass(c, UsageError)
 }

@@ -58,6 +58,27 @@ def test_a_plain_problem_is_the_class_its_status_says(
     assert str(status) in back.message
 
 
+@pytest.mark.parametrize(
+    ("status", "code", "cls"),
+    [
+        pytest.param(503, "HOST_UNAVAILABLE", errors.HostUnavailable, id="host-unavailable"),
+        pytest.param(503, "INDEX_UNAVAILABLE", errors.IndexUnavailable, id="index-unavailable"),
+        pytest.param(404, "NO_SESSION", errors.NoSession, id="no-session"),
+        pytest.param(401, "UNAUTHORIZED", errors.PermissionDenied, id="unauthorized"),
+        pytest.param(422, "BAD_VALUE", errors.UsageError, id="bad-value"),
+    ],
+)
+def test_a_routers_problem_is_the_class_its_code_names(
+    status: int, code: str, cls: type[errors.TetherError]
+) -> None:
+    """A fleet router's own problems carry a detail code in ``code`` (no class name):
+    it names the class where one defines it, else the status decides."""
+    doc = {"type": "about:blank", "title": "t", "status": status, "detail": "d", "code": code}
+    back = errors.error_from_wire(doc)
+    assert type(back) is cls
+    assert back.detail_code == code
+
+
 def test_the_ipc_form_is_unchanged() -> None:
     """An IPC error (``type`` the class name) is read as before, ``status`` or not."""
     wire = errors.NoSession("gone", session_key="k").to_wire()
