@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tests.integration._serve import spawn_gateway
+from tests.integration._serve import mock_with_modes_config, spawn_gateway
 
 import tether
-from tether.errors import AlreadyAnswered, NoSession, PermissionDenied, PromptTimeout
+from tether.errors import (
+    AgentRequestError,
+    AlreadyAnswered,
+    NoSession,
+    PermissionDenied,
+    PromptTimeout,
+)
 
 pytestmark = pytest.mark.integration
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
@@ -301,6 +308,31 @@ def test_session_records_have_the_same_shape(make_client: MakeClient, project_di
                 (item,) = await client.sessions()
                 assert set(item) == {"key", "name", "agent", "cwd", "state"}
                 assert item["cwd"] == session.cwd == cwd
+            finally:
+                await session.close()
+
+    asyncio.run(main())
+
+
+def test_modes_and_config_options(
+    make_client: MakeClient, tether_home: Path, project_dir: Path
+) -> None:
+    """``set_mode`` and ``set_config_option`` reach the agent; a mode it refuses is
+    AgentRequestError, both ways."""
+    mock_with_modes_config(tether_home)  # the config agent ``mockx``, for the gateway
+    argv = [sys.executable, "-m", "tether.testing.mock_agent", "--modes", "--config-options"]
+
+    async def main() -> None:
+        async with make_client() as client:
+            agent = "mockx" if client.url else argv  # a gateway starts named agents only
+            session = await client.ensure_session(agent, cwd=project_dir)
+            try:
+                await session.set_mode("plan")
+                result = await session.set_config_option("model", "mock-large")
+                options = result.get("configOptions", [])
+                assert any(o.get("currentValue") == "mock-large" for o in options)
+                with pytest.raises(AgentRequestError):
+                    await session.set_mode("no-such-mode")
             finally:
                 await session.close()
 
