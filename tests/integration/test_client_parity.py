@@ -337,3 +337,50 @@ def test_modes_and_config_options(
                 await session.close()
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("control", [False, True], ids=["plain", "control"])
+def test_a_closed_session_is_not_prompted(
+    make_client: MakeClient, project_dir: Path, control: bool
+) -> None:
+    """Prompting a session that was closed raises NoSession both ways, controlling or
+    not, and does not bring it back."""
+
+    async def main() -> None:
+        async with make_client() as client:
+            session = await client.ensure_session("mock", cwd=project_dir)
+            assert (await session.close())["survivors"] == []
+            with pytest.raises(NoSession):
+                async for _event in session.prompt("echo no", control=control):
+                    pass
+            assert (await session.status())["status"] == "closed"
+
+    asyncio.run(main())
+
+
+def test_a_controlling_prompt_after_the_idle_owner_left(
+    make_client: MakeClient, project_dir: Path
+) -> None:
+    """Once the session's owner retired on its idle TTL, a controlling prompt starts a
+    new one and still gets the agent's question to answer (it is not decided by the
+    policy before the controller attached)."""
+
+    async def main() -> None:
+        async with make_client(ttl=0.3) as client:
+            session = await client.ensure_session("mock", cwd=project_dir)
+            try:
+                for _ in range(1500):  # until the owner left (bounded)
+                    if (await session.status())["ownerPid"] is None:
+                        break
+                    await asyncio.sleep(0.02)
+                assert (await session.status())["ownerPid"] is None
+                events: list[tether.Event] = []
+                async for event in session.prompt("tool edit x", control=True):
+                    events.append(event)
+                    if isinstance(event, tether.PermissionRequested):
+                        await event.answer("allow")
+                assert chunks(events) == ["permission: allowed"]
+            finally:
+                await session.close()
+
+    asyncio.run(main())

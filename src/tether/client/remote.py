@@ -264,7 +264,9 @@ class RemoteBackend:
         deadline = time.monotonic() + ATTACH_S
         while time.monotonic() < deadline:
             status = (await self.call("GET", path)).get("status") or {}
-            if "attached" not in status and not ensured:  # no live owner
+            if status.get("status") in ("closed", "no-session"):
+                return  # the prompt says so, as the tree's class
+            if status.get("ownerPid") is None and not ensured:  # no live owner
                 ensured = True
                 body = {"agent": session.agent, "cwd": session.cwd, "name": session.name}
                 await self.call("POST", "/v1/sessions", json=body)
