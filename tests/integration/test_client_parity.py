@@ -20,6 +20,7 @@ from tether.errors import (
     NoSession,
     PermissionDenied,
     PromptTimeout,
+    ResourceError,
 )
 
 pytestmark = pytest.mark.integration
@@ -256,8 +257,9 @@ def test_terminate_is_idempotent(make_client: MakeClient, project_dir: Path) -> 
 
 
 def test_errors_are_the_same_classes(make_client: MakeClient, project_dir: Path) -> None:
-    """An unknown session is NoSession (exit 4) and a turn past its timeout PromptTimeout
-    (exit 3), whichever way the client reaches Tether."""
+    """An unknown session is NoSession (exit 4), a turn past its timeout PromptTimeout
+    (exit 3) and an agent dying mid-turn a ResourceError, whichever way the client reaches
+    Tether."""
 
     async def main() -> None:
         async with make_client() as client:
@@ -273,6 +275,8 @@ def test_errors_are_the_same_classes(make_client: MakeClient, project_dir: Path)
                     await session.run("sleep 20000", timeout=0.5)
                 assert timed.value.exit_code == 3
                 assert await session.run("echo after") == ("after", "end_turn")
+                with pytest.raises(ResourceError):  # the agent's connection, gone
+                    await session.run("crash 3")
             finally:
                 await session.close()
 

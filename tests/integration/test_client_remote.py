@@ -147,6 +147,37 @@ def test_a_cut_event_stream_resumes_without_gap_or_duplicate(
     asyncio.run(main())
 
 
+def test_a_reader_that_falls_behind_the_gateway_still_gets_every_event(
+    open_gateway: Gateway, project_dir: Path
+) -> None:
+    """A prompt's reader that stops until the whole turn is over falls behind the
+    gateway's ring (``lagged``); the stream resumes from the journal: every chunk once,
+    in order, then TurnEnded."""
+
+    async def main() -> None:
+        async with tether.Client(url=open_gateway.url, token=open_gateway.token) as client:
+            session = await client.ensure_session("mock", cwd=project_dir)
+            try:
+                events: list[tether.Event] = []
+                async for event in session.prompt("stream 30000"):
+                    if not events:  # stop reading until the turn is over
+                        for _ in range(1500):
+                            history = await session.history()
+                            if history and history[-1].get("stopReason"):
+                                break
+                            await asyncio.sleep(0.05)
+                    events.append(event)
+                texts = [e.text for e in events if isinstance(e, tether.AgentMessageChunk)]
+                assert texts == [f"chunk {i}\n" for i in range(30000)]
+                assert isinstance(events[-1], tether.TurnEnded)
+                metrics = open_gateway.http.get("/metrics").text
+                assert "tether_serve_sse_lagged_total 0" not in metrics  # it did lag
+            finally:
+                await session.close()
+
+    asyncio.run(main())
+
+
 def test_a_unix_socket_url(tether_home: Path, project_dir: Path) -> None:
     """``unix:/abs/path.sock`` reaches a gateway listening on that socket."""
     with tempfile.TemporaryDirectory(prefix="tt-", dir="/tmp") as short:
