@@ -203,16 +203,48 @@ class TetherError(Exception):
 
 
 def error_from_wire(wire: dict[str, Any]) -> TetherError:
-    """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``."""
-    cls = _BY_NAME.get(str(wire.get("type", "")), TetherError)
+    """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``.
+
+    Also an HTTP problem document (RFC 9457) of a gateway or a router
+    (:mod:`tether.serve.problems`): its ``title`` names the class, its ``detail`` is the
+    message. Else (a fleet router's own problems) its ``code`` may name a class's detail
+    code (``HOST_UNAVAILABLE``, ``NO_SESSION``). A problem with none of these (``type``
+    ``about:blank``: a 401, an unknown route) becomes the class its ``status`` says
+    (:data:`_BY_STATUS`): a refused token is :class:`PermissionDenied` (``detail_code``
+    ``UNAUTHORIZED``).
+    """
+    cls = _BY_NAME.get(str(wire.get("type", "")))
+    message = wire.get("message")
+    detail_code = wire.get("detailCode")
+    status = wire.get("status")
+    if cls is None and isinstance(status, int) and "title" in wire:  # a problem document
+        title, detail = str(wire.get("title", "")), wire.get("detail")
+        cls = _BY_NAME.get(title)
+        said_code = detail_code or wire.get("code")  # a router's problems: ``code``
+        if cls is None and isinstance(said_code, str):
+            cls = _BY_DETAIL_CODE.get(said_code)
+            detail_code = said_code
+        if message is None:
+            said = f": {detail}" if detail else ""
+            message = detail if cls is not None else f"HTTP {status} {title}{said}"
+        if cls is None:
+            cls, plain_code = _by_status(status)
+            detail_code = detail_code or plain_code
     fields = wire.get("fields")
-    return cls(
-        str(wire.get("message", "")),
-        detail_code=wire.get("detailCode"),
+    return (cls or TetherError)(
+        str(message or ""),
+        detail_code=detail_code,
         origin=wire.get("origin"),
         acp=wire.get("acp") if isinstance(wire.get("acp"), dict) else None,
         **(fields if isinstance(fields, dict) else {}),
     )
+
+
+def _by_status(status: int) -> tuple[type[TetherError], str | None]:
+    """The class (and detail code) of an HTTP problem that names no Tether error."""
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    return (UsageError, f"HTTP_{status}") if 400 <= status < 500 else (TetherError, None)
 
 
 # --- protocol -------------------------------------------------------------------
@@ -684,3 +716,21 @@ def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:
 
 
 _BY_NAME: dict[str, type[TetherError]] = {c.__name__: c for c in _all_subclasses(TetherError)}
+# HTTP statuses of problems with no Tether error behind them (the gateway's 401, a
+# proxy's 502...): the class a caller of a remote Tether gets, and its detail code.
+_BY_STATUS: dict[int, tuple[type[TetherError], str | None]] = {
+    401: (PermissionDenied, "UNAUTHORIZED"),
+    403: (PermissionDenied, "FORBIDDEN"),
+    404: (UsageError, "NOT_FOUND"),
+    405: (UsageError, "METHOD_NOT_ALLOWED"),
+    429: (QueueOverloaded, None),
+    504: (TetherTimeout, None),
+}
+# A problem's detail code -> the class that defines it (a fleet router's problems carry
+# only ``code``). Request-validation codes (UsageError's: ``BAD_VALUE``...) name no one
+# class: their status makes them a UsageError with that code.
+_BY_DETAIL_CODE: dict[str, type[TetherError]] = {
+    c.__dict__["default_detail_code"]: c
+    for c in _all_subclasses(TetherError)
+    if "default_detail_code" in c.__dict__ and not issubclass(c, UsageError)
+}

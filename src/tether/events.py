@@ -31,6 +31,7 @@ __all__ = [
     "UsageUpdate",
     "event_from_entry",
     "event_from_frame",
+    "question_from_entry",
     "question_from_frame",
 ]
 
@@ -246,6 +247,23 @@ def question_from_frame(frame: dict[str, Any], answerer: Answerer | None) -> Eve
         raw_input=tool.get("rawInput"),
         options=tuple(o for o in options if isinstance(o, dict)),
     )
+
+
+def question_from_entry(entry: dict[str, Any], answerer: Answerer | None) -> Event | None:
+    """A journal's ``interaction_opened`` / ``interaction_resolved`` entry as the typed
+    event :func:`question_from_frame` makes of the owner's frame (``seq`` set)."""
+    kind = entry.get("kind")
+    if kind not in ("interaction_opened", "interaction_resolved"):
+        return None
+    body = {k: v for k, v in entry.items() if k not in ("seq", "at", "kind", "requestId")}
+    frame_type = "interaction" if kind == "interaction_opened" else "interaction_resolved"
+    event = question_from_frame({"type": frame_type, "interaction": body}, answerer)
+    seq = entry.get("seq")
+    if event is None or not isinstance(seq, int):
+        return event
+    import dataclasses
+
+    return dataclasses.replace(event, raw=entry, seq=seq)
 
 
 def _text(content: Any) -> str:

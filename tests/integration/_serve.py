@@ -110,13 +110,15 @@ def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, Any]]:
 def spawn_gateway(
     home: Path, *args: str, env: dict[str, str] | None = None, pidns: bool = False
 ) -> Gateway:
-    """Start ``tether serve`` on a free port of ``home``; wait for its announcement.
+    """Start ``tether serve`` on a free port of ``home`` (or ``--unix PATH`` when given);
+    wait for its announcement.
 
     ``pidns``: in a pid namespace of its own (``tests/fleet/_pidns.py``); ``proc`` is then
     the host process as seen from here, not a ``Popen``."""
     full_env = {**python_env(), "TETHER_HOME": str(home), **(env or {})}
+    port = [] if "--unix" in args else ["--port", "0"]  # a socket path, or a free port
     err_path = home / "serve-starting.err"
-    argv = [sys.executable, "-m", "tether", "serve", "--port", "0", "--format", "json", *args]
+    argv = [sys.executable, "-m", "tether", "serve", *port, "--format", "json", *args]
     if pidns:
         from tests.fleet import _pidns
 

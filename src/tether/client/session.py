@@ -1,4 +1,5 @@
-"""A library :class:`Session`: its turns, controls and journal, through its warm owner."""
+"""A library :class:`Session`: its turns, controls and journal, through its client's
+backend (:mod:`tether.client.backend`): the local owners, or a remote Tether."""
 
 from __future__ import annotations
 
@@ -6,22 +7,12 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from tether import _aio, operations, sessions
-from tether.client.connection import AsyncOwnerConnection
-from tether.client.watch import watch_journal
-from tether.errors import AlreadyAnswered, error_from_wire
-from tether.events import (
-    AgentMessageChunk,
-    Event,
-    Question,
-    SessionEnded,
-    TurnEnded,
-    event_from_frame,
-    question_from_frame,
-)
-from tether.journal.turn_rest import TurnRest
+from tether import _aio
+from tether.client.backend import SessionRef
+from tether.errors import AlreadyAnswered
+from tether.events import AgentMessageChunk, Event, Question, TurnEnded
 
 if TYPE_CHECKING:
     from tether.client import Client
@@ -33,10 +24,6 @@ __all__ = ["QuestionHandler", "Session"]
 # ``accept``/``decline``/``cancel``), a dict (an elicitation form accepted with this
 # content), or None (leave it to other controllers, the deadline or the policy).
 QuestionHandler = Callable[[Question], Awaitable["str | dict[str, Any] | None"]]
-
-
-CANCEL_SETTLE_S = 3.0
-R = TypeVar("R")
 
 
 class Session:
@@ -55,11 +42,9 @@ class Session:
     def __repr__(self) -> str:
         return f"Session(agent={self.agent!r}, cwd={self.cwd!r}, name={self.name!r})"
 
-    async def _connect(self, deadline: float | None = None) -> AsyncOwnerConnection:
-        return await self._client._connect_or_start(self.key, deadline)
-
-    async def _op(self, fn: Callable[..., R], *args: Any) -> R:
-        return await self._client._op(fn, *args)
+    @property
+    def _ref(self) -> SessionRef:
+        return SessionRef(self.key, self.name, self.agent, self.cwd, self._scope)
 
     async def prompt(
         self,
@@ -98,88 +83,23 @@ class Session:
         blocks = [{"type": "text", "text": text}] if isinstance(text, str) else list(text)
         # The timeout bounds the whole call: reaching (or starting) the owner counts too.
         deadline = time.monotonic() + timeout if timeout is not None else None
-        conn = await self._connect(deadline)
-        deadline_ms = (
-            None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
-        )
         handler = on_question or self._client.on_question
         controlling = control if control is not None else handler is not None
-        rid = ""
-        finished = False
         handlers: set[asyncio.Task[None]] = set()
+        turn = self._client._backend.turn(
+            self._ref, blocks, deadline=deadline, control=controlling, answerer=self._answerer
+        )
         try:
-            rid = await conn.send(
-                "prompt",
-                {
-                    "prompt": blocks,
-                    "wait": True,
-                    "client": "library",
-                    **({"control": True} if controlling else {}),
-                    **(
-                        {"permissionMode": self._client.permissions}
-                        if self._client.permissions
-                        else {}
-                    ),
-                },
-                deadline_ms,
-            )
-            journaled = conn.hello.get("journalSeq")
-            seen = journaled if isinstance(journaled, int) else 0  # see `lagged` below
-            async for frame in conn.frames(rid):
-                kind = frame.get("type")
-                if kind == "update" and isinstance(seq := frame.get("seq"), int):
-                    seen = max(seen, seq)
-                if kind == "update" and frame.get("direction") == "in":
-                    acp = frame.get("frame")
-                    event = event_from_frame(acp) if isinstance(acp, dict) else None
-                    if event is not None:
-                        yield event
-                elif kind == "lagged":
-                    # We read too slowly and the owner let go of us; the turn goes on and
-                    # its frames are all journaled: the rest of it comes from there.
-                    last = frame.get("lastSeq")
-                    rest = TurnRest(self.key, rid, max(seen, last or 0), follow=True)
-                    async for _seq, acp in rest.frames():
-                        if (event := event_from_frame(acp)) is not None:
-                            yield event
-                    stop_reason = rest.stop_reason()  # or the turn's error, raised
-                    finished = True
-                    yield TurnEnded(raw=frame, stop_reason=stop_reason)
-                elif kind in ("interaction", "interaction_resolved"):
-                    question = question_from_frame(frame, self._answerer)
-                    if question is None:
-                        continue
-                    if handler is not None and isinstance(question, Question):
-                        _aio.spawn(self._ask(handler, question), keep=handlers)
-                    yield question
-                elif kind == "session_ended":
-                    ev = frame.get("event") or {}
-                    yield SessionEnded(
-                        raw=frame,
-                        reason=str(ev.get("reason", "")),
-                        terminated_by=str(ev.get("terminatedBy", "")),
-                        message=str(ev.get("message", "")),
-                        exit_code=ev.get("exitCode"),
-                    )
-                elif kind == "error":
-                    finished = True
-                    raise error_from_wire(frame.get("error") or {})
-                elif kind == "result":
-                    finished = True
-                    result = frame.get("result") or {}
-                    yield TurnEnded(
-                        raw=frame,
-                        stop_reason=str(result.get("stopReason", "")),
-                        permission_denied=int(result.get("permissionDenied") or 0),
-                    )
+            async for event in turn:
+                if handler is not None and isinstance(event, Question):
+                    _aio.spawn(self._ask(handler, event), keep=handlers)
+                yield event
         finally:
             for task in list(handlers):
                 task.cancel()
-            if rid and not finished:
-                # The consumer left early (cancelled, or broke out of the loop): cancel
-                # this turn, never leave it running for nobody.
-                await _aio.cleanup(self._cancel_request(rid), what="cancel")
-            await asyncio.shield(conn.aclose())
+            # Closing the turn early (cancelled, or the loop left) cancels it: the
+            # backend's side of this method's cancellation contract.
+            await turn.aclose()
 
     async def _answerer(
         self, interaction_id: str, answer: str, content: dict[str, Any] | None
@@ -207,14 +127,7 @@ class Session:
             UnknownInteraction: no such question is open in this session.
             UsageError: the answer names nothing the agent offered.
         """
-        return await self._client._op(
-            operations.answer, self.key, interaction_id, answer, content=content
-        )
-
-    async def _cancel_request(self, rid: str) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CANCEL_SETTLE_S):
-                await self._op(operations.cancel, self.key, rid)
+        return await self._client._backend.answer(self.key, interaction_id, answer, content)
 
     async def run(self, text: str, *, timeout: float | None = None) -> tuple[str, str]:
         """Run one turn and return (assistant text, stop reason)."""
@@ -228,15 +141,11 @@ class Session:
         return "".join(parts), stop
 
     async def _control(self, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        conn = await self._connect()
-        try:
-            return await conn.request(kind, payload)
-        finally:
-            await conn.aclose()
+        return await self._client._backend.control(self.key, kind, payload)
 
     async def cancel(self) -> bool:
         """Cancel the running turn (the session stays warm). True if a turn was cancelled."""
-        result = await self._op(operations.cancel, self.key)
+        result = await self._client._backend.cancel(self.key)
         return bool(result.get("cancelled"))
 
     async def set_mode(self, mode_id: str) -> dict[str, Any]:
@@ -247,7 +156,7 @@ class Session:
 
     async def status(self) -> dict[str, Any]:
         """The owner's status snapshot, or the registry's view when no owner runs."""
-        return await self._op(operations.status, self.key)
+        return await self._client._backend.status(self.key)
 
     async def close(self, *, discard: bool = False) -> dict[str, Any]:
         """End the session: cancel the turn, tear the agent tree down, prove it gone.
@@ -258,7 +167,7 @@ class Session:
 
         Returns the owner's ``session_closed`` report (``survivors`` must be empty).
         """
-        return await self._client._op(operations.close_session, self.key, discard=discard)
+        return await self._client._backend.close(self.key, discard=discard)
 
     async def fork(self, name: str) -> Session:
         """A new warm session continuing this one's conversation (``session/fork``).
@@ -270,10 +179,7 @@ class Session:
             NotAdvertised: the agent does not offer ``session/fork``.
             UsageError: this session has no conversation yet, or ``name`` is taken.
         """
-        key = sessions.session_key(self._scope, self.cwd, name)
-        client = self._client
-        await client._op(operations.fork_session, self.key, key, name=name, env=client.env or None)
-        return Session(client, key, name, self.agent, self.cwd, self._scope)
+        return self._client._session(await self._client._backend.fork(self._ref, name))
 
     async def terminate(self) -> dict[str, Any]:
         """End the session now, for the operator: no new turn, no waiting on the agent.
@@ -292,12 +198,12 @@ class Session:
     async def history(self, *, limit: int | None = None) -> list[dict[str, Any]]:
         """One summary per turn, oldest first: ``requestId``, ``startedAt``,
         ``durationMs``, ``stopReason``, ``preview``, ``by`` (who prompted). Needs no owner."""
-        return await self._client._op(operations.history, self.key, limit=limit)
+        return await self._client._backend.history(self.key, limit)
 
     async def read(self, *, tail: int | None = None) -> list[dict[str, Any]]:
         """The conversation: per turn its ``prompt``, the assistant's ``text``, its
         ``toolCalls`` and ``stopReason`` (the last ``tail`` turns when given)."""
-        return await self._client._op(operations.transcript, self.key, tail=tail)
+        return await self._client._backend.transcript(self.key, tail)
 
     def watch(
         self, *, from_seq: int | None = None, tail: int | None = None, follow: bool = True
@@ -314,6 +220,4 @@ class Session:
         Watching starts no owner and no agent. Leaving the loop stops the watch. A
         :class:`~tether.events.SessionEnded` event is the last one of a session.
         """
-        return watch_journal(
-            self._client._with_home, self.key, from_seq=from_seq, tail=tail, follow=follow
-        )
+        return self._client._backend.watch(self.key, from_seq=from_seq, tail=tail, follow=follow)

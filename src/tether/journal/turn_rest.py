@@ -125,7 +125,9 @@ class TurnRest:
         if "stopReason" in outcome:
             return str(outcome["stopReason"] or "end_turn")
         if "error" in outcome:
-            raise error_from_wire({"message": str(outcome["error"])})
+            raise error_from_wire(
+                {"message": str(outcome["error"]), "type": outcome.get("errorType")}
+            )
         if "sessionEnded" in outcome:
             raise SessionClosed("the session ended during the turn", session_key=self.key)
         raise OwnerLost(
