@@ -283,22 +283,22 @@ def test_errors_are_the_same_classes(make_client: MakeClient, project_dir: Path)
     asyncio.run(main())
 
 
-def test_a_wrong_token_is_permission_denied(make_client: MakeClient) -> None:
+def test_a_wrong_token_is_permission_denied(tether_home: Path) -> None:
     """A remote Tether refusing the token raises PermissionDenied (``UNAUTHORIZED``,
-    exit 5); a local client has no token to get wrong."""
-    client = make_client()
-    if client.url is None:
-        pytest.skip("a local client has no token")
+    exit 5). Remote only: a local client has no token to get wrong."""
+    gw = spawn_gateway(tether_home)
 
     async def main() -> None:
-        async with tether.Client(url=client.url, token="not-the-token-at-all") as bad:
+        async with tether.Client(url=gw.url, token="not-the-token-at-all") as bad:
             with pytest.raises(PermissionDenied) as info:
                 await bad.sessions()
         assert info.value.detail_code == "UNAUTHORIZED"
         assert info.value.exit_code == 5
-        await client.aclose()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        gw.stop()
 
 
 def test_session_records_have_the_same_shape(make_client: MakeClient, project_dir: Path) -> None:
