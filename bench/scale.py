@@ -14,6 +14,8 @@ warm sessions (created, then prompted once) through the sizes and, at each size:
   divided by the sessions; the agents' likewise; the server's growth since it was idle
   per session; and the host's ``MemAvailable`` drop per session (everything, agents
   included; noisy on a shared machine);
+* idle CPU: what the idle sessions' processes and the server burn while nothing is
+  prompted (``--idle-seconds``), from ``/proc/<pid>/stat``;
 * create -> ready per session (Tether: ``POST /v1/sessions`` until its owner serves;
   sandbox-agent: ``initialize`` + ``session/new``, which start its agent) and create ->
   warm (plus the first prompt, which starts Tether's agent), p50/p99 of the sessions
@@ -60,6 +62,37 @@ def mem_available_kib() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_ticks(pids: list[int]) -> int:
+    """User + system clock ticks of ``pids`` so far (a process gone meanwhile counts 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
+def idle_cpu(side: Side, n: int, seconds: float) -> dict[str, float]:
+    """CPU the idle sessions burn, in ms per second: per session (own processes and
+    agents) and the server's; nothing is prompted meanwhile."""
+    pids = side.session_pids()
+    groups = {"own": pids["own"], "agents": pids["agents"], "server": side.server_pids()}
+    before = {k: cpu_ticks(v) for k, v in groups.items()}
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    wall = time.perf_counter() - t0
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    used = {k: (cpu_ticks(v) - before[k]) * tick_ms / wall for k, v in groups.items()}
+    return {
+        "idle_cpu_own_ms_per_s_per_session": round(used["own"] / n, 3),
+        "idle_cpu_agent_ms_per_s_per_session": round(used["agents"] / n, 3),
+        "idle_cpu_server_ms_per_s": round(used["server"], 2),
+    }
 
 
 def memory(side: Side, n: int, base: dict[str, int]) -> dict[str, Any]:
@@ -157,6 +190,7 @@ def run_side(side: Side, args: argparse.Namespace) -> dict[str, Any]:
             break
         time.sleep(args.settle)  # idle: post-turn trims have run
         row: dict[str, Any] = {"sessions": n, "target": size, **memory(side, n, base)}
+        row.update(idle_cpu(side, n, args.idle_seconds))
         row["create_ready"] = grown["create_ready"]
         row["create_warm"] = grown["create_warm"]
         row["load"] = asyncio.run(scale_load.offered_load(side.prompt, n, args.rate, args.duration))
@@ -205,6 +239,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--floor-gib", type=float, default=3.0, help="stop below this MemAvailable")
     ap.add_argument("--max-minutes", type=float, default=40.0, help="session creation, per server")
     ap.add_argument("--settle", type=float, default=3.0, help="idle seconds before memory")
+    ap.add_argument("--idle-seconds", type=float, default=10.0, help="idle CPU window")
     ap.add_argument("--sandbox-agent", metavar="BIN", help="its Linux binary (default: .cache)")
     ap.add_argument("--no-peer", action="store_true", help="Tether alone")
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/scale")

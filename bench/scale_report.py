@@ -54,6 +54,24 @@ def size_table(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def idle_table(report: dict[str, Any]) -> list[str]:
+    out = [
+        "| server | sessions | idle CPU, own processes, ms/s per session | idle CPU, agent, "
+        "ms/s per session | idle CPU, server, ms/s | load average (1 min) |",
+        "|---|---|---|---|---|---|",
+    ]
+    for key, label, _ in SIDES:
+        for row in report.get(key, {}).get("sizes", []):
+            if "idle_cpu_server_ms_per_s" not in row:
+                continue
+            out.append(
+                f"| {label} | {row['sessions']} | {row['idle_cpu_own_ms_per_s_per_session']} | "
+                f"{row['idle_cpu_agent_ms_per_s_per_session']} | "
+                f"{row['idle_cpu_server_ms_per_s']} | {row.get('loadavg_1m', '-')} |"
+            )
+    return out
+
+
 def sweep_table(report: dict[str, Any]) -> list[str]:
     out = [
         "| server | sessions | in flight | prompts done / sent | p50 / p99 ms | prompts/s "
@@ -109,7 +127,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     if "sandbox_agent_absent" in report:
         lines.append(f"\nsandbox-agent: {report['sandbox_agent_absent']}")
-    lines += ["", *size_table(report), "", *sweep_table(report), "", *capacity(report), ""]
+    lines += ["", *size_table(report), "", *idle_table(report), "", *sweep_table(report)]
+    lines += ["", *capacity(report), ""]
     for key, label, _ in SIDES:
         side = report.get(key, {})
         if side.get("stopped"):
