@@ -11,7 +11,8 @@ warm sessions (created, then prompted once) through the sizes and, at each size:
 
 * idle memory: Tether's own processes per session (owner + keeper; sandbox-agent has
   none: one process for all), PSS and RSS from ``/proc/<pid>/smaps_rollup`` summed and
-  divided by the sessions; the agents' likewise; the server's growth since it was idle
+  divided by the sessions; the agents' likewise; the kernel's share PSS leaves out (page
+  tables and thread stacks of those processes); the server's growth since it was idle
   per session; and the host's ``MemAvailable`` drop per session (everything, agents
   included; noisy on a shared machine);
 * idle CPU: what the idle sessions' processes and the server burn while nothing is
@@ -95,6 +96,23 @@ def idle_cpu(side: Side, n: int, seconds: float) -> dict[str, float]:
     }
 
 
+def kernel_kib(pids: list[int]) -> int:
+    """Kernel memory of ``pids`` that PSS leaves out: page tables (VmPTE) and a 16 KiB
+    stack per thread (x86-64), in KiB."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmPTE:"):
+                        total += int(line.split()[1])
+                    elif line.startswith("Threads:"):
+                        total += 16 * int(line.split()[1])
+        except OSError:
+            continue
+    return total
+
+
 def memory(side: Side, n: int, base: dict[str, int]) -> dict[str, Any]:
     """Idle memory of ``n`` sessions, per session, in MiB."""
     pids = side.session_pids()
@@ -113,6 +131,7 @@ def memory(side: Side, n: int, base: dict[str, int]) -> dict[str, Any]:
         "agent_pss_mib": per(sum(p for p, _ in agents)),
         "agent_rss_mib": per(sum(r for _, r in agents)),
         "agent_processes": len(agents),
+        "kernel_mib": per(kernel_kib(pids["own"] + pids["agents"])),
         "server_pss_mib": round(sum(p for p, _ in server) / 1024, 1),
         "server_rss_mib": round(sum(r for _, r in server) / 1024, 1),
         "server_growth_pss_mib": per(sum(p for p, _ in server) - base["server_pss"]),

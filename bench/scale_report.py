@@ -22,19 +22,22 @@ def _pair(d: dict[str, Any], a: str = "p50_ms", b: str = "p99_ms") -> str:
     return f"{d[a]} / {d[b]}" if a in d and b in d else "-"
 
 
-def all_in_pss(row: dict[str, Any]) -> float:
-    """PSS per session of everything a session costs: own processes, agent, server growth."""
-    return float(row["own_pss_mib"] + row["agent_pss_mib"] + row["server_growth_pss_mib"])
+def all_in(row: dict[str, Any]) -> float:
+    """MiB per session of everything a session costs: own processes' and agent's PSS, the
+    server's growth, and the kernel's page tables and stacks for those processes."""
+    parts = ("own_pss_mib", "agent_pss_mib", "server_growth_pss_mib", "kernel_mib")
+    return float(sum(row.get(k, 0.0) for k in parts))
 
 
 def size_table(report: dict[str, Any]) -> list[str]:
     rate = report["args"]["rate"]
     out = [
         "| server | sessions | own processes PSS / RSS MiB per session | agent PSS / RSS MiB "
-        "per session | server growth PSS MiB per session | all-in PSS MiB per session | "
+        "per session | server growth PSS MiB per session | kernel (page tables, stacks) MiB "
+        "per session | all-in MiB per session | "
         "MemAvailable drop MiB per session | create → ready p50 / p99 ms | create → warm "
         f"p50 / p99 ms | prompt p50 / p99 ms at {rate}/s | prompts done / sent |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for key, label, _ in SIDES:
         for row in report.get(key, {}).get("sizes", []):
@@ -47,7 +50,8 @@ def size_table(report: dict[str, Any]) -> list[str]:
             out.append(
                 f"| {label} | {row['sessions']} | {own} | {row['agent_pss_mib']} / "
                 f"{row['agent_rss_mib']} | {row['server_growth_pss_mib']} | "
-                f"{all_in_pss(row):.1f} | {row['mem_available_drop_mib']} | "
+                f"{row.get('kernel_mib', '-')} | "
+                f"{all_in(row):.1f} | {row['mem_available_drop_mib']} | "
                 f"{_pair(row['create_ready'])} | {_pair(row['create_warm'])} | "
                 f"{_pair(load)} | {load['completed']} / {load['sent']} |"
             )
@@ -99,7 +103,7 @@ def capacity(report: dict[str, Any]) -> list[str]:
         if not sizes:
             continue
         row = sizes[-1]
-        pss, drop = all_in_pss(row), row["mem_available_drop_mib"]
+        pss, drop = all_in(row), row["mem_available_drop_mib"]
         if pss <= 0:
             continue
 
@@ -108,7 +112,7 @@ def capacity(report: dict[str, Any]) -> list[str]:
 
         text = (
             f"- {label}, at {row['sessions']} sessions, keeping {floor} GiB free: by all-in "
-            f"PSS ({pss:.1f} MiB per session) {held(pss)} sessions"
+            f"memory ({pss:.1f} MiB per session) {held(pss)} sessions"
         )
         if drop > 0:
             text += f"; by MemAvailable drop ({drop:.1f} MiB per session) {held(drop)}"
@@ -160,9 +164,7 @@ def plot(report: dict[str, Any], out: Path) -> str:
         rows = side.get("sizes", [])
         n = [r["sessions"] for r in rows]
         if rows:
-            mem.plot(
-                n, [all_in_pss(r) for r in rows], "o-", color=color, label=f"{label}: all-in PSS"
-            )
+            mem.plot(n, [all_in(r) for r in rows], "o-", color=color, label=f"{label}: all-in")
             mem.plot(
                 n,
                 [r["own_pss_mib"] + r["server_growth_pss_mib"] for r in rows],
