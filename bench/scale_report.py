@@ -108,7 +108,9 @@ def capacity(report: dict[str, Any]) -> list[str]:
             continue
 
         def held(per: float) -> str:
-            return ", ".join(f"{g} GiB: {int((g - floor) * 1024 / per)}" for g in HOSTS_GIB)
+            return ", ".join(
+                f"{g} GiB: {int((g - floor) * 1024 / per)}" for g in HOSTS_GIB if g > floor
+            )
 
         text = (
             f"- {label}, at {row['sessions']} sessions, keeping {floor} GiB free: by all-in "
@@ -136,7 +138,12 @@ def markdown(report: dict[str, Any]) -> str:
     for key, label, _ in SIDES:
         side = report.get(key, {})
         if side.get("stopped"):
-            lines.append(f"- {label} stopped creating sessions at {side['stopped']}")
+            stop = side["stopped"]
+            avail = stop.get("mem_available_mib")
+            lines.append(
+                f"- {label} stopped creating sessions at {stop.get('sessions')}: {stop['reason']}"
+                + (f" (MemAvailable {avail} MiB)" if avail is not None else "")
+            )
         if side.get("error"):
             lines.append(f"- {label} failed: {side['error']}")
         if side.get("stop_errors"):
