@@ -291,17 +291,24 @@ def main() -> int:
         print(why, file=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="tether-bench-scale-") as tmp:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        (Path(tmp) / "t").mkdir()
-        measure(lambda: TetherSide(Path(tmp) / "t", env), "tether", args, report)
-        if binary is not None:
-            (Path(tmp) / "p").mkdir()
-            time.sleep(args.settle)
-            measure(lambda: PeerSide(binary, Path(tmp) / "p", env), "sandbox_agent", args, report)
-        survivors = _proctree.wait_for_no_new_descendants(set(), timeout=30)
-        report["survivors"] = sorted(survivors)
-        if survivors:
-            _proctree.kill_verified(survivors)  # by (pid, start time), our descendants only
-        report["survivors_after_kill"] = sorted(_proctree.wait_for_no_new_descendants(set(), 10))
+        try:
+            (Path(tmp) / "t").mkdir()
+            measure(lambda: TetherSide(Path(tmp) / "t", env), "tether", args, report)
+            if binary is not None:
+                (Path(tmp) / "p").mkdir()
+                time.sleep(args.settle)
+                peer = lambda: PeerSide(binary, Path(tmp) / "p", env)  # noqa: E731
+                measure(peer, "sandbox_agent", args, report)
+        finally:  # also when interrupted: prove that nothing we started is left
+            survivors = _proctree.wait_for_no_new_descendants(set(), timeout=30)
+            report["survivors"] = sorted(survivors)
+            if survivors:
+                print(
+                    f"survivors, killed by (pid, start time): {sorted(survivors)}", file=sys.stderr
+                )
+                _proctree.kill_verified(survivors)  # our descendants only
+            after = _proctree.wait_for_no_new_descendants(set(), 10)
+            report["survivors_after_kill"] = sorted(after)
     scale_report.write(report, args.out)
     print(f"wrote {args.out}.json, .md, .png, .svg; survivors: {report['survivors']}")
     return 1 if report["survivors"] else 0
