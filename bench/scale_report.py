@@ -219,7 +219,10 @@ def plot(report: dict[str, Any], out: Path) -> str:
             ax.minorticks_off()
         ax.grid(True, which="both", alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7)
+            ys = [float(y) for line in ax.get_lines() for y in line.get_ydata()]
+            # room for the legend above the lines; a negative MemAvailable drop stays in view
+            ax.set_ylim(min(0.0, *ys), max(1.0, *ys) * 1.5)
+            ax.legend(fontsize=7, loc="upper left", ncols=2)
     fig.suptitle(f"bench/scale.py, {report['date']}, mock agent, one host", fontsize=11)
     fig.tight_layout()
     for ext in ("png", "svg"):
