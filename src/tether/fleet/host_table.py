@@ -14,6 +14,7 @@ from tether.fleet.index import FleetIndex
 from tether.fleet.rows import HostRow, SessionRow, ShippedChunk
 
 SESSION_CACHE_S = 5.0
+ACP_CACHE_MAX = 65_536  # ACP server ids remembered (their host never changes)
 
 
 class HostTable:
@@ -26,6 +27,7 @@ class HostTable:
         self._hosts: dict[str, HostRow] = {}
         self._refreshed_at = 0.0
         self._sessions: dict[str, tuple[str, float]] = {}  # id -> (host id, cached at)
+        self._acp: dict[str, str] = {}  # ACP server id -> host id (a row never changes)
         self._index: FleetIndex | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -132,7 +134,28 @@ class HostTable:
     def remember(self, session_id: str, host_id: str) -> None:
         self._sessions[session_id] = (host_id, time.monotonic())
 
+    def cached_acp_host(self, server_id: str) -> str | None:
+        return self._acp.get(server_id)
+
+    def _remember_acp(self, server_id: str, host_id: str | None) -> str | None:
+        if host_id is not None:
+            if len(self._acp) >= ACP_CACHE_MAX:
+                self._acp.pop(next(iter(self._acp)))  # the oldest: it is in the index
+            self._acp[server_id] = host_id
+        return host_id
+
     # Blocking calls on the index for the router's own routes (run them in a thread).
+
+    def acp_server_host(self, scope: str, server_id: str) -> str | None:
+        found = self._with_index(lambda ix: ix.acp_server_host(scope, server_id))
+        return self._remember_acp(server_id, found)
+
+    def place_acp_server(self, scope: str, server_id: str, host_id: str, epoch: int) -> str:
+        placed: str = self._with_index(
+            lambda ix: ix.place_acp_server(scope, server_id, host_id, epoch)
+        )
+        self._remember_acp(server_id, placed)
+        return placed
 
     def list_sessions(self, state: str | None) -> list[SessionRow]:
         rows: list[SessionRow] = self._with_index(lambda ix: ix.sessions(state=state))

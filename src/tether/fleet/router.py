@@ -1,7 +1,9 @@
 """The router: ``tether serve --router``. Stateless; any number of replicas.
 
 Each request for a session (``/v1/sessions/{id}/...``) goes to the host that owns the
-session, found in a cached host table, and the host's answer comes back byte for byte
+session, found in a cached host table (and each ACP-over-HTTP request, ``/v1/acp/{id}``,
+to the host that serves its server: :mod:`tether.fleet.router_acp`), and the host's
+answer comes back byte for byte
 (:mod:`tether.fleet.relay`). The router never signals anything and holds nothing a
 replica would need: its cache is rebuilt from the index.
 
@@ -33,7 +35,7 @@ from tether.fleet import http1
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
-from tether.fleet.rows import HostRow
+from tether.fleet.rows import HostRow, SessionRow
 
 DEFAULT_REFRESH_S = 0.25
 DEFAULT_TTL_S = 5.0
@@ -220,6 +222,10 @@ class Router:
             return True
         if path in ANY_HOST_ROUTES and head.method == b"GET":
             return await self._any_host(head, queue, out, link)
+        if path.startswith("/v1/acp/"):
+            from tether.fleet import router_acp
+
+            return await router_acp.route(self, head, _RequestBody(queue), out, link)
         if path == "/v1/sessions":
             from tether.fleet import router_sessions
 
@@ -305,7 +311,7 @@ class Router:
         out: asyncio.StreamWriter,
         link: ClientLink,
     ) -> bool:
-        host_id = self.table.cached_session_host(sid)
+        cached = host_id = self.table.cached_session_host(sid)
         if host_id is None:
             try:
                 host_id = await asyncio.to_thread(self.table.lookup_session, sid)
@@ -329,7 +335,12 @@ class Router:
             await self._drain_body(queue)
             out.write(await self._offline(sid, head, host, why))
             return True
-        keep, status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
+        # A host's 404 for a session found in the cache is held back: the entry may be
+        # stale (the session closed or re-homed since), and the index, read once more,
+        # says so with 410 and ``rehomedTo``. Only a 404 costs the re-read.
+        keep, status = await self.forward(
+            host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
+        )
         if head.method == b"DELETE" or head.path.endswith("/terminate") or status == 404:
             # Ended (or about to be, or its host no longer has it): the next request
             # looks the session up again, and finds it closed in the index once its host
@@ -347,12 +358,17 @@ class Router:
         *,
         sid: str | None = None,
         extra: Sequence[http1.Header] = (),
+        recheck: bool = False,
+        flat_timeout: bool = True,
     ) -> tuple[bool, int]:
         """Relay one request to ``host``; answer the client for a host that fails.
 
         ``body`` is a :class:`_RequestBody` (drained whatever happens) or an iterable of
         bytes the router made itself. Returns whether the client's connection serves on,
         and the status the client was answered (the host's, or the router's own).
+        ``recheck``: a 404 of the host is checked against the index before it is
+        relayed (:meth:`_recheck`). ``flat_timeout`` False: the first byte is waited
+        for as long as the host is available (an answer that comes when a turn ends).
         """
         url = urlsplit(host.url)
         address, port = url.hostname or "127.0.0.1", url.port or 80
@@ -368,8 +384,9 @@ class Router:
         try:
             outcome = await exchange(
                 self.pool, address, port, request, parts, out,
-                first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
-                link=link, still_up=lambda: self._still_up(host.host_id),
+                first_byte_timeout=self.settings.first_byte_timeout_s if flat_timeout else None,
+                on_lost=on_lost, link=link, still_up=lambda: self._still_up(host.host_id),
+                hold_status=404 if recheck else None,
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
@@ -393,9 +410,26 @@ class Router:
             return False, 504
         self.table.mark_answered(host.host_id)
         self.routed_total += 1
+        if outcome.held is not None and sid is not None:
+            answer = await self._recheck(sid, outcome.held)
+            out.write(answer)
+            return outcome.client_whole, int(answer[9:12])
         # A client that got a whole answer keeps its connection, whatever becomes of the
         # host connection (a host saying `connection: close` said it to the client).
         return outcome.client_whole, outcome.status
+
+    async def _recheck(self, sid: str, held: bytes) -> bytes:
+        """A host said 404 for a session the router had cached: the index, read once
+        more, decides -- an ended session answers as :meth:`_not_open` does (410 and
+        ``rehomedTo``); one still open there gets the host's own answer."""
+        self.table.forget_session(sid)
+        try:
+            row = await asyncio.to_thread(self.table.session_row, sid)
+        except FleetError:
+            return held  # the index cannot say more than the host did
+        if row is not None and row.state == "open":
+            return held
+        return self._not_open_answer(sid, row)
 
     async def _not_open(self, sid: str) -> bytes:
         """404 for a session the fleet never had; 410 for one that ended, naming the
@@ -404,6 +438,10 @@ class Router:
             row = await asyncio.to_thread(self.table.session_row, sid)
         except FleetError:
             row = None
+        return self._not_open_answer(sid, row)
+
+    @staticmethod
+    def _not_open_answer(sid: str, row: SessionRow | None) -> bytes:
         if row is None:
             return http1.problem(404, "Not Found", f"no session {sid} in the fleet",
                                  code="NO_SESSION", retryable=False)  # fmt: skip
