@@ -316,10 +316,14 @@ class Router:
             try:
                 host_id = await asyncio.to_thread(self.table.lookup_session, sid)
             except FleetError as e:
-                await self._drain_body(queue)
-                out.write(http1.problem(503, "Service Unavailable", str(e),
-                                        code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
-                return True
+                # Lost just now: a session this router has routed before routes on from
+                # its entry, however old (the table uses them while the index is down).
+                cached = host_id = self.table.cached_session_host(sid)
+                if host_id is None:
+                    await self._drain_body(queue)
+                    out.write(http1.problem(503, "Service Unavailable", str(e),
+                                            code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
+                    return True
         if host_id is None:
             await self._drain_body(queue)
             out.write(await self._not_open(sid))
