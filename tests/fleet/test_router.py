@@ -373,3 +373,38 @@ def test_a_stale_cached_host_saying_404_is_checked_against_the_index(
         routed = client.get(f"/v1/sessions/{fresh}/nothing-here")
         direct = h1.http.get(f"/v1/sessions/{fresh}/nothing-here")
         assert (routed.status_code, routed.json()) == (404, direct.json())
+
+
+def test_an_acp_prompt_waits_for_its_turn_but_not_for_a_frozen_host(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    """An ACP ``session/prompt`` over HTTP is answered when its turn ends, so its POST
+    has no flat first-byte timeout through the router; a host that freezes under it
+    still answers the client 504 HOST_TIMEOUT once the host is known unavailable."""
+    frozen = fleet.add_host("h1")
+    fleet.start_router()
+    server = "/v1/acp/frozen-1"
+
+    def rpc(client: httpx.Client, rid: int, method: str, params: dict[str, Any]) -> Any:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        return client.post(f"{server}?agent=mock", json=frame)
+
+    with fleet.client() as client:
+        assert rpc(client, 1, "initialize", {"protocolVersion": 1}).status_code == 200
+        new = rpc(client, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})
+        sid = new.json()["result"]["sessionId"]
+        # Longer than the first-byte timeout: answered whole when the turn ends.
+        text = [{"type": "text", "text": f"sleep {int(FIRST_BYTE * 2000)}"}]
+        slow = rpc(client, 3, "session/prompt", {"sessionId": sid, "prompt": text})
+        assert slow.status_code == 200, slow.text
+        assert slow.json()["result"]["stopReason"] == "end_turn"
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            fleet.members["h1"].stop(deregister=False)  # its beats stop with it
+            text = [{"type": "text", "text": "echo never"}]
+            r = rpc(client, 4, "session/prompt", {"sessionId": sid, "prompt": text})
+            assert r.status_code == 504, r.text
+            assert (r.json()["code"], r.json()["retryable"]) == ("HOST_TIMEOUT", False)
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+        assert frozen.http.delete(server).status_code == 204  # on the host: it beats no more
