@@ -8,6 +8,7 @@ one gateway."""
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +18,13 @@ import httpx
 import pytest
 
 from tests.acp_schema import schema_errors
+from tests.conftest import python_env
 from tests.fleet.test_fleet_e2e import USER_TOKEN, Processes, create, procs, turn_text
 from tests.integration._serve import Gateway
+from tests.integration.test_serve_acp_http_client import SCRIPT, _check_envelopes, acp_http_client
 from tether.fleet.index import FleetIndex
 
-__all__ = ["procs"]
+__all__ = ["acp_http_client", "procs"]
 
 pytestmark = [
     pytest.mark.fleet,
@@ -233,3 +236,50 @@ def test_a_stream_through_a_router_reports_the_durable_seq_without_ids(
         first = next(_acp_events(st.iter_lines()))
     assert first[:2] == (None, "durable")
     assert first[2]["durableSeq"] >= ended
+
+
+@pytest.mark.realagents
+def test_sandbox_agents_client_through_a_router_and_its_server_through_another(
+    acp_http_client: Path, procs: Processes, project_dir: Path
+) -> None:
+    """sandbox-agent's own client (npm ``acp-http-client``, written by others) through
+    one router: its whole life, as against one gateway; the server it made and closed is
+    found, closed, through the other router on the one host it was placed on."""
+    procs.host("h1")
+    procs.host("h2")
+    r1, r2 = procs.router(), procs.router()
+    path = "/v1/acp/js-fleet"
+    config = {
+        "module": str(acp_http_client),
+        "baseUrl": r1.url,
+        "token": USER_TOKEN,
+        "path": path,
+        "cwd": str(project_dir),
+    }
+    r = subprocess.run(
+        ["node", str(SCRIPT), json.dumps(config)],
+        capture_output=True, text=True, timeout=180, env=python_env(), check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert "error" not in out, out["error"]
+    assert out["stops"] == {
+        "echo": "end_turn",
+        "stream": "end_turn",
+        "permission": "end_turn",
+        "cancelled": "cancelled",
+    }
+    assert out["texts"].count("hi") == 1  # no duplicate across POST and stream
+    _check_envelopes(out["envelopes"])
+    gets = [x for x in out["http"] if x["method"] == "GET"]
+    assert [(x["status"], x["type"].split(";")[0]) for x in gets] == [(200, "text/event-stream")]
+    assert out["http"][-1]["method"] == "DELETE"
+    assert out["http"][-1]["status"] == 204
+    assert r2.http.get(path).status_code == 204  # closed, on the host r2 routes it to
+    with FleetIndex.connect(procs.dsn) as index:
+        host_id = index.acp_server_host("default", "js-fleet")
+    other = "h2" if host_id == "h1" else "h1"
+    assert procs.hosts[other].http.get("/v1/sessions").json()["sessions"] == []
+    assert out["sessionId"] in [
+        s["id"] for s in procs.hosts[str(host_id)].http.get("/v1/sessions").json()["sessions"]
+    ]
