@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -32,6 +32,9 @@ import httptools
 from tether import _aio
 from tether.errors import FleetError
 from tether.fleet import http1
+from tether.fleet.client_requests import RequestBody as _RequestBody
+from tether.fleet.client_requests import RequestWatch as _RequestWatch
+from tether.fleet.client_requests import once as _once
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
@@ -54,67 +57,6 @@ class RouterSettings:
     refresh_s: float = DEFAULT_REFRESH_S
     connect_timeout_s: float = 1.0
     first_byte_timeout_s: float = DEFAULT_TTL_S + 1.0
-
-
-class _RequestWatch:
-    """httptools callbacks for a client's requests: heads, then body parts."""
-
-    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        self._queue = queue
-        self._url = b""
-        self._headers: list[http1.Header] = []
-        self.parser: httptools.HttpRequestParser | None = None
-
-    def on_url(self, url: bytes) -> None:
-        self._url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name.lower(), value))
-
-    def on_headers_complete(self) -> None:
-        assert self.parser is not None
-        head = http1.RequestHead(
-            method=self.parser.get_method(),
-            target=self._url,
-            headers=self._headers,
-            keep_alive=self.parser.should_keep_alive(),
-        )
-        self._queue.put_nowait(("head", head))
-        self._url, self._headers = b"", []
-
-    def on_body(self, body: bytes) -> None:
-        self._queue.put_nowait(("body", body))
-
-    def on_message_complete(self) -> None:
-        self._queue.put_nowait(("end", None))
-
-
-async def _once(parts: Iterable[bytes]) -> AsyncIterator[bytes]:
-    for part in parts:
-        yield part
-
-
-class _RequestBody:
-    """One request's body parts as they arrive; drained whole whatever its reader did,
-    so the next request on the connection starts at its head."""
-
-    def __init__(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
-        self._queue = queue
-        self.done = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        while not self.done:
-            kind, part = await self._queue.get()
-            if kind == "body":
-                yield part
-            elif kind == "end":
-                self.done = True
-            else:
-                raise ConnectionError("the client went away mid-request")
-
-    async def drain(self) -> None:
-        async for _ in self:
-            pass
 
 
 class Router:

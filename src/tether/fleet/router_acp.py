@@ -35,8 +35,9 @@ from tether.fleet import http1
 from tether.fleet.placement import PlacementRequest
 
 if TYPE_CHECKING:
+    from tether.fleet.client_requests import RequestBody as _RequestBody
     from tether.fleet.relay import ClientLink
-    from tether.fleet.router import Router, _RequestBody
+    from tether.fleet.router import Router
 
 PREFIX = "/v1/acp/"
 

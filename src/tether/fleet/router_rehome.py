@@ -31,7 +31,8 @@ from tether.fleet.router_reads import _lines
 from tether.journal import render
 
 if TYPE_CHECKING:
-    from tether.fleet.router import Router, _RequestBody
+    from tether.fleet.client_requests import RequestBody as _RequestBody
+    from tether.fleet.router import Router
     from tether.fleet.rows import HostRow
 
 REPLAY_MAX_CHARS = 200_000  # the transcript sent as context is cut to its last part past this

@@ -27,8 +27,9 @@ from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.rows import HostRow, Ownership, SessionRow
 
 if TYPE_CHECKING:
+    from tether.fleet.client_requests import RequestBody as _RequestBody
     from tether.fleet.relay import ClientLink
-    from tether.fleet.router import Router, _RequestBody
+    from tether.fleet.router import Router
 
 _T = TypeVar("_T")
 BODY_MAX = 64 * 1024
