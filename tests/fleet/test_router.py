@@ -367,6 +367,19 @@ def test_a_stale_cached_host_saying_404_is_checked_against_the_index(
         r = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo x"})
         assert r.status_code == 410, r.text
         assert (r.json()["code"], r.json()["rehomedTo"]) == ("SESSION_LOST", moved.session_id)
+        # The same for a cached host that is gone (its process killed): a write to a
+        # session re-homed since answers 410, not 503 HOST_UNAVAILABLE.
+        h3 = fleet.add_host("h3")
+        c = fleet.session_on("h3", project_dir, "c")
+        table = fleet.router.router.table
+        wait_for(lambda: table.host("h3") is not None, "the router to know h3")
+        assert client.get(f"/v1/sessions/{c}").status_code == 200  # cached
+        h3.proc.kill()  # the host process we started, by its pid
+        h3.proc.wait(10)
+        moved_c = fleet.index.rehome_session(c, "h2", fleet.members["h2"].epoch, force=True)
+        r = client.post(f"/v1/sessions/{c}/prompt", json={"prompt": "echo x"})
+        assert r.status_code == 410, r.text
+        assert (r.json()["code"], r.json()["rehomedTo"]) == ("SESSION_LOST", moved_c.session_id)
         # A 404 for a session the index still has open is the host's to say, as it is.
         fresh = fleet.session_on("h1", project_dir, "fresh")
         assert client.get(f"/v1/sessions/{fresh}").status_code == 200  # cached

@@ -279,7 +279,7 @@ class Router:
         why = self.unavailable_reason(host)
         if why is not None:
             await self._drain_body(queue)
-            out.write(await self._offline(sid, head, host, why))
+            out.write(await self._offline(sid, head, host, why, recheck=cached is not None))
             return True
         # A host's 404 for a session found in the cache is held back: the entry may be
         # stale (the session closed or re-homed since), and the index, read once more,
@@ -342,7 +342,7 @@ class Router:
             answer = (
                 self.unavailable(host, str(e))
                 if sid is None
-                else (await self._offline(sid, head, host, str(e)))
+                else (await self._offline(sid, head, host, str(e), recheck))
             )
             out.write(answer)
             return True, int(answer[9:12])  # nothing is wrong with the client's connection
@@ -397,14 +397,26 @@ class Router:
         return http1.problem(410, "Gone", detail, code="SESSION_" + row.state.upper(),
                              retryable=False, rehomedTo=row.rehomed_to)  # fmt: skip
 
-    async def _offline(self, sid: str, head: http1.RequestHead, host: HostRow, why: str) -> bytes:
+    async def _offline(
+        self, sid: str, head: http1.RequestHead, host: HostRow, why: str, recheck: bool = False
+    ) -> bytes:
         """The answer for a session whose host is unavailable: a read is served from the
-        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE``."""
+        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE`` -- unless the
+        host came from the cache (``recheck``) and the index, read once more, says the
+        session ended since (re-homed off that host, most likely): then ``410``."""
         from tether.fleet import router_reads
 
         kind = router_reads.read_kind(head.path)
         if head.method == b"GET" and kind is not None:
             return await router_reads.serve_read(self, sid, kind, head, host, why)
+        if recheck:
+            try:
+                row = await asyncio.to_thread(self.table.session_row, sid)
+            except FleetError:
+                row = None  # the index cannot say more: the host's state is the answer
+            if row is not None and row.state != "open":
+                self.table.forget_session(sid)
+                return self._not_open_answer(sid, row)
         return self.unavailable(host, why)
 
     def _still_up(self, host_id: str) -> bool:
