@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether.fleet.router_acp import server_id_of
-from tether.serve.stream_clients import _Durable
+from tether.serve.stream_clients import DURABLE_NONE_LOOKS, _Durable
 
 
 def test_only_an_acp_server_path_names_a_server() -> None:
@@ -25,3 +25,12 @@ def test_durable_events_say_each_new_seq_once_and_carry_no_id() -> None:
     assert durable.note() is None  # unchanged
     seqs.pop(0)
     assert durable.note() == b'event: durable\ndata: {"durableSeq":7}\n\n'
+
+
+def test_a_session_never_shipped_stops_being_looked_at() -> None:
+    durable = _Durable(lambda: None)
+    looks = 0
+    while durable.behind(5) and looks < 1000:
+        assert durable.note() is None
+        looks += 1
+    assert looks == DURABLE_NONE_LOOKS

@@ -19,6 +19,9 @@ CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
 # While a fleet host's stream has relayed entries not yet durable off-host, it looks at
 # the durable seq this often (the host ships every 0.2 s); otherwise only on its own wakeups.
 DURABLE_POLL_S: Final = 0.25
+# A session with no durable seq after this many quick waits (10 s) is not one the host
+# ships (a local session of a fleet host): its stream stops looking often.
+DURABLE_NONE_LOOKS: Final = 40
 
 
 class _Durable:
@@ -29,6 +32,7 @@ class _Durable:
     def __init__(self, read: Callable[[], int | None]) -> None:
         self._read = read
         self.sent: int | None = None
+        self._none_looks = 0
 
     def note(self) -> bytes | None:
         """The event to send now, if the durable seq moved since the last one."""
@@ -39,7 +43,12 @@ class _Durable:
         return sse_control("durable", {"durableSeq": seq}).encode()
 
     def behind(self, relayed: int) -> bool:
-        return self.sent is None or self.sent < relayed
+        """Whether entries relayed are not known durable yet (so: look again soon).
+        Asked when the stream would wait; counts the waits with nothing shipped."""
+        if self.sent is None:
+            self._none_looks += 1
+            return self._none_looks <= DURABLE_NONE_LOOKS
+        return self.sent < relayed
 
 
 def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
