@@ -497,3 +497,25 @@ def test_a_router_dies_and_the_stream_resumes_through_another_with_no_gap_or_dup
             if seen[-1] >= total[-1]:
                 break
     assert seen == total  # every entry once, in order, across the two routers
+
+
+def test_a_host_fenced_while_running_closes_its_sessions_locally(
+    procs: Processes, project_dir: Path
+) -> None:
+    """A router fences a host it thinks frozen; the host, still running, finds itself
+    superseded at its next beat, stops, and closes its fleet sessions by its own proof:
+    its owner ends, and nothing serves them there again."""
+    host = procs.host("h1")
+    router = procs.router()
+    sid = create(router, project_dir, "fenced")["id"]
+    assert "before" in turn_text(router, sid, "echo before")
+    with FleetIndex.connect(procs.dsn) as index:
+        row = index.host("h1")
+        assert row is not None
+        assert index.fence_host("h1", row.epoch, "thought frozen") == row.epoch + 1
+    wait_for(
+        lambda: host.http.get(f"/v1/sessions/{sid}").json().get("state") == "closed",
+        "the fenced host to close its session",
+    )
+    health = host.http.get("/v1/health").json()["fleet"]
+    assert health["superseded"] is True

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,6 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.conftest import python_env
 from tests.integration._serve import Gateway, parse_sse, spawn_gateway
 from tether.fleet.index import FleetIndex
 from tether.fleet.membership import HostMembership
@@ -332,3 +335,89 @@ def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
             ]
         finally:
             frozen.proc.send_signal(signal.SIGCONT)
+
+
+def test_a_stale_cached_host_saying_404_is_checked_against_the_index(
+    fleet: Fleet, project_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The router caches a session's host; when that host no longer knows the session
+    (here: it was re-homed, closed and pruned there), its 404 makes the router read the
+    index once more and answer 410 with ``rehomedTo`` instead."""
+    from tether.fleet import host_table
+
+    # Cached for the whole test, however slow the machine (the default is a few seconds).
+    monkeypatch.setattr(host_table, "SESSION_CACHE_S", 600.0)
+    h1 = fleet.add_host("h1")
+    fleet.add_host("h2")
+    a = fleet.session_on("h1", project_dir, "a")
+    fleet.start_router()
+    assert fleet.router is not None
+    with fleet.client() as client:
+        assert client.get(f"/v1/sessions/{a}").status_code == 200
+        assert fleet.router.router.table.cached_session_host(a) == "h1"
+        moved = fleet.index.rehome_session(a, "h2", fleet.members["h2"].epoch, force=True)
+        assert h1.http.delete(f"/v1/sessions/{a}").status_code == 200
+        pruned = subprocess.run(
+            [sys.executable, "-m", "tether", "sessions", "prune", "--closed", "--all-agents"],
+            env={**python_env(), "TETHER_HOME": str(h1.home)},
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert pruned.returncode == 0, pruned.stderr
+        assert h1.http.get(f"/v1/sessions/{a}").status_code == 404  # h1 knows it no more
+        r = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo x"})
+        assert r.status_code == 410, r.text
+        assert (r.json()["code"], r.json()["rehomedTo"]) == ("SESSION_LOST", moved.session_id)
+        # The same for a cached host that is gone (its process killed): a write to a
+        # session re-homed since answers 410, not 503 HOST_UNAVAILABLE.
+        h3 = fleet.add_host("h3")
+        c = fleet.session_on("h3", project_dir, "c")
+        table = fleet.router.router.table
+        wait_for(lambda: table.host("h3") is not None, "the router to know h3")
+        assert client.get(f"/v1/sessions/{c}").status_code == 200  # cached
+        h3.proc.kill()  # the host process we started, by its pid
+        h3.proc.wait(10)
+        moved_c = fleet.index.rehome_session(c, "h2", fleet.members["h2"].epoch, force=True)
+        r = client.post(f"/v1/sessions/{c}/prompt", json={"prompt": "echo x"})
+        assert r.status_code == 410, r.text
+        assert (r.json()["code"], r.json()["rehomedTo"]) == ("SESSION_LOST", moved_c.session_id)
+        # A 404 for a session the index still has open is the host's to say, as it is.
+        fresh = fleet.session_on("h1", project_dir, "fresh")
+        assert client.get(f"/v1/sessions/{fresh}").status_code == 200  # cached
+        routed = client.get(f"/v1/sessions/{fresh}/nothing-here")
+        direct = h1.http.get(f"/v1/sessions/{fresh}/nothing-here")
+        assert (routed.status_code, routed.json()) == (404, direct.json())
+
+
+def test_an_acp_prompt_waits_for_its_turn_but_not_for_a_frozen_host(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    """An ACP ``session/prompt`` over HTTP is answered when its turn ends, so its POST
+    has no flat first-byte timeout through the router; a host that freezes under it
+    still answers the client 504 HOST_TIMEOUT once the host is known unavailable."""
+    frozen = fleet.add_host("h1")
+    fleet.start_router()
+    server = "/v1/acp/frozen-1"
+
+    def rpc(client: httpx.Client, rid: int, method: str, params: dict[str, Any]) -> Any:
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        return client.post(f"{server}?agent=mock", json=frame)
+
+    with fleet.client() as client:
+        assert rpc(client, 1, "initialize", {"protocolVersion": 1}).status_code == 200
+        new = rpc(client, 2, "session/new", {"cwd": str(project_dir), "mcpServers": []})
+        sid = new.json()["result"]["sessionId"]
+        # Longer than the first-byte timeout: answered whole when the turn ends.
+        text = [{"type": "text", "text": f"sleep {int(FIRST_BYTE * 2000)}"}]
+        slow = rpc(client, 3, "session/prompt", {"sessionId": sid, "prompt": text})
+        assert slow.status_code == 200, slow.text
+        assert slow.json()["result"]["stopReason"] == "end_turn"
+        frozen.proc.send_signal(signal.SIGSTOP)
+        try:
+            fleet.members["h1"].stop(deregister=False)  # its beats stop with it
+            text = [{"type": "text", "text": "echo never"}]
+            r = rpc(client, 4, "session/prompt", {"sessionId": sid, "prompt": text})
+            assert r.status_code == 504, r.text
+            assert (r.json()["code"], r.json()["retryable"]) == ("HOST_TIMEOUT", False)
+        finally:
+            frozen.proc.send_signal(signal.SIGCONT)
+        assert frozen.http.delete(server).status_code == 204  # on the host: it beats no more

@@ -1,5 +1,12 @@
 """What a router knows of hosts and sessions: refreshed from the index by a thread, read
 from memory on every request, so routing goes on from the cache while PostgreSQL is down.
+
+While the index cannot be read, what the router last read of it stands: a cached
+session's host is used however old the entry (a session never changes host: a re-home
+makes a new id), and hosts' heartbeat ages stop growing at the moment the index was
+lost -- their beats cannot land either, so an age measured across the outage would call
+every host lost. A host that dies meanwhile is still seen at once (refused connections)
+and a frozen one by its first-byte timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from tether.fleet.index import FleetIndex
 from tether.fleet.rows import HostRow, SessionRow, ShippedChunk
 
 SESSION_CACHE_S = 5.0
+ACP_CACHE_MAX = 65_536  # ACP server ids remembered (their host never changes)
 
 
 class HostTable:
@@ -25,7 +33,9 @@ class HostTable:
         self._refresh_s = refresh_s
         self._hosts: dict[str, HostRow] = {}
         self._refreshed_at = 0.0
+        self._index_lost_at: float | None = None  # since when the index cannot be read
         self._sessions: dict[str, tuple[str, float]] = {}  # id -> (host id, cached at)
+        self._acp: dict[str, str] = {}  # ACP server id -> host id (a row never changes)
         self._index: FleetIndex | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -58,9 +68,12 @@ class HostTable:
                     self._index = self._connect()
                 result = fn(self._index)
                 self.index_up = True
+                self._index_lost_at = None
                 return result
             except FleetError:
                 self.index_up = False
+                if self._index_lost_at is None:
+                    self._index_lost_at = time.monotonic()
                 if self._index is not None:
                     self._index.close()
                     self._index = None
@@ -108,11 +121,16 @@ class HostTable:
         return self._hosts.get(host_id)
 
     def age(self, host: HostRow) -> float:
-        return host.heartbeat_age_s + (time.monotonic() - self._refreshed_at)
+        """The host's heartbeat age now; while the index is lost, as it was then."""
+        lost = self._index_lost_at
+        now = time.monotonic() if lost is None else max(lost, self._refreshed_at)
+        return host.heartbeat_age_s + (now - self._refreshed_at)
 
     def cached_session_host(self, session_id: str) -> str | None:
+        """The session's host from memory: an entry younger than ``SESSION_CACHE_S``,
+        or any entry while the index cannot be read."""
         hit = self._sessions.get(session_id)
-        if hit is not None and time.monotonic() - hit[1] < SESSION_CACHE_S:
+        if hit is not None and (not self.index_up or time.monotonic() - hit[1] < SESSION_CACHE_S):
             return hit[0]
         return None
 
@@ -138,7 +156,28 @@ class HostTable:
     def remember(self, session_id: str, host_id: str) -> None:
         self._sessions[session_id] = (host_id, time.monotonic())
 
+    def cached_acp_host(self, server_id: str) -> str | None:
+        return self._acp.get(server_id)
+
+    def _remember_acp(self, server_id: str, host_id: str | None) -> str | None:
+        if host_id is not None:
+            if len(self._acp) >= ACP_CACHE_MAX:
+                self._acp.pop(next(iter(self._acp)))  # the oldest: it is in the index
+            self._acp[server_id] = host_id
+        return host_id
+
     # Blocking calls on the index for the router's own routes (run them in a thread).
+
+    def acp_server_host(self, scope: str, server_id: str) -> str | None:
+        found = self._with_index(lambda ix: ix.acp_server_host(scope, server_id))
+        return self._remember_acp(server_id, found)
+
+    def place_acp_server(self, scope: str, server_id: str, host_id: str, epoch: int) -> str:
+        placed: str = self._with_index(
+            lambda ix: ix.place_acp_server(scope, server_id, host_id, epoch)
+        )
+        self._remember_acp(server_id, placed)
+        return placed
 
     def list_sessions(self, state: str | None) -> list[SessionRow]:
         rows: list[SessionRow] = self._with_index(lambda ix: ix.sessions(state=state))

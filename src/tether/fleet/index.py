@@ -511,6 +511,38 @@ class FleetIndex:
             ).fetchone()
         return row is not None
 
+    # --- ACP servers (over HTTP, through routers) -------------------------------------
+
+    def acp_server_host(self, scope: str, server_id: str) -> str | None:
+        """The host that serves ACP server ``server_id``, if one was placed."""
+        with _translated("read ACP server"):
+            row = self._conn.execute(
+                "SELECT host_id FROM acp_servers WHERE scope = %s AND server_id = %s",
+                (scope, server_id),
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def place_acp_server(self, scope: str, server_id: str, host_id: str, host_epoch: int) -> str:
+        """The host of ``server_id``: ``host_id`` if this call placed it there, else the
+        one an earlier (or racing) caller placed it on. Placing needs ``host_id`` up
+        with ``host_epoch``, as a new session does (:class:`HostSuperseded` otherwise)."""
+        with _translated("place ACP server"):
+            self._conn.execute(
+                "INSERT INTO acp_servers (scope, server_id, host_id, host_epoch)"
+                " SELECT %s, %s, host_id, epoch FROM hosts"
+                " WHERE host_id = %s AND epoch = %s AND state = 'up'"
+                " ON CONFLICT (scope, server_id) DO NOTHING",
+                (scope, server_id, host_id, host_epoch),
+            )
+        placed = self.acp_server_host(scope, server_id)
+        if placed is None:
+            raise HostSuperseded(
+                f"host {host_id} epoch {host_epoch} can take no new ACP server",
+                host=host_id,
+                epoch=host_epoch,
+            )
+        return placed
+
     # --- shipped journal ---------------------------------------------------------------
 
     def ship(

@@ -12,7 +12,10 @@ What the client is told when the host fails:
   sent, the host is down -> ``503 HOST_UNAVAILABLE``, retryable;
 - the request was sent and no first byte came back within ``first_byte_timeout`` (a
   frozen host) -> ``504 HOST_TIMEOUT``; whether the host acted on it is unknown, so it is
-  retryable only for reads (GET);
+  retryable only for reads (GET). A request whose answer legitimately takes long (an
+  ACP ``session/prompt`` over HTTP answers when its turn ends) is sent with no flat
+  timeout: its host is asked after every silent second whether it still lives (as an
+  open answer's is), and the ``504`` comes once the host is known unavailable;
 - the host went away in the middle of an answer: a relayed SSE stream gets
   ``event: host_lost`` with the last seq relayed (and what the caller adds, such as
   ``durableSeq``) and ends; any other answer is cut (the connection closes), as the
@@ -91,6 +94,9 @@ class Outcome:
     lost_midway: bool  # the host went away in the middle of its answer
     client_whole: bool  # the client got a well-formed, ended answer (host_lost included)
     last_seq: int | None  # the last SSE id relayed, for a stream
+    # The answer, whole, when its status was the one the caller asked to hold (nothing
+    # of it was written to the client: the caller decides what the client is told).
+    held: bytes | None = None
 
 
 class HostConnections:
@@ -240,6 +246,7 @@ class _ResponseWatch:
 
 
 STILL_UP_EVERY_S = 1.0  # while an answer is open and silent, ask this often if its host lives
+HOLD_MAX = 64 * 1024  # a held answer larger than this is relayed after all
 
 
 class _HostGone(Exception):
@@ -270,11 +277,12 @@ async def exchange(
     body: AsyncIterator[bytes],
     client: asyncio.StreamWriter,
     *,
-    first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT_S,
+    first_byte_timeout: float | None = DEFAULT_FIRST_BYTE_TIMEOUT_S,
     on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None = None,
     link: ClientLink | None = None,
     still_up: Callable[[], bool] | None = None,
     tls: bool = False,
+    hold_status: int | None = None,
 ) -> Outcome:
     """Send one request to ``host:port`` (over TLS when ``tls``) and relay its answer
     to ``client``.
@@ -283,6 +291,10 @@ async def exchange(
     handshake) or :class:`HostSilent` (sent, no answer began in time); the caller
     answers the client for those. Anything else that goes wrong is told to the client
     as the host's own failure would be.
+
+    ``first_byte_timeout`` None: no flat timeout (``still_up`` decides, see the module
+    docstring). An answer of status ``hold_status`` (not an event stream, at most
+    :data:`HOLD_MAX` bytes) is returned in :attr:`Outcome.held` instead of relayed.
     """
     reader, writer = await pool.get(host, port, tls=tls)
     link = link or ClientLink()
@@ -299,6 +311,7 @@ async def exchange(
             first_byte_timeout,
             on_lost,
             still_up,
+            hold_status,
         )
     except BaseException:
         writer.close()  # whatever state it is in, it cannot be reused
@@ -318,9 +331,10 @@ async def _exchange_on(
     head: bytes,
     body: AsyncIterator[bytes],
     client: asyncio.StreamWriter,
-    first_byte_timeout: float,
+    first_byte_timeout: float | None,
     on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None,
     still_up: Callable[[], bool] | None = None,
+    hold_status: int | None = None,
 ) -> Outcome:
     reader, writer = conn
     try:
@@ -337,9 +351,10 @@ async def _exchange_on(
     watch.parser = parser
     first = True
     lost = False
+    held: bytearray | None = None  # the answer so far, while it is being held
     while not watch.complete:
         try:
-            if first:
+            if first and first_byte_timeout is not None:
                 async with asyncio.timeout(first_byte_timeout):
                     data = await reader.read(READ_SIZE)
             else:
@@ -347,7 +362,12 @@ async def _exchange_on(
         except TimeoutError:
             writer.close()
             raise HostSilent(f"{host}:{port}: no answer within {first_byte_timeout} s") from None
-        except (OSError, _HostGone):
+        except _HostGone:
+            if first:
+                writer.close()
+                raise HostSilent(f"{host}:{port}: became unavailable before answering") from None
+            data = b""
+        except OSError:
             data = b""
         if not data:
             if first:
@@ -365,12 +385,26 @@ async def _exchange_on(
             lost = True
             break
         if watch.headers_done and not was_done:
-            client.write(watch.head_bytes(parser.get_status_code()))
+            status = parser.get_status_code()
+            if status == hold_status and not watch.sse:
+                held = bytearray(watch.head_bytes(status))
+            else:
+                client.write(watch.head_bytes(status))
         if watch.out:
-            client.write(b"".join(watch.out))
+            if held is None:
+                client.write(b"".join(watch.out))
+            else:
+                held.extend(b"".join(watch.out))
             watch.out.clear()
+        if held is not None and len(held) > HOLD_MAX:
+            client.write(bytes(held))  # too large to hold: relayed after all
+            held = None
         if client.transport.get_write_buffer_size() > READ_SIZE:
             await client.drain()
+    whole = watch.complete and not lost
+    if held is not None and not whole:
+        client.write(bytes(held))  # cut short: relayed, as the host's failure would be
+        held = None
     with contextlib.suppress(OSError, ConnectionError):
         await client.drain()
     status = parser.get_status_code() if watch.headers_done else 0
@@ -379,7 +413,6 @@ async def _exchange_on(
         pool.put(host, port, (reader, writer))
     else:
         writer.close()
-    whole = watch.complete and not lost
     if lost and watch.sse and on_lost is not None:
         extra = await on_lost(watch.last_seq)
         event = http1.sse_event("host_lost", {"lastSeq": watch.last_seq, **extra})
@@ -387,4 +420,5 @@ async def _exchange_on(
         whole = watch.chunked  # a chunked stream ended properly; anything else did not
         with contextlib.suppress(OSError, ConnectionError):
             await client.drain()
-    return Outcome(status, reusable, lost, whole, watch.last_seq)
+    kept = None if held is None else bytes(held)
+    return Outcome(status, reusable, lost, whole, watch.last_seq, kept)

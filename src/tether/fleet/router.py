@@ -1,7 +1,9 @@
 """The router: ``tether serve --router``. Stateless; any number of replicas.
 
 Each request for a session (``/v1/sessions/{id}/...``) goes to the host that owns the
-session, found in a cached host table, and the host's answer comes back byte for byte
+session, found in a cached host table (and each ACP-over-HTTP request, ``/v1/acp/{id}``,
+to the host that serves its server: :mod:`tether.fleet.router_acp`), and the host's
+answer comes back byte for byte
 (:mod:`tether.fleet.relay`). The router never signals anything and holds nothing a
 replica would need: its cache is rebuilt from the index.
 
@@ -41,7 +43,7 @@ from tether.fleet.relay import (
 from tether.fleet.requests import RequestBody as _RequestBody
 from tether.fleet.requests import once as _once
 from tether.fleet.requests import serve_connection, serve_listener
-from tether.fleet.rows import HostRow
+from tether.fleet.rows import HostRow, SessionRow
 from tether.visibility import A2APolicy, Visibility
 
 DEFAULT_REFRESH_S = 0.25
@@ -148,6 +150,10 @@ class Router:
             return True
         if path in ANY_HOST_ROUTES and head.method == b"GET":
             return await self._any_host(head, queue, out, link)
+        if path.startswith("/v1/acp/"):
+            from tether.fleet import router_acp
+
+            return await router_acp.route(self, head, _RequestBody(queue), out, link)
         if path == "/v1/sessions":
             from tether.fleet import router_sessions
 
@@ -243,15 +249,19 @@ class Router:
         out: asyncio.StreamWriter,
         link: ClientLink,
     ) -> bool:
-        host_id = self.table.cached_session_host(sid)
+        cached = host_id = self.table.cached_session_host(sid)
         if host_id is None:
             try:
                 host_id = await asyncio.to_thread(self.table.lookup_session, sid)
             except FleetError as e:
-                await self._drain_body(queue)
-                out.write(http1.problem(503, "Service Unavailable", str(e),
-                                        code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
-                return True
+                # Lost just now: a session this router has routed before routes on from
+                # its entry, however old (the table uses them while the index is down).
+                cached = host_id = self.table.cached_session_host(sid)
+                if host_id is None:
+                    await self._drain_body(queue)
+                    out.write(http1.problem(503, "Service Unavailable", str(e),
+                                            code="INDEX_UNAVAILABLE", retryable=True))  # fmt: skip
+                    return True
         if host_id is None:
             await self._drain_body(queue)
             out.write(await self._not_open(sid))
@@ -265,9 +275,14 @@ class Router:
         why = self.unavailable_reason(host)
         if why is not None:
             await self._drain_body(queue)
-            out.write(await self._offline(sid, head, host, why))
+            out.write(await self._offline(sid, head, host, why, recheck=cached is not None))
             return True
-        keep, status = await self.forward(host, head, _RequestBody(queue), out, link, sid=sid)
+        # A host's 404 for a session found in the cache is held back: the entry may be
+        # stale (the session closed or re-homed since), and the index, read once more,
+        # says so with 410 and ``rehomedTo``. Only a 404 costs the re-read.
+        keep, status = await self.forward(
+            host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
+        )
         if head.method == b"DELETE" or head.path.endswith("/terminate") or status == 404:
             # Ended (or about to be, or its host no longer has it): the next request
             # looks the session up again, and finds it closed in the index once its host
@@ -285,12 +300,17 @@ class Router:
         *,
         sid: str | None = None,
         extra: Sequence[http1.Header] = (),
+        recheck: bool = False,
+        flat_timeout: bool = True,
     ) -> tuple[bool, int]:
         """Relay one request to ``host``; answer the client for a host that fails.
 
         ``body`` is a :class:`_RequestBody` (drained whatever happens) or an iterable of
         bytes the router made itself. Returns whether the client's connection serves on,
         and the status the client was answered (the host's, or the router's own).
+        ``recheck``: a 404 of the host is checked against the index before it is
+        relayed (:meth:`_recheck`). ``flat_timeout`` False: the first byte is waited
+        for as long as the host is available (an answer that comes when a turn ends).
         """
         at = Endpoint.of(host.url)
         address, port = at.host, at.port
@@ -306,8 +326,9 @@ class Router:
         try:
             outcome = await exchange(
                 self.pool, address, port, request, parts, out,
-                first_byte_timeout=self.settings.first_byte_timeout_s, on_lost=on_lost,
-                link=link, still_up=lambda: self._still_up(host.host_id), tls=at.tls,
+                first_byte_timeout=self.settings.first_byte_timeout_s if flat_timeout else None,
+                on_lost=on_lost, link=link, still_up=lambda: self._still_up(host.host_id),
+                hold_status=404 if recheck else None, tls=at.tls,
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
@@ -317,7 +338,7 @@ class Router:
             answer = (
                 self.unavailable(host, str(e))
                 if sid is None
-                else (await self._offline(sid, head, host, str(e)))
+                else (await self._offline(sid, head, host, str(e), recheck))
             )
             out.write(answer)
             return True, int(answer[9:12])  # nothing is wrong with the client's connection
@@ -331,9 +352,26 @@ class Router:
             return False, 504
         self.table.mark_answered(host.host_id)
         self.routed_total += 1
+        if outcome.held is not None and sid is not None:
+            answer = await self._recheck(sid, outcome.held)
+            out.write(answer)
+            return outcome.client_whole, int(answer[9:12])
         # A client that got a whole answer keeps its connection, whatever becomes of the
         # host connection (a host saying `connection: close` said it to the client).
         return outcome.client_whole, outcome.status
+
+    async def _recheck(self, sid: str, held: bytes) -> bytes:
+        """A host said 404 for a session the router had cached: the index, read once
+        more, decides -- an ended session answers as :meth:`_not_open` does (410 and
+        ``rehomedTo``); one still open there gets the host's own answer."""
+        self.table.forget_session(sid)
+        try:
+            row = await asyncio.to_thread(self.table.session_row, sid)
+        except FleetError:
+            return held  # the index cannot say more than the host did
+        if row is not None and row.state == "open":
+            return held
+        return self._not_open_answer(sid, row)
 
     async def _not_open(self, sid: str) -> bytes:
         """404 for a session the fleet never had; 410 for one that ended, naming the
@@ -342,6 +380,10 @@ class Router:
             row = await asyncio.to_thread(self.table.session_row, sid)
         except FleetError:
             row = None
+        return self._not_open_answer(sid, row)
+
+    @staticmethod
+    def _not_open_answer(sid: str, row: SessionRow | None) -> bytes:
         if row is None:
             return http1.problem(404, "Not Found", f"no session {sid} in the fleet",
                                  code="NO_SESSION", retryable=False)  # fmt: skip
@@ -351,14 +393,26 @@ class Router:
         return http1.problem(410, "Gone", detail, code="SESSION_" + row.state.upper(),
                              retryable=False, rehomedTo=row.rehomed_to)  # fmt: skip
 
-    async def _offline(self, sid: str, head: http1.RequestHead, host: HostRow, why: str) -> bytes:
+    async def _offline(
+        self, sid: str, head: http1.RequestHead, host: HostRow, why: str, recheck: bool = False
+    ) -> bytes:
         """The answer for a session whose host is unavailable: a read is served from the
-        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE``."""
+        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE`` -- unless the
+        host came from the cache (``recheck``) and the index, read once more, says the
+        session ended since (re-homed off that host, most likely): then ``410``."""
         from tether.fleet import router_reads
 
         kind = router_reads.read_kind(head.path)
         if head.method == b"GET" and kind is not None:
             return await router_reads.serve_read(self, sid, kind, head, host, why)
+        if recheck:
+            try:
+                row = await asyncio.to_thread(self.table.session_row, sid)
+            except FleetError:
+                row = None  # the index cannot say more: the host's state is the answer
+            if row is not None and row.state != "open":
+                self.table.forget_session(sid)
+                return self._not_open_answer(sid, row)
         return self.unavailable(host, why)
 
     def _still_up(self, host_id: str) -> bool:

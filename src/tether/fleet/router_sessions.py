@@ -18,7 +18,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
 from tether.fleet import http1, router_access
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from tether.fleet.requests import RequestBody as _RequestBody
     from tether.fleet.router import Router
 
+_T = TypeVar("_T")
 BODY_MAX = 64 * 1024
 ROUTER_FIELDS = ("labels", "parentSessionId")
 DEFAULT_SCOPE = "default"  # one scope per router token, until tokens carry identities
@@ -204,6 +206,26 @@ async def create_session(
     return keep
 
 
+def place_and_insert(
+    router: Router, request: PlacementRequest, insert: Callable[[HostRow], _T]
+) -> _T:
+    """Place (least loaded, labels, parent) and ``insert`` the row on the chosen host;
+    once more if the host drained or was fenced meanwhile. Blocking: run it in a thread."""
+    for attempt in range(2):
+        hosts = [
+            dataclasses.replace(h, heartbeat_age_s=router.table.age(h))
+            for h in router.table.hosts()
+        ]
+        chosen = place(hosts, request, ttl_s=router.settings.ttl_s)
+        try:
+            return insert(chosen)
+        except HostSuperseded:
+            if attempt:
+                raise
+            router.table.refresh()  # the host drained or was fenced meanwhile: again
+    raise AssertionError("unreachable")
+
+
 def _place_and_insert(
     router: Router,
     agent: str,
@@ -218,27 +240,19 @@ def _place_and_insert(
         parent_row = router.table.session_row(parent)
         parent_host = None if parent_row is None else parent_row.host_id
     request = PlacementRequest(labels=labels, parent_host=parent_host)
-    for attempt in range(2):
-        hosts = [
-            dataclasses.replace(h, heartbeat_age_s=router.table.age(h))
-            for h in router.table.hosts()
-        ]
-        chosen = place(hosts, request, ttl_s=router.settings.ttl_s)
-        try:
-            return router.table.ensure_session(
-                scope=DEFAULT_SCOPE,
-                agent=agent,
-                cwd=cwd,
-                name=name,
-                host_id=chosen.host_id,
-                host_epoch=chosen.epoch,
-                ownership=ownership,
-            )
-        except HostSuperseded:
-            if attempt:
-                raise
-            router.table.refresh()  # the host drained or was fenced meanwhile: again
-    raise AssertionError("unreachable")
+    return place_and_insert(
+        router,
+        request,
+        lambda chosen: router.table.ensure_session(
+            scope=DEFAULT_SCOPE,
+            agent=agent,
+            cwd=cwd,
+            name=name,
+            host_id=chosen.host_id,
+            host_epoch=chosen.epoch,
+            ownership=ownership,
+        ),
+    )
 
 
 async def close_children(router: Router, sid: str, depth: int = 0) -> None:

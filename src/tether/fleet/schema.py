@@ -82,4 +82,19 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE sessions ADD COLUMN restarted_from TEXT;
     ALTER TABLE sessions ADD COLUMN rehomed_to TEXT;
     """,
+    # v3: ACP over HTTP through routers (`/v1/acp/{serverId}`). The client names its
+    # server id (sandbox-agent's client picks its path), so a router cannot hand out a
+    # host-qualified id it could parse: which host serves an id is a row, written once by
+    # the first router to see the id (the primary key decides between racing routers)
+    # and never changed, so every router may cache it for good.
+    """
+    CREATE TABLE acp_servers (
+        scope               TEXT NOT NULL,
+        server_id           TEXT NOT NULL,
+        host_id             TEXT NOT NULL REFERENCES hosts (host_id),
+        host_epoch          BIGINT NOT NULL,
+        created_at          TIMESTAMPTZ NOT NULL DEFAULT now(),
+        PRIMARY KEY (scope, server_id)
+    );
+    """,
 )

@@ -7,8 +7,10 @@ else ``?from=SEQ`` (replay from SEQ), else ``?tail=N`` (the last N entries), els
 only. ``?control=1`` attaches the gateway to the owner as a controller while the stream
 is open: the agent's questions wait for an answer (``POST …/questions/{qid}``) instead of
 being decided at once by the non-interactive policy. Control events: ``lagged``
-(``{"lastSeq": N}``: reconnect from there) and ``error``. How the stream is served:
-:mod:`tether.serve.stream`.
+(``{"lastSeq": N}``: reconnect from there) and ``error``; on a fleet host, ``durable``
+(``{"durableSeq": N}``, the highest seq shipped off-host) at the start and whenever it
+advances -- with no ``id:``, so ``Last-Event-ID`` resume is not disturbed. How the
+stream is served: :mod:`tether.serve.stream`.
 """
 
 from __future__ import annotations
@@ -85,8 +87,14 @@ async def events(request: Request) -> Response:
     else:
         assert gateway.stopping is not None  # set by the lifespan before any request
         hub = gateway.hubs.acquire(key, control=control)
+        fleet_host = gateway.fleet_host
         body = stream_clients.follow(
-            gateway.hubs, hub, cursor, heartbeat=heartbeat, stopping=gateway.stopping
+            gateway.hubs,
+            hub,
+            cursor,
+            heartbeat=heartbeat,
+            stopping=gateway.stopping,
+            durable_seq=None if fleet_host is None else lambda: fleet_host.durable_seq(key),
         )
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 

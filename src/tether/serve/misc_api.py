@@ -64,17 +64,19 @@ async def health(request: Request) -> Response:
     from tether import paths
 
     gateway: Gateway = request.app.state.gateway
-    return JSONResponse(
-        {
-            "status": "ok",
-            "version": __version__,
-            "pid": os.getpid(),
-            "host": HOST,
-            "home": paths.home_path(),
-            "uptimeS": round(_uptime(gateway), 3),
-            "sseClients": gateway.hubs.clients(),
-        }
-    )
+    doc = {
+        "status": "ok",
+        "version": __version__,
+        "pid": os.getpid(),
+        "host": HOST,
+        "home": paths.home_path(),
+        "uptimeS": round(_uptime(gateway), 3),
+        "sseClients": gateway.hubs.clients(),
+    }
+    if gateway.fleet_host is not None:
+        # A fleet host: its membership (hostId, epoch, indexUp, ...) and shipping.
+        doc["fleet"] = gateway.fleet_host.status()
+    return JSONResponse(doc)
 
 
 def _uptime(gateway: Gateway) -> float:

@@ -54,6 +54,16 @@ def _op(
     return op
 
 
+SESSION_SSE_EVENTS = (
+    "One event per journal entry: `id:` its seq, `data:` the entry. Events with no"
+    " `id:` (so `Last-Event-ID` resume never sees them): `lagged` `{lastSeq}` (the"
+    " client fell behind the ring: reconnect from there), `error` `{detail, lastSeq}`;"
+    " on a fleet host, `durable` `{durableSeq}` at the start and whenever the highest"
+    " seq shipped off-host advances; through a fleet router, `host_lost`"
+    " `{lastSeq, durableSeq, hostId}` when the session's host went away (the last event)."
+)
+
+
 def document() -> dict[str, Any]:
     """The document."""
     session = [_ID]
@@ -115,7 +125,8 @@ def document() -> dict[str, Any]:
                     },
                 ],
                 media="text/event-stream",
-            ),
+            )
+            | {"description": SESSION_SSE_EVENTS},
         },
         "/v1/sessions/{id}/history": {
             "get": _op("one summary per turn", params=[_ID, _query("limit", "integer", "last N")]),

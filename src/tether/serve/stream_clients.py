@@ -8,7 +8,7 @@ cursor, database reads while it is older than the ring, then windows of the ring
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final
 
 from tether.errors import TetherError
@@ -16,6 +16,39 @@ from tether.serve.sse import sse_control, sse_event
 from tether.serve.stream import Hub, Hubs
 
 CHUNK_ENTRIES: Final = 1024  # stored entries per database read for one client
+# While a fleet host's stream has relayed entries not yet durable off-host, it looks at
+# the durable seq this often (the host ships every 0.2 s); otherwise only on its own wakeups.
+DURABLE_POLL_S: Final = 0.25
+# A session with no durable seq after this many quick waits (10 s) is not one the host
+# ships (a local session of a fleet host): its stream stops looking often.
+DURABLE_NONE_LOOKS: Final = 40
+
+
+class _Durable:
+    """A fleet session's durable (shipped) seq as a stream reports it: ``event: durable``
+    with ``{"durableSeq": N}`` at the start and whenever it advances. No ``id:``: the
+    event is not a journal entry, and ``Last-Event-ID`` resume never sees it."""
+
+    def __init__(self, read: Callable[[], int | None]) -> None:
+        self._read = read
+        self.sent: int | None = None
+        self._none_looks = 0
+
+    def note(self) -> bytes | None:
+        """The event to send now, if the durable seq moved since the last one."""
+        seq = self._read()
+        if seq is None or seq == self.sent:
+            return None
+        self.sent = seq
+        return sse_control("durable", {"durableSeq": seq}).encode()
+
+    def behind(self, relayed: int) -> bool:
+        """Whether entries relayed are not known durable yet (so: look again soon).
+        Asked when the stream would wait; counts the waits with nothing shipped."""
+        if self.sent is None:
+            self._none_looks += 1
+            return self._none_looks <= DURABLE_NONE_LOOKS
+        return self.sent < relayed
 
 
 def read_rows(key: str, cursor: int, limit: int) -> list[tuple[int, str]]:
@@ -51,18 +84,26 @@ async def follow(
     *,
     heartbeat: float,
     stopping: asyncio.Event,
+    durable_seq: Callable[[], int | None] | None = None,
 ) -> AsyncIterator[bytes]:
     """One client's stream from ``cursor`` (None: live only) until the session ends.
 
     The caller has acquired ``hub``; it is released here, whatever ends the stream.
+    ``durable_seq`` (a fleet host's): see :class:`_Durable`.
     """
+    durable = None if durable_seq is None else _Durable(durable_seq)
     try:
         yield b"retry: 1000\n\n"
         await hub.ready.wait()
         if cursor is None:
             cursor = hub.next_seq
         live = False
+        quiet = 0.0  # seconds waited since anything was sent
         while not stopping.is_set():
+            note = None if durable is None else durable.note()
+            if note is not None:
+                quiet = 0.0
+                yield note
             if hub.error is not None:
                 yield sse_control(
                     "error", {"detail": hub.error.message, "lastSeq": cursor - 1}
@@ -98,7 +139,15 @@ async def follow(
                 continue
             if hub.ended or hub.closing:
                 return
-            if not await hub.changed(heartbeat):
+            wait = heartbeat
+            if durable is not None and durable.behind(cursor - 1):
+                wait = min(heartbeat, DURABLE_POLL_S)
+            if await hub.changed(wait):
+                quiet = 0.0
+                continue
+            quiet += wait
+            if quiet >= heartbeat:
+                quiet = 0.0
                 yield b": heartbeat\n\n"
     finally:
         hubs.release(hub)
