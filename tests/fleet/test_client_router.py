@@ -11,7 +11,7 @@ import pytest
 
 import tether
 from tests.fleet.test_fleet_e2e import USER_TOKEN, Processes, procs
-from tether.errors import NoSession, PermissionDenied
+from tether.errors import HostUnavailable, NoSession, PermissionDenied
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
 pytestmark = [
@@ -58,5 +58,36 @@ def test_the_library_through_a_router(procs: Processes, project_dir: Path) -> No
             await asyncio.wait_for(watcher, 60)
             assert isinstance(seen[-1], tether.SessionEnded)
             assert [e.seq for e in seen] == list(range(1, len(seen) + 1))
+
+    asyncio.run(main())
+
+
+def test_a_watch_through_a_router_ends_host_lost_when_its_host_dies(
+    procs: Processes, project_dir: Path
+) -> None:
+    """The router ends an open stream with ``host_lost`` when the session's host dies;
+    the library raises the retryable HostUnavailable (HOST_LOST) naming what is durable,
+    never reconnecting forever nor ending as if the session had ended."""
+    host = procs.host("h1")
+    url = procs.router().url
+
+    async def main() -> None:
+        async with tether.Client(url=url, token=USER_TOKEN) as client:
+            session = await client.ensure_session("mock", cwd=project_dir, name="doomed")
+            assert [e async for e in session.prompt("echo before")]
+            seen: list[tether.Event] = []
+
+            async def follow() -> None:
+                async for event in session.watch(from_seq=1):
+                    seen.append(event)
+                    if isinstance(event, tether.TurnEnded):
+                        host.proc.kill()  # the host process we started, by its pid
+
+            with pytest.raises(HostUnavailable) as info:
+                await asyncio.wait_for(follow(), 60)
+            assert info.value.detail_code == "HOST_LOST"
+            assert info.value.retryable
+            assert isinstance(info.value.fields.get("durable_seq"), int)
+            assert seen
 
     asyncio.run(main())

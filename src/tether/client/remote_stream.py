@@ -23,7 +23,12 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
-from tether.errors import BrokenResourceError, RemoteProtocolError, TetherError
+from tether.errors import (
+    BrokenResourceError,
+    HostUnavailable,
+    RemoteProtocolError,
+    TetherError,
+)
 
 if TYPE_CHECKING:
     import httpx
@@ -108,6 +113,7 @@ class EventStream:
         self._errors = errors
         self.last: int | None = None  # the last seq delivered (resume after it)
         self.reconnects = 0
+        self.durable_seq: int | None = None  # a fleet host's highest seq shipped off-host
         self._response: httpx.Response | None = None
         self._lines: AsyncIterator[str] | None = None
         self._parser = SseParser()
@@ -215,10 +221,20 @@ class EventStream:
             event = self._parser.feed(line)
             if event is None:
                 continue
-            if event.event != "message":
-                # ``lagged`` (we fell behind the gateway's ring) or ``error`` (its
-                # follower failed): the journal has everything; resume from our seq.
+            if event.event == "durable":
+                # A fleet host's highest seq shipped off-host (no id: not an entry).
+                self._durable(event.data)
+                continue
+            if event.event == "host_lost":
+                # Through a router: the session's host went away mid-stream. What it
+                # shipped is readable from the router; nothing more comes on this one.
+                raise self._host_lost(event.data)
+            if event.event in ("lagged", "error"):
+                # We fell behind the gateway's ring, or its follower failed: the journal
+                # has everything; resume from our seq.
                 return None
+            if event.event != "message":
+                continue  # an event this client does not know: not an entry
             try:
                 entry = json.loads(event.data)
             except ValueError:
@@ -233,6 +249,31 @@ class EventStream:
                 self._ended = True
             return dict(entry)
         return None  # the server ended this response: reconnect (or 204: the end)
+
+    def _durable(self, data: str) -> None:
+        try:
+            seq = json.loads(data).get("durableSeq")
+        except (ValueError, AttributeError):
+            raise RemoteProtocolError("the event stream sent a malformed durable event") from None
+        if isinstance(seq, int) and (self.durable_seq is None or seq > self.durable_seq):
+            self.durable_seq = seq
+
+    def _host_lost(self, data: str) -> HostUnavailable:
+        try:
+            doc = json.loads(data)
+        except ValueError:
+            doc = {}
+        fields = doc if isinstance(doc, dict) else {}
+        self._ended = True
+        return HostUnavailable(
+            "the session's host was lost while streaming; what it shipped is readable"
+            " (history, export) and the stream can be opened again once it is back",
+            detail_code="HOST_LOST",
+            session_key=self._key,
+            host_id=fields.get("hostId"),
+            last_seq=fields.get("lastSeq"),
+            durable_seq=fields.get("durableSeq"),
+        )
 
     async def _pause(self, failures: int) -> None:
         first, most = PAUSE_S
