@@ -205,6 +205,9 @@ _SERVE = {
         "a list of host names",
         _strings,
     ),
+    "drainGrace": seconds(
+        30.0, "a fleet host's drain (SIGTERM, serve --drain): how long running turns may finish"
+    ),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),

@@ -142,6 +142,12 @@ _COMMAND_FLAGS = {
         "--fleet-token-file PATH",
         "the credential shared by routers and hosts (or TETHER_FLEET_TOKEN)",
     ),
+    "--drain": (0, "--drain", "drain the fleet host serving this TETHER_HOME (as SIGTERM does)"),
+    "--drain-grace": (
+        1,
+        "--drain-grace SECONDS",
+        "a fleet host's drain: how long running turns may finish (default 30)",
+    ),
     "--allowed-host": (
         1,
         "--allowed-host HOST",
@@ -295,7 +301,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
     "serve": (
         "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]..."
         " [--fleet-index DSN [--router | --host-id ID --advertise URL --label K=V...]"
-        " [--fleet-token-file PATH]]",
+        " [--fleet-token-file PATH] [--drain-grace S]] | serve --drain",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
         (
             "--host",
@@ -309,6 +315,8 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
             "--advertise",
             "--label",
             "--fleet-token-file",
+            "--drain-grace",
+            "--drain",
         ),
     ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),

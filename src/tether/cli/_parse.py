@@ -80,6 +80,8 @@ class Invocation:
         self.advertise: str | None = None  # serve --advertise URL
         self.labels: list[tuple[str, str]] = []  # serve --label KEY=VALUE (repeatable)
         self.fleet_token_file: str | None = None  # serve --fleet-token-file PATH
+        self.drain = False  # serve --drain: drain the fleet host running on this home
+        self.drain_grace: float | None = None  # serve --drain-grace SECONDS
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
@@ -284,6 +286,16 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
         setattr(inv, flag[2:], value)
+    elif flag == "--drain":
+        inv.drain = True
+    elif flag == "--drain-grace":
+        try:
+            grace = float(value or "")
+        except ValueError:
+            raise UsageError(f"--drain-grace expects a number of seconds, got {value!r}") from None
+        if not 0 <= grace < float("inf"):
+            raise UsageError("--drain-grace must be a number of seconds >= 0")
+        inv.drain_grace = grace
     elif flag == "--port":
         try:
             port = int(value or "")

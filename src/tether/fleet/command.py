@@ -33,6 +33,7 @@ class FleetArgs:
     host_id: str | None = None
     advertise: str | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
+    drain_grace: float | None = None  # --drain-grace; None: the config's serve.drainGrace
 
 
 def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | None:
@@ -44,6 +45,7 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
             ("--host-id", inv.host_id),
             ("--advertise", inv.advertise),
             ("--label", inv.labels),
+            ("--drain-grace", inv.drain_grace is not None),
         )
         if given
     ]
@@ -65,6 +67,7 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
         host_id=inv.host_id,
         advertise=inv.advertise,
         labels=dict(inv.labels),
+        drain_grace=inv.drain_grace,
     )
 
 
