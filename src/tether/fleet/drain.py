@@ -27,6 +27,7 @@ header from a Secret.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -34,7 +35,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import HostDraining, HostSuperseded, IndexUnavailable, TetherError
+from tether.errors import FleetError, HostDraining, TetherError
 from tether.fleet.drain_state import DrainInput, DrainMachine, readiness
 
 if TYPE_CHECKING:
@@ -116,10 +117,24 @@ class HostDrainer:
             self.machine.feed(event, time.monotonic())
 
     def _run(self) -> None:
+        try:
+            self._drain()
+        except Exception as e:
+            # The thread's boundary: a broken home or a bug must not leave the host
+            # serving forever after its SIGTERM. Say it, leave, and let the server exit.
+            self._log(f"host {self.host.host_id}: the drain failed ({type(e).__name__}: {e})")
+            if not self.left:
+                self.left = True
+                with contextlib.suppress(Exception):
+                    self.host.leave("drain failed")
+        finally:
+            self._on_drained()
+
+    def _drain(self) -> None:
         started = time.monotonic()
         try:
             self.host.membership.drain(True)
-        except (IndexUnavailable, HostSuperseded) as e:
+        except FleetError as e:
             # Routers still see it: the host deregisters at the end, and meanwhile its
             # gateway refuses what is new.
             self._log(f"host {self.host.host_id}: could not mark itself draining: {e}")
@@ -146,7 +161,6 @@ class HostDrainer:
             + (f", {unproven} owner(s) left running (unproven)" if unproven else "")
             + "; deregistered"
         )
-        self._on_drained()
 
     def _wait_for_turns(self) -> int:
         """Wait (bounded by the grace) until no turn runs or waits; the turns cut."""
