@@ -191,7 +191,13 @@ def run_serve(ctx: Any) -> int:
         def handle_exit(self, sig: int, frame: Any) -> None:
             if drainer is not None and sig == signal.SIGTERM:
                 # A fleet host drains (tether.fleet.drain): the server exits once done.
-                drainer.request()
+                # Begun from the loop, never from this handler: a second SIGTERM landing
+                # inside the first request must not re-enter it.
+                loop = gateway.loop
+                if loop is None:
+                    drainer.request()  # (not serving yet)
+                else:
+                    loop.call_soon_threadsafe(drainer.request)
                 return
             # Streams end at once: a server waiting for open SSE connections to finish
             # on their own would wait forever.
