@@ -52,7 +52,7 @@ def fleet(fleet_dsn: str, tmp_path: Path) -> Iterator[Processes]:
         p.stop()
 
 
-def _host(procs: Processes, host_id: str) -> Gateway:
+def _host(procs: Processes, host_id: str, grace: str = GRACE_S) -> Gateway:
     """Start (or restart, on its same home) the host ``host_id``."""
     home = procs.base / host_id
     if not home.exists():
@@ -61,7 +61,7 @@ def _host(procs: Processes, host_id: str) -> Gateway:
         (home / "config.toml").write_text(f"[agents.{AGENT}]\nargv = {json.dumps(argv)}\n")
         os.chmod(home / "config.toml", 0o600)
     gw = spawn_gateway(
-        home, "--host-id", host_id, f"--label=host={host_id}", "--drain-grace", GRACE_S,
+        home, "--host-id", host_id, f"--label=host={host_id}", "--drain-grace", grace,
         env=procs.env,
     )  # fmt: skip
     gw.token = FLEET_TOKEN
@@ -190,6 +190,33 @@ def test_a_sigtermed_host_finishes_its_turn_refuses_new_work_and_its_session_res
     runs = [e for e in started if e["kind"] == "agent_run_started"]
     assert runs[0]["resumed"] is True
     assert any("session/load" in x for x in after[len(before) :])
+
+
+def test_a_turn_still_running_at_the_grace_is_cut_and_the_session_stays_open(
+    fleet: Processes, project_dir: Path
+) -> None:
+    procs = fleet
+    host = _host(procs, "h1", grace="1")
+    router = procs.router()
+    sid = _create(router, project_dir, "long")
+    long = router.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "sleep 60000"})
+    assert long.status_code == 202, long.text
+    rid = long.json()["requestId"]
+    wait_for(
+        lambda: host.http.get(f"/v1/sessions/{sid}").json()["status"]["status"] == "running",
+        "the turn to run",
+    )
+    assert _sigterm_and_wait(host) == 0
+    line = _drain_line(host)
+    assert "1 turn(s) cut at the 1 s grace" in line
+    assert "1 session(s) left open for resume" in line
+    assert _host_processes("h1") == []
+    assert _turn(router.http, sid, rid)["stopReason"] == "cancelled"
+    with FleetIndex.connect(procs.dsn) as index:
+        assert index.session(sid).state == "open"  # type: ignore[union-attr]
+    _host(procs, "h1")
+    again = _prompt_until_admitted(router, sid, "echo still here")
+    assert _turn(router.http, sid, again)["stopReason"] == "end_turn"
 
 
 def _prompt_until_admitted(router: Gateway, sid: str, text: str, timeout: float = 60.0) -> str:
