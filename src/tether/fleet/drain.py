@@ -90,10 +90,6 @@ class HostDrainer:
             self._thread.start()
             return True
 
-    def join(self, timeout: float) -> None:
-        if self._thread is not None:
-            self._thread.join(timeout)
-
     def readiness(self) -> dict[str, Any]:
         status = self.host.membership.status()
         verdict = readiness(
@@ -158,7 +154,7 @@ class HostDrainer:
             f"host {self.host.host_id} drained in {self.summary['seconds']} s:"
             f" {open_left} session(s) left open for resume, {ended} owner(s) ended with"
             f" proof, {cut} turn(s) cut at the {self.machine.grace_s:g} s grace"
-            + (f", {unproven} owner(s) left running (unproven)" if unproven else "")
+            + (f", {unproven} owner(s) not proven gone" if unproven else "")
             + "; deregistered"
         )
 
