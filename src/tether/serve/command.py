@@ -209,30 +209,17 @@ def run_serve(ctx: Any) -> int:
 
     url = _url(sock)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
-    fleet_host = None
+    fleet_host: Any = None
     drainer: Any = None
     if fleet is not None:
-        from tether.fleet.host import FleetHost
-
-        fleet_host = FleetHost(
-            fleet.dsn,
-            fleet.host_id or os.uname().nodename,
-            fleet.advertise or url,
-            labels=fleet.labels,
-            close_locally=_close_all,
-        )
-        # Everything this host starts (owners, keepers, agents) carries its host id: a
-        # label for people and tests reading /proc -- never a proof of anything.
-        os.environ["TETHER_HOST_ID"] = fleet_host.host_id
         try:
-            fleet_host.start()
+            fleet_host, drainer = _fleet_host(fleet, url, gateway, ctx.config)
         except BaseException:
             release()
             raise
-        gateway.fleet_host = fleet_host
-        drainer = _drainer(fleet_host, _drain_grace(fleet.drain_grace, ctx.config), gateway)
+    app = build_app(gateway)
     config = uvicorn.Config(
-        build_app(gateway) if drainer is None else _gated(build_app(gateway), drainer),
+        app if drainer is None else _gated(app, drainer),
         log_level="warning",
         access_log=False,
         lifespan="on",
@@ -241,9 +228,6 @@ def run_serve(ctx: Any) -> int:
     server = Server(config)
     if drainer is not None:
         drainer.server = server
-        from tether.fleet.drain_command import record_host
-
-        record_host(fleet_host.host_id if fleet_host else "", url, drainer.machine.grace_s)
     _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
     try:
         server.run(sockets=[sock])
@@ -256,6 +240,33 @@ def run_serve(ctx: Any) -> int:
 
             forget_host_record()
     return 0
+
+
+def _fleet_host(fleet: Any, url: str, gateway: Any, config: dict[str, Any]) -> tuple[Any, Any]:
+    """Register this host in the fleet and start shipping; its drainer (SIGTERM and
+    ``serve --drain`` drain it), with the host recorded in the home for ``--drain``."""
+    from tether.fleet.drain_command import record_host
+    from tether.fleet.host import FleetHost
+
+    fleet_host = FleetHost(
+        fleet.dsn,
+        fleet.host_id or os.uname().nodename,
+        fleet.advertise or url,
+        labels=fleet.labels,
+        close_locally=_close_all,
+    )
+    # Everything this host starts (owners, keepers, agents) carries its host id: a
+    # label for people and tests reading /proc -- never a proof of anything.
+    os.environ["TETHER_HOST_ID"] = fleet_host.host_id
+    fleet_host.start()
+    gateway.fleet_host = fleet_host
+    drainer = _drainer(fleet_host, _drain_grace(fleet.drain_grace, config), gateway)
+    try:
+        record_host(fleet_host.host_id, url, drainer.machine.grace_s)
+    except BaseException:
+        fleet_host.stop()
+        raise
+    return fleet_host, drainer
 
 
 def _drain_grace(flag: float | None, config: dict[str, Any]) -> float:
