@@ -163,13 +163,16 @@ class HostDrainer:
         deadline = self.machine.deadline or time.monotonic()
         while self.inflight > 0 and time.monotonic() < deadline:
             time.sleep(POLL_S / 4)  # admitted requests reach their owners first
+        # Nothing new is admitted: an owner found idle stays idle, so after the first
+        # pass only the busy ones are asked again.
+        busy = _busy_owners(_live_owner_keys())
         while True:
-            busy = _busy_turns(_live_owner_keys())
-            step = self.machine.waiting(time.monotonic(), busy=busy)
+            step = self.machine.waiting(time.monotonic(), busy=len(busy))
             if step is not None:
                 self._feed(step)
-                return busy if step is DrainInput.GRACE_OVER else 0
+                return len(busy) if step is DrainInput.GRACE_OVER else 0
             time.sleep(POLL_S)
+            busy = _busy_owners(busy)
 
 
 def _live_owner_keys() -> list[str]:
@@ -187,12 +190,12 @@ def _open_session_count() -> int:
         return len(registry.sessions(include_closed=False))
 
 
-def _busy_turns(keys: list[str]) -> int:
-    """How many owners run a turn or hold queued requests (each asked over IPC)."""
+def _busy_owners(keys: list[str]) -> list[str]:
+    """The owners of ``keys`` that run a turn or hold queued requests (asked over IPC)."""
     from tether import sessions
     from tether.ipc.client import OwnerConnection
 
-    busy = 0
+    busy = []
     for key in keys:
         try:
             with OwnerConnection.connect(sessions.socket_path(key), timeout=STATUS_HELLO_S) as conn:
@@ -200,7 +203,7 @@ def _busy_turns(keys: list[str]) -> int:
         except TetherError:
             continue  # gone meanwhile, or hung: the retirement decides
         if snap.get("status") == "running" or (snap.get("queueDepth") or 0) > 0:
-            busy += 1
+            busy.append(key)
     return busy
 
 
