@@ -208,6 +208,9 @@ _SERVE = {
     "tlsCert": text(None, "serve HTTPS with this certificate file (PEM; --tls-cert)"),
     "tlsKey": text(None, "the private key file of tlsCert (PEM; --tls-key)"),
     "fleetCa": text(None, "a router trusts hosts' https:// certificates signed by this CA"),
+    "drainGrace": seconds(
+        30.0, "a fleet host's drain (SIGTERM, serve --drain): how long running turns may finish"
+    ),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),

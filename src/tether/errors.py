@@ -45,6 +45,7 @@
     │   ├── IndexUnavailable            retryable: the index (PostgreSQL) cannot be reached
     │   ├── HostSuperseded              this host's epoch is stale: another registration won
     │   └── HostUnavailable             retryable: the session's host is down or unresponsive
+    │       └── HostDraining            retryable: the host drains (admits nothing new; retry)
     ├── StateError                      the state directory (TETHER_HOME) cannot be used
     │   ├── StateCorrupt                the state database is not a database / is malformed
     │   │   └── JournalDamaged          a reader skipped damaged journal chunks (seq ranges)
@@ -553,6 +554,14 @@ class HostUnavailable(FleetError):
 
     retryable = True
     default_detail_code = "HOST_UNAVAILABLE"
+
+
+class HostDraining(HostUnavailable):
+    """This host is draining: it admits no new session or prompt; retry (a router places
+    new sessions elsewhere, and the host's own sessions resume once it is back)."""
+
+    code = "HOST_DRAINING"
+    default_detail_code = "HOST_DRAINING"
 
 
 # --- the state directory -------------------------------------------------------------

@@ -35,6 +35,7 @@ __all__ = [
     "fence_if_silent",
     "owner_silence",
     "peer_pidfd",
+    "signal_owner",
     "wait_exit",
 ]
 
@@ -110,29 +111,45 @@ def fence_if_silent(key: str) -> bool:
 
 def _kill_verified(pid: int, starttime: int | None, boot_id: str) -> bool:
     """SIGKILL ``pid`` through a pidfd if it is provably the recorded owner; wait for it."""
+    fd = signal_owner(pid, starttime, boot_id, signal.SIGKILL)
+    if fd is None:
+        return False
+    try:
+        # A pidfd is readable once the process has exited (zombie or reaped alike).
+        select.select([fd], [], [], KILL_WAIT_S)
+    finally:
+        _os.current().close_fd(fd)
+    return True
+
+
+def signal_owner(pid: int, starttime: int | None, boot_id: str, sig: int) -> int | None:
+    """Signal ``pid`` through a pidfd if it is provably the process recorded (an owner,
+    or a fleet host: boot id and start time checked before and after the pidfd pins it);
+    returns that pidfd, to wait on and close, or None when nothing was proven (and
+    nothing was signalled)."""
     table = _os.current()
     if starttime is None or table.boot_id() != boot_id:
-        return False
+        return None
 
     def same() -> bool:
         st = table.stat(pid)
         return st is not None and st.starttime == starttime and not st.is_zombie
 
     if not same():
-        return False
+        return None
     try:
         fd = table.pidfd_open(pid)
     except OSError:
-        return False
+        return None
     try:
         if not same():  # the pidfd pins it now: is it still the one we verified?
-            return False
-        table.pidfd_send_signal(fd, signal.SIGKILL)
-        # A pidfd is readable once the process has exited (zombie or reaped alike).
-        select.select([fd], [], [], KILL_WAIT_S)
-    finally:
+            table.close_fd(fd)
+            return None
+        table.pidfd_send_signal(fd, sig)
+    except BaseException:
         table.close_fd(fd)
-    return True
+        raise
+    return fd
 
 
 def peer_pidfd(sock: Any) -> int | None:

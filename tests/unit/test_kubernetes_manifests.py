@@ -28,6 +28,7 @@ import yaml
 
 from tether.cli._parse import parse
 from tether.fleet.command import fleet_args
+from tether.fleet.drain import RETIRE_WAIT_S
 from tether.serve.hosts import host_rule
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -281,9 +282,27 @@ def test_each_command_line_is_one_tether_accepts(
     assert rule.allows(fleet.advertise.split("://", 1)[1])
     assert rule.allows("10.1.2.3:8787")
     assert rule.allows("127.0.0.1:8787")
-    probe = container["livenessProbe"]["exec"]["command"]
-    assert "http://127.0.0.1:8787/v1/health" in probe[-1]
-    assert container["readinessProbe"]["exec"]["command"] == probe
+    # Tether's own probe routes, asked without the credential (drain: readiness drops).
+    for probe, path in (("livenessProbe", "/livez"), ("readinessProbe", "/readyz")):
+        get = container[probe]["httpGet"]
+        assert (get["path"], get["port"]) == (path, "http"), where
+        assert "exec" not in container[probe], where
+    assert fleet.drain_grace is not None
+
+
+def test_each_hosts_pod_grace_covers_its_drain() -> None:
+    """A host pod's terminationGracePeriodSeconds covers its drain: the --drain-grace its
+    turns get, then the owners' retirement, before the kubelet's SIGKILL."""
+    hosts = 0
+    for where, pod in _pods():
+        for c in pod["containers"]:
+            args = c.get("args", [])
+            if "--router" in args or "serve" not in args:
+                continue
+            hosts += 1
+            grace = float(args[args.index("--drain-grace") + 1])
+            assert pod["terminationGracePeriodSeconds"] >= grace + RETIRE_WAIT_S, where
+    assert hosts == 2  # dense hosts, sandboxes
 
 
 def test_the_image_runs_as_the_manifests_user_without_a_shell() -> None:

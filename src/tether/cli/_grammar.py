@@ -149,6 +149,12 @@ _COMMAND_FLAGS = {
         "--fleet-ca FILE",
         "a router trusts hosts' https:// certificates signed by this CA (PEM; serve.fleetCa)",
     ),
+    "--drain": (0, "--drain", "drain the fleet host serving this TETHER_HOME (as SIGTERM does)"),
+    "--drain-grace": (
+        1,
+        "--drain-grace SECONDS",
+        "a fleet host's drain: how long running turns may finish (default 30)",
+    ),
     "--allowed-host": (
         1,
         "--allowed-host HOST",
@@ -303,7 +309,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "[--host H] [--port P | --unix PATH] [--token T] [--allowed-host HOST]..."
         " [--tls-cert FILE --tls-key FILE]"
         " [--fleet-index DSN [--router [--fleet-ca FILE] | --host-id ID --advertise URL"
-        " --label K=V...] [--fleet-token-file PATH]]",
+        " --label K=V...] [--fleet-token-file PATH] [--drain-grace S]] | serve --drain",
         "the HTTP gateway: JSON API, live event streams (SSE), dashboard at /ui",
         (
             "--host",
@@ -320,6 +326,8 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
             "--tls-cert",
             "--tls-key",
             "--fleet-ca",
+            "--drain-grace",
+            "--drain",
         ),
     ),
     "metrics": ("", "counters, latencies and gauges (text, or --format json)", ()),

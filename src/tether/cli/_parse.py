@@ -83,6 +83,8 @@ class Invocation:
         self.tls_cert: str | None = None  # serve --tls-cert FILE
         self.tls_key: str | None = None  # serve --tls-key FILE
         self.fleet_ca: str | None = None  # serve --router --fleet-ca FILE
+        self.drain = False  # serve --drain: drain the fleet host running on this home
+        self.drain_grace: float | None = None  # serve --drain-grace SECONDS
         self.tree = False  # sessions list --tree
         self.sandboxed = False  # sessions new/ensure --sandboxed
         self.resume_session: str | None = None  # sessions new --resume-session ID
@@ -295,6 +297,16 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
         setattr(inv, flag[2:], value)
+    elif flag == "--drain":
+        inv.drain = True
+    elif flag == "--drain-grace":
+        try:
+            grace = float(value or "")
+        except ValueError:
+            raise UsageError(f"--drain-grace expects a number of seconds, got {value!r}") from None
+        if not 0 <= grace < float("inf"):
+            raise UsageError("--drain-grace must be a number of seconds >= 0")
+        inv.drain_grace = grace
     elif flag == "--port":
         try:
             port = int(value or "")

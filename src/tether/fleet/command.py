@@ -38,6 +38,7 @@ class FleetArgs:
     labels: Mapping[str, str] = field(default_factory=dict)
     # A host's router for its agents' door (TETHER_FLEET_ROUTER); None: no door.
     router_url: str | None = None
+    drain_grace: float | None = None  # --drain-grace; None: the config's serve.drainGrace
 
 
 def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | None:
@@ -51,6 +52,7 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
             ("--host-id", inv.host_id),
             ("--advertise", inv.advertise),
             ("--label", inv.labels),
+            ("--drain-grace", inv.drain_grace is not None),
         )
         if given
     ]
@@ -77,6 +79,7 @@ def fleet_args(inv: Any, env: Mapping[str, str] = os.environ) -> FleetArgs | Non
         host_id=inv.host_id,
         advertise=inv.advertise,
         labels=dict(inv.labels),
+        drain_grace=inv.drain_grace,
     )
 
 

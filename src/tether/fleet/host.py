@@ -123,6 +123,34 @@ class FleetHost:
             self._thread.join(timeout=10)
         self.membership.stop(deregister=deregister)
 
+    def leave(self, reason: str) -> None:
+        """Stop shipping, ship once more (everything the owners journaled before they
+        ended), and deregister: the end of a drain."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        self.final_sync()
+        self.membership.stop(deregister=True, reason=reason)
+
+    def final_sync(self) -> None:
+        """One last sync pass on connections of its own (the sync thread has stopped)."""
+        from tether._registry_journal import JournalReader
+        from tether.registry import Registry
+
+        try:
+            with Registry() as registry, self._connect() as index:
+                journal = JournalReader(paths.state_db())
+                try:
+                    shipper = JournalShipper(
+                        index, journal, self.host_id, lambda: self.membership.epoch
+                    )
+                    self.sync_once(index, registry, shipper)
+                finally:
+                    journal.close()
+        except (TetherError, sqlite3.Error, OSError) as e:
+            self.last_error = str(e)
+            self._log(f"host {self.host_id}: the last ship failed: {e}")
+
     def durable_seq(self, session_id: str) -> int | None:
         """The highest seq of the session shipped off-host, as of the last pass (None: not
         a fleet session of this host, or not shipped yet)."""

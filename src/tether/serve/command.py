@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import stat
 import sys
@@ -105,6 +106,12 @@ def run_serve(ctx: Any) -> int:
     inv = ctx.inv
     if inv.words:
         raise UsageError(f"serve takes no arguments (got {inv.words[0]!r})")
+    if inv.drain:
+        if inv.host or inv.port is not None or inv.unix or inv.fleet_index or inv.router:
+            raise UsageError("serve --drain takes no other serve flag: it drains this home's host")
+        from tether.fleet.drain_command import run_drain
+
+        return run_drain(ctx)
     if inv.unix and (inv.host or inv.port is not None):
         raise UsageError("--unix cannot be combined with --host or --port")
     try:
@@ -166,16 +173,6 @@ def run_serve(ctx: Any) -> int:
             hostname=socket.gethostname(),
         ),
     )
-    config = uvicorn.Config(
-        build_app(gateway),
-        log_level="warning",
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=GRACE_S,
-        ssl_certfile=None if tls_files is None else tls_files.cert,
-        ssl_keyfile=None if tls_files is None else tls_files.key,
-    )
-
     unix_path = os.path.abspath(inv.unix) if inv.unix else None
     ours = os.stat(unix_path) if unix_path else None
 
@@ -200,6 +197,16 @@ def run_serve(ctx: Any) -> int:
                     release()
 
         def handle_exit(self, sig: int, frame: Any) -> None:
+            if drainer is not None and sig == signal.SIGTERM:
+                # A fleet host drains (tether.fleet.drain): the server exits once done.
+                # Begun from the loop, never from this handler: a second SIGTERM landing
+                # inside the first request must not re-enter it.
+                loop = gateway.loop
+                if loop is None:
+                    drainer.request()  # (not serving yet)
+                else:
+                    loop.call_soon_threadsafe(drainer.request)
+                return
             # Streams end at once: a server waiting for open SSE connections to finish
             # on their own would wait forever.
             loop = gateway.loop
@@ -210,36 +217,102 @@ def run_serve(ctx: Any) -> int:
 
     url = _url(sock, https=tls_files is not None)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
-    fleet_host = None
+    fleet_host: Any = None
+    drainer: Any = None
     if fleet is not None:
-        from tether.fleet.host import FleetHost
-
-        fleet_host = FleetHost(
-            fleet.dsn,
-            fleet.host_id or os.uname().nodename,
-            fleet.advertise or url,
-            labels=fleet.labels,
-            close_locally=_close_all,
-            router_url=fleet.router_url,
-            fleet_token=fleet.token,
-        )
-        # Everything this host starts (owners, keepers, agents) carries its host id: a
-        # label for people and tests reading /proc -- never a proof of anything.
-        os.environ["TETHER_HOST_ID"] = fleet_host.host_id
         try:
-            fleet_host.start()
+            fleet_host, drainer = _fleet_host(fleet, url, gateway, ctx.config)
         except BaseException:
             release()
             raise
-        gateway.fleet_host = fleet_host
+    app = build_app(gateway)
+    config = uvicorn.Config(
+        app if drainer is None else _gated(app, drainer),
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=GRACE_S,
+        ssl_certfile=None if tls_files is None else tls_files.cert,
+        ssl_keyfile=None if tls_files is None else tls_files.key,
+    )
+    server = Server(config)
+    if drainer is not None:
+        drainer.server = server
     _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
     try:
-        Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
     finally:
         release()  # again, if the server stopped without a signal (or never started)
         if fleet_host is not None:
             fleet_host.stop()
+        if drainer is not None:
+            from tether.fleet.drain_command import forget_host_record
+
+            forget_host_record()
     return 0
+
+
+def _fleet_host(fleet: Any, url: str, gateway: Any, config: dict[str, Any]) -> tuple[Any, Any]:
+    """Register this host in the fleet and start shipping; its drainer (SIGTERM and
+    ``serve --drain`` drain it), with the host recorded in the home for ``--drain``."""
+    from tether.fleet.drain_command import record_host
+    from tether.fleet.host import FleetHost
+
+    fleet_host = FleetHost(
+        fleet.dsn,
+        fleet.host_id or os.uname().nodename,
+        fleet.advertise or url,
+        labels=fleet.labels,
+        close_locally=_close_all,
+        router_url=fleet.router_url,
+        fleet_token=fleet.token,
+    )
+    # Everything this host starts (owners, keepers, agents) carries its host id: a
+    # label for people and tests reading /proc -- never a proof of anything.
+    os.environ["TETHER_HOST_ID"] = fleet_host.host_id
+    fleet_host.start()
+    gateway.fleet_host = fleet_host
+    drainer = _drainer(fleet_host, _drain_grace(fleet.drain_grace, config), gateway)
+    try:
+        record_host(fleet_host.host_id, url, drainer.machine.grace_s)
+    except BaseException:
+        fleet_host.stop()
+        raise
+    return fleet_host, drainer
+
+
+def _drain_grace(flag: float | None, config: dict[str, Any]) -> float:
+    """``--drain-grace``, else the config's ``serve.drainGrace`` (30 s by default)."""
+    if flag is not None:
+        return flag
+    value = (config.get("serve") or {}).get("drainGrace")
+    return float(value) if isinstance(value, int | float) else 30.0
+
+
+def _drainer(fleet_host: Any, grace_s: float, gateway: Any) -> Any:
+    """The host's drain: when it is done the gateway's streams end and the server exits."""
+    from tether.fleet.drain import HostDrainer
+
+    drainer: Any = None
+
+    def drained() -> None:
+        loop = gateway.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(gateway.stop)
+        drainer.server.should_exit = True
+
+    def log(line: str) -> None:
+        print(f"tether serve: {line}", file=sys.stderr, flush=True)
+
+    drainer = HostDrainer(fleet_host, grace_s, on_drained=drained, log=log)
+    return drainer
+
+
+def _gated(app: Any, drainer: Any) -> Any:
+    from tether.fleet.drain import DrainGate
+
+    return DrainGate(app, drainer)
 
 
 def _close_all(keys: list[str]) -> None:

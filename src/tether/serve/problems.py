@@ -57,6 +57,7 @@ _BY_CLASS: Final[tuple[tuple[type[e.TetherError], int], ...]] = (
     (e.SupervisionError, 502),
     (e.RemoteProtocolError, 502),
     (e.StateError, 503),
+    (e.HostUnavailable, 503),  # a fleet host draining (HOST_DRAINING): retryable
 )
 ACP_INVALID_PARAMS: Final = -32602
 
