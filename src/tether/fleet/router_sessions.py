@@ -210,19 +210,20 @@ def place_and_insert(
     router: Router, request: PlacementRequest, insert: Callable[[HostRow], _T]
 ) -> _T:
     """Place (least loaded, labels, parent) and ``insert`` the row on the chosen host;
-    once more if the host drained or was fenced meanwhile. Blocking: run it in a thread."""
+    once more, from a fresh host table, if the cached one had no host for it (a host
+    that registered since the last refresh is used at once) or the chosen host drained
+    or was fenced meanwhile. Blocking: run it in a thread."""
     for attempt in range(2):
         hosts = [
             dataclasses.replace(h, heartbeat_age_s=router.table.age(h))
             for h in router.table.hosts()
         ]
-        chosen = place(hosts, request, ttl_s=router.settings.ttl_s)
         try:
-            return insert(chosen)
-        except HostSuperseded:
+            return insert(place(hosts, request, ttl_s=router.settings.ttl_s))
+        except (HostUnavailable, HostSuperseded):
             if attempt:
                 raise
-            router.table.refresh()  # the host drained or was fenced meanwhile: again
+            router.table.refresh()
     raise AssertionError("unreachable")
 
 
