@@ -15,8 +15,9 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
-from tether.fleet.drain import DrainGate, HostDrainer
+from tether.fleet.drain import HostDrainer
 from tether.fleet.membership import MembershipStatus
+from tether.serve.drain_gate import DrainGate
 
 
 class FakeMembership:

@@ -7,9 +7,9 @@ of its own, one step at a time:
 1. **DRAINING.** The index is told the host drains (routers place new sessions
    elsewhere at once; a new row on a draining host is refused by the index itself), and
    the gateway answers new sessions and new prompts ``503 HOST_DRAINING``, retryable
-   (:class:`DrainGate`). Requests admitted before the gate closed reach their owners
-   first; then the owners are asked (IPC ``status``) until no turn runs or waits, or
-   until the grace has passed.
+   (the gateway's :class:`tether.serve.drain_gate.DrainGate`). Requests admitted before
+   the gate closed reach their owners first; then the owners are asked (IPC ``status``)
+   until no turn runs or waits, or until the grace has passed.
 2. **RETIRING.** Every owner of this home is sent SIGTERM through a pidfd, only when
    its identity (pid, start time, boot id, generation, as it recorded them) is proven --
    :func:`tether.owner_fence.signal_owner`; an owner that cannot be proven is left alone
@@ -20,7 +20,7 @@ of its own, one step at a time:
    covers everything the owners journaled) and the host deregisters.
 4. **DRAINED.** One log line says what was done; the server exits 0.
 
-The probes (``/livez``, ``/readyz``) are answered here too, without the fleet
+The probes (``/livez``, ``/readyz``) are answered by that gate too, without the fleet
 credential: they carry no session data, and a kubelet's ``httpGet`` cannot send a
 header from a Secret.
 """
@@ -28,22 +28,19 @@ header from a Secret.
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from tether.errors import FleetError, HostDraining, TetherError
+from tether.errors import FleetError, TetherError
 from tether.fleet.drain_state import DrainInput, DrainMachine, readiness
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Receive, Scope, Send
-
     from tether.fleet.host import FleetHost
 
-__all__ = ["POLL_S", "RETIRE_WAIT_S", "DrainGate", "HostDrainer"]
+__all__ = ["POLL_S", "RETIRE_WAIT_S", "HostDrainer"]
 
 POLL_S = 0.1  # how often a draining host asks its owners whether a turn still runs
 RETIRE_WAIT_S = 30.0  # an owner's SIGTERM: cancel settle, the tree's stop, last frames
@@ -248,68 +245,3 @@ def _retire_one(key: str) -> str:
 
 
 # --- the gateway's side: probes, and the gate on new work ----------------------------
-
-_PASSING = ("/cancel", "/terminate")  # requests that end work, never start it
-
-
-def _admits_work(method: str, path: str) -> bool:
-    """Whether a request may start a session, a turn or an owner (refused while draining)."""
-    if method != "POST":
-        return False
-    return not path.endswith(_PASSING) and "/questions/" not in path
-
-
-class DrainGate:
-    """ASGI middleware of a fleet host: ``/livez`` and ``/readyz`` without credentials,
-    and ``503 HOST_DRAINING`` for new work once the host drains."""
-
-    def __init__(self, app: ASGIApp, drainer: HostDrainer) -> None:
-        self.app = app
-        self.drainer = drainer
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        path: str = scope.get("path", "")
-        if path == "/livez":
-            state = self.drainer.machine.state
-            await _json(send, 200, {"live": True, "state": state.value})
-            return
-        if path == "/readyz":
-            ready = self.drainer.readiness()
-            await _json(send, 200 if ready["ready"] else 503, ready)
-            return
-        if not _admits_work(scope.get("method", ""), path):
-            await self.app(scope, receive, send)
-            return
-        if not self.drainer.machine.admits:
-            await _refuse(send, self.drainer)
-            return
-        self.drainer.inflight += 1  # (the loop's thread only)
-        try:
-            await self.app(scope, receive, send)
-        finally:
-            self.drainer.inflight -= 1
-
-
-async def _json(
-    send: Send, status: int, doc: dict[str, Any], media: str = "application/json"
-) -> None:
-    body = json.dumps(doc, separators=(",", ":")).encode()
-    headers = [(b"content-type", media.encode()), (b"content-length", str(len(body)).encode())]
-    if status == 503:
-        headers.append((b"retry-after", b"1"))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _refuse(send: Send, drainer: HostDrainer) -> None:
-    from tether.serve import problems
-
-    exc = HostDraining(
-        f"host {drainer.host.host_id} is draining: it admits no new session or prompt",
-        hostId=drainer.host.host_id,
-    )
-    status, doc = problems.problem(exc)
-    await _json(send, status, doc, problems.PROBLEM_JSON)

@@ -310,7 +310,7 @@ def _drainer(fleet_host: Any, grace_s: float, gateway: Any) -> Any:
 
 
 def _gated(app: Any, drainer: Any) -> Any:
-    from tether.fleet.drain import DrainGate
+    from tether.serve.drain_gate import DrainGate
 
     return DrainGate(app, drainer)
 
