@@ -19,7 +19,8 @@
     │   └── BrokenResourceError         it died under us
     │       ├── AgentExited             the agent process ended (exit code, signal, stderr tail)
     │       ├── AgentUnresponsive       an abandoned turn never answered: the connection is retired
-    │       └── OwnerLost               the session owner vanished mid-request: outcome unknown
+    │       ├── OwnerLost               the session owner vanished mid-request: outcome unknown
+    │       └── ServerUnreachable       exit 7   retryable: no remote Tether (--server) answers
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
     │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
@@ -63,7 +64,9 @@
 Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
 (``exit_code``), and the IPC hop between an owner and its callers carries errors as
 JSON (``to_wire`` / ``from_wire``), so a caller re-raises the very class the owner
-raised. Classes carry structured fields (``session_id``, ``pid``, ``lease_id``...) in
+raised. The HTTP hop does the same: a gateway's or a router's problem document goes
+through the same ``error_from_wire`` and comes back as the class it was raised as.
+Classes carry structured fields (``session_id``, ``pid``, ``lease_id``...) in
 ``fields`` and render them in ``__str__``.
 
 Foreign exceptions (``OSError``, ``json.JSONDecodeError``...) are translated only at
@@ -117,6 +120,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
+    "ServerUnreachable",
     "SessionClosed",
     "SessionError",
     "SpawnError",
@@ -203,7 +207,15 @@ class TetherError(Exception):
 
 
 def error_from_wire(wire: dict[str, Any]) -> TetherError:
-    """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``."""
+    """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``.
+
+    An HTTP problem document (RFC 9457, with ``status``) from a gateway or a fleet router
+    is rebuilt too: its ``title`` names the class when a gateway raised one of ours, else
+    its Tether code (``detailCode``, or a router's ``code``) or, failing both, its status
+    decides (401 and 403: :class:`PermissionDenied`; 404: :class:`NoSession`...).
+    """
+    if "status" in wire and "message" not in wire:
+        return _from_problem(wire)
     cls = _BY_NAME.get(str(wire.get("type", "")), TetherError)
     fields = wire.get("fields")
     return cls(
@@ -360,6 +372,19 @@ class OwnerLost(BrokenResourceError):
 
     default_origin = "queue"
     default_detail_code = "QUEUE_DISCONNECTED_BEFORE_COMPLETION"
+
+
+class ServerUnreachable(BrokenResourceError):
+    """The remote Tether (``--server``, ``TETHER_SERVER``) could not be reached: the
+    connection was refused or timed out, or broke before a read was answered.
+    Retryable: nothing was changed (a change whose answer was lost is a plain
+    :class:`BrokenResourceError`: its outcome is unknown)."""
+
+    exit_code = 7  # not one of acpx's codes (0-5, 130); 6 is "rate limited"
+    code = "UNREACHABLE"
+    default_origin = "remote"
+    default_detail_code = "SERVER_UNREACHABLE"
+    retryable = True
 
 
 # --- timeouts -------------------------------------------------------------------
@@ -684,3 +709,36 @@ def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:
 
 
 _BY_NAME: dict[str, type[TetherError]] = {c.__name__: c for c in _all_subclasses(TetherError)}
+# A class by its own detail code (the first class to claim a code keeps it).
+_BY_DETAIL: dict[str, type[TetherError]] = {}
+for _cls in _all_subclasses(TetherError):
+    _BY_DETAIL.setdefault(_cls.default_detail_code, _cls)
+# A problem with neither a class name nor a code of ours: its HTTP status decides.
+_BY_STATUS: dict[int, type[TetherError]] = {
+    401: PermissionDenied,
+    403: PermissionDenied,
+    404: NoSession,
+    409: SessionClosed,
+    410: SessionClosed,
+    429: QueueOverloaded,
+    504: TetherTimeout,
+}
+
+
+def _from_problem(doc: dict[str, Any]) -> TetherError:
+    status = doc.get("status")
+    code = doc.get("detailCode") or doc.get("code")
+    cls = _BY_NAME.get(str(doc.get("title", "")))
+    if cls is None:
+        cls = _BY_DETAIL.get(str(code))
+    if cls is None and isinstance(status, int):
+        cls = _BY_STATUS.get(status) or (UsageError if 400 <= status < 500 else TetherError)
+    fields = doc.get("fields")
+    extra = {k: v for k, v in doc.items() if k in ("rehomedTo", "lastSeq", "durableSeq")}
+    return (cls or TetherError)(
+        str(doc.get("detail") or doc.get("title") or f"HTTP {status}"),
+        detail_code=str(code) if code else ("UNAUTHORIZED" if status == 401 else None),
+        acp=doc.get("acp") if isinstance(doc.get("acp"), dict) else None,
+        **(fields if isinstance(fields, dict) else {}),
+        **extra,
+    )
