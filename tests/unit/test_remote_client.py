@@ -1,0 +1,153 @@
+"""The blocking remote client against a scripted loopback HTTP server (a thread, no
+processes): an event stream that drops is resumed with Last-Event-ID, a ``lagged`` event
+resumes from its ``lastSeq``, and nothing listening is ServerUnreachable."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from tether import errors as e
+from tether.remote import client as client_mod
+from tether.remote.client import RemoteClient
+from tether.remote.core import Event
+
+SID = "ab" * 32
+
+
+def _event(seq: int, kind: str = "acp") -> bytes:
+    entry = {"seq": seq, "kind": kind, "requestId": "r-1"}
+    return f"id: {seq}\ndata: {json.dumps(entry)}\n\n".encode()
+
+
+class _Script(http.server.BaseHTTPRequestHandler):
+    """Answers each events request with the next scripted body, then closes."""
+
+    bodies: ClassVar[list[bytes]] = []
+    seen: ClassVar[list[dict[str, str | None]]] = []
+
+    def do_GET(self) -> None:
+        type(self).seen.append(
+            {
+                "path": self.path,
+                "last": self.headers.get("Last-Event-ID"),
+                "auth": self.headers.get("Authorization"),
+            }
+        )
+        body = type(self).bodies.pop(0) if type(self).bodies else b""
+        self.send_response(200 if body else 204)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def script() -> Iterator[tuple[str, type[_Script]]]:
+    class Handler(_Script):
+        bodies: ClassVar[list[bytes]] = []
+        seen: ClassVar[list[dict[str, str | None]]] = []
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", Handler
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def _until_turn_end(got: list[int]) -> Any:
+    def on_event(event: Event) -> bool:
+        entry = event.json()
+        got.append(entry["seq"])
+        return bool(entry["kind"] == "turn_ended")
+
+    return on_event
+
+
+def test_a_dropped_stream_resumes_after_the_last_event(
+    script: tuple[str, type[_Script]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection ends mid-turn: the next one sends Last-Event-ID, and every entry
+    is delivered once, in order."""
+    monkeypatch.setattr(client_mod, "RECONNECT_DELAY_S", (0.0,))
+    url, handler = script
+    handler.bodies[:] = [_event(5) + _event(6), _event(7) + _event(8, "turn_ended")]
+    got: list[int] = []
+    with RemoteClient(url, "tok") as client:
+        assert client.follow(SID, _until_turn_end(got), from_seq=5) is True
+    assert got == [5, 6, 7, 8]
+    assert [s["last"] for s in handler.seen] == [None, "6"]
+    assert "from=5" in str(handler.seen[0]["path"])
+    assert "from=" not in str(handler.seen[1]["path"])
+    assert handler.seen[0]["auth"] == "Bearer tok"
+
+
+def test_lagged_resumes_from_its_last_seq(
+    script: tuple[str, type[_Script]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`event: lagged` (the gateway dropped a slow reader) resumes after its lastSeq."""
+    monkeypatch.setattr(client_mod, "RECONNECT_DELAY_S", (0.0,))
+    url, handler = script
+    lagged = b'event: lagged\ndata: {"lastSeq": 9}\n\n'
+    handler.bodies[:] = [_event(9) + lagged + _event(99), _event(10, "turn_ended")]
+    got: list[int] = []
+    with RemoteClient(url, None) as client:
+        assert client.follow(SID, _until_turn_end(got)) is True
+    assert got == [9, 10]  # nothing after the lagged event was taken from that stream
+    assert [s["last"] for s in handler.seen] == [None, "9"]
+
+
+def test_a_stream_that_ends_for_good_returns_false(script: tuple[str, type[_Script]]) -> None:
+    """204 (a closed session, nothing past the cursor) ends the follow: False."""
+    url, handler = script
+    handler.bodies[:] = []
+    with RemoteClient(url, None) as client:
+        assert client.follow(SID, _until_turn_end([])) is False
+
+
+def test_a_stream_that_keeps_breaking_gives_up(
+    script: tuple[str, type[_Script]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reconnections without progress are bounded: ServerUnreachable (retryable)."""
+    monkeypatch.setattr(client_mod, "RECONNECT_DELAY_S", (0.0,))
+    url, handler = script
+    handler.bodies[:] = [b": heartbeat\n\n"] * (client_mod.RECONNECTS + 2)
+    with RemoteClient(url, None) as client, pytest.raises(e.ServerUnreachable) as raised:
+        client.follow(SID, _until_turn_end([]))
+    assert raised.value.retryable
+    assert len(handler.seen) == client_mod.RECONNECTS
+
+
+def test_nothing_listening_is_server_unreachable() -> None:
+    """A refused connection: ServerUnreachable, exit 7, naming where."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    with RemoteClient(url, None) as client, pytest.raises(e.ServerUnreachable) as raised:
+        client.call(("GET", "/v1/health", None))
+    assert raised.value.exit_code == 7
+    assert f"127.0.0.1:{port}" in str(raised.value)
+    assert "refused" in str(raised.value)
+
+
+def test_a_missing_unix_socket_is_server_unreachable(tmp_path: Any) -> None:
+    """unix:/path with no socket there: ServerUnreachable saying so."""
+    url = f"unix:{tmp_path}/none.sock"
+    with RemoteClient(url, None) as client, pytest.raises(e.ServerUnreachable, match="socket"):
+        client.call(("GET", "/v1/health", None))

@@ -1,0 +1,227 @@
+"""The remote client's sans-IO core: URLs, answers into results or Tether's errors, SSE."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tether import errors as e
+from tether.remote import core
+
+
+@pytest.mark.parametrize(
+    ("url", "where"),
+    [
+        pytest.param("http://127.0.0.1:8787", ("http", "127.0.0.1", 8787, "", ""), id="http"),
+        pytest.param("http://gw", ("http", "gw", 80, "", ""), id="default-port"),
+        pytest.param("https://t.example.org", ("https", "t.example.org", 443, "", ""), id="https"),
+        pytest.param("http://[::1]:9/", ("http", "::1", 9, "", ""), id="ipv6"),
+        pytest.param("https://proxy/tether/", ("https", "proxy", 443, "", "/tether"), id="prefix"),
+        pytest.param("unix:/run/t.sock", ("unix", "localhost", 0, "/run/t.sock", ""), id="unix"),
+        pytest.param("unix:///run/t.sock", ("unix", "localhost", 0, "/run/t.sock", ""), id="unix3"),
+    ],
+)
+def test_urls(url: str, where: tuple[Any, ...]) -> None:
+    """Each accepted form says where the server is."""
+    t = core.parse_url(url)
+    assert (t.scheme, t.host, t.port, t.socket_path, t.prefix) == where
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "ftp://x",
+        "127.0.0.1:8787",
+        "unix:relative.sock",
+        "http://user:pw@host",
+        "http://h/?q=1",
+        "http://h:99999",
+        "http://:80",
+    ],
+)
+def test_bad_urls_are_usage_errors(url: str) -> None:
+    """Anything else is a usage error naming the accepted forms or the fault."""
+    with pytest.raises(e.UsageError):
+        core.parse_url(url)
+
+
+def test_a_request_carries_the_token_and_json() -> None:
+    """The bearer token, a JSON body with its type, the prefix before the path."""
+    target = core.parse_url("http://h/api")
+    method, path, body = core.prompt("ab" * 32, "hi", timeout_ms=5)
+    req = core.request(target, "tok", method, path, body)
+    assert (req.method, req.path) == ("POST", f"/api/v1/sessions/{'ab' * 32}/prompt")
+    assert req.headers["Authorization"] == "Bearer tok"
+    assert req.headers["Content-Type"] == "application/json"
+    assert json.loads(req.body or b"") == {"prompt": "hi", "timeoutMs": 5}
+    assert not req.is_read
+    method, path, _ = core.history("x", 3)
+    assert path == "/v1/sessions/x/history?limit=3"
+    assert core.request(target, None, method, path).is_read
+    assert core.answer("x", "q/1", "allow", None)[1] == "/v1/sessions/x/questions/q%2F1"
+
+
+def _problem(status: int, **doc: Any) -> bytes:
+    return json.dumps({"type": "about:blank", "status": status, **doc}).encode()
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "cls", "detail_code"),
+    [
+        pytest.param(
+            404,
+            _problem(
+                404,
+                title="NoSession",
+                detail="no such session",
+                code="NO_SESSION",
+                detailCode="NO_SESSION",
+                fields={"session_key": "k"},
+            ),
+            e.NoSession,
+            "NO_SESSION",
+            id="gateway-404",
+        ),
+        pytest.param(
+            422,
+            _problem(422, title="UsageError", detail="bad", code="USAGE", detailCode="BAD_VALUE"),
+            e.UsageError,
+            "BAD_VALUE",
+            id="gateway-422",
+        ),
+        pytest.param(
+            429,
+            _problem(
+                429,
+                title="QueueOverloaded",
+                detail="full",
+                code="RUNTIME",
+                detailCode="QUEUE_OVERLOADED",
+            ),
+            e.QueueOverloaded,
+            "QUEUE_OVERLOADED",
+            id="gateway-429",
+        ),
+        pytest.param(
+            401, _problem(401, title="Unauthorized"), e.PermissionDenied, "UNAUTHORIZED", id="401"
+        ),
+        pytest.param(
+            503,
+            _problem(
+                503,
+                title="Service Unavailable",
+                detail="h1 is down",
+                code="HOST_UNAVAILABLE",
+                retryable=True,
+            ),
+            e.HostUnavailable,
+            "HOST_UNAVAILABLE",
+            id="router-503",
+        ),
+        pytest.param(
+            404,
+            _problem(404, title="Not Found", detail="session x is unknown", code="NO_SESSION"),
+            e.NoSession,
+            "NO_SESSION",
+            id="router-404",
+        ),
+        pytest.param(
+            409,
+            _problem(409, title="Conflict", detail="its host is up", code="HOST_AVAILABLE"),
+            e.SessionClosed,
+            "HOST_AVAILABLE",
+            id="router-409-by-status",
+        ),
+        pytest.param(502, b"<html>bad gateway</html>", e.TetherError, None, id="proxy-html"),
+        pytest.param(400, b"", e.UsageError, None, id="empty-4xx"),
+    ],
+)
+def test_problems_become_the_errors_they_were(
+    status: int, body: bytes, cls: type[e.TetherError], detail_code: str | None
+) -> None:
+    """A problem document comes back as its class, by name, code, or status."""
+    with pytest.raises(e.TetherError) as raised:
+        core.outcome(status, "application/problem+json", body)
+    assert type(raised.value) is cls
+    if detail_code is not None:
+        assert raised.value.detail_code == detail_code
+
+
+def test_a_gateway_problem_round_trips_every_class() -> None:
+    """Whatever a gateway raises arrives as the same class with its message and fields
+    (the document the gateway writes: tether.serve.problems, rebuilt here)."""
+    for cls in e._all_subclasses(e.TetherError):
+        exc = cls("it happened", session_key="k")
+        doc = {
+            "type": f"urn:tether:problem:{exc.detail_code}",
+            "title": cls.__name__,
+            "status": 500,
+            "detail": exc.message,
+            "code": exc.code,
+            "detailCode": exc.detail_code,
+            "retryable": exc.retryable,
+            "fields": exc.fields,
+        }
+        back = e.error_from_wire(doc)
+        assert (type(back), back.message, back.fields) == (cls, "it happened", exc.fields)
+        assert back.exit_code == exc.exit_code
+
+
+def test_success_is_json_and_anything_else_is_a_protocol_error() -> None:
+    """2xx JSON is the result; 204 is None; a 2xx that is not JSON is the peer's fault."""
+    assert core.outcome(200, "application/json", b'{"a":1}') == {"a": 1}
+    assert core.outcome(204, "", b"") is None
+    with pytest.raises(e.RemoteProtocolError):
+        core.outcome(200, "text/html", b"<html>")
+
+
+def test_pick_session_prefers_the_open_one() -> None:
+    """Of several incarnations (a router keeps lost ones), the open one, else the last."""
+    rows = [
+        {"id": "a", "agent": "mock", "cwd": "/w", "name": "", "state": "lost"},
+        {"id": "b", "agent": "mock", "cwd": "/w", "name": "", "state": "open"},
+        {"id": "c", "agent": "mock", "cwd": "/w", "name": "", "state": "closed"},
+        {"id": "d", "agent": "mock", "cwd": "/w", "name": "x", "state": "open"},
+    ]
+    assert core.pick_session(rows, "mock", "/w", "")["id"] == "b"  # type: ignore[index]
+    assert core.pick_session(rows[2:3], "mock", "/w", "")["id"] == "c"  # type: ignore[index]
+    assert core.pick_session(rows, "codex", "/w", "") is None
+
+
+STREAM = (
+    b"retry: 1000\n\n"
+    b": heartbeat\n\n"
+    b'id: 7\ndata: {"seq":7,"kind":"acp"}\n\n'
+    b'event: lagged\ndata: {"lastSeq":7}\n\n'
+    b'id: 8\r\ndata: {"seq":8,\r\ndata: "kind":"turn_ended"}\r\n\r\n'
+)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), max_size=8))
+def test_sse_decoding_does_not_depend_on_how_bytes_arrive(cuts: list[int]) -> None:
+    """However the stream is cut into reads, the same events come out, and the last id."""
+    decoder = core.SseDecoder()
+    events = []
+    start = 0
+    for cut in [*sorted(set(cuts)), len(STREAM)]:
+        decoder.receive_data(STREAM[start:cut])
+        events += decoder.next_events()
+        start = cut
+    expected = [("message", 7), ("lagged", None), ("message", 8)]
+    assert [(ev.event, ev.id) for ev in events] == expected
+    assert events[2].json() == {"seq": 8, "kind": "turn_ended"}
+    assert decoder.last_id == 8
+
+
+def test_sse_refuses_what_is_not_an_event_stream() -> None:
+    """An id that is not a seq, or a line past the limit: RemoteProtocolError."""
+    with pytest.raises(e.RemoteProtocolError):
+        core.SseDecoder().receive_data(b"id: seven\n")
+    with pytest.raises(e.RemoteProtocolError):
+        core.SseDecoder(max_line=10).receive_data(b"data: " + b"x" * 20)
+    with pytest.raises(e.RemoteProtocolError):
+        core.Event("message", 1, "{not json").json()
