@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether import errors as e
-from tether.remote import core
+from tether.remote import core, http11
 
 
 @pytest.mark.parametrize(
@@ -225,3 +225,78 @@ def test_sse_refuses_what_is_not_an_event_stream() -> None:
         core.SseDecoder(max_line=10).receive_data(b"data: " + b"x" * 20)
     with pytest.raises(e.RemoteProtocolError):
         core.Event("message", 1, "{not json").json()
+
+
+# --- HTTP/1.1 framing (tether.remote.http11) -------------------------------------------
+
+CHUNKED = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    b"5\r\nhello\r\n7;ext=1\r\n, world\r\n0\r\nx-trailer: 1\r\n\r\n"
+)
+LENGTH = b'HTTP/1.1 201 Created\r\nContent-Length: 7\r\nContent-Type: a/json\r\n\r\n{"a":1}'
+CLOSE = b"HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nuntil the end"
+INTERIM = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n"
+
+
+@pytest.mark.parametrize(
+    ("raw", "status", "body", "keep_alive"),
+    [
+        pytest.param(CHUNKED, 200, b"hello, world", True, id="chunked"),
+        pytest.param(LENGTH, 201, b'{"a":1}', True, id="length"),
+        pytest.param(CLOSE, 200, b"until the end", False, id="until-close"),
+        pytest.param(INTERIM, 204, b"", True, id="interim-then-204"),
+    ],
+)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=200), max_size=6))
+def test_responses_are_read_however_bytes_arrive(
+    raw: bytes, status: int, body: bytes, keep_alive: bool, cuts: list[int]
+) -> None:
+    """Each framing gives its status, body and keep-alive, whatever the reads' sizes."""
+    reader = http11.ResponseReader("GET")
+    got = b""
+    start = 0
+    for cut in [*sorted({c for c in cuts if c < len(raw)}), len(raw)]:
+        reader.receive_data(raw[start:cut])
+        got += reader.take_body()
+        start = cut
+    reader.receive_data(b"")  # the server closes (it may, after any response)
+    got += reader.take_body()
+    assert (reader.status, got, reader.done, reader.keep_alive) == (status, body, True, keep_alive)
+    assert not reader.closed_early
+
+
+def test_a_cut_response_is_not_whole() -> None:
+    """The connection closing mid-body leaves the response unfinished, said as such."""
+    reader = http11.ResponseReader("GET")
+    reader.receive_data(LENGTH[:-3])
+    reader.receive_data(b"")
+    assert (reader.done, reader.closed_early) == (False, True)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        pytest.param(b"SSH-2.0-OpenSSH\r\n\r\n", id="not-http"),
+        pytest.param(b"HTTP/1.1 2xx OK\r\n\r\n", id="bad-status"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nno colon\r\n\r\n", id="bad-header"),
+        pytest.param(b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", id="bad-length"),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", id="bad-chunk"
+        ),
+        pytest.param(
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabc\r\n", id="overrun"
+        ),
+        pytest.param(b"HTTP/1.1 200 OK\r\n" + b"x: y\r\n" * 20000, id="huge-head"),
+    ],
+)
+def test_malformed_responses_are_the_peers_fault(raw: bytes) -> None:
+    """Parse, or raise RemoteProtocolError: nothing else."""
+    with pytest.raises(e.RemoteProtocolError):
+        http11.ResponseReader("GET").receive_data(raw)
+
+
+def test_request_bytes() -> None:
+    """A request line, Host, the headers, and always a Content-Length."""
+    raw = http11.request_bytes("POST", "/v1/x", "h:1", {"A": "b"}, b"{}")
+    assert raw == b"POST /v1/x HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 2\r\n\r\n{}"
+    assert b"Content-Length: 0\r\n" in http11.request_bytes("DELETE", "/", "h", {}, None)

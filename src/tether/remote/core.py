@@ -118,10 +118,17 @@ class Request:
         return f"Request({self.method} {self.path})"
 
 
-def _quote(text: str) -> str:
-    from urllib.parse import quote  # already imported by http.client
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 
-    return quote(text, safe="")
+
+def _quote(text: str) -> str:
+    """Percent-encoded for a path segment or a query value (``urllib.parse.quote`` with
+    ``safe=""``, without importing ``urllib``: ~10 ms on the thin path)."""
+    if all(c in _UNRESERVED for c in text):
+        return text
+    return "".join(
+        c if c in _UNRESERVED else "".join(f"%{b:02X}" for b in c.encode()) for c in text
+    )
 
 
 def _query(pairs: dict[str, Any]) -> str:

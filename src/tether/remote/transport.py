@@ -1,6 +1,9 @@
-"""Blocking HTTP/1.1 to a remote Tether, with the standard library only.
+"""Blocking HTTP/1.1 to a remote Tether over a socket: TCP, TLS (``https``) or Unix.
 
-One keep-alive connection for calls, and a connection of its own per event stream.
+The framing is :mod:`tether.remote.http11` (no I/O); this module only moves its bytes,
+with the standard library's ``socket`` (and ``ssl`` for ``https`` alone, imported
+then). One keep-alive connection carries the calls; each event stream gets its own.
+
 This is the boundary where foreign errors become Tether's, in one place
 (:func:`_translated`):
 
@@ -12,18 +15,23 @@ This is the boundary where foreign errors become Tether's, in one place
 * a TLS failure (a certificate that does not verify): :class:`~tether.errors.TetherError`
   naming it -- trying again will not help.
 
-A call on a kept-alive connection the server has closed meanwhile (its idle timeout) is
-sent again once on a new connection: the server closed it before reading the request.
+A call on a kept-alive connection that the server closed meanwhile (its idle timeout:
+the connection ends before a byte of the answer) is sent again once, on a new one.
 """
 
 from __future__ import annotations
 
 import contextlib
-import http.client
 import socket
 
-from tether.errors import BrokenResourceError, ServerUnreachable, TetherError
+from tether.errors import (
+    BrokenResourceError,
+    RemoteProtocolError,
+    ServerUnreachable,
+    TetherError,
+)
 from tether.remote.core import RESPONSE_MAX_BYTES
+from tether.remote.http11 import ResponseReader, request_bytes
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -36,35 +44,40 @@ CALL_TIMEOUT_S = 300.0  # a call's answer: creating a session may start an agent
 READ_CHUNK = 64 * 1024
 
 
-class _UnixConnection(http.client.HTTPConnection):
-    """HTTP over a Unix socket (``unix:/path.sock``); the Host header says ``localhost``."""
+class _Stale(Exception):
+    """A kept-alive connection closed before a byte of the answer (internal)."""
 
-    def __init__(self, path: str, timeout: float) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
 
-    def connect(self) -> None:
+def _open(target: Target) -> socket.socket:
+    if target.scheme == "unix":
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(self.timeout)
-            sock.connect(self._path)
+            sock.settimeout(CONNECT_TIMEOUT_S)
+            sock.connect(target.socket_path)
         except BaseException:
             sock.close()
             raise
-        self.sock = sock
-
-
-def _connection(target: Target, timeout: float) -> http.client.HTTPConnection:
-    if target.scheme == "unix":
-        return _UnixConnection(target.socket_path, timeout)
+        return sock
+    sock = socket.create_connection((target.host, target.port), CONNECT_TIMEOUT_S)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     if target.scheme == "https":
         import ssl  # only here: ~10 ms of imports nobody else on this path needs
 
         context = ssl.create_default_context()  # honours SSL_CERT_FILE / SSL_CERT_DIR
-        return http.client.HTTPSConnection(
-            target.host, target.port, timeout=timeout, context=context
-        )
-    return http.client.HTTPConnection(target.host, target.port, timeout=timeout)
+        try:
+            return context.wrap_socket(sock, server_hostname=target.host)
+        except BaseException:
+            sock.close()
+            raise
+    return sock
+
+
+def _host_header(target: Target) -> str:
+    if target.scheme == "unix":
+        return "localhost"
+    host = f"[{target.host}]" if ":" in target.host else target.host
+    default = 443 if target.scheme == "https" else 80
+    return host if target.port == default else f"{host}:{target.port}"
 
 
 def _where(target: Target) -> str:
@@ -73,43 +86,38 @@ def _where(target: Target) -> str:
 
 @contextlib.contextmanager
 def _translated(target: Target, req: Request, sent: list[bool]) -> Iterator[None]:
-    """OS, TLS and HTTP errors as Tether's (see the module docstring)."""
+    """OS and TLS errors as Tether's (see the module docstring)."""
     try:
         yield
-    except TetherError:
+    except (TetherError, _Stale):
         raise
-    except (OSError, http.client.HTTPException) as exc:
+    except OSError as exc:
         reason = _reason(exc)
-        if _is_tls(exc):
+        if type(exc).__module__ == "ssl" and not isinstance(exc, TimeoutError):
             raise TetherError(
                 f"TLS with the Tether server at {target.url} failed: {reason}", url=target.url
             ) from exc
         if sent[0] and not req.is_read:
             raise BrokenResourceError(
-                f"the connection to the Tether server at {target.url} broke before it"
-                f" answered {req.method} {req.path}: {reason}; whether it was done is unknown",
+                f"the connection to the Tether server broke before it answered"
+                f" {req.method} {req.path}: {reason}; whether it was done is unknown",
                 url=target.url,
             ) from exc
         raise ServerUnreachable(
-            f"cannot reach the Tether server ({_where(target)}): {reason}",
-            url=target.url,
+            f"cannot reach the Tether server ({_where(target)}): {reason}", url=target.url
         ) from exc
 
 
-def _is_tls(exc: BaseException) -> bool:
-    return type(exc).__module__ == "ssl" and not isinstance(exc, TimeoutError)
-
-
-def _reason(exc: BaseException) -> str:
+def _reason(exc: OSError) -> str:
     if isinstance(exc, ConnectionRefusedError):
         return "connection refused (is `tether serve` running there?)"
     if isinstance(exc, FileNotFoundError):
         return "no such socket (is `tether serve --unix` running?)"
     if isinstance(exc, TimeoutError):
         return "timed out"
-    if isinstance(exc, http.client.RemoteDisconnected):
-        return "the server closed the connection"
-    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    if isinstance(exc, socket.gaierror):
+        return f"cannot resolve the host name ({exc.strerror})"
+    return exc.strerror or str(exc) or type(exc).__name__
 
 
 class Transport:
@@ -121,8 +129,8 @@ class Transport:
     def __init__(self, target: Target, *, timeout: float = CALL_TIMEOUT_S) -> None:
         self.target = target
         self.timeout = timeout
-        self._conn: http.client.HTTPConnection | None = None
-        self._used = False  # the kept connection has carried a call already
+        self._sock: socket.socket | None = None
+        self._host = _host_header(target)
 
     def send(self, req: Request) -> tuple[int, str, bytes]:
         """``(status, content type, body)`` of ``req``.
@@ -130,110 +138,129 @@ class Transport:
         Raises:
             ServerUnreachable: nothing reached the server, or a read lost its answer.
             BrokenResourceError: a change whose answer was lost.
-            RemoteProtocolError: an answer over ``RESPONSE_MAX_BYTES``.
+            RemoteProtocolError: a malformed answer, or one over ``RESPONSE_MAX_BYTES``.
         """
-        for attempt in (0, 1):
-            reused = self._used and self._conn is not None
+        for _attempt in (0, 1):
+            reused = self._sock is not None
             sent = [False]
             try:
                 with _translated(self.target, req, sent):
-                    return self._exchange(req, sent)
-            except (ServerUnreachable, BrokenResourceError) as exc:
+                    return self._exchange(req, sent, reused)
+            except _Stale:
+                self.close()  # the server let the idle connection go: once more, anew
+            except BaseException:
                 self.close()
-                stale = isinstance(
-                    exc.__cause__,
-                    http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError,
-                )
-                if not (reused and stale and attempt == 0):
-                    raise
-        raise AssertionError("unreachable")  # pragma: no cover
+                raise
+        raise ServerUnreachable(
+            f"the Tether server ({_where(self.target)}) closed two connections unanswered",
+            url=self.target.url,
+        )
 
-    def _exchange(self, req: Request, sent: list[bool]) -> tuple[int, str, bytes]:
-        if self._conn is None:
-            self._conn = _connection(self.target, CONNECT_TIMEOUT_S)
-            self._conn.connect()
-            if self._conn.sock is not None:
-                self._conn.sock.settimeout(self.timeout)
-            self._used = False
-        conn = self._conn
-        conn.request(req.method, req.path, body=req.body, headers=req.headers)
+    def _exchange(self, req: Request, sent: list[bool], reused: bool) -> tuple[int, str, bytes]:
+        if self._sock is None:
+            self._sock = _open(self.target)
+            self._sock.settimeout(self.timeout)
+        sock = self._sock
+        data = request_bytes(req.method, req.path, self._host, req.headers, req.body)
+        try:
+            sock.sendall(data)
+        except (BrokenPipeError, ConnectionResetError):
+            if reused:
+                raise _Stale from None
+            raise
         sent[0] = True
-        resp = conn.getresponse()
-        body = resp.read(RESPONSE_MAX_BYTES + 1)
-        if len(body) > RESPONSE_MAX_BYTES:
-            from tether.errors import RemoteProtocolError
-
+        reader = ResponseReader(req.method)
+        body = bytearray()
+        first = True
+        while not reader.done:
+            chunk = sock.recv(READ_CHUNK)
+            if not chunk and first and reused:
+                raise _Stale
+            first = False
+            reader.receive_data(chunk)
+            body += reader.take_body()
+            if len(body) > RESPONSE_MAX_BYTES:
+                raise RemoteProtocolError(
+                    "the server's answer is over the limit", limit=RESPONSE_MAX_BYTES
+                )
+            if reader.closed_early:
+                raise ConnectionResetError("the server closed the connection mid-answer")
+        if not reader.keep_alive:
             self.close()
-            raise RemoteProtocolError(
-                "the server's answer is over the limit", limit=RESPONSE_MAX_BYTES
-            )
-        self._used = True
-        if resp.will_close:
-            self.close()
-        return resp.status, resp.getheader("content-type") or "", body
+        assert reader.status is not None
+        return reader.status, reader.headers.get("content-type", ""), bytes(body)
 
     def open_stream(self, req: Request, read_timeout: float) -> Stream:
-        """An event stream's response, on a connection of its own.
+        """A streamed response (an event stream), on a connection of its own.
 
         Raises:
             ServerUnreachable: the stream could not be opened.
         """
         sent = [False]
-        conn = _connection(self.target, CONNECT_TIMEOUT_S)
-        try:
-            with _translated(self.target, req, sent):
-                conn.connect()
-                if conn.sock is not None:
-                    conn.sock.settimeout(read_timeout)
-                conn.request(req.method, req.path, body=req.body, headers=req.headers)
+        with _translated(self.target, req, sent):
+            sock = _open(self.target)
+            try:
+                sock.settimeout(read_timeout)
+                sock.sendall(request_bytes(req.method, req.path, self._host, req.headers, req.body))
                 sent[0] = True
-                resp = conn.getresponse()
-        except BaseException:
-            conn.close()
-            raise
-        return Stream(self.target, req, conn, resp)
+                reader = ResponseReader(req.method)
+                while reader.status is None:
+                    chunk = sock.recv(READ_CHUNK)
+                    reader.receive_data(chunk)
+                    if not chunk:
+                        raise ConnectionResetError("the server closed the connection unanswered")
+            except BaseException:
+                sock.close()
+                raise
+        return Stream(self.target, req, sock, reader)
 
     def close(self) -> None:
         """Close the kept connection (idempotent)."""
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
 
 
 class Stream:
-    """One open streaming response: its status, then its body's bytes as they come."""
+    """One open streamed response: its status, then its body's bytes as they come."""
 
     def __init__(
-        self,
-        target: Target,
-        req: Request,
-        conn: http.client.HTTPConnection,
-        resp: http.client.HTTPResponse,
+        self, target: Target, req: Request, sock: socket.socket, reader: ResponseReader
     ) -> None:
         self.target = target
         self.req = req
-        self.status = resp.status
-        self.content_type = resp.getheader("content-type") or ""
-        self._conn = conn
-        self._resp = resp
+        assert reader.status is not None
+        self.status = reader.status
+        self.content_type = reader.headers.get("content-type", "")
+        self._sock = sock
+        self._reader = reader
 
     def read_all(self) -> bytes:
         """The whole body (an error's problem document), bounded."""
-        with _translated(self.target, self.req, [True]):
-            return self._resp.read(RESPONSE_MAX_BYTES)
+        return b"".join(self.chunks(limit=RESPONSE_MAX_BYTES))
 
-    def chunks(self) -> Iterator[bytes]:
-        """The body's bytes as they arrive; ends when the server ends it.
+    def chunks(self, limit: int | None = None) -> Iterator[bytes]:
+        """The body's bytes as they arrive; ends when the response is whole.
 
         Raises:
             ServerUnreachable: the connection broke or went silent past the read timeout.
         """
+        reader = self._reader
+        taken = 0
         while True:
-            with _translated(self.target, self.req, [True]):
-                data = self._resp.read1(READ_CHUNK)
-            if not data:
+            data = reader.take_body()
+            if data:
+                taken += len(data)
+                if limit is not None and taken > limit:
+                    raise RemoteProtocolError("the server's answer is over the limit")
+                yield data
+            if reader.done:
                 return
-            yield data
+            with _translated(self.target, self.req, [True]):
+                chunk = self._sock.recv(READ_CHUNK)
+                reader.receive_data(chunk)
+                if reader.closed_early:
+                    raise ConnectionResetError("the server closed the stream")
 
     def close(self) -> None:
-        self._conn.close()
+        self._sock.close()
