@@ -36,6 +36,7 @@ SCENARIO: list[tuple[str, ...]] = [
     ("--format", "quiet", "mock", "prompt", "echo quiet one"),
     ("mock", "prompt", "--no-wait", "echo queued"),
     ("mock", "prompt", "error -32000 it broke"),
+    ("--timeout", "1", "mock", "prompt", "sleep 5000"),
     ("mock", "status"),
     ("--format", "json", "mock", "status"),
     ("mock", "sessions", "list"),
@@ -60,6 +61,7 @@ SCENARIO: list[tuple[str, ...]] = [
     ("mock", "sessions", "close"),
     ("mock", "prompt", "after the end"),
 ]
+_CLI = (sys.executable, "-m", "tether")
 _FIELD = re.compile(r"^([a-z][a-z ]*[a-z]):\s")
 
 
@@ -326,3 +328,91 @@ def test_the_remote_path_imports_no_http_stack(gateway: Gateway, project_dir: Pa
         # --server: the remote path for sure (the local one would find the same session)
         modules = imported_modules(*env_args, *args, cwd=project_dir)
         assert not modules & heavy, (args, sorted(modules & heavy))
+
+
+def test_a_remote_watch_follows_until_the_session_ends(gateway: Gateway, project_dir: Path) -> None:
+    """`sessions watch` (live) shows what happens, and ends (exit 0) when the session does."""
+    env = _remote_env(gateway)
+    assert run_tether("mock", "sessions", "new", cwd=project_dir, env=env).returncode == 0
+    watch = subprocess.Popen(
+        [*_CLI, "--cwd", str(project_dir), "--format", "json", "mock", "sessions", "watch"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert run_tether("mock", "prompt", "echo seen", cwd=project_dir, env=env).returncode == 0
+        assert run_tether("mock", "sessions", "close", cwd=project_dir, env=env).returncode == 0
+        out, err = watch.communicate(timeout=30)
+    finally:
+        if watch.poll() is None:
+            watch.kill()
+            watch.wait(timeout=10)
+    assert watch.returncode == 0, err
+    kinds = [json.loads(line)["kind"] for line in out.splitlines()]
+    assert "turn_ended" in kinds
+    assert kinds[-1] == "session_ended"
+
+
+RESTARTED_TURN = "stream 1 before ; sleep 3000 ; stream 1 after"
+
+
+def _serve_unix(home: Path, path: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tether", "serve", "--unix", path, "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env={**python_env(), "TETHER_HOME": str(home)},
+    )
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["url"] == f"unix:{path}"
+    return proc
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+    if proc.stdout is not None:
+        proc.stdout.close()
+
+
+def test_a_prompt_survives_the_gateways_restart(tether_home: Path, project_dir: Path) -> None:
+    """The gateway restarts mid-turn (the owner runs on): the prompting CLI reconnects with
+    Last-Event-ID and prints the rest of the turn once, then its end (exit 0)."""
+    short = tempfile.mkdtemp(prefix="tr-", dir="/tmp")
+    path = os.path.join(short, "gw.sock")
+    env = {**python_env(), "TETHER_SERVER": f"unix:{path}"}
+    gateway = _serve_unix(tether_home, path)
+    prompt = None
+    try:
+        assert run_tether("mock", "sessions", "new", cwd=project_dir, env=env).returncode == 0
+        prompt = subprocess.Popen(
+            [*_CLI, "--cwd", str(project_dir), "mock", "prompt", RESTARTED_TURN],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert prompt.stdout is not None
+        assert prompt.stdout.readline().startswith("before")
+        _stop(gateway)  # the stream is cut; the turn goes on in its owner
+        gateway = _serve_unix(tether_home, path)
+        out, err = prompt.communicate(timeout=60)
+        assert prompt.returncode == 0, err
+        assert out.splitlines()[0].startswith("after")  # once: nothing replayed twice
+        assert out.count("before") == 0
+        assert "[done] end_turn" in out
+    finally:
+        if prompt is not None and prompt.poll() is None:
+            prompt.kill()
+            prompt.wait(timeout=10)
+        run_tether("mock", "sessions", "close", cwd=project_dir, env=env)
+        _stop(gateway)
+        shutil.rmtree(short, ignore_errors=True)

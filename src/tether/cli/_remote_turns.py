@@ -69,8 +69,8 @@ class _Turn:
         ended = self.ended or {}
         if "stopReason" in ended:
             return {"stopReason": ended["stopReason"]}
-        if "error" in ended:
-            raise error_from_wire({"message": str(ended["error"])})
+        if "error" in ended:  # the class the owner raised, when it journaled it
+            raise error_from_wire({"message": str(ended["error"]), "type": ended.get("errorType")})
         if "sessionEnded" in ended:
             reason = ended["sessionEnded"].get("reason")
             raise SessionClosed(f"the session ended ({reason}) before the turn did")

@@ -15,7 +15,7 @@ from typing import Any
 
 from tether import metrics
 from tether.acp.session_options import model_option_id
-from tether.errors import PromptTimeout, RateLimited, TetherTimeout, UsageError
+from tether.errors import PromptTimeout, RateLimited, TetherError, TetherTimeout, UsageError
 from tether.live_agent import LiveAgent
 from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
@@ -85,11 +85,10 @@ class RequestRunner:
         except BaseException as exc:
             # The turn's end is journaled however it ends; its caller gets the error.
             error = getattr(exc, "message", None) or type(exc).__name__
-            self.record(
-                "turn_ended",
-                {"error": str(error), "durationMs": _ms_since(started)},
-                job.request_id,
-            )
+            failed: dict[str, Any] = {"error": str(error), "durationMs": _ms_since(started)}
+            if isinstance(exc, TetherError):  # a reader rebuilds it (errors.error_from_wire)
+                failed["errorType"] = type(exc).__name__
+            self.record("turn_ended", failed, job.request_id)
             raise
         else:
             ended = {"stopReason": self.last_stop_reason, "durationMs": _ms_since(started)}

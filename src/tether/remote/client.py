@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 HEARTBEAT_S = 5.0  # asked of the server; a stream silent for STREAM_SILENCE_S is dropped
 STREAM_SILENCE_S = 30.0
-RECONNECTS = 5  # in a row, with no entry between them
+# In a row, with no entry between them: ~10 s in all, enough for a gateway's restart.
+RECONNECTS = 8
 RECONNECT_DELAY_S = (0.05, 0.2, 0.5, 1.0, 2.0)
 
 
