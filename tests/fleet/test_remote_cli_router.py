@@ -57,7 +57,7 @@ def test_the_cli_through_a_router_and_a_rehome(procs: Processes, project_dir: Pa
     lost = procs.hosts[home]
     lost.proc.kill()  # the host process we started, by its pid
     lost.stop()
-    code, out, err = cli("--format", "json", "mock", "-s", "fleet", "sessions", "rehome")
+    code, out, err = cli("--format", "json", "mock", "sessions", "rehome", sid[:16])
     assert code == 0, err
     moved = json.loads(out)
     assert (moved["action"], moved["rehomedFrom"], moved["fromHost"]) == (

@@ -274,7 +274,7 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         ("--older-than", "--closed", "--all-agents", "--dry-run"),
     ),
     "sessions rehome": (
-        "[-s NAME | NAME | --key KEY] [--to-host HOST] [--replay]",
+        "[ID | -s NAME | --key KEY] [--to-host HOST] [--replay]",
         "move a session whose host is lost to another host (through a fleet router: --server)",
         (*_SK, "--to-host", "--replay"),
     ),

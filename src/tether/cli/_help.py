@@ -36,7 +36,7 @@ commands:
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME] [--discard]    end the session and prove its process tree gone
   sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
-  sessions rehome [NAME] [--to-host H] [--replay]
+  sessions rehome [ID] [--to-host H] [--replay]
                                        move a lost host's session (a fleet router: --server)
   logout                               sign the agent out (ACP logout)
   acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)

@@ -190,6 +190,8 @@ def _sessions(ctx: Any, client: RemoteClient) -> int:
         from tether.cli import _remote_turns
 
         return _remote_turns.journal(ctx, client, resolve(ctx, client))
+    if sub == "rehome" and _is_id(ctx.inv.session) and ctx.inv.key is None:
+        ctx.inv.key, ctx.inv.session = ctx.inv.session, None  # `sessions rehome ID`
     sid = resolve(ctx, client)
     if sub == "show":
         record = client.call(core.get_session(sid))
@@ -202,6 +204,11 @@ def _sessions(ctx: Any, client: RemoteClient) -> int:
     if sub == "rehome":
         return _rehome(ctx, client, sid)
     raise UsageError(f"unknown sessions command {sub}")
+
+
+def _is_id(word: str | None) -> bool:
+    """Whether ``word`` reads as a session id (or a prefix of one): 8+ hex digits."""
+    return bool(word) and len(word or "") >= 8 and all(c in "0123456789abcdef" for c in word or "")
 
 
 def _listed(record: dict[str, Any]) -> dict[str, Any]:
