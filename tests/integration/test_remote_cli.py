@@ -78,6 +78,7 @@ def _shape_text(text: str) -> list[str]:
         line = re.sub(r"r-[0-9a-f]+", "RID", line)
         line = re.sub(r"[0-9a-f]{12,}", "ID", line)
         line = re.sub(r"[0-9]+(\.[0-9]+)?", "N", line)
+        line = re.sub(r"N min N s|N ms|N s\b", "DURATION", line)  # 999 ms vs 1.0 s
         out.append(re.sub(r" +", " ", line))  # a column's width follows its numbers
     return out
 
@@ -416,3 +417,22 @@ def test_a_prompt_survives_the_gateways_restart(tether_home: Path, project_dir: 
         run_tether("mock", "sessions", "close", cwd=project_dir, env=env)
         _stop(gateway)
         shutil.rmtree(short, ignore_errors=True)
+
+
+def test_a_remote_cancel_says_whether_the_agent_honoured_it(
+    gateway: Gateway, project_dir: Path
+) -> None:
+    """`cancel` of a running turn waits for its end, as locally, and says the agent
+    honoured it (the gateway's cancel with `wait`)."""
+    env = _remote_env(gateway)
+    assert run_tether("mock", "sessions", "new", cwd=project_dir, env=env).returncode == 0
+    r = run_tether("mock", "prompt", "--no-wait", "sleep 60000", cwd=project_dir, env=env)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        status = run_tether("--format", "json", "mock", "status", cwd=project_dir, env=env)
+        if json.loads(status.stdout).get("currentRequest"):
+            break
+        time.sleep(0.1)
+    r = run_tether("mock", "cancel", cwd=project_dir, env=env)
+    assert (r.returncode, r.stdout.strip()) == (0, "cancelled; the agent ended the turn")

@@ -155,7 +155,8 @@ def _control(ctx: Any, client: RemoteClient) -> int:
         return _control_cmds.show_status(ctx, _status(ctx, client))
     sid = resolve(ctx, client)
     if command == "cancel":
-        return _control_cmds.show_cancel(ctx, client.call(core.cancel(sid, ctx.inv.request)))
+        result = client.call(core.cancel(sid, ctx.inv.request, wait=True))  # as locally
+        return _control_cmds.show_cancel(ctx, result)
     raise UsageError(f"unknown command {command!r}")
 
 

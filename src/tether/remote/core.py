@@ -208,8 +208,13 @@ def prompt(
     return "POST", _session(sid, "/prompt"), body
 
 
-def cancel(sid: str, request_id: str | None = None) -> tuple[str, str, dict[str, Any] | None]:
-    return "POST", _session(sid, "/cancel"), {"requestId": request_id} if request_id else {}
+def cancel(
+    sid: str, request_id: str | None = None, *, wait: bool = False
+) -> tuple[str, str, dict[str, Any] | None]:
+    body: dict[str, Any] = {"requestId": request_id} if request_id else {}
+    if wait:
+        body["wait"] = True
+    return "POST", _session(sid, "/cancel"), body
 
 
 def set_mode(sid: str, mode: str) -> tuple[str, str, dict[str, Any] | None]:
