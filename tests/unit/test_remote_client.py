@@ -16,7 +16,7 @@ import pytest
 from tether import errors as e
 from tether.remote import client as client_mod
 from tether.remote.client import RemoteClient
-from tether.remote.core import Event
+from tether.remote.sse import Event
 
 SID = "ab" * 32
 

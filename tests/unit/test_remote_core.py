@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether import errors as e
-from tether.remote import core, http11
+from tether.remote import core, http11, sse
 
 
 @pytest.mark.parametrize(
@@ -204,7 +204,7 @@ STREAM = (
 @given(st.lists(st.integers(min_value=1, max_value=len(STREAM) - 1), max_size=8))
 def test_sse_decoding_does_not_depend_on_how_bytes_arrive(cuts: list[int]) -> None:
     """However the stream is cut into reads, the same events come out, and the last id."""
-    decoder = core.SseDecoder()
+    decoder = sse.SseDecoder()
     events = []
     start = 0
     for cut in [*sorted(set(cuts)), len(STREAM)]:
@@ -220,11 +220,11 @@ def test_sse_decoding_does_not_depend_on_how_bytes_arrive(cuts: list[int]) -> No
 def test_sse_refuses_what_is_not_an_event_stream() -> None:
     """An id that is not a seq, or a line past the limit: RemoteProtocolError."""
     with pytest.raises(e.RemoteProtocolError):
-        core.SseDecoder().receive_data(b"id: seven\n")
+        sse.SseDecoder().receive_data(b"id: seven\n")
     with pytest.raises(e.RemoteProtocolError):
-        core.SseDecoder(max_line=10).receive_data(b"data: " + b"x" * 20)
+        sse.SseDecoder(max_line=10).receive_data(b"data: " + b"x" * 20)
     with pytest.raises(e.RemoteProtocolError):
-        core.Event("message", 1, "{not json").json()
+        sse.Event("message", 1, "{not json").json()
 
 
 # --- HTTP/1.1 framing (tether.remote.http11) -------------------------------------------

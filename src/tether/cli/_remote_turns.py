@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from tether.remote.client import RemoteClient
-    from tether.remote.core import Event
+    from tether.remote.sse import Event
 
 CANCEL_WAIT_S = 3.0  # after Ctrl-C, how long we wait for the turn's end (as locally)
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 
 from tether.errors import ServerUnreachable, error_from_wire
-from tether.remote import core
+from tether.remote import core, sse
 from tether.remote.transport import Transport
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
@@ -77,7 +77,7 @@ class RemoteClient:
     def follow(
         self,
         sid: str,
-        on_event: Callable[[core.Event], bool],
+        on_event: Callable[[sse.Event], bool],
         *,
         from_seq: int | None = None,
         tail: int | None = None,
@@ -91,7 +91,7 @@ class RemoteClient:
             ServerUnreachable: the stream could not be (re)opened ``RECONNECTS`` times.
             TetherError: the server refused it (NoSession...), or said ``event: error``.
         """
-        decoder = core.SseDecoder()
+        decoder = sse.SseDecoder()
         failures = 0
         while True:
             headers = {"Accept": "text/event-stream"}
@@ -129,8 +129,8 @@ class RemoteClient:
     def _one_stream(
         self,
         req: core.Request,
-        decoder: core.SseDecoder,
-        on_event: Callable[[core.Event], bool],
+        decoder: sse.SseDecoder,
+        on_event: Callable[[sse.Event], bool],
         silence: float,
     ) -> bool | None:
         """One connection's worth: True/False as :meth:`follow`, None to reconnect."""
@@ -156,7 +156,7 @@ class RemoteClient:
             stream.close()
 
 
-def _stream_error(event: core.Event) -> Exception:
+def _stream_error(event: sse.Event) -> Exception:
     data = event.json()
     doc = data if isinstance(data, dict) else {}
     if event.event == "host_lost":
