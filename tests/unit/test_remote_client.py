@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import http.server
 import json
+import shutil
 import socket
+import ssl
+import subprocess
 import threading
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -151,3 +154,63 @@ def test_a_missing_unix_socket_is_server_unreachable(tmp_path: Any) -> None:
     url = f"unix:{tmp_path}/none.sock"
     with RemoteClient(url, None) as client, pytest.raises(e.ServerUnreachable, match="socket"):
         client.call(("GET", "/v1/health", None))
+
+
+class _Health(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, Content-Length framing
+
+    def do_GET(self) -> None:
+        body = b'{"status":"ok"}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+def _certificate(where: Any) -> tuple[str, str]:
+    """A self-signed certificate for localhost and 127.0.0.1 (openssl)."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("no openssl to make a test certificate")
+    cert, key = str(where / "cert.pem"), str(where / "key.pem")
+    args = ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+    args += ["-nodes", "-keyout", key, "-out", cert, "-days", "1", "-subj", "/CN=localhost"]
+    args += ["-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1"]
+    subprocess.run(
+        [openssl, *args],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    return cert, key
+
+
+def test_https_verifies_the_servers_certificate(tmp_path: Any, monkeypatch: Any) -> None:
+    """https:// talks TLS, trusting what SSL_CERT_FILE names; a certificate that does not
+    verify is a TLS error saying so (not retryable), never a silent plain connection."""
+    cert, key = _certificate(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Health)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"https://localhost:{server.server_address[1]}"
+    try:
+        monkeypatch.setenv("SSL_CERT_FILE", cert)
+        with RemoteClient(url, "tok") as client:
+            assert client.call(("GET", "/v1/health", None)) == {"status": "ok"}
+            assert client.call(("GET", "/v1/health", None)) == {"status": "ok"}  # kept alive
+        monkeypatch.delenv("SSL_CERT_FILE")
+        with RemoteClient(url, "tok") as client, pytest.raises(e.TetherError) as raised:
+            client.call(("GET", "/v1/health", None))
+        assert "TLS" in str(raised.value)
+        assert not raised.value.retryable
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
