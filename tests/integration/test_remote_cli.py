@@ -13,14 +13,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests._cli import run_tether
 from tests.conftest import python_env
-from tests.integration._serve import Gateway, gateway
+from tests.integration._serve import Gateway, gateway, parse_sse
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
 pytestmark = pytest.mark.integration
@@ -436,3 +438,53 @@ def test_a_remote_cancel_says_whether_the_agent_honoured_it(
         time.sleep(0.1)
     r = run_tether("mock", "cancel", cwd=project_dir, env=env)
     assert (r.returncode, r.stdout.strip()) == (0, "cancelled; the agent ended the turn")
+
+
+def test_a_remote_answer_reaches_the_agent(gateway: Gateway, project_dir: Path) -> None:
+    """`answer ID allow` through the gateway resolves a waiting question (a controller,
+    here the dashboard's kind of stream, holds it); a second answer is already answered,
+    with the local exit code."""
+    env = _remote_env(gateway)
+    assert run_tether("mock", "sessions", "new", cwd=project_dir, env=env).returncode == 0
+    sid = gateway.http.get("/v1/sessions").json()["sessions"][0]["id"]
+    ended = threading.Event()
+
+    def control() -> None:
+        query = f"/v1/sessions/{sid}/events?control=1&tail=0"
+        with gateway.http.stream("GET", query, timeout=60) as r:
+            for event, data in parse_sse(r.iter_lines()):
+                if event == "message" and data["kind"] == "turn_ended":
+                    ended.set()
+                    return
+
+    watcher = threading.Thread(target=control)
+    watcher.start()
+    try:
+        wait_for(lambda: gateway.http.get(f"/v1/sessions/{sid}").json()["status"]["watchers"])
+        asking = ("mock", "prompt", "--no-wait", "tool edit README.md")
+        r = run_tether(*asking, cwd=project_dir, env=env)
+        assert r.returncode == 0, r.stderr
+        questions = wait_for(
+            lambda: gateway.http.get(f"/v1/sessions/{sid}/questions").json()["questions"]
+        )
+        qid = questions[0]["id"]
+        r = run_tether("mock", "answer", qid, "allow", cwd=project_dir, env=env)
+        assert r.returncode == 0, r.stderr
+        assert f"[answered {qid}] allow" in r.stdout
+        again = run_tether("mock", "answer", qid, "deny", cwd=project_dir, env=env)
+        local = run_tether("mock", "answer", qid, "deny", cwd=project_dir)
+        assert again.returncode == local.returncode != 0
+    finally:
+        watcher.join(timeout=60)
+    assert ended.is_set()
+
+
+def wait_for(check: Any, timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting")
+        time.sleep(0.05)
