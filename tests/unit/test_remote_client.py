@@ -214,3 +214,34 @@ def test_https_verifies_the_servers_certificate(tmp_path: Any, monkeypatch: Any)
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+class _Forgetful(_Health):
+    """Answers as keep-alive, then closes the connection anyway (an idle timeout)."""
+
+    connections: ClassVar[int] = 0
+
+    def setup(self) -> None:
+        super().setup()
+        type(self).connections += 1
+
+    def do_GET(self) -> None:
+        super().do_GET()
+        self.close_connection = True
+
+
+def test_a_kept_connection_the_server_closed_is_replaced_once() -> None:
+    """A call on a kept-alive connection the server has closed meanwhile is sent again on
+    a new connection (it never reached the server), not reported as a failure."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Forgetful)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with RemoteClient(f"http://127.0.0.1:{server.server_address[1]}", None) as client:
+            for _ in range(3):
+                assert client.call(("GET", "/v1/health", None)) == {"status": "ok"}
+        assert _Forgetful.connections == 3
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)

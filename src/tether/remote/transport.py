@@ -15,14 +15,17 @@ This is the boundary where foreign errors become Tether's, in one place
 * a TLS failure (a certificate that does not verify): :class:`~tether.errors.TetherError`
   naming it -- trying again will not help.
 
-A call on a kept-alive connection that the server closed meanwhile (its idle timeout:
-the connection ends before a byte of the answer) is sent again once, on a new one.
+A kept-alive connection the server may have closed meanwhile (its idle timeout, 5 s for
+uvicorn) is not trusted with a change: one idle for ``REUSE_IDLE_S`` is replaced before
+a POST or DELETE. A read on a kept connection that ends (or is reset) before a byte of
+the answer is sent again once, on a new connection: the server let it go unread.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
+import time
 
 from tether.errors import (
     BrokenResourceError,
@@ -42,6 +45,7 @@ if TYPE_CHECKING:
 CONNECT_TIMEOUT_S = 10.0
 CALL_TIMEOUT_S = 300.0  # a call's answer: creating a session may start an agent
 READ_CHUNK = 64 * 1024
+REUSE_IDLE_S = 1.0  # a kept connection idle longer is not trusted with a change
 
 
 class _Stale(Exception):
@@ -130,6 +134,7 @@ class Transport:
         self.target = target
         self.timeout = timeout
         self._sock: socket.socket | None = None
+        self._idle_since = 0.0  # monotonic: when the kept connection's last answer ended
         self._host = _host_header(target)
 
     def send(self, req: Request) -> tuple[int, str, bytes]:
@@ -140,6 +145,8 @@ class Transport:
             BrokenResourceError: a change whose answer was lost.
             RemoteProtocolError: a malformed answer, or one over ``RESPONSE_MAX_BYTES``.
         """
+        if not req.is_read and time.monotonic() - self._idle_since > REUSE_IDLE_S:
+            self.close()  # it may have been closed by now: a change goes on a new one
         for _attempt in (0, 1):
             reused = self._sock is not None
             sent = [False]
@@ -173,8 +180,13 @@ class Transport:
         body = bytearray()
         first = True
         while not reader.done:
-            chunk = sock.recv(READ_CHUNK)
-            if not chunk and first and reused:
+            try:
+                chunk = sock.recv(READ_CHUNK)
+            except ConnectionResetError:
+                if first and reused and req.is_read:
+                    raise _Stale from None
+                raise
+            if not chunk and first and reused and req.is_read:
                 raise _Stale
             first = False
             reader.receive_data(chunk)
@@ -187,6 +199,7 @@ class Transport:
                 raise ConnectionResetError("the server closed the connection mid-answer")
         if not reader.keep_alive:
             self.close()
+        self._idle_since = time.monotonic()
         assert reader.status is not None
         return reader.status, reader.headers.get("content-type", ""), bytes(body)
 
