@@ -300,3 +300,23 @@ def test_request_bytes() -> None:
     raw = http11.request_bytes("POST", "/v1/x", "h:1", {"A": "b"}, b"{}")
     assert raw == b"POST /v1/x HTTP/1.1\r\nHost: h:1\r\nA: b\r\nContent-Length: 2\r\n\r\n{}"
     assert b"Content-Length: 0\r\n" in http11.request_bytes("DELETE", "/", "h", {}, None)
+
+
+def test_the_remote_flags_parse() -> None:
+    """--server and --token-file are global; sessions rehome takes an id, --to-host and
+    --replay; other commands refuse rehome's options."""
+    from tether.cli._parse import parse
+
+    inv = parse(["--server", "unix:/x.sock", "sessions", "rehome", "abcd1234", "--to-host", "h2"])
+    assert (inv.server, inv.subcommand, inv.session, inv.to_host) == (
+        "unix:/x.sock",
+        "rehome",
+        "abcd1234",
+        "h2",
+    )
+    inv = parse(["mock", "--token-file", "/t", "sessions", "rehome", "--replay", "--key", "ab"])
+    assert (inv.token_file, inv.replay, inv.key) == ("/t", True, "ab")
+    with pytest.raises(e.UsageError):
+        parse(["mock", "status", "--replay"])
+    with pytest.raises(e.UsageError):
+        parse(["--server", "", "mock", "status"])
