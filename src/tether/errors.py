@@ -19,7 +19,8 @@
     │   └── BrokenResourceError         it died under us
     │       ├── AgentExited             the agent process ended (exit code, signal, stderr tail)
     │       ├── AgentUnresponsive       an abandoned turn never answered: the connection is retired
-    │       └── OwnerLost               the session owner vanished mid-request: outcome unknown
+    │       ├── OwnerLost               the session owner vanished mid-request: outcome unknown
+    │       └── ServerUnreachable       exit 7   retryable: no remote Tether (--server) answers
     ├── TetherTimeout (+TimeoutError)   exit 3   code TIMEOUT
     │   ├── HandshakeTimeout            initialize / authenticate / session/new never answered
     │   ├── PromptTimeout               a turn hit its ceiling (--timeout, turn_timeout)
@@ -64,7 +65,9 @@
 Why one module: the CLI maps exceptions to acpx's exit codes in exactly one place
 (``exit_code``), and the IPC hop between an owner and its callers carries errors as
 JSON (``to_wire`` / ``from_wire``), so a caller re-raises the very class the owner
-raised. Classes carry structured fields (``session_id``, ``pid``, ``lease_id``...) in
+raised. The HTTP hop does the same: a gateway's or a router's problem document goes
+through the same ``error_from_wire`` and comes back as the class it was raised as.
+Classes carry structured fields (``session_id``, ``pid``, ``lease_id``...) in
 ``fields`` and render them in ``__str__``.
 
 Foreign exceptions (``OSError``, ``json.JSONDecodeError``...) are translated only at
@@ -118,6 +121,7 @@ __all__ = [
     "RemoteProtocolError",
     "RequestCancelled",
     "ResourceError",
+    "ServerUnreachable",
     "SessionClosed",
     "SessionError",
     "SpawnError",
@@ -206,46 +210,24 @@ class TetherError(Exception):
 def error_from_wire(wire: dict[str, Any]) -> TetherError:
     """Rebuild the exception an owner sent over IPC; unknown types become ``TetherError``.
 
-    Also an HTTP problem document (RFC 9457) of a gateway or a router
-    (:mod:`tether.serve.problems`): its ``title`` names the class, its ``detail`` is the
-    message. Else (a fleet router's own problems) its ``code`` may name a class's detail
-    code (``HOST_UNAVAILABLE``, ``NO_SESSION``). A problem with none of these (``type``
-    ``about:blank``: a 401, an unknown route) becomes the class its ``status`` says
-    (:data:`_BY_STATUS`): a refused token is :class:`PermissionDenied` (``detail_code``
-    ``UNAUTHORIZED``).
+    An HTTP problem document (RFC 9457, with ``status``) from a gateway or a fleet router
+    is rebuilt too -- the one mapping under the remote CLI and the remote library: its
+    ``title`` names the class when a gateway raised one of ours (:mod:`tether.serve.
+    problems`), else its Tether code (``detailCode``, or a router's ``code``) names the
+    class that defines it, else its status decides (:data:`_BY_STATUS`: a refused token
+    is :class:`PermissionDenied` with ``detail_code`` ``UNAUTHORIZED``).
     """
-    cls = _BY_NAME.get(str(wire.get("type", "")))
-    message = wire.get("message")
-    detail_code = wire.get("detailCode")
-    status = wire.get("status")
-    if cls is None and isinstance(status, int) and "title" in wire:  # a problem document
-        title, detail = str(wire.get("title", "")), wire.get("detail")
-        cls = _BY_NAME.get(title)
-        said_code = detail_code or wire.get("code")  # a router's problems: ``code``
-        if cls is None and isinstance(said_code, str):
-            cls = _BY_DETAIL_CODE.get(said_code)
-            detail_code = said_code
-        if message is None:
-            said = f": {detail}" if detail else ""
-            message = detail if cls is not None else f"HTTP {status} {title}{said}"
-        if cls is None:
-            cls, plain_code = _by_status(status)
-            detail_code = detail_code or plain_code
+    if "status" in wire and "message" not in wire:
+        return _from_problem(wire)
+    cls = _BY_NAME.get(str(wire.get("type", "")), TetherError)
     fields = wire.get("fields")
-    return (cls or TetherError)(
-        str(message or ""),
-        detail_code=detail_code,
+    return cls(
+        str(wire.get("message", "")),
+        detail_code=wire.get("detailCode"),
         origin=wire.get("origin"),
         acp=wire.get("acp") if isinstance(wire.get("acp"), dict) else None,
         **(fields if isinstance(fields, dict) else {}),
     )
-
-
-def _by_status(status: int) -> tuple[type[TetherError], str | None]:
-    """The class (and detail code) of an HTTP problem that names no Tether error."""
-    if status in _BY_STATUS:
-        return _BY_STATUS[status]
-    return (UsageError, f"HTTP_{status}") if 400 <= status < 500 else (TetherError, None)
 
 
 # --- protocol -------------------------------------------------------------------
@@ -393,6 +375,19 @@ class OwnerLost(BrokenResourceError):
 
     default_origin = "queue"
     default_detail_code = "QUEUE_DISCONNECTED_BEFORE_COMPLETION"
+
+
+class ServerUnreachable(BrokenResourceError):
+    """The remote Tether (``--server``, ``TETHER_SERVER``) could not be reached: the
+    connection was refused or timed out, or broke before a read was answered.
+    Retryable: nothing was changed (a change whose answer was lost is a plain
+    :class:`BrokenResourceError`: its outcome is unknown)."""
+
+    exit_code = 7  # not one of acpx's codes (0-5, 130); 6 is "rate limited"
+    code = "UNREACHABLE"
+    default_origin = "remote"
+    default_detail_code = "SERVER_UNREACHABLE"
+    retryable = True
 
 
 # --- timeouts -------------------------------------------------------------------
@@ -725,21 +720,52 @@ def _all_subclasses(cls: type[TetherError]) -> list[type[TetherError]]:
 
 
 _BY_NAME: dict[str, type[TetherError]] = {c.__name__: c for c in _all_subclasses(TetherError)}
+# A problem's detail code -> the class that defines it (a fleet router's problems carry
+# only ``code``). Request-validation codes (UsageError's: ``BAD_VALUE``...) name no one
+# class: their status makes them a UsageError with that code.
+_BY_DETAIL: dict[str, type[TetherError]] = {}
+for _cls in _all_subclasses(TetherError):
+    if "default_detail_code" in _cls.__dict__ and not issubclass(_cls, UsageError):
+        _BY_DETAIL.setdefault(_cls.default_detail_code, _cls)
 # HTTP statuses of problems with no Tether error behind them (the gateway's 401, a
-# proxy's 502...): the class a caller of a remote Tether gets, and its detail code.
+# proxy's 502, an unknown route...): the class a caller of a remote Tether gets, and
+# its detail code.
 _BY_STATUS: dict[int, tuple[type[TetherError], str | None]] = {
     401: (PermissionDenied, "UNAUTHORIZED"),
     403: (PermissionDenied, "FORBIDDEN"),
     404: (UsageError, "NOT_FOUND"),
     405: (UsageError, "METHOD_NOT_ALLOWED"),
+    409: (SessionClosed, None),
+    410: (SessionClosed, None),
     429: (QueueOverloaded, None),
     504: (TetherTimeout, None),
 }
-# A problem's detail code -> the class that defines it (a fleet router's problems carry
-# only ``code``). Request-validation codes (UsageError's: ``BAD_VALUE``...) name no one
-# class: their status makes them a UsageError with that code.
-_BY_DETAIL_CODE: dict[str, type[TetherError]] = {
-    c.__dict__["default_detail_code"]: c
-    for c in _all_subclasses(TetherError)
-    if "default_detail_code" in c.__dict__ and not issubclass(c, UsageError)
-}
+
+
+def _by_status(status: int) -> tuple[type[TetherError], str | None]:
+    """The class (and detail code) of an HTTP problem that names no Tether error."""
+    if status in _BY_STATUS:
+        return _BY_STATUS[status]
+    return (UsageError, f"HTTP_{status}") if 400 <= status < 500 else (TetherError, None)
+
+
+def _from_problem(doc: dict[str, Any]) -> TetherError:
+    status = doc.get("status")
+    title, detail = str(doc.get("title", "")), doc.get("detail")
+    code = doc.get("detailCode") or doc.get("code")
+    cls = _BY_NAME.get(title) or _BY_DETAIL.get(str(code))
+    message = str(detail or title or f"HTTP {status}")
+    if cls is None:
+        said = f": {detail}" if detail else ""
+        message = f"HTTP {status} {title}{said}"
+        cls, plain_code = _by_status(status) if isinstance(status, int) else (TetherError, None)
+        code = code or plain_code
+    fields = doc.get("fields")
+    extra = {k: v for k, v in doc.items() if k in ("rehomedTo", "lastSeq", "durableSeq")}
+    return cls(
+        message,
+        detail_code=str(code) if code else None,
+        acp=doc.get("acp") if isinstance(doc.get("acp"), dict) else None,
+        **(fields if isinstance(fields, dict) else {}),
+        **extra,
+    )

@@ -56,6 +56,7 @@ class Context:
         self.auth_policy = "skip"  # --auth-policy / authPolicy
         self.prompt_retries = 0  # --prompt-retries / promptRetries
         self.resolved_key: str | None = None  # --key, once looked up
+        self.server: str | None = None  # --server / TETHER_SERVER: run on a remote Tether
 
 
 def _read_prompt(inv: Any) -> str:
@@ -85,11 +86,15 @@ def _context(inv: Any) -> Context:
     from tether.cli.output import Output
     from tether.errors import UsageError
 
+    server = remote_server(inv)
     cwd = os.path.expanduser(inv.cwd) if inv.cwd else os.getcwd()
-    if not os.path.isdir(cwd):
+    if os.path.isdir(cwd):
+        cwd = os.path.realpath(cwd)
+    elif server is None or not os.path.isabs(cwd):
+        # A remote Tether's --cwd is a directory there: absolute, maybe not here.
         raise UsageError(f"--cwd {cwd} is not a directory")
-    cwd = os.path.realpath(cwd)
-    cfg = config.load(cwd, warn=_ignore if inv.json_strict else None)
+    here = cwd if os.path.isdir(cwd) else os.getcwd()
+    cfg = config.load(here, warn=_ignore if inv.json_strict else None)
     from tether.sessions import agent_scope
 
     if inv.agent_cmd:
@@ -100,7 +105,7 @@ def _context(inv: Any) -> Context:
         label = inv.agent or str(cfg.get("defaultAgent") or agents.DEFAULT_AGENT)
         argv = agents.resolve(label, cfg.get("agents"))
         named = agents.is_agent_name(label, cfg.get("agents"))
-        if inv.agent and not named:
+        if inv.agent and not named and server is None:  # a remote Tether knows its own
             raise _unknown_agent(inv.agent, cfg.get("agents"))
     if not argv:
         raise UsageError("empty agent command")
@@ -125,10 +130,16 @@ def _context(inv: Any) -> Context:
             fmt, verbose=inv.verbose, json_strict=inv.json_strict, suppress_reads=inv.suppress_reads
         ),
     )
+    ctx.server = server
     ctx.auth_policy = inv.auth_policy or str(cfg.get("authPolicy") or "skip")
     retries = inv.prompt_retries
     ctx.prompt_retries = int(retries if retries is not None else cfg.get("promptRetries") or 0)
     return ctx
+
+
+def remote_server(inv: Any) -> str | None:
+    """The remote Tether the command runs on: ``--server``, else ``TETHER_SERVER``."""
+    return inv.server or os.environ.get("TETHER_SERVER") or None
 
 
 def _unknown_agent(word: str, configured: Any) -> Exception:
@@ -184,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
 
             _log.configure(level=10)
         if inv.command == "doctor":
+            if remote_server(inv) is not None:
+                from tether.cli._remote import local_only
+
+                raise local_only("doctor")
             return _doctor(inv)  # needs no agent, and must run when the config is broken
         ctx = _context(inv)
         return _dispatch(ctx)
@@ -297,6 +312,10 @@ def _requested_format(args: list[str]) -> tuple[str | None, bool]:
 
 def _dispatch(ctx: Context) -> int:
     command = ctx.inv.command
+    if ctx.server is not None and command != "config":  # the one place: local or remote
+        from tether.cli import _remote
+
+        return _remote.run(ctx)
     if command == "exec":
         from tether.cli._exec import run_exec
 

@@ -30,31 +30,15 @@ def control(ctx: Any) -> int:
             result = operations.cancel(key, ctx.inv.request, wait=True)
         except NoSession:
             raise _no_session_hint(ctx) from None
-        reason = result.get("reason")
-        if result.get("cancelled"):
-            text = _cancelled_text(result)
-        elif reason in (None, "", "no running owner", "nothing to cancel"):
-            text = "nothing to cancel"
-        else:
-            text = f"nothing to cancel ({reason})"
-        ctx.output.control(
-            result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing"
-        )
-        return 0
+        return show_cancel(ctx, result)
     if command == "set-mode":
-        if len(ctx.inv.words) != 1:
-            raise UsageError("usage: tether set-mode [-s NAME] MODE")
+        mode = mode_word(ctx)
         deadline = _call_deadline(ctx)
         with connect_or_start(ctx, key, deadline, "set") as conn:
-            result = conn.request(
-                "set_mode", {"modeId": ctx.inv.words[0]}, deadline_ms=_remaining_ms(deadline)
-            )
-        ctx.output.control(result, text=f"mode set: {ctx.inv.words[0]}", quiet=ctx.inv.words[0])
-        return 0
+            result = conn.request("set_mode", {"modeId": mode}, deadline_ms=_remaining_ms(deadline))
+        return show_set(ctx, result)
     if command == "set":
-        if len(ctx.inv.words) != 2:
-            raise UsageError("usage: tether set [-s NAME] KEY VALUE")
-        config_id, raw = ctx.inv.words
+        config_id, raw = config_words(ctx)
         deadline = _call_deadline(ctx)
         with connect_or_start(ctx, key, deadline, "set") as conn:
             # The word as typed: the owner knows the option's type from the agent
@@ -64,16 +48,58 @@ def control(ctx: Any) -> int:
                 {"configId": config_id, "value": raw},
                 deadline_ms=_remaining_ms(deadline),
             )
-        ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
-        return 0
+        return show_set(ctx, result)
     raise UsageError(f"unknown command {command}")
 
 
+def mode_word(ctx: Any) -> str:
+    """``set-mode``'s MODE."""
+    if len(ctx.inv.words) != 1:
+        raise UsageError("usage: tether set-mode [-s NAME] MODE")
+    return str(ctx.inv.words[0])
+
+
+def config_words(ctx: Any) -> tuple[str, str]:
+    """``set``'s KEY and VALUE."""
+    if len(ctx.inv.words) != 2:
+        raise UsageError("usage: tether set [-s NAME] KEY VALUE")
+    return str(ctx.inv.words[0]), str(ctx.inv.words[1])
+
+
+def show_set(ctx: Any, result: dict[str, Any]) -> int:
+    """``set-mode``'s and ``set``'s output of their result."""
+    if ctx.inv.command == "set-mode":
+        ctx.output.control(result, text=f"mode set: {ctx.inv.words[0]}", quiet=ctx.inv.words[0])
+    else:
+        config_id, raw = ctx.inv.words
+        ctx.output.control(result, text=f"{config_id} set: {raw}", quiet=raw)
+    return 0
+
+
 def _status(ctx: Any, key: str) -> int:
-    snapshot = operations.status(key)
+    return show_status(ctx, operations.status(key))
+
+
+def show_status(ctx: Any, snapshot: dict[str, Any]) -> int:
+    """``status``'s output of a session's status snapshot."""
     from tether.cli import _render
 
     ctx.output.control(snapshot, text=_render.fields(snapshot), quiet=str(snapshot.get("status")))
+    return 0
+
+
+def show_cancel(ctx: Any, result: dict[str, Any]) -> int:
+    """``cancel``'s output of its result."""
+    reason = result.get("reason")
+    if result.get("cancelled"):
+        text = _cancelled_text(result)
+    elif reason in (None, "", "no running owner", "nothing to cancel"):
+        text = "nothing to cancel"
+    else:
+        text = f"nothing to cancel ({reason})"
+    ctx.output.control(
+        result, text=text, quiet="cancelled" if result.get("cancelled") else "nothing"
+    )
     return 0
 
 

@@ -39,6 +39,7 @@ SESSION_SUBCOMMANDS = frozenset(
         "export",
         "prune",
         "fork",
+        "rehome",
     }
 )
 CONFIG_SUBCOMMANDS = frozenset({"show", "init"})
@@ -86,6 +87,8 @@ _GLOBAL_FLAGS = {
     "--system-prompt": 1,
     "--append-system-prompt": 1,
     "--prompt-retries": 1,
+    "--server": 1,
+    "--token-file": 1,
 }
 # command flag -> (number of values, how --help shows it, what it does)
 _COMMAND_FLAGS = {
@@ -186,6 +189,8 @@ _COMMAND_FLAGS = {
     ),
     "--filter-cwd": (1, "--filter-cwd DIR", "only sessions whose working directory is DIR"),
     "--local": (0, "--local", "Tether's own records (the default; acpx's flag)"),
+    "--to-host": (1, "--to-host HOST", "the host to move it to (default: placed like a new one)"),
+    "--replay": (0, "--replay", "send the recorded conversation to the new agent as context"),
 }
 _SAME = {
     "--session": "-s",
@@ -280,6 +285,11 @@ _COMMAND_SPECS: dict[str, tuple[str, str, tuple[str, ...]]] = {
         "[--older-than DURATION] [--closed] [--all-agents] [--dry-run]",
         "drop the agent's old journal entries and events; remove its closed sessions",
         ("--older-than", "--closed", "--all-agents", "--dry-run"),
+    ),
+    "sessions rehome": (
+        "[ID | -s NAME | --key KEY] [--to-host HOST] [--replay]",
+        "move a session whose host is lost to another host (through a fleet router: --server)",
+        (*_SK, "--to-host", "--replay"),
     ),
     "sessions close": (
         "[-s NAME | NAME | --key KEY] [--discard]",

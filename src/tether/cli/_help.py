@@ -36,6 +36,8 @@ commands:
   sessions watch [NAME] [--control]    follow the journal live (--control: answer questions)
   sessions close [NAME] [--discard]    end the session and prove its process tree gone
   sessions terminate [NAME]            end it now: no new turn, no waiting on the agent
+  sessions rehome [ID] [--to-host H] [--replay]
+                                       move a lost host's session (a fleet router: --server)
   logout                               sign the agent out (ACP logout)
   acp [--close-on-exit]                speak ACP as an agent over stdio (any ACP client)
   reap [--dry-run]                     reconcile leases: reap verified orphans of this instance
@@ -78,14 +80,19 @@ global options:
   --suppress-reads                     hide file contents the agent read from the output
   --mcp-bridge                         hand agents `tether mcp` (delegate to other sessions)
   --mcp-config FILE                    MCP servers for agents (JSON: {"mcpServers": ...})
+  --server URL                         run the command on a remote Tether (`tether serve`
+                                       or a fleet router): http://, https://, unix:/PATH;
+                                       or TETHER_SERVER
+  --token-file PATH                    its bearer token (or TETHER_TOKEN)
   --verbose                            debug logs on stderr
   --version, --help
 
 options after `--` are text, never options (`tether mock prompt -- --not-a-flag`).
 
 exit codes: 0 ok, 1 agent/protocol/runtime error, 2 usage, 3 timeout, 4 no session,
-            5 permission denied, 6 rate limited by the agent's provider, 130 interrupted,
-            141 stdout closed by its reader (`| head`)
+            5 permission denied, 6 rate limited by the agent's provider, 7 the remote
+            Tether (--server) unreachable (retryable), 130 interrupted, 141 stdout closed
+            by its reader (`| head`)
 """
 
 
@@ -101,7 +108,7 @@ def _command_help(spec: str) -> str:
         subs: tuple[str, ...] = ("show", "init") if spec == "config" else ("new", "ensure")
         if spec == "sessions":
             subs += ("fork", "list", "show", "history", "read", "watch", "export", "prune")
-            subs += ("close", "terminate")
+            subs += ("close", "terminate", "rehome")
         for sub in subs:
             sub_args, sub_what, _ = _COMMAND_SPECS[f"{spec} {sub}"]
             left = f"{sub} {sub_args}"

@@ -217,20 +217,22 @@ def _history(ctx: Any, registry: Registry, key: str) -> int:
     turns = render.turns([r for r in registry.journal_turn_rows(key) if r[0] >= first])
     limit = ctx.inv.limit if ctx.inv.limit is not None else 20
     shown = turns[-limit:] if limit > 0 else []
-    items = [t.to_json() for t in shown]
+    return show_history(ctx, key, [t.to_json() for t in shown])
+
+
+def show_history(ctx: Any, key: str, items: list[dict[str, Any]]) -> int:
+    """``sessions history``'s output of turn summaries (``Turn.to_json``'s form)."""
     lines = []
-    for t in shown:
-        start = t.started_at or t.queued_at
+    for t in items:
+        start = t.get("startedAt") or t.get("queuedAt")
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)) if start else "-"
-        took = render.duration(t.duration_ms)
-        outcome = t.stop_reason or ("failed" if t.error else "running")
-        lines.append(
-            f"{t.request_id}  {when}  {took:>8}  {outcome:<10}  {render.preview(t.prompt)}"
-        )
+        took = render.duration(t.get("durationMs"))
+        outcome = t.get("stopReason") or ("failed" if t.get("error") else "running")
+        lines.append(f"{t['requestId']}  {when}  {took:>8}  {outcome:<10}  {t.get('preview')}")
     ctx.output.control(
         {"action": "history", "sessionKey": key, "turns": items},
         text="\n".join(lines) or "no turns yet",
-        quiet="\n".join(t.request_id for t in shown),
+        quiet="\n".join(t["requestId"] for t in items),
     )
     return 0
 

@@ -107,6 +107,10 @@ class Invocation:
         self.prompt_retries: int | None = None
         self.config_options: list[tuple[str, str]] = []  # exec --config-option K=V
         self.filter_cwd: str | None = None  # sessions list --filter-cwd
+        self.server: str | None = None  # --server URL: a remote Tether (or TETHER_SERVER)
+        self.token_file: str | None = None  # --token-file PATH: its bearer token
+        self.to_host: str | None = None  # sessions rehome --to-host HOST
+        self.replay = False  # sessions rehome --replay
 
     def session_options(self) -> dict[str, object]:
         """The session options given as flags (``tether.acp.session_options``)."""
@@ -212,6 +216,10 @@ def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
         inv.mcp_bridge = True
     elif flag == "--mcp-config":
         inv.mcp_config = value
+    elif flag in ("--server", "--token-file"):
+        if not value:
+            raise UsageError(f"{flag} needs a non-empty value")
+        setattr(inv, flag[2:].replace("-", "_"), value)
 
 
 def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
@@ -325,6 +333,12 @@ def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
         inv.discard = True
     elif flag == "--limit":
         inv.limit = _count(flag, value or "", 1)
+    elif flag == "--to-host":
+        if not value:
+            raise UsageError("--to-host needs a host id")
+        inv.to_host = value
+    elif flag == "--replay":
+        inv.replay = True
 
 
 def _is_option(token: str) -> bool:
@@ -408,7 +422,7 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
-                "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork"
+                "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork|rehome"
             )
         else:
             inv.subcommand = "list"
@@ -426,7 +440,18 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         rest
         and inv.command == "sessions"
         and inv.subcommand
-        in ("show", "close", "terminate", "history", "new", "ensure", "watch", "read", "export")
+        in (
+            "show",
+            "close",
+            "terminate",
+            "history",
+            "new",
+            "ensure",
+            "watch",
+            "read",
+            "export",
+            "rehome",
+        )
         and not inv.session
         and not inv.key
     ):

@@ -222,7 +222,7 @@ def _finish_from_journal(
     if "stopReason" in outcome:
         return {"stopReason": outcome["stopReason"]}
     if "error" in outcome:
-        raise error_from_wire({"message": str(outcome["error"])})
+        raise error_from_wire({"message": str(outcome["error"]), "type": outcome.get("errorType")})
     raise OwnerLost(
         "the owner went away before the request finished; the outcome is unknown, do not"
         " resubmit automatically",

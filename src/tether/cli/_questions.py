@@ -281,6 +281,18 @@ class Asker:
 
 def answer_cmd(ctx: Any, key: str) -> int:
     """``tether answer [-s NAME] ID ANSWER [JSON]``."""
+    qid, word, content = answer_args(ctx)
+    try:
+        result = operations.answer(key, qid, word, content=content)
+    except NoSession:
+        from tether.cli._session_cmds import _no_session_hint
+
+        raise _no_session_hint(ctx) from None
+    return show_answered(ctx, result)
+
+
+def answer_args(ctx: Any) -> tuple[str, str, dict[str, Any] | None]:
+    """``answer``'s words: the question's id, the answer, an elicitation's content."""
     words = ctx.inv.words
     if len(words) not in (2, 3):
         raise UsageError(
@@ -295,12 +307,11 @@ def answer_cmd(ctx: Any, key: str) -> int:
             raise UsageError(f"the answer's content is not JSON: {words[2]!r}") from None
         if not isinstance(content, dict):
             raise UsageError("the answer's content must be a JSON object")
-    try:
-        result = operations.answer(key, words[0], words[1], content=content)
-    except NoSession:
-        from tether.cli._session_cmds import _no_session_hint
+    return words[0], words[1], content
 
-        raise _no_session_hint(ctx) from None
+
+def show_answered(ctx: Any, result: dict[str, Any]) -> int:
+    """``answer``'s output of its result."""
     question = result.get("interaction") or {}
     ctx.output.control(result, text=resolved_text(question), quiet=str(question.get("answer")))
     return 0

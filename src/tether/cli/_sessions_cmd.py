@@ -31,21 +31,14 @@ def sessions_cmd(ctx: Any) -> int:
         from tether.cli import _journal_cmds
 
         return _journal_cmds.run(ctx, _key(ctx), _no_session_hint(ctx))
-    if sub == "list":
-        items = operations.list_sessions(include_closed=ctx.inv.all)
-        if ctx.inv.filter_cwd is not None:  # acpx's --filter-cwd: one working directory
-            import os
-
-            where = os.path.realpath(os.path.expanduser(ctx.inv.filter_cwd))
-            items = [s for s in items if os.path.realpath(s["cwd"]) == where]
-        ctx.output.control(
-            {"action": "sessions", "sessions": items},
-            text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
-            quiet="\n".join(s["key"] for s in items),
+    if sub == "rehome":
+        raise UsageError(
+            "sessions rehome moves a session off a lost fleet host: it needs a fleet router"
+            " (--server URL or TETHER_SERVER)"
         )
-        return 0
+    if sub == "list":
+        return show_list(ctx, operations.list_sessions(include_closed=ctx.inv.all))
     from tether import access
-    from tether.cli import _render
     from tether.registry import Registry
 
     with Registry() as registry:
@@ -59,14 +52,31 @@ def sessions_cmd(ctx: Any) -> int:
 
             if correct_if_dead(registry, key):  # a killed owner's records, corrected
                 session = registry.session(key) or session
-            info = operations.describe(session, registry.instance_id)
-            ctx.output.control(
-                {"action": "session", **info},
-                text=_render.fields(info),
-                quiet=key,
-            )
-            return 0
+            return show_session(ctx, key, operations.describe(session, registry.instance_id))
     raise UsageError(f"unknown sessions command {sub}")
+
+
+def show_list(ctx: Any, items: list[dict[str, Any]]) -> int:
+    """``sessions list``'s output of ``items`` (local or remote records)."""
+    if ctx.inv.filter_cwd is not None:  # acpx's --filter-cwd: one working directory
+        import os
+
+        where = os.path.realpath(os.path.expanduser(ctx.inv.filter_cwd))
+        items = [s for s in items if os.path.realpath(s["cwd"]) == where]
+    ctx.output.control(
+        {"action": "sessions", "sessions": items},
+        text=_list_text(items, tree=ctx.inv.tree) or "no sessions",
+        quiet="\n".join(s["key"] for s in items),
+    )
+    return 0
+
+
+def show_session(ctx: Any, key: str, info: dict[str, Any]) -> int:
+    """``sessions show``'s output of one session's record."""
+    from tether.cli import _render
+
+    ctx.output.control({"action": "session", **info}, text=_render.fields(info), quiet=key)
+    return 0
 
 
 def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
@@ -101,8 +111,6 @@ def _owner_text(item: dict[str, Any]) -> str:
 
 
 def _ensure(ctx: Any, *, fresh: bool) -> int:
-    from tether.names import escape
-
     key = _key(ctx)
     name = ctx.inv.session or sessions.DEFAULT_NAME
     conn, created = operations.ensure_session(
@@ -128,6 +136,22 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
             if ctx.inv.model and not created:  # a session that exists: select its model now
                 conn.request("set_config_option", {"configId": "model", "value": ctx.inv.model})
                 ctx.output.banner(f"model set: {ctx.inv.model}")
+    return show_ensured(ctx, key, name, created, owner_pid, generation, resumed)
+
+
+def show_ensured(
+    ctx: Any,
+    key: str,
+    name: str,
+    created: bool,
+    owner_pid: Any,
+    generation: Any,
+    resumed: dict[str, Any],
+) -> int:
+    """``sessions new|ensure``'s output."""
+    from tether.names import escape
+
+    fresh = ctx.inv.subcommand == "new"
     ctx.output.control(
         {
             "action": "session_ensured",
@@ -164,6 +188,11 @@ def _close(ctx: Any) -> int:
         result = operations.close_session(key, discard=ctx.inv.discard)
     except NoSession:
         raise _no_session_hint(ctx) from None
+    return show_closed(ctx, result)
+
+
+def show_closed(ctx: Any, result: dict[str, Any]) -> int:
+    """``sessions close``'s output of its result; its exit status."""
     survivors = result.get("survivors") or []
     if "reconciled" in result:
         text = f"session closed (no owner was running) · survivors {len(survivors)}"
@@ -208,6 +237,11 @@ def _terminate(ctx: Any) -> int:
         result = operations.terminate(key, by={"door": "cli"})
     except NoSession:
         raise _no_session_hint(ctx) from None
+    return show_terminated(ctx, result)
+
+
+def show_terminated(ctx: Any, result: dict[str, Any]) -> int:
+    """``sessions terminate``'s output of its result; its exit status."""
     survivors = result.get("survivors") or []
     if result.get("alreadyEnded"):
         text = f"session had already ended ({result.get('reason')}): nothing done"

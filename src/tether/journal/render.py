@@ -230,4 +230,6 @@ def transcript(lines: Iterable[tuple[int, str]]) -> list[dict[str, Any]]:
                     )
         elif kind == "turn_ended" and current is not None:
             current["stopReason"] = entry.get("stopReason")
+            if entry.get("error"):  # a failed turn says why (its stopReason stays None)
+                current["error"] = entry.get("error")
     return turns

@@ -38,6 +38,24 @@ def status(key: str) -> dict[str, Any]:
         return conn.request("status", {})
 
 
+def no_session_status(key: str) -> dict[str, Any]:
+    """The status of a session nobody has: the documented keys, ``status`` ``no-session``."""
+    return {
+        "action": "status_snapshot",
+        "status": "no-session",
+        "ownerPid": None,
+        "ownerGeneration": None,
+        "agentPid": None,
+        "keeperPid": None,
+        "currentRequest": None,
+        "currentKind": None,
+        "queueDepth": 0,
+        "leaseState": None,
+        "attached": [],
+        "sessionKey": key,
+    }
+
+
 def offline_status(key: str) -> dict[str, Any]:
     """The session's status from the registry alone (no owner answers).
 
@@ -53,20 +71,7 @@ def offline_status(key: str) -> dict[str, Any]:
         correct_if_dead(registry, key)  # a killed owner: its records corrected first
         session = registry.session(key)
         if session is None:
-            return {
-                "action": "status_snapshot",
-                "status": "no-session",
-                "ownerPid": None,
-                "ownerGeneration": None,
-                "agentPid": None,
-                "keeperPid": None,
-                "currentRequest": None,
-                "currentKind": None,
-                "queueDepth": 0,
-                "leaseState": None,
-                "attached": [],
-                "sessionKey": key,
-            }
+            return no_session_status(key)
         # The agent's runs: an agent's terminals (tether.terminals) have leases of their own.
         leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None

@@ -74,6 +74,11 @@ PROMPT: Final[Spec] = {
 }
 CANCEL: Final[Spec] = {
     "requestId": Field("string", doc="remove this queued request (default: the running turn)"),
+    "wait": Field(
+        "boolean",
+        doc="answer once the cancelled turn has ended (at most its cancelGrace), saying"
+        " whether the agent honoured the cancel",
+    ),
 }
 MODE: Final[Spec] = {"modeId": Field("string", required=True, doc="session/set_mode's modeId")}
 CONFIG: Final[Spec] = {

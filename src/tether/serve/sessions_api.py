@@ -325,8 +325,8 @@ def require_session(key: str) -> None:
             raise NoSession("no such session", session_key=key)
 
 
-def _cancel(key: str, target: str | None) -> dict[str, Any]:
-    result = operations.cancel(key, target)
+def _cancel(key: str, target: str | None, wait: bool = False) -> dict[str, Any]:
+    result = operations.cancel(key, target, wait=wait)
     if result.get("reason") == "no running owner":
         require_session(key)  # an unknown session is a 404, not "nothing to cancel"
     return result
@@ -334,10 +334,12 @@ def _cancel(key: str, target: str | None) -> dict[str, Any]:
 
 @endpoint
 async def cancel(request: Request) -> Response:
-    """Cancel the running turn (the session stays), or remove queued ``requestId``."""
+    """Cancel the running turn (the session stays), or remove queued ``requestId``;
+    ``wait``: answer once the turn has ended, saying whether the agent honoured it."""
     key = session_key(request)
     body = await parse_body(request, bodies.CANCEL)
-    return JSONResponse(await asyncio.to_thread(_cancel, key, body.get("requestId")))
+    target, wait = body.get("requestId"), bool(body.get("wait"))
+    return JSONResponse(await asyncio.to_thread(_cancel, key, target, wait))
 
 
 def _control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
