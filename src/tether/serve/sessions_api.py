@@ -248,11 +248,13 @@ def _get(key: str) -> dict[str, Any]:
 @endpoint
 async def get_session(request: Request) -> Response:
     """One session's record and its status snapshot (live owner, or the registry's view);
-    on a fleet host, also how much of its journal is durable off-host (``durableSeq``)."""
+    on a fleet host, also which host it lives on (``hostId``) and how much of its journal
+    is durable off-host (``durableSeq``)."""
     key = session_key(request)
     record = await asyncio.to_thread(_get, key)
     fleet_host = _gateway(request).fleet_host
     if fleet_host is not None:
+        record["hostId"] = fleet_host.host_id
         record["durableSeq"] = fleet_host.durable_seq(key)
     return JSONResponse(record)
 

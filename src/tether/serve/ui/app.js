@@ -81,9 +81,16 @@ function lastEnd(end) {
   return `${end.reason || ""}${end.exitCode != null ? ` (${end.exitCode})` : ""}`;
 }
 
+// Through a fleet router each session names the host it lives on: a column then.
+function hostOf(s) {
+  return s.hostAvailable === false ? `${s.hostId} (unavailable)` : s.hostId;
+}
+
 function renderList() {
   const body = $("sessions").querySelector("tbody");
   body.replaceChildren();
+  const fleet = state.sessions.some((s) => s.hostId);
+  $("host-col").hidden = !fleet;
   for (const s of state.sessions) {
     const st = s.status || {};
     const tr = document.createElement("tr");
@@ -93,8 +100,10 @@ function renderList() {
     name.title = `${s.cwd}\n${s.id}`;
     const status = document.createElement("td");
     status.append(badge(statusOf(s)));
+    tr.append(name);
+    if (fleet) tr.append(cell(hostOf(s), "host"));
     tr.append(
-      name, status, cell(s.agent), cell(st.ownerPid), cell(st.agentPid),
+      status, cell(s.agent), cell(st.ownerPid), cell(st.agentPid),
       cell(st.queueDepth ?? 0), cell(st.currentRequest, "turn"), cell(lastEnd(s.lastEnd)),
     );
     tr.addEventListener("click", () => select(s.id));
@@ -142,6 +151,7 @@ async function refreshDetail() {
   dl.replaceChildren();
   field(dl, "status", "");
   dl.lastChild.replaceChildren(badge(s.state === "closed" ? "closed" : st.status || "idle"));
+  if (s.hostId) field(dl, "host", hostOf(s));
   field(dl, "owner pid", st.ownerPid);
   field(dl, "generation", st.ownerGeneration);
   field(dl, "agent pid", st.agentPid);
