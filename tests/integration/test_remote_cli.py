@@ -428,14 +428,13 @@ def test_a_remote_cancel_says_whether_the_agent_honoured_it(
     honoured it (the gateway's cancel with `wait`)."""
     env = _remote_env(gateway)
     assert run_tether("mock", "sessions", "new", cwd=project_dir, env=env).returncode == 0
-    r = run_tether("mock", "prompt", "--no-wait", "sleep 60000", cwd=project_dir, env=env)
+    sid = gateway.http.get("/v1/sessions").json()["sessions"][0]["id"]
+    turn = "stream 1 started ; sleep 60000"
+    r = run_tether("mock", "prompt", "--no-wait", turn, cwd=project_dir, env=env)
     assert r.returncode == 0, r.stderr
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        status = run_tether("--format", "json", "mock", "status", cwd=project_dir, env=env)
-        if json.loads(status.stdout).get("currentRequest"):
-            break
-        time.sleep(0.1)
+    # The turn is with the agent once its first words are journaled (before that, a
+    # cancel is answered at once: the prompt was never sent, so nothing was honoured).
+    wait_for(lambda: "started 0" in gateway.http.get(f"/v1/sessions/{sid}/export").text)
     r = run_tether("mock", "cancel", cwd=project_dir, env=env)
     assert (r.returncode, r.stdout.strip()) == (0, "cancelled; the agent ended the turn")
 
