@@ -44,6 +44,8 @@ from typing import Any
 import rawhttp
 from serve import TETHER, Gw, cpu_s, env_for, leftovers
 
+PROMPT = "echo hi"  # --prompt: e.g. "stream 50 x" for a turn of 50 chunks
+
 
 async def sse_turns(gw: Gw, sid: str, n: int) -> list[float]:
     """N turns: POST (kept connection), the end read from one kept SSE stream."""
@@ -56,7 +58,7 @@ async def sse_turns(gw: Gw, sid: str, n: int) -> list[float]:
         for _ in range(n):
             t0 = time.perf_counter()
             status, r = await post.json(
-                "POST", f"/v1/sessions/{sid}/prompt", gw.headers, {"prompt": "echo hi"}
+                "POST", f"/v1/sessions/{sid}/prompt", gw.headers, {"prompt": PROMPT}
             )
             if status != 202:
                 raise RuntimeError(f"refused: {status} {r}")
@@ -82,7 +84,7 @@ async def wait_turns(gw: Gw, sid: str, n: int) -> list[float]:
         for _ in range(n):
             t0 = time.perf_counter()
             status, r = await post.json(
-                "POST", f"/v1/sessions/{sid}/prompt?wait=true", gw.headers, {"prompt": "echo hi"}
+                "POST", f"/v1/sessions/{sid}/prompt?wait=true", gw.headers, {"prompt": PROMPT}
             )
             if status != 200 or r.get("stopReason") != "end_turn":
                 raise RuntimeError(f"refused: {status} {r}")
@@ -97,7 +99,7 @@ def cli_turns(home: Path, cwd: Path, n: int) -> list[float]:
     for _ in range(n):
         t0 = time.perf_counter()
         subprocess.run(
-            [TETHER, "--cwd", str(cwd), "mock", "prompt", "echo hi"],
+            [TETHER, "--cwd", str(cwd), "mock", "prompt", PROMPT],
             env=env_for(home),
             check=True,
             capture_output=True,
@@ -207,12 +209,15 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--cli-turns", type=int, default=30)
+    parser.add_argument("--prompt", default="echo hi", help="the mock agent's verb (echo hi)")
     parser.add_argument("--profile", type=int, metavar="TOP", default=0)
     parser.add_argument(
         "--profile-cli", action="store_true", help="profile CLI turns instead of HTTP ones"
     )
     args = parser.parse_args()
-    report: dict[str, Any] = {"turns": args.turns}
+    global PROMPT
+    PROMPT = args.prompt
+    report: dict[str, Any] = {"turns": args.turns, "prompt": PROMPT}
     with tempfile.TemporaryDirectory(prefix="tether-bench-turncpu-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()

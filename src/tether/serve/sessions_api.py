@@ -302,7 +302,8 @@ async def submit_prompt(request: Request) -> Response:
     timeout_ms = body.get("timeoutMs")
     if timeout_ms is not None and timeout_ms <= 0:
         raise bodies.bad_value("timeoutMs", "timeoutMs must be positive")
-    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
+    # The turn is followed on the journal, never on the owner connection: no updates on it.
+    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "updates": False, "client": "http"}
     if mode:
         payload["permissionMode"] = mode
     gateway = _gateway(request)
