@@ -27,6 +27,7 @@ from tether.serve.app import Gateway, endpoint
 HOST = socket.gethostname()
 CONTROL_BODY_MAX = 64 * 1024  # every body but a prompt's
 SESSION_STATES = ("open", "closed", "all")
+WAIT_CHOICES = ("0", "1", "true", "false")
 
 
 def session_key(request: Request) -> str:
@@ -290,11 +291,14 @@ async def submit_prompt(request: Request) -> Response:
     """Queue a prompt; ``202`` with its request id once the owner admitted it.
 
     The turn runs whether or not anyone watches; follow it on the events stream
-    (``fromSeq`` in the answer is a cursor that includes the whole turn).
+    (``fromSeq`` in the answer is a cursor that includes the whole turn). With
+    ``?wait=true``: ``200`` once the turn has ended, with its outcome
+    (:mod:`tether.serve.prompt_wait`; a client leaving mid-wait does not cancel it).
     """
     key = session_key(request)
     from tether.ipc import protocol
 
+    wait = bodies.query_choice(request.query_params, "wait", WAIT_CHOICES) in ("1", "true")
     limit = protocol.prompt_max_bytes(_gateway(request).config)
     body = await parse_body(request, bodies.PROMPT, limit)
     blocks = bodies.prompt_blocks(body["prompt"])
@@ -302,11 +306,20 @@ async def submit_prompt(request: Request) -> Response:
     timeout_ms = body.get("timeoutMs")
     if timeout_ms is not None and timeout_ms <= 0:
         raise bodies.bad_value("timeoutMs", "timeoutMs must be positive")
-    # The turn is followed on the journal, never on the owner connection: no updates on it.
-    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "updates": False, "client": "http"}
+    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
     if mode:
         payload["permissionMode"] = mode
     gateway = _gateway(request)
+    if wait:
+        from tether.serve.prompt_wait import wait_for_turn
+
+        path, answer = await wait_for_turn(
+            gateway.prompter, key, payload, timeout_ms, limit, _submit
+        )
+        gateway.prompts_total[path] += 1
+        return JSONResponse(answer)
+    # The turn is followed on the journal, never on the owner connection: no updates on it.
+    payload["updates"] = False
     result = await gateway.prompter.prompt(key, payload, timeout_ms, limit)
     path = "loop"
     if result is None:  # no warm owner to talk to from the loop: the full path
