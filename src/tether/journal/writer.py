@@ -8,7 +8,8 @@ watcher attaching right now needs before the database has it), tells the listene
 (the attached parties), and queues the row. It never touches the database: the turn's
 frames reach their callers first, and nothing on the loop waits on SQLite.
 
-A daemon thread owns its own SQLite connection. It sleeps until rows are queued, takes
+A daemon thread owns its own SQLite connection. It sleeps until rows are queued (woken
+``BATCH_S`` after the first of them, so a short turn's entries share one commit), takes
 everything queued so far as one batch, and commits it in one transaction together with
 the high-water mark -- so under a 50,000-updates-per-second stream a batch holds
 hundreds of rows and costs one commit. Retention runs in the same thread every so
@@ -59,6 +60,12 @@ MAX_BACKLOG_BYTES = 1024 * 1024  # a batch in flight plus this: about a megabyte
 STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0
+# How long appended entries wait for company before the thread is woken. A warm turn
+# appends its ~6 entries (queued, started, its frames, ended) over several loop passes
+# within about a millisecond: woken once per pass, the thread committed 4-6 times per
+# turn, each commit a wake-up and a GIL hand-over (issue 23: a third of the owner's CPU
+# per turn). A SIGKILLed owner loses at most this much more of what it relayed.
+BATCH_S = 0.002
 
 Listener = Callable[[int, bytes], None]  # (seq, the entry's public line, UTF-8)
 
@@ -172,10 +179,10 @@ class JournalWriter:
             if self._pending_bytes > MAX_BACKLOG_BYTES:
                 self._stall()
         if not self._kick_scheduled:
-            # One wake-up per event-loop pass: everything appended in this pass is one batch.
+            # One wake-up per BATCH_S: everything appended meanwhile is one batch.
             self._kick_scheduled = True
             try:
-                asyncio.get_running_loop().call_soon(self._kick)
+                asyncio.get_running_loop().call_later(BATCH_S, self._kick)
             except RuntimeError:  # no loop (tests, shutdown): wake at once
                 self._kick()
         for listener in self.listeners:
