@@ -149,15 +149,21 @@ def figures(home: Path, cwd: Path, n: int, cli_n: int) -> dict[str, Any]:
     try:
         time.sleep(0.5)
         sid = gw.ensure(cwd)
-        asyncio.run(sse_turns(gw, sid, 20))  # the agent started, every path warm
-        status = gw.http.get(f"/v1/sessions/{sid}").json()["status"]
+        gw.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "echo warm"})
+        deadline = time.monotonic() + 60
+        while not (status := gw.http.get(f"/v1/sessions/{sid}").json()["status"])["agentPid"]:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the agent did not start")
+            time.sleep(0.05)
         pids = {"owner": status["ownerPid"], "gateway": gw.proc.pid, "agent": status["agentPid"]}
-        if n:
-            report["sse"] = measure(gw, pids, lambda: asyncio.run(sse_turns(gw, sid, n)), n)
+        # ``wait`` first: the hub the SSE turns open lingers, and would follow its turns.
         has_wait = gw.http.post(f"/v1/sessions/{sid}/prompt?wait=true", json={"prompt": "hi"})
         if n and has_wait.status_code == 200:
             asyncio.run(wait_turns(gw, sid, 20))
             report["wait"] = measure(gw, pids, lambda: asyncio.run(wait_turns(gw, sid, n)), n)
+        if n:
+            asyncio.run(sse_turns(gw, sid, 20))
+            report["sse"] = measure(gw, pids, lambda: asyncio.run(sse_turns(gw, sid, n)), n)
         if cli_n:
             cli_pids = {"owner": pids["owner"], "agent": pids["agent"]}
             cli_turns(home, cwd, 3)
@@ -181,13 +187,16 @@ def top(path: Path, count: int) -> dict[str, list[str]]:
             t = tt if order == "tottime" else ct
             rows.append(f"{100 * t / total:5.1f}%  {nc:>7}  {where}")
         out[order] = rows
+    out["cpu_s"] = [f"{pstats.Stats(str(path)).total_tt:.3f}"]  # type: ignore[attr-defined]
     return out
 
 
 def profiled(home: Path, cwd: Path, n: int, cli_n: int, count: int) -> dict[str, Any]:
     from tether._profile import ENV
 
+    keep = os.environ.get("TURN_CPU_KEEP_PROFILES")  # a directory: the .prof files stay
     with tempfile.TemporaryDirectory(prefix="tether-prof-") as where:
+        where = keep or where
         os.environ[ENV] = where
         try:
             figures(home, cwd, n, cli_n)

@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tether import _profile
 from tether._state_errors import translate_error
 from tether.errors import StateError
 from tether.journal import gaps, store
@@ -118,7 +119,8 @@ class JournalWriter:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (tests): nobody to tell
             self._loop = None
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        run = _profile.target("writer", self._run)  # bench/turn_cpu.py --profile only
+        self._thread = threading.Thread(target=run, name="journal-writer", daemon=True)
         self._thread.start()
         if self.lost_after is not None:
             # The previous writer was lost: our first entry says where we continue from.
