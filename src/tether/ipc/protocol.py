@@ -14,7 +14,8 @@ Then each request is one line, an envelope::
 
 and the owner answers, for *every* request, in this order::
 
-    {"type":"ack","requestId":R,"queuePosition":N}          once, when admitted
+    {"type":"ack","requestId":R,"queuePosition":N,"seq":S?} once, when admitted (S: a
+                                                             prompt's first journal entry)
     {"type":"update","requestId":R,"frame":{...raw ACP...}}  zero or more
     {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
     {"type":"interaction","requestId":R,"interaction":{...}}  to controllers: a question

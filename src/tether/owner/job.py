@@ -226,8 +226,16 @@ class Job:
     def send(self, frame: dict[str, Any]) -> None:
         self.outbox.write(protocol.encode(frame))
 
-    def ack(self, position: int = 0) -> None:
-        self.send({"type": "ack", "requestId": self.request_id, "queuePosition": position})
+    def ack(self, position: int = 0, seq: int = 0) -> None:
+        """Admitted at ``position``; ``seq`` (if known) is its first journal entry's."""
+        frame: dict[str, Any] = {
+            "type": "ack",
+            "requestId": self.request_id,
+            "queuePosition": position,
+        }
+        if seq > 0:
+            frame["seq"] = seq
+        self.send(frame)
 
     def update_line(self, direction: str, line: bytes, seq: int = 0) -> None:
         """Relay one ACP frame unchanged: its bytes are embedded, never re-encoded.

@@ -111,7 +111,10 @@ class Prompter:
             )
             if len(data) > max_bytes:
                 return None  # the thread path says so, in the one wording
-            from_seq = await _from_seq(self.hubs, key)
+            # A cursor before the prompt: the ack names its first entry (owners since issue
+            # 23); the hello's journalSeq, read before the request was sent, also precedes it.
+            said = conn.hello.get("journalSeq")
+            from_seq = said + 1 if isinstance(said, int) else await _from_seq(self.hubs, key)
             try:
                 conn.writer.write(data)
                 await conn.writer.drain()
@@ -124,11 +127,12 @@ class Prompter:
                     turn.frame(frame)  # its terminal frame is the last: frames() ends
                     continue
                 if frame.get("type") == "ack":
+                    seq = frame.get("seq")
                     ack = {
                         "requestId": rid,
                         "sessionKey": key,
                         "queuePosition": frame.get("queuePosition"),
-                        "fromSeq": from_seq,
+                        "fromSeq": seq if isinstance(seq, int) and seq > 0 else from_seq,
                     }
                     if turn is None:
                         keep = True
