@@ -37,7 +37,7 @@ def session_key(request: Request) -> str:
         NoSession: not a session id (so 404, like an unknown one).
     """
     raw = str(request.path_params.get("id", ""))
-    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+    if len(raw) != 64 or raw.strip("0123456789abcdef"):
         raise NoSession("no such session (an id is a 64-hex session key)", session_id=raw[:80])
     return raw
 
@@ -136,7 +136,7 @@ def _fleet_key(request: Request) -> str | None:
         raise bodies.bad_value(
             "x-tether-session-id", "this gateway is not a fleet host (no --fleet-index)"
         )
-    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+    if len(raw) != 64 or raw.strip("0123456789abcdef"):
         raise bodies.bad_value("x-tether-session-id", "a fleet session id is 64 hex digits")
     return raw
 
@@ -298,7 +298,9 @@ async def submit_prompt(request: Request) -> Response:
     key = session_key(request)
     from tether.ipc import protocol
 
-    wait = bodies.query_choice(request.query_params, "wait", WAIT_CHOICES) in ("1", "true")
+    wait = bool(request.scope.get("query_string")) and bodies.query_choice(
+        request.query_params, "wait", WAIT_CHOICES
+    ) in ("1", "true")
     limit = protocol.prompt_max_bytes(_gateway(request).config)
     body = await parse_body(request, bodies.PROMPT, limit)
     blocks = bodies.prompt_blocks(body["prompt"])
