@@ -31,15 +31,31 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from starlette.requests import Request
+
 from tether.errors import OwnerLost, error_from_wire
 from tether.journal.turn_rest import TurnRest
+from tether.serve import bodies
 from tether.serve.submit import Prompter
 
-__all__ = ["TEXT_MAX_CHARS", "TurnSummary", "wait_for_turn"]
+__all__ = ["TEXT_MAX_CHARS", "TurnSummary", "asked", "wait_for_turn"]
 
 TEXT_MAX_CHARS = 1 << 20  # the answer's text; the journal has the whole turn
 
 Submit = Callable[[str, dict[str, Any], "int | None", int], dict[str, Any]]
+WAIT_CHOICES = ("0", "1", "true", "false")
+
+
+def asked(request: Request) -> bool:
+    """Whether the prompt asks to wait (``?wait=true`` or ``1``; ``false``, ``0`` or none:
+    the ``202`` route).
+
+    Raises:
+        UsageError: ``wait`` is something else (a 422, before any prompt is sent).
+    """
+    if not request.scope.get("query_string"):
+        return False  # the common case: no query to parse
+    return bodies.query_choice(request.query_params, "wait", WAIT_CHOICES) in ("1", "true")
 
 
 class TurnSummary:

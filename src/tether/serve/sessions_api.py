@@ -27,7 +27,6 @@ from tether.serve.app import Gateway, endpoint
 HOST = socket.gethostname()
 CONTROL_BODY_MAX = 64 * 1024  # every body but a prompt's
 SESSION_STATES = ("open", "closed", "all")
-WAIT_CHOICES = ("0", "1", "true", "false")
 
 
 def session_key(request: Request) -> str:
@@ -297,10 +296,9 @@ async def submit_prompt(request: Request) -> Response:
     """
     key = session_key(request)
     from tether.ipc import protocol
+    from tether.serve import prompt_wait
 
-    wait = bool(request.scope.get("query_string")) and bodies.query_choice(
-        request.query_params, "wait", WAIT_CHOICES
-    ) in ("1", "true")
+    wait = prompt_wait.asked(request)
     limit = protocol.prompt_max_bytes(_gateway(request).config)
     body = await parse_body(request, bodies.PROMPT, limit)
     blocks = bodies.prompt_blocks(body["prompt"])
@@ -313,11 +311,8 @@ async def submit_prompt(request: Request) -> Response:
         payload["permissionMode"] = mode
     gateway = _gateway(request)
     if wait:
-        from tether.serve.prompt_wait import wait_for_turn
-
-        path, answer = await wait_for_turn(
-            gateway.prompter, key, payload, timeout_ms, limit, _submit
-        )
+        turn = prompt_wait.wait_for_turn(gateway.prompter, key, payload, timeout_ms, limit, _submit)
+        path, answer = await turn
         gateway.prompts_total[path] += 1
         return JSONResponse(answer)
     # The turn is followed on the journal, never on the owner connection: no updates on it.

@@ -121,10 +121,12 @@ class Prompter:
             except ConnectionError:
                 raise OwnerUnavailable("the owner went away before the request") from None
             ack: dict[str, Any] | None = None
+            last = ""
             async for frame in conn.frames(rid):
                 if ack is not None:
                     assert turn is not None
                     turn.frame(frame)  # its terminal frame is the last: frames() ends
+                    last = str(frame.get("type"))
                     continue
                 if frame.get("type") == "ack":
                     seq = frame.get("seq")
@@ -143,7 +145,9 @@ class Prompter:
                     raise error_from_wire(frame.get("error") or {})
             if ack is None:
                 raise OwnerUnavailable("the owner ended the request before acknowledging it")
-            keep = True  # the terminal frame came: the connection is clean for the next
+            # The terminal frame came: the connection is clean for the next prompt -- unless
+            # it was `lagged`, after which the owner lets go of the connection.
+            keep = last != "lagged"
             return ack
         finally:
             if keep:
