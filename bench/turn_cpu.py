@@ -17,13 +17,18 @@ the server's):
 * ``sse``: ``POST …/prompt`` (202) on a kept connection, the turn's end read from one
   SSE stream kept open for the whole run (the cost of the prompt and of its relay);
 * ``wait``: ``POST …/prompt?wait=true`` on a kept connection, answered at the turn's
-  end (no stream), where the gateway has that route;
+  end (no stream), where the gateway has that route -- measured first, before any
+  stream has made the gateway follow the session;
 * ``cli``: the owner's CPU per ``tether prompt`` (the CLI's own process not counted).
 
+``--prompt TEXT`` prompts another mock verb (``"stream 50 x"``: 50 chunks a turn).
+
 ``--profile N`` runs a second gateway with ``TETHER_PROFILE_DIR`` set
-(:mod:`tether._profile`): its owner and the gateway run under cProfile, dump their
-stats when they end, and the top N functions by own time and by cumulative time are
-printed (the profiler's overhead inflates every figure of that run: read the shares).
+(:mod:`tether._profile`): its owner (loop, journal writer and heartbeat threads) and the
+gateway run under cProfile by thread CPU time, dump their stats when they end, and the
+top N functions by own time and by cumulative time are printed, with each profile's CPU
+seconds (the profiler's overhead inflates every figure of that run: read the shares).
+``TURN_CPU_KEEP_PROFILES=DIR`` keeps the ``.prof`` files there for ``pstats``.
 """
 
 from __future__ import annotations
