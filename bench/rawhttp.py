@@ -112,6 +112,19 @@ async def tether_prompt(url: str, headers: dict[str, str], sid: str) -> None:
         conn.close()
 
 
+async def tether_prompt_wait(url: str, headers: dict[str, str], sid: str) -> None:
+    """Tether: ``POST …/prompt?wait=true``, answered at the turn's end."""
+    conn = await Conn.open(url)
+    try:
+        status, r = await conn.json(
+            "POST", f"/v1/sessions/{sid}/prompt?wait=true", headers, {"prompt": "echo hi"}
+        )
+        if status != 200 or r.get("stopReason") != "end_turn":
+            raise RuntimeError(f"the waiting prompt failed: {status} {r}")
+    finally:
+        conn.close()
+
+
 async def peer_prompt(url: str, server: str, session: str, rid: int) -> None:
     """sandbox-agent: POST ``session/prompt`` over ACP-over-HTTP; it answers at the turn's end."""
     conn = await Conn.open(url)

@@ -11,12 +11,15 @@ mock agent:
 * warm prompt round trip over HTTP: POST the prompt, then read the SSE stream from the
   returned ``fromSeq`` until the turn ends (a new stream per prompt), and the same with
   one stream kept open (httpx), and with ``bench/rawhttp.py`` (as the peer's
-  ``http_rtt_raw_client``); next to the CLI's warm prompt on the same session;
+  ``http_rtt_raw_client``); next to the CLI's warm prompt on the same session; and
+  ``POST …/prompt?wait=true`` (one request, answered at the turn's end: sandbox-agent's
+  shape) with ``bench/rawhttp.py``, and the gateway's CPU per such prompt;
 * SSE relay throughput: a 100,000-chunk turn read live by one stream client (updates/s
   from the first event to the turn's end; bounded by how fast the owner produces, so
   next to the prompting CLI's own rate, and the gateway's CPU seconds for it), and the
   same 100,000 entries replayed from the journal (the gateway's own relay capacity);
-* N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99,
+* N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99
+  (and the same with ``?wait=true``),
   next to the same N prompts at once through the CLI (N processes). Sessions created and
   warmed first; both servers with ``bench/rawhttp.py`` (httpx's own CPU was most of it);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
@@ -430,6 +433,12 @@ def main() -> int:
             calls = (rawhttp.tether_prompt(gw.url, gw.headers, sid) for _ in range(runs))
             raw = asyncio.run(rawhttp.sequential(calls))  # httpx's own time left out
             report["http_rtt_raw_client_ms_p50"] = round(statistics.median(raw) * 1000, 1)
+            calls = (rawhttp.tether_prompt_wait(gw.url, gw.headers, sid) for _ in range(runs))
+            cpu0 = cpu_s(gw.proc.pid)
+            waited = asyncio.run(rawhttp.sequential(calls))
+            cpu_ms = (cpu_s(gw.proc.pid) - cpu0) * 1000 / runs
+            report["http_rtt_wait_ms_p50"] = round(statistics.median(waited) * 1000, 1)
+            report["gateway_cpu_ms_per_wait_prompt"] = round(cpu_ms, 2)
             report["cli_warm_prompt_ms_p50"] = round(statistics.median(cli) * 1000, 1)
             before = gw.http.get(f"/v1/sessions/{sid}").json()["status"]["journalSeq"]
             cpu0 = cpu_s(gw.proc.pid)
@@ -446,6 +455,10 @@ def main() -> int:
             report["gateway_cpu_ms_per_concurrent_prompt"] = round(cpu_ms, 1)
             report[f"concurrent_{n_sessions}_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
             report[f"concurrent_{n_sessions}_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            calls = (rawhttp.tether_prompt_wait(gw.url, gw.headers, s) for s in sids)
+            lat = asyncio.run(rawhttp.timed(calls))
+            report[f"concurrent_{n_sessions}_wait_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+            report[f"concurrent_{n_sessions}_wait_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
             cli_lat = cli_concurrent(home, cwd, n_sessions)
             report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
             report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)

@@ -81,10 +81,12 @@ def _has_marker(pid: int) -> bool:
     return any(block.startswith(m) or b"\0" + m in block for m in _MARKERS)
 
 
+_MARKER_NAMES = tuple(m[:-1].decode() for m in _MARKERS)
 _CLEAN_KEPT = 1024  # (pid, start time) pairs a long-lived caller remembers as clean
 # This process's own memory of the same (see ``clean`` below): a long-lived caller -- the
 # HTTP gateway, a library -- walks its ancestors once, not on every operation.
 _SELF_CLEAN: dict[int, int] = {}
+_PROVEN = -1  # a key of _SELF_CLEAN (no pid): this process's pid once it was found clean
 
 
 def _recorded(walked: list[tuple[int, int]]) -> bool:
@@ -117,10 +119,21 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
     leaves a mark file per member, checked here with one ``stat`` per hop.
     """
     if pid is None:
-        if any(os.environ.get(m[:-1].decode()) for m in _MARKERS):
-            return True
-        clean = _SELF_CLEAN if clean is None else clean
-    pid = os.getpid() if pid is None else pid
+        environ = os.environ
+        for name in _MARKER_NAMES:
+            if environ.get(name):
+                return True
+        pid = os.getpid()
+        if clean is None:
+            clean = _SELF_CLEAN
+            if clean.get(_PROVEN) == pid:
+                # This very process was walked and found clean: the walk would now stop
+                # at its first hop, on its own start time, which cannot have changed.
+                return False
+            verdict = could_be_agent(pid, clean=clean)
+            if not verdict:
+                clean[_PROVEN] = pid  # a fork's child has another pid: it walks anew
+            return verdict
     walked: list[tuple[int, int]] = []
     try:
         for _ in range(4096):

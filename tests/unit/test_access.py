@@ -47,6 +47,34 @@ def test_a_long_lived_process_walks_its_ancestry_once(monkeypatch: pytest.Monkey
     assert access.could_be_agent() is True
 
 
+def test_a_process_found_clean_reads_no_proc_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Once this process was walked and found clean, asking again reads nothing (its own
+    start time cannot change); a claim in its environment still answers at once, and a
+    fresh memory (a forked child's pid differs) walks anew."""
+    for name in ("TETHER_SESSION_KEY", "TETHER_LEASE_ID"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(access, "_SELF_CLEAN", {})
+    read: list[int] = []
+    stat = access._stat
+
+    def counted(pid: int) -> tuple[int, int]:
+        read.append(pid)
+        return stat(pid)
+
+    monkeypatch.setattr(access, "_stat", counted)
+    assert access.could_be_agent() is False
+    assert read[0] == os.getpid()
+    read.clear()
+    assert access.could_be_agent() is False
+    assert read == []
+    monkeypatch.setenv("TETHER_LEASE_ID", "lease-x")
+    assert access.could_be_agent() is True
+    monkeypatch.delenv("TETHER_LEASE_ID")
+    monkeypatch.setattr(access, "_SELF_CLEAN", {})
+    assert access.could_be_agent() is False
+    assert read[0] == os.getpid()  # walked anew
+
+
 def test_an_ancestor_marker_survives_a_cleared_environment() -> None:
     """A child that clears its environment still sits below a marked ancestor."""
     code = "import sys; from tether import access; print(access.could_be_agent())"

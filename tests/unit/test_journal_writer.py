@@ -132,3 +132,40 @@ def test_a_full_disk_is_a_condition_and_what_was_dropped_is_recorded(
         covered = seq
     assert covered == journal.last_seq == 3002
     assert lost == journal.dropped
+
+
+def test_a_turns_entries_wait_for_company_and_its_end_is_stored_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A turn's start and frames wake the writer ``BATCH_S`` later (one commit for a
+    short turn); its end, like any other record, wakes it at once, everything before it
+    stored with it (issue 23)."""
+    import asyncio
+    import time
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    monkeypatch.setattr(writer, "BATCH_S", 60.0)  # never, within this test
+
+    async def main() -> tuple[bool, int, int]:
+        journal = writer.JournalWriter(paths.state_db(), "k")
+        journal.append("prompt_queued", {"prompt": "hi"}, "r-1")
+        journal.append_acp("in", b'{"jsonrpc":"2.0","method":"session/update"}', "r-1")
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        woken_early = journal._wake.is_set() or journal.stored_seq >= journal.last_seq
+        end = journal.append("turn_ended", {"stopReason": "end_turn"}, "r-1")
+
+        def stored_by_then() -> int:  # the loop is not needed for it: no more passes
+            deadline = time.monotonic() + 10
+            while journal.stored_seq < end and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return journal.stored_seq
+
+        stored = await asyncio.to_thread(stored_by_then)
+        await asyncio.to_thread(journal.close)
+        return woken_early, stored, end
+
+    woken_early, stored, end = asyncio.run(main())
+    assert not woken_early
+    assert stored == end

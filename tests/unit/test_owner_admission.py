@@ -7,6 +7,7 @@ fake agent slot that records cancels. Each step asserts the whole visible state.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any, cast
 
 from tether.errors import OwnerShuttingDown
@@ -123,3 +124,45 @@ def test_a_stop_that_is_not_a_close_supersedes_nothing() -> None:
         assert a.active.cancel_requested
 
     run(scenario())
+
+
+class SentFrames(Outbox):
+    """An outbox that keeps what it is given (decoded), instead of writing it."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.detached = False
+        self.frames: list[dict[str, Any]] = []
+
+    def write(self, data: bytes) -> None:
+        self.frames.extend(json.loads(line) for line in data.splitlines())
+
+    def flush(self) -> None:
+        pass
+
+
+def test_a_prompts_ack_names_its_first_journal_entry() -> None:
+    """The ack of a prompt carries the seq of its ``prompt_queued`` entry (a stream cursor
+    the gateway needs no lookup for); other requests' acks carry none."""
+
+    async def main() -> list[dict[str, Any]]:
+        a = Admission("k", 4, cast("AgentSlot", FakeSlot()))
+        seqs = iter(range(41, 100))
+        recorded: list[tuple[str, int]] = []
+
+        def record(kind: str, _payload: dict[str, Any], _rid: str | None) -> int:
+            recorded.append((kind, seq := next(seqs)))
+            return seq
+
+        a.record = record
+        out = SentFrames()
+        a.enqueue(job("r-1", out))
+        a.enqueue(job("r-2", out, kind="set_mode"))
+        assert recorded == [("prompt_queued", 41)]
+        return out.frames
+
+    frames = run(main())
+    assert frames == [
+        {"type": "ack", "requestId": "r-1", "queuePosition": 1, "seq": 41},
+        {"type": "ack", "requestId": "r-2", "queuePosition": 2},
+    ]

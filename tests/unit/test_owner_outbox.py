@@ -36,6 +36,29 @@ def _prompt_job(outbox: Outbox, rid: str = "r-1") -> Job:
     return Job(protocol.Envelope(rid, "prompt", {"prompt": []}), outbox, 0.0)
 
 
+def test_a_prompt_without_updates_gets_its_ack_and_result_only() -> None:
+    """``"updates": false`` (the gateway's 202 prompts, which follow the journal): the
+    turn's frames are not relayed to the caller; its ack and one terminal frame are."""
+
+    async def main() -> list[dict[str, Any]]:
+        reader, owner_writer, writers = await _pair(limit=1 << 20)
+        outbox = Outbox(owner_writer)
+        env = protocol.Envelope("r-1", "prompt", {"prompt": [], "wait": False, "updates": False})
+        turn = Job(env, outbox, 0.0)
+        turn.ack(1)
+        turn.update_line("in", b'{"text":"chunk"}', seq=7)
+        turn.finish({"stopReason": "end_turn"})
+        await outbox.drain(10.0)
+        owner_writer.close()
+        frames = await _frames(reader)
+        for w in writers:
+            w.close()
+        return frames
+
+    frames = asyncio.run(main())
+    assert [f["type"] for f in frames] == ["ack", "result"]
+
+
 def test_one_frame_larger_than_the_limit_is_carried_whole_not_lagged() -> None:
     """An agent message of 12 MiB through an 8 MiB outbox: the caller gets it, then the
     turn's result -- a single big frame is not a lagging caller (issue 21 item 1)."""

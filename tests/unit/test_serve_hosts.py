@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.errors import UsageError
+from tether.serve import hosts
 from tether.serve.hosts import host_rule, parse_host
 
 
@@ -62,3 +63,22 @@ def test_a_wildcard_bind_answers_the_machine_name_and_a_unix_socket_is_not_check
     assert only is not None
     assert only.allows("a.example")
     assert not only.allows("b.example")
+
+
+def test_an_allowed_header_is_parsed_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client sends the same Host on every request: allowed once, it is remembered; a
+    refused one is parsed (and refused) every time."""
+    parsed: list[str] = []
+    real = hosts.parse_host
+
+    def counted(value: str) -> tuple[str, int | None] | None:
+        parsed.append(value)
+        return real(value)
+
+    monkeypatch.setattr(hosts, "parse_host", counted)
+    rule = host_rule("127.0.0.1", 8787, [])
+    assert rule is not None
+    for _ in range(3):
+        assert rule.allows("localhost:8787")
+        assert not rule.allows("evil.example:8787")
+    assert parsed == ["localhost:8787"] + ["evil.example:8787"] * 3

@@ -14,7 +14,8 @@ Then each request is one line, an envelope::
 
 and the owner answers, for *every* request, in this order::
 
-    {"type":"ack","requestId":R,"queuePosition":N}          once, when admitted
+    {"type":"ack","requestId":R,"queuePosition":N,"seq":S?} once, when admitted (S: a
+                                                             prompt's first journal entry)
     {"type":"update","requestId":R,"frame":{...raw ACP...}}  zero or more
     {"type":"permission","requestId":R,"request":{...}}      zero or more (escalations)
     {"type":"interaction","requestId":R,"interaction":{...}}  to controllers: a question
@@ -40,6 +41,9 @@ with the peer's credentials in the session's ``session_ended``), ``answer`` and
 Additions stay within v2: a new payload field is ignored by an owner that predates it
 (a ``relay`` prompt then gets no ``client_request``: the owner serves fs and terminals),
 and the hello's ``features`` list says what this owner understands (``relay``).
+A prompt's ``"updates": false`` asks for no ``update`` frames (its ack and its terminal
+frame still come): a caller that reads the turn elsewhere -- the HTTP gateway's ``202``
+prompts, followed on the journal -- spares the owner relaying and itself reading them.
 
 An error carries ``{code, detailCode, origin, retryable, message, type, fields, acp?}``
 (:meth:`tether.errors.TetherError.to_wire`), so the caller re-raises the owner's class.
@@ -240,6 +244,7 @@ def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
                 "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid
             )
         _optional_bool(payload, "control", rid)
+        _optional_bool(payload, "updates", rid)
     elif kind == "cancel":
         target = payload.get("targetRequestId")
         if target is not None and not isinstance(target, str):

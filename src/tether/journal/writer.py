@@ -8,7 +8,9 @@ watcher attaching right now needs before the database has it), tells the listene
 (the attached parties), and queues the row. It never touches the database: the turn's
 frames reach their callers first, and nothing on the loop waits on SQLite.
 
-A daemon thread owns its own SQLite connection. It sleeps until rows are queued, takes
+A daemon thread owns its own SQLite connection. It sleeps until rows are queued (woken
+``BATCH_S`` after the first of them, or at once by a turn's end or any other control
+record: a short turn is one commit), takes
 everything queued so far as one batch, and commits it in one transaction together with
 the high-water mark -- so under a 50,000-updates-per-second stream a batch holds
 hundreds of rows and costs one commit. Retention runs in the same thread every so
@@ -44,6 +46,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tether import _profile
 from tether._state_errors import translate_error
 from tether.errors import StateError
 from tether.journal import gaps, store
@@ -59,6 +62,16 @@ MAX_BACKLOG_BYTES = 1024 * 1024  # a batch in flight plus this: about a megabyte
 STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0
+# How long appended entries wait for company before the thread is woken. A warm turn
+# appends its ~6 entries (queued, started, its frames, ended) over several loop passes
+# within about a millisecond: woken once per pass, the thread committed 4-6 times per
+# turn, each commit a wake-up and a GIL hand-over (issue 23: a third of the owner's CPU
+# per turn). Any other record -- a turn's end above all -- wakes it at once (before, at
+# the end of its loop pass): a reader that saw a turn end (its caller, a stream) finds
+# it, and all of the turn before it, stored no later than it used to be. So a warm turn
+# is one commit; a SIGKILLed owner loses at most BATCH_S more of a running turn.
+BATCH_S = 0.002
+BATCHED_KINDS = frozenset({"acp", "prompt_queued", "turn_started"})
 
 Listener = Callable[[int, bytes], None]  # (seq, the entry's public line, UTF-8)
 
@@ -99,7 +112,7 @@ class JournalWriter:
         self.stalls = 0  # times the loop waited for the writer (a slow disk)
         self.dropped = 0  # entries given up after a stall (a failing disk): a seq gap
         self._closing = False
-        self._kick_scheduled = False
+        self._kick_handle: asyncio.TimerHandle | None = None  # the writer's BATCH_S wake-up
         # (direction, request id) -> the bytes of an acp entry's line after its seq and at
         self._acp_heads: dict[tuple[str, str | None], bytes] = {}
         self._at, self._at_text = 0.0, b"0.0"
@@ -111,7 +124,8 @@ class JournalWriter:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (tests): nobody to tell
             self._loop = None
-        self._thread = threading.Thread(target=self._run, name="journal-writer", daemon=True)
+        run = _profile.target("writer", self._run)  # bench/turn_cpu.py --profile only
+        self._thread = threading.Thread(target=run, name="journal-writer", daemon=True)
         self._thread.start()
         if self.lost_after is not None:
             # The previous writer was lost: our first entry says where we continue from.
@@ -139,14 +153,16 @@ class JournalWriter:
         seq = self.next_seq
         self.next_seq = seq + 1
         at, at_text = self._clock()
-        return self._push(seq, at, b'{"seq":%d,"at":%s%s%s}' % (seq, at_text, head, line), None)
+        line = b'{"seq":%d,"at":%s%s%s}' % (seq, at_text, head, line)
+        return self._push(seq, at, line, None, urgent=False)
 
     def append_body(self, kind: str, body: str, request_id: str | None) -> int:
         seq = self.next_seq
         self.next_seq = seq + 1
         at = self._clock()[0]
         line = entry_line(seq, at, kind, request_id, body).encode()
-        return self._push(seq, at, line, None if kind == "acp" else (kind, request_id, body))
+        mark = None if kind == "acp" else (kind, request_id, body)
+        return self._push(seq, at, line, mark, urgent=kind not in BATCHED_KINDS)
 
     def _clock(self) -> tuple[float, bytes]:
         """Now, to the millisecond, and its JSON text: an entry's time is journaled in
@@ -158,9 +174,12 @@ class JournalWriter:
             self._at_text = repr(self._at).encode()
         return self._at, self._at_text
 
-    def _push(self, seq: int, at: float, line: bytes, mark: store.Mark | None) -> int:
+    def _push(
+        self, seq: int, at: float, line: bytes, mark: store.Mark | None, *, urgent: bool
+    ) -> int:
         """Hand an entry (its line encoded once, for the store, every watcher and the ring
-        alike) to the ring, the writer thread and the listeners."""
+        alike) to the ring, the writer thread and the listeners; ``urgent``: the writer
+        is woken now, not ``BATCH_S`` later."""
         ring = self.ring
         ring.append((seq, line))
         stored = self.stored_seq
@@ -171,11 +190,11 @@ class JournalWriter:
             self._pending_bytes += len(line)
             if self._pending_bytes > MAX_BACKLOG_BYTES:
                 self._stall()
-        if not self._kick_scheduled:
-            # One wake-up per event-loop pass: everything appended in this pass is one batch.
-            self._kick_scheduled = True
+        if urgent:
+            self._kick()  # the thread takes everything pending, this entry with it
+        elif self._kick_handle is None:
             try:
-                asyncio.get_running_loop().call_soon(self._kick)
+                self._kick_handle = asyncio.get_running_loop().call_later(BATCH_S, self._kick)
             except RuntimeError:  # no loop (tests, shutdown): wake at once
                 self._kick()
         for listener in self.listeners:
@@ -227,7 +246,10 @@ class JournalWriter:
             pass
 
     def _kick(self) -> None:
-        self._kick_scheduled = False
+        """Wake the writer (see ``BATCH_S``): at once, or as the batch's timer."""
+        if self._kick_handle is not None:
+            self._kick_handle.cancel()
+            self._kick_handle = None
         self._wake.set()
 
     @property

@@ -62,9 +62,15 @@ class Admission:
                 )
             )
             return
-        job.ack(decision.position)
+        seq = 0
         if job.kind == "prompt":
-            self.record("prompt_queued", queued_record(job, decision.position), job.request_id)
+            # Journaled first, so that the ack names the turn's first entry: a stream
+            # cursor that needs no lookup (both frames leave at the end of this pass).
+            recorded = self.record(
+                "prompt_queued", queued_record(job, decision.position), job.request_id
+            )
+            seq = recorded if isinstance(recorded, int) else 0
+        job.ack(decision.position, seq)
         self._schedule_expiry()
         self._wakeup.set()
 

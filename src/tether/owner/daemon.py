@@ -129,9 +129,13 @@ def main(argv: list[str] | None = None) -> int:
         ready_fd = -1
         os.dup2(log_fd, 2)
 
+    from tether import _profile
+
+    dump_profile = _profile.start("owner")  # bench/turn_cpu.py --profile only
     try:
         code = asyncio.run(_amain(key, ready))
     finally:
+        dump_profile()
         ready({"ready": False, "error": "owner exited"})
     from tether.registry import state_lost
 

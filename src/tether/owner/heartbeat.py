@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import metrics, sessions
+from tether import _profile, metrics, sessions
 from tether.registry import Registry
 
 __all__ = ["HEARTBEAT_S", "Heartbeat"]
@@ -67,7 +67,8 @@ class Heartbeat:
         # nothing more is written to whatever is at its path now -- a write there would
         # damage a fresh database, or the one an operator put in its place.
         self.lost = False
-        self._thread = threading.Thread(target=self._run, name="tether-heartbeat", daemon=True)
+        run = _profile.target("heartbeat", self._run)  # bench/turn_cpu.py --profile only
+        self._thread = threading.Thread(target=run, name="tether-heartbeat", daemon=True)
 
     def start(self) -> None:
         self._thread.start()

@@ -174,6 +174,7 @@ class Job:
         "state_error",
         "state_error_code",
         "superseded",
+        "wants_updates",
     )
 
     def __init__(self, env: protocol.Envelope, outbox: Outbox, admitted_at: float) -> None:
@@ -196,6 +197,8 @@ class Job:
         self.lagged = False  # ended with `lagged`: the caller did not leave, it fell behind
         self.state_error: str | None = None  # the state database refused a write for it
         self.state_error_code: str | None = None  # its detail code (STATE_FULL...)
+        # ``"updates": false``: the caller reads the turn from the journal (see ipc.protocol)
+        self.wants_updates = env.payload.get("updates") is not False
 
     def __repr__(self) -> str:
         return f"Job({self.env.kind} {self.request_id}, done={self.done})"
@@ -223,8 +226,16 @@ class Job:
     def send(self, frame: dict[str, Any]) -> None:
         self.outbox.write(protocol.encode(frame))
 
-    def ack(self, position: int = 0) -> None:
-        self.send({"type": "ack", "requestId": self.request_id, "queuePosition": position})
+    def ack(self, position: int = 0, seq: int = 0) -> None:
+        """Admitted at ``position``; ``seq`` (if known) is its first journal entry's."""
+        frame: dict[str, Any] = {
+            "type": "ack",
+            "requestId": self.request_id,
+            "queuePosition": position,
+        }
+        if seq > 0:
+            frame["seq"] = seq
+        self.send(frame)
 
     def update_line(self, direction: str, line: bytes, seq: int = 0) -> None:
         """Relay one ACP frame unchanged: its bytes are embedded, never re-encoded.
@@ -232,8 +243,10 @@ class Job:
         The line is a JSON object the core has already decoded, so embedding it as the
         ``frame`` value keeps the IPC frame valid JSON. ``seq`` is its journal entry's.
         """
-        if self.superseded:
-            return  # the session is closing: the rest of this turn is nobody's business
+        if self.superseded or not self.wants_updates:
+            # The session is closing: the rest of this turn is nobody's business. Or the
+            # caller asked for none of it (it follows the journal).
+            return
         if not self._prefix:
             rid = protocol.encode({"r": self.request_id})[5:-2]  # the id, JSON-escaped
             self._prefix = b'{"type":"update","requestId":' + rid + b',"seq":'

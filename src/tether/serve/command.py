@@ -176,8 +176,13 @@ def run_serve(ctx: Any) -> int:
     unix_path = os.path.abspath(inv.unix) if inv.unix else None
     ours = os.stat(unix_path) if unix_path else None
 
+    from tether import _profile
+
+    dump_profile = _profile.start("gateway")  # bench/turn_cpu.py --profile only
+
     def release() -> None:
         """Close the listening socket; remove a Unix socket file if it is still ours."""
+        dump_profile()
         sock.close()
         if unix_path is not None and ours is not None:
             with contextlib.suppress(OSError):

@@ -23,6 +23,7 @@ from tether.errors import UsageError
 __all__ = ["HostRule", "host_rule", "parse_host"]
 
 LOOPBACK_NAMES: Final = ("localhost", "127.0.0.1", "[::1]")
+ALLOWED_KEPT: Final = 64  # distinct Host headers remembered as allowed (each is parsed once)
 WILDCARDS: Final = ("0.0.0.0", "::", "[::]", "")  # noqa: S104 -- recognised, never bound here
 
 
@@ -57,10 +58,18 @@ class HostRule:
         self.names = frozenset(names)  # with our port or none
         self.exact = frozenset(exact)  # name:port as given
         self.any = "*" in self.names
+        self._allowed: set[str] = set()  # headers seen and allowed (a client sends one)
 
     def allows(self, header: str | None) -> bool:
-        if self.any:
+        if self.any or header in self._allowed:
             return True
+        if self._check(header):
+            if len(self._allowed) < ALLOWED_KEPT:
+                self._allowed.add(header or "")
+            return True
+        return False
+
+    def _check(self, header: str | None) -> bool:
         parsed = parse_host(header or "")
         if parsed is None:
             return False

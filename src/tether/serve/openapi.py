@@ -64,6 +64,51 @@ SESSION_SSE_EVENTS = (
 )
 
 
+def _prompt_op() -> dict[str, Any]:
+    """``POST …/prompt``: 202 once admitted, or with ``?wait=true`` 200 at the turn's end."""
+    op = _op(
+        "queue a prompt; 202 with requestId once admitted (?wait=true: 200 once the turn"
+        " has ended, with its outcome; a client leaving mid-wait does not cancel the turn)",
+        "202",
+        params=[
+            _ID,
+            _query("wait", "string", "true|1: hold the request until the turn ends"),
+        ],
+        body=bodies.PROMPT,
+    )
+    op["responses"]["200"] = {
+        "description": "?wait=true: the turn ended",
+        "content": {"application/json": {"schema": _TURN_ENDED}},
+    }
+    return op
+
+
+_TURN_ENDED: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "requestId": {"type": "string"},
+        "sessionKey": {"type": "string"},
+        "stopReason": {"type": "string"},
+        "text": {"type": "string", "description": "the agent's message chunks, joined"},
+        "textTruncated": {"type": "boolean"},
+        "updates": {
+            "type": "object",
+            "additionalProperties": {"type": "integer"},
+            "description": "session/update notifications of the turn, by sessionUpdate kind",
+        },
+        "fromSeq": {"type": "integer", "description": "a cursor before the turn's entries"},
+        "lastSeq": {
+            "type": ["integer", "null"],
+            "description": "the seq of the turn's last agent frame (turn_ended follows)",
+        },
+        "events": {"type": "string"},
+        "permissionDenied": {"type": "integer"},
+        "cancel": {"type": "object"},
+    },
+    "required": ["requestId", "sessionKey", "stopReason", "text", "updates", "fromSeq"],
+}
+
+
 def document() -> dict[str, Any]:
     """The document."""
     session = [_ID]
@@ -88,12 +133,7 @@ def document() -> dict[str, Any]:
             "delete": _op("close the session (idempotent)", params=session),
         },
         "/v1/sessions/{id}/prompt": {
-            "post": _op(
-                "queue a prompt; 202 with requestId once admitted",
-                "202",
-                params=session,
-                body=bodies.PROMPT,
-            ),
+            "post": _prompt_op(),
         },
         "/v1/sessions/{id}/cancel": {
             "post": _op(

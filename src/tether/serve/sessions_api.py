@@ -36,7 +36,7 @@ def session_key(request: Request) -> str:
         NoSession: not a session id (so 404, like an unknown one).
     """
     raw = str(request.path_params.get("id", ""))
-    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+    if len(raw) != 64 or raw.strip("0123456789abcdef"):
         raise NoSession("no such session (an id is a 64-hex session key)", session_id=raw[:80])
     return raw
 
@@ -135,7 +135,7 @@ def _fleet_key(request: Request) -> str | None:
         raise bodies.bad_value(
             "x-tether-session-id", "this gateway is not a fleet host (no --fleet-index)"
         )
-    if len(raw) != 64 or any(c not in "0123456789abcdef" for c in raw):
+    if len(raw) != 64 or raw.strip("0123456789abcdef"):
         raise bodies.bad_value("x-tether-session-id", "a fleet session id is 64 hex digits")
     return raw
 
@@ -292,11 +292,15 @@ async def submit_prompt(request: Request) -> Response:
     """Queue a prompt; ``202`` with its request id once the owner admitted it.
 
     The turn runs whether or not anyone watches; follow it on the events stream
-    (``fromSeq`` in the answer is a cursor that includes the whole turn).
+    (``fromSeq`` in the answer is a cursor that includes the whole turn). With
+    ``?wait=true``: ``200`` once the turn has ended, with its outcome
+    (:mod:`tether.serve.prompt_wait`; a client leaving mid-wait does not cancel it).
     """
     key = session_key(request)
     from tether.ipc import protocol
+    from tether.serve import prompt_wait
 
+    wait = prompt_wait.asked(request)
     limit = protocol.prompt_max_bytes(_gateway(request).config)
     body = await parse_body(request, bodies.PROMPT, limit)
     blocks = bodies.prompt_blocks(body["prompt"])
@@ -308,6 +312,13 @@ async def submit_prompt(request: Request) -> Response:
     if mode:
         payload["permissionMode"] = mode
     gateway = _gateway(request)
+    if wait:
+        turn = prompt_wait.wait_for_turn(gateway.prompter, key, payload, timeout_ms, limit, _submit)
+        path, answer = await turn
+        gateway.prompts_total[path] += 1
+        return JSONResponse(answer)
+    # The turn is followed on the journal, never on the owner connection: no updates on it.
+    payload["updates"] = False
     result = await gateway.prompter.prompt(key, payload, timeout_ms, limit)
     path = "loop"
     if result is None:  # no warm owner to talk to from the loop: the full path

@@ -13,6 +13,10 @@ is short on purpose -- while a connection is open the owner does not retire on i
 TTL -- and a kept connection the owner has dropped (its own idle timeout, a restart) is
 retried once on a fresh one: without an ack nothing was admitted.
 
+With a ``turn`` (:class:`TurnReader`: the ``?wait=true`` route, :mod:`.prompt_wait`) the
+connection is read past the ack to the request's terminal frame, each frame handed to
+the reader; the connection is kept only once that frame has come.
+
 Anything else returns None before the request is sent, and the caller takes the
 thread path, which handles every case (and raises the proper error): a caller that
 may be inside an agent tree (its visibility needs the proof), no owner or one that is
@@ -24,7 +28,7 @@ first (nothing was admitted: safe to retry).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from tether import access, sessions
 from tether.client.connection import AsyncOwnerConnection
@@ -39,6 +43,16 @@ HELLO_S = 1.0  # slower than this, the thread path decides (it may fence the own
 KEEP_S = 1.0  # how long an owner connection waits for the session's next prompt
 
 
+class TurnReader(Protocol):
+    """What reads a turn past its ack on the owner connection (see the module docstring)."""
+
+    def admitted(self, ack: dict[str, Any]) -> None:
+        """The owner admitted the prompt (the same answer a 202 gives)."""
+
+    def frame(self, frame: dict[str, Any]) -> None:
+        """One frame of the request after its ack, its terminal frame last."""
+
+
 class Prompter:
     """Prompts to live owners from the event loop, over briefly kept connections."""
 
@@ -47,22 +61,33 @@ class Prompter:
         self.kept: dict[str, tuple[AsyncOwnerConnection, asyncio.TimerHandle]] = {}
 
     async def prompt(
-        self, key: str, payload: dict[str, Any], deadline_ms: int | None, max_bytes: int
+        self,
+        key: str,
+        payload: dict[str, Any],
+        deadline_ms: int | None,
+        max_bytes: int,
+        turn: TurnReader | None = None,
     ) -> dict[str, Any] | None:
-        """The owner's admission of the prompt, or None: take the thread path."""
+        """The owner's admission of the prompt, or None: take the thread path.
+
+        With ``turn``, returns once the request's terminal frame has been handed to it.
+
+        Raises:
+            OwnerLost: (with ``turn``) the owner went away after admitting it.
+        """
         if access.could_be_agent():
             return None
         kept = self.kept.pop(key, None)
         if kept is not None:
             kept[1].cancel()
             try:
-                return await self._submit(kept[0], key, payload, deadline_ms, max_bytes)
+                return await self._submit(kept[0], key, payload, deadline_ms, max_bytes, turn)
             except (OwnerUnavailable, OwnerShuttingDown):
                 pass  # dropped or stopping since: not admitted, so ask afresh
         conn = await _connect(key)
         if conn is None:
             return None
-        return await self._submit(conn, key, payload, deadline_ms, max_bytes)
+        return await self._submit(conn, key, payload, deadline_ms, max_bytes, turn)
 
     async def _submit(
         self,
@@ -71,6 +96,7 @@ class Prompter:
         payload: dict[str, Any],
         deadline_ms: int | None,
         max_bytes: int,
+        turn: TurnReader | None,
     ) -> dict[str, Any] | None:
         keep = False
         try:
@@ -85,24 +111,44 @@ class Prompter:
             )
             if len(data) > max_bytes:
                 return None  # the thread path says so, in the one wording
-            from_seq = await _from_seq(self.hubs, key)
+            # A cursor before the prompt: the ack names its first entry (owners since issue
+            # 23); the hello's journalSeq, read before the request was sent, also precedes it.
+            said = conn.hello.get("journalSeq")
+            from_seq = said + 1 if isinstance(said, int) else await _from_seq(self.hubs, key)
             try:
                 conn.writer.write(data)
                 await conn.writer.drain()
             except ConnectionError:
                 raise OwnerUnavailable("the owner went away before the request") from None
+            ack: dict[str, Any] | None = None
+            last = ""
             async for frame in conn.frames(rid):
+                if ack is not None:
+                    assert turn is not None
+                    turn.frame(frame)  # its terminal frame is the last: frames() ends
+                    last = str(frame.get("type"))
+                    continue
                 if frame.get("type") == "ack":
-                    keep = True
-                    return {
+                    seq = frame.get("seq")
+                    ack = {
                         "requestId": rid,
                         "sessionKey": key,
                         "queuePosition": frame.get("queuePosition"),
-                        "fromSeq": from_seq,
+                        "fromSeq": seq if isinstance(seq, int) and seq > 0 else from_seq,
                     }
+                    if turn is None:
+                        keep = True
+                        return ack
+                    turn.admitted(ack)
+                    continue
                 if frame.get("type") == "error":
                     raise error_from_wire(frame.get("error") or {})
-            raise OwnerUnavailable("the owner ended the request before acknowledging it")
+            if ack is None:
+                raise OwnerUnavailable("the owner ended the request before acknowledging it")
+            # The terminal frame came: the connection is clean for the next prompt -- unless
+            # it was `lagged`, after which the owner lets go of the connection.
+            keep = last != "lagged"
+            return ack
         finally:
             if keep:
                 self._keep(key, conn)
