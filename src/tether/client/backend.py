@@ -29,6 +29,11 @@ class SessionRef(NamedTuple):
     scope: str = ""  # the agent part of a local session key (a fork shares it)
 
 
+def session_summary(item: dict[str, Any]) -> dict[str, Any]:
+    """What ``Client.sessions()`` shows of a session, from either backend's listing."""
+    return {k: item[k] for k in ("key", "name", "agent", "cwd", "state")}
+
+
 class Backend(Protocol):
     """What a client can do to sessions; every method raises :mod:`tether.errors` classes."""
 

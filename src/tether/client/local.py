@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 from tether import _aio, agents, operations, paths, sessions
-from tether.client.backend import SessionRef
+from tether.client.backend import SessionRef, session_summary
 from tether.client.connection import AsyncOwnerConnection
 from tether.client.watch import watch_journal
 from tether.errors import error_from_wire
@@ -119,7 +119,7 @@ class LocalBackend:
 
     async def sessions(self) -> list[dict[str, Any]]:
         items = await self.op(operations.list_sessions)
-        return [{k: item[k] for k in ("key", "name", "agent", "cwd", "state")} for item in items]
+        return [session_summary(item) for item in items]
 
     async def agent_sessions(
         self,

@@ -26,7 +26,7 @@ from typing import Any, Final
 import httpx
 
 from tether import _aio
-from tether.client.backend import SessionRef
+from tether.client.backend import SessionRef, session_summary
 from tether.client.remote_stream import EventStream
 from tether.errors import (
     HostUnavailable,
@@ -178,7 +178,7 @@ class RemoteBackend:
 
     async def sessions(self) -> list[dict[str, Any]]:
         items = (await self.call("GET", "/v1/sessions"))["sessions"]
-        return [{k: item[k] for k in ("key", "name", "agent", "cwd", "state")} for item in items]
+        return [session_summary(item) for item in items]
 
     async def agent_sessions(
         self,

@@ -26,13 +26,12 @@ import asyncio
 import contextlib
 import os
 import socket
-import stat
 import threading
 from typing import Final
 from urllib.parse import urlsplit
 
 from tether import paths
-from tether.errors import TetherError, UsageError
+from tether.errors import TetherError
 from tether.fleet import http1
 from tether.fleet.delegation import ASSERTION_HEADER, Assertion
 from tether.fleet.relay import ClientLink, HostConnections, HostRefused, HostSilent, exchange
@@ -44,6 +43,7 @@ from tether.fleet.requests import (
     serve_listener,
 )
 from tether.requester import Resolved, peer_environ, peer_pid, resolve
+from tether.unix_listener import bind_private
 
 __all__ = ["DOOR_ENV", "DOOR_FILE", "FleetDoor", "door_path"]
 
@@ -61,28 +61,7 @@ def door_path() -> str:
 
 
 def _bind(path: str) -> socket.socket:
-    with contextlib.suppress(FileNotFoundError):
-        if not stat.S_ISSOCK(os.lstat(path).st_mode):
-            raise UsageError(f"{path} exists and is not a socket")
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
-            try:
-                probe.connect(path)
-            except OSError:
-                os.unlink(path)  # a door left by a host that died
-            else:
-                raise UsageError(f"another host serves this home's agents' door ({path})")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    except OSError as e:
-        sock.close()
-        raise UsageError(f"cannot open the agents' door at {path}: {e.strerror or e}") from None
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(256)
-    return sock
+    return bind_private(path, backlog=256, what="the agents' door")
 
 
 def _unlink_if_ours(path: str, ours: os.stat_result | None) -> None:

@@ -11,7 +11,6 @@ import contextlib
 import os
 import signal
 import socket
-import stat
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -43,32 +42,9 @@ def _bind_tcp(host: str, port: int) -> socket.socket:
 
 
 def _bind_unix(path: str) -> socket.socket:
-    path = os.path.abspath(path)
-    with contextlib.suppress(FileNotFoundError):
-        st = os.lstat(path)
-        if not stat.S_ISSOCK(st.st_mode):
-            raise UsageError(f"--unix {path} exists and is not a socket")
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.connect(path)
-        except OSError:
-            os.unlink(path)  # a stale socket nobody listens on
-        else:
-            raise UsageError(f"--unix {path}: another server listens there")
-        finally:
-            probe.close()
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o177)
-    try:
-        sock.bind(path)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot listen on {path}: {exc.strerror or exc}") from None
-    finally:
-        os.umask(old)
-    os.chmod(path, 0o600)
-    sock.listen(1024)
-    return sock
+    from tether.unix_listener import bind_private
+
+    return bind_private(os.path.abspath(path), backlog=1024, what="--unix")
 
 
 def _url(sock: socket.socket, *, https: bool = False) -> str:
