@@ -48,10 +48,6 @@ KNOWN_DOOR_TO_DOOR = {
     # ACP over HTTP is the ACP door spoken over the gateway's HTTP.
     ("serve", "tether.acp_door"): "the ACP door over HTTP",
     ("serve", "tether.acp_door.channel"): "the ACP door over HTTP",
-    # The gateway and the ACP door reach owners with the library's asyncio IPC client
-    # (one IPC client in tether.ipc, blocking and asyncio, is the target).
-    ("serve", "tether.client.connection"): "the asyncio owner connection",
-    ("acp_door", "tether.client"): "the asyncio owner connection (_Connection)",
 }
 MAX_FLOORS = 15  # measured 2026-11-27; the target is 9
 KNOWN_ROOM_CIRCLES = {

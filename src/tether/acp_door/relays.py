@@ -35,8 +35,8 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 from tether.acp_door import translate, turns
-from tether.client import _Connection
 from tether.errors import RemoteProtocolError
+from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.jsonrpc import INVALID_PARAMS, JsonRpcConnection, Response
 
 __all__ = ["ClientRequests"]
@@ -110,7 +110,7 @@ class ClientRequests:
         methods = translate.relay_methods(capabilities)
         return ({"methods": methods, "client": self.token}, self) if methods else None
 
-    def on_owner_frame(self, key: str, conn: _Connection, frame: dict[str, Any]) -> None:
+    def on_owner_frame(self, key: str, conn: AsyncOwnerConnection, frame: dict[str, Any]) -> None:
         """A ``client_request`` (put it to the client) or ``relay_expired`` (stop) of a
         turn of session ``key`` on ``conn``."""
         relay_id = frame.get("relayId")
@@ -127,14 +127,14 @@ class ClientRequests:
             self._relays[slot] = task
             task.add_done_callback(lambda _: self._relays.pop(slot, None))
 
-    def turn_ended(self, conn: _Connection) -> None:
+    def turn_ended(self, conn: AsyncOwnerConnection) -> None:
         """The turn on ``conn`` ended: nobody can take its relays' answers any more."""
         for (where, _), task in list(self._relays.items()):
             if where == id(conn):
                 task.cancel()
 
     async def _relay(
-        self, key: str, conn: _Connection, relay_id: str, frame: dict[str, Any]
+        self, key: str, conn: AsyncOwnerConnection, relay_id: str, frame: dict[str, Any]
     ) -> None:
         """Put one relayed request to the client; send its answer back to the owner."""
         method, params = frame.get("method"), frame.get("params")

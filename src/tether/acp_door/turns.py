@@ -19,9 +19,9 @@ from typing import Any, Protocol
 from tether import _aio, operations
 from tether.acp_door import translate
 from tether.acp_door.attach import Attachment
-from tether.client import _Connection
 from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
+from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.ipc.client import new_request_id
 from tether.journal.turn_rest import TurnRest
 
@@ -35,18 +35,18 @@ OnQuestion = Callable[[str, dict[str, Any]], None]
 class Relayer(Protocol):
     """Who serves a turn's relayed requests (:class:`tether.acp_door.relays.ClientRequests`)."""
 
-    def on_owner_frame(self, key: str, conn: _Connection, frame: dict[str, Any]) -> None:
+    def on_owner_frame(self, key: str, conn: AsyncOwnerConnection, frame: dict[str, Any]) -> None:
         """A ``client_request`` or ``relay_expired`` frame of session ``key``'s turn."""
 
-    def turn_ended(self, conn: _Connection) -> None:
+    def turn_ended(self, conn: AsyncOwnerConnection) -> None:
         """The turn on ``conn`` ended: its relays can no longer be answered."""
 
 
-async def connect(key: str) -> _Connection:
+async def connect(key: str) -> AsyncOwnerConnection:
     """An asyncio connection to the session's serving owner (started if none runs)."""
     conn = await asyncio.to_thread(operations.connect_or_start, key)
     try:
-        return await _Connection.adopt(conn)
+        return await AsyncOwnerConnection.adopt(conn)
     except BaseException:
         conn.close()
         raise
@@ -154,7 +154,7 @@ def _relay(key: str, seq: object, acp: dict[str, Any], notify: Notify) -> None:
 
 def _answer(
     att: Attachment,
-    conn: _Connection,
+    conn: AsyncOwnerConnection,
     rid: str,
     frame: dict[str, Any],
     on_question: OnQuestion,
@@ -222,7 +222,7 @@ def prompt_payload(
     return payload
 
 
-async def answer_relay(conn: _Connection, relay_id: str, answer: dict[str, Any]) -> None:
+async def answer_relay(conn: AsyncOwnerConnection, relay_id: str, answer: dict[str, Any]) -> None:
     """Send the owner the client's answer to one relayed request (``relay_answer``), on
     the turn's own connection: only the connection it was sent to may answer it. Its
     ack and result are this connection's other request's frames: the turn's reader

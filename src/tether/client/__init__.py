@@ -33,14 +33,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tether.client.backend import Backend, SessionRef
-from tether.client.connection import AsyncOwnerConnection
 from tether.client.session import QuestionHandler, Session
 from tether.errors import UsageError
 
 __all__ = ["Client", "QuestionHandler", "Session"]
-
-# The name tether.acp_door.turns imports the asyncio owner connection by.
-_Connection = AsyncOwnerConnection
 
 
 class Client:

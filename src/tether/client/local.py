@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 from tether import _aio, agents, operations, paths, sessions
 from tether.client.backend import SessionRef, session_summary
-from tether.client.connection import AsyncOwnerConnection
 from tether.client.watch import watch_journal
 from tether.errors import error_from_wire
 from tether.events import (
@@ -28,6 +27,7 @@ from tether.events import (
     event_from_frame,
     question_from_frame,
 )
+from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.journal.turn_rest import TurnRest
 
 __all__ = ["LocalBackend"]

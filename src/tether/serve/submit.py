@@ -31,9 +31,9 @@ import asyncio
 from typing import Any, Protocol
 
 from tether import access, sessions
-from tether.client.connection import AsyncOwnerConnection
 from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, error_from_wire
 from tether.ipc import protocol
+from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.ipc.client import new_request_id
 from tether.ipc.lines import LineReader
 from tether.serve import lookups

@@ -1,4 +1,5 @@
-"""One asyncio connection to a session's owner, adopted from the operations layer's socket.
+"""The asyncio flavour of the IPC client (beside the blocking :mod:`tether.ipc.client`):
+one connection to a session's owner, adopted from the operations layer's socket.
 
 The blocking operations layer connects (or starts the owner) and checks the IPC version;
 the socket then moves into asyncio streams, and the bounded line reader moves along with
