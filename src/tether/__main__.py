@@ -1,5 +1,5 @@
-"""``python -m tether`` is the CLI."""
+"""``python -m tether`` is the ``tether`` program."""
 
-from tether.cli import main
+from tether.program import main
 
 raise SystemExit(main())

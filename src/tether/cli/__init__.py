@@ -16,7 +16,11 @@ from tether._version import __version__
 
 TYPE_CHECKING = False  # typing costs milliseconds on the thin path; mypy reads the name
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    # A subcommand that is another door: `serve`/`acp` take the Context, `mcp` its argv.
+    Doors = dict[str, Callable[[Any], int]]
 
 
 class Context:
@@ -158,13 +162,17 @@ def _unknown_agent(word: str, configured: Any) -> Exception:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, doors: Doors | None = None) -> int:
     """Run the CLI; returns the process exit code.
 
     Every failure ends here as one line (and an exit code): Tether's own errors as
     themselves, a known foreign one translated, anything else as :class:`InternalError`
     with its traceback written to a log file whose path the line names.
+
+    ``doors``: the other doors that are subcommands of the ``tether`` program (``serve``,
+    ``acp``, ``mcp``), handed in by :mod:`tether.program` -- the CLI imports no door.
     """
+    doors = doors or {}
     args = sys.argv[1:] if argv is None else argv
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
@@ -177,10 +185,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args[:1] == ["mcp"]:  # its own small grammar: `tether mcp [--session-key KEY]`
         from tether.errors import TetherError
-        from tether.mcp.cli import main as mcp_main
 
         try:
-            return mcp_main(args[1:])
+            return _door(doors, "mcp")(args[1:])
         except TetherError as exc:
             sys.stderr.write(_for_stderr(f"[error] {exc}\n"))
             return exc.exit_code
@@ -201,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise local_only("doctor")
             return _doctor(inv)  # needs no agent, and must run when the config is broken
         ctx = _context(inv)
-        return _dispatch(ctx)
+        return _dispatch(ctx, doors)
     except OutputClosed as exc:
         return exc.exit_code  # the reader of our stdout left: quietly, like `yes | head -1`
     except TetherError as exc:
@@ -310,7 +317,16 @@ def _requested_format(args: list[str]) -> tuple[str | None, bool]:
     return fmt, "--json-strict" in flags
 
 
-def _dispatch(ctx: Context) -> int:
+def _door(doors: Doors, name: str) -> Callable[[Any], int]:
+    door = doors.get(name)
+    if door is None:
+        from tether.errors import UsageError
+
+        raise UsageError(f"`tether {name}` runs from the tether program (tether.program.main)")
+    return door
+
+
+def _dispatch(ctx: Context, doors: Doors) -> int:
     command = ctx.inv.command
     if ctx.server is not None and command != "config":  # the one place: local or remote
         from tether.cli import _remote
@@ -336,11 +352,8 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli import _sessions_cmd
 
         return _sessions_cmd.sessions_cmd(ctx)
-    if command == "acp":
-        from tether.acp_door.stdio import run_stdio
-        from tether.cli._session_cmds import owner_flags
-
-        return run_stdio(ctx, owner_flags(ctx))
+    if command in ("acp", "serve"):
+        return _door(doors, command)(ctx)
     if command == "logout":
         from tether.cli import _acp_cmds
 
@@ -349,10 +362,6 @@ def _dispatch(ctx: Context) -> int:
         from tether.cli._reap import run_reap
 
         return run_reap(ctx)
-    if command == "serve":
-        from tether.serve.command import run_serve
-
-        return run_serve(ctx)
     if command == "metrics":
         from tether.cli._metrics_cmd import run_metrics
 

@@ -21,9 +21,9 @@ def main(args: list[str]) -> int:
         elif word.startswith("--session-key="):
             key = word.split("=", 1)[1]
         elif word in ("-h", "--help"):
-            from tether.cli._help import MCP_HELP
-
-            sys.stdout.write(MCP_HELP)
+            # `tether mcp --help` shows the full text before we run (the CLI's help);
+            # called on its own, the usage line.
+            sys.stdout.write(f"{USAGE}\n")
             return 0
         else:
             raise UsageError(f"tether mcp: unexpected {word!r}; {USAGE}")
@@ -31,7 +31,7 @@ def main(args: list[str]) -> int:
         # The claim Tether handed us; tether.requester proves it against the kernel
         # (this process descends from that session's keeper) or clamps it to `self`.
         os.environ["TETHER_SESSION_KEY"] = key
-    from tether import __version__
+    from tether._version import __version__
     from tether.mcp.server import McpServer, serve
     from tether.mcp.tools import build_tools
 
