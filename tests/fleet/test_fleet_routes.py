@@ -19,7 +19,14 @@ import pytest
 
 from tests.acp_schema import schema_errors
 from tests.conftest import python_env
-from tests.fleet.test_fleet_e2e import USER_TOKEN, Processes, create, procs, turn_text
+from tests.fleet.test_fleet_e2e import (
+    USER_TOKEN,
+    Processes,
+    create,
+    procs,
+    turn_text,
+    wait_for,
+)
 from tests.integration._serve import Gateway
 from tests.integration.test_serve_acp_http_client import SCRIPT, _check_envelopes, acp_http_client
 from tether.fleet.index import FleetIndex
@@ -201,6 +208,12 @@ def test_a_stream_through_a_router_reports_the_durable_seq_without_ids(
     router = procs.router()
     sid = create(router, project_dir, "durable")["id"]
     assert "first" in turn_text(router, sid, "echo first")
+    # The host ships every 0.2 s: once some of the first turn is durable, a stream opened
+    # now starts with a durable event (before that, the host knows no durable seq yet).
+    wait_for(
+        lambda: (router.http.get(f"/v1/sessions/{sid}").json().get("durableSeq") or 0) > 0,
+        "the first turn to be shipped",
+    )
     r = router.http.post(f"/v1/sessions/{sid}/prompt", json={"prompt": "stream 20 5"})
     assert r.status_code == 202, r.text
     rid = r.json()["requestId"]

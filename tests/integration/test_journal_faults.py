@@ -84,6 +84,9 @@ def test_a_full_disk_is_stated_never_a_hang_and_what_was_lost_is_journaled(
         c.close()
 
 
+PACED_STREAM = " ; ".join(["stream 500 x", "sleep 15"] * 400)
+
+
 def test_a_killed_owners_records_are_corrected_and_the_hole_is_named(
     mock: Cli, tether_home: Path
 ) -> None:
@@ -91,7 +94,10 @@ def test_a_killed_owners_records_are_corrected_and_the_hole_is_named(
     lease), `sessions show` names no live owner, the turn ends `owner-lost`, the run's
     end is journaled, and the first entry after the hole names the seq it continues
     after; `sessions watch` prints it. A new owner corrects nothing twice."""
-    caller = mock.popen("prompt", "stream 2000000 x", fmt="quiet")
+    # A stream that goes on for seconds at a measured pace (~30,000 entries/s), so the
+    # owner dies mid-stream with a journal this test can read back a few times in its
+    # time bound (a free-running stream journals ~900,000 entries before the kill lands).
+    caller = mock.popen("prompt", PACED_STREAM, fmt="quiet")
     active = mock.wait_active()
     wait_for(lambda: len(mock.journal()) > 1000, "the stream to be stored")
     signal_descendant(active["ownerPid"], signal.SIGKILL)

@@ -318,7 +318,7 @@ def test_unexpected_exception_is_one_line_and_a_log(
     """A bug surfaces as one line naming a log file that holds the traceback."""
     import tether.cli
 
-    def broken(_ctx: object) -> int:
+    def broken(_ctx: object, _doors: object) -> int:
         raise RuntimeError("a bug on our side")
 
     monkeypatch.setattr(tether.cli, "_dispatch", broken)
