@@ -52,17 +52,10 @@ from typing import Any
 
 import scale_load
 import scale_report
+from fleet_procs import mem_available_kib
 from scale_sides import ROOT, PeerSide, TetherSide, _proctree, sandbox_agent_binary, smaps_kib
 
 Side = TetherSide | PeerSide
-
-
-def mem_available_kib() -> int:
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1])
-    return 0
 
 
 def cpu_ticks(pids: list[int]) -> int:

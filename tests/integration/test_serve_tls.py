@@ -79,7 +79,7 @@ def test_wrong_tls_flags_are_usage_errors_before_anything_listens(
     cases = [
         (("--tls-cert", str(leaf.cert)), "--tls-cert and --tls-key go together"),
         (("--tls-cert", str(leaf.cert), "--tls-key", str(other.key)), "cannot load them"),
-        (("--tls-cert", missing, "--tls-key", str(leaf.key)), "no such file"),
+        (("--tls-cert", missing, "--tls-key", str(leaf.key)), f"no such file {missing}"),
         (
             ("--unix", str(tmp_path / "s"), "--tls-cert", str(leaf.cert), "--tls-key", "k"),
             "--unix",

@@ -18,6 +18,7 @@ traceback from inside the server.
 
 from __future__ import annotations
 
+import os
 import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -61,8 +62,12 @@ def server_context(files: ServerFiles) -> ssl.SSLContext:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         ctx.load_cert_chain(files.cert, files.key)
-    except FileNotFoundError as e:
-        raise UsageError(f"--tls-cert/--tls-key: no such file {e.filename}") from None
+    except FileNotFoundError:
+        # ssl names no file here (its filename is None): say which one is missing.
+        missing = [f for f in (files.cert, files.key) if not os.path.exists(f)]
+        raise UsageError(
+            f"--tls-cert/--tls-key: no such file {' or '.join(missing) or files.cert}"
+        ) from None
     except (OSError, ssl.SSLError) as e:
         raise UsageError(
             f"--tls-cert {files.cert} --tls-key {files.key}: cannot load them ({e})"
