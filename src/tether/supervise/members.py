@@ -15,7 +15,7 @@ very process (pidfd first, then boot id and start time re-checked). A process th
 merely *claims* membership (an environment marker) is never recorded here and never
 signalled by this module.
 
-Used by the run's own finalizer (:mod:`tether.supervise.reaper`: the members of the run
+Used by the run's own finalizer (:mod:`tether.supervise.finalizer`: the members of the run
 that just ended) and by reconciliation (``close``/``terminate`` with no owner running,
 ``tether reap``: members of runs that are over), which both report every survivor,
 end it, and count it (``run_ownership_escape_total``).

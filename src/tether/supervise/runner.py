@@ -31,12 +31,16 @@ verified processes itself, through pidfds, and never signals anything it cannot 
 it owns. The lease ends ``closed`` with the termination reason, exit code and the
 kill mode, or ``lost`` when extinction could not be proven.
 
-The class is built in layers, one job per module, each calling only itself and the
-layers below: :mod:`.run_core` (the run's state, lease writes, stdio and keeper
-channel), :mod:`.reaper` (the watchdog and the single finalizer), :mod:`.spawning`
-(starting under a keeper, its events), and here the public lifecycle. The pieces they
-use: :mod:`.run_types` (``SpawnSpec``, ``ExtinctionReport``), :mod:`.keeper_launch`,
-:mod:`.keeper_channel`, :mod:`.pipes`, :mod:`.cgroups`.
+The class is a thin composition of collaborators, each the one owner of its fields and
+the one writer of what it stands for: :class:`.run_lease.RunLease` (the lease row, its
+heartbeat, the log lines), :class:`.run_io.RunIO` (the agent's stdio),
+:class:`.spawning.Spawner` (the keeper, its pidfd and channel, the cgroup, the agent's
+identity), :class:`.watchdog.Watchdog` (the exit futures, the keeper's exit, the
+timeouts) and :class:`.finalizer.Finalizer` (the single teardown, with
+:mod:`.witnesses`). They share one :class:`.run_state.RunLifecycle`, the run's
+transition table. The pieces they use: :mod:`.run_types` (``SpawnSpec``,
+``ExtinctionReport``), :mod:`.keeper_launch`, :mod:`.keeper_channel`, :mod:`.pipes`,
+:mod:`.cgroups`.
 """
 
 from __future__ import annotations
@@ -44,30 +48,160 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import subprocess
+import time
+from collections.abc import Callable
 from typing import Any
 
-from tether import _aio, metrics
+from tether import _os, metrics
 from tether.errors import SpawnError
-from tether.supervise.run_state import RunState, TerminationReason
+from tether.supervise.finalizer import Finalizer
+from tether.supervise.run_io import RunIO
+from tether.supervise.run_lease import RunLease
+from tether.supervise.run_state import RunLifecycle, RunState, TerminationReason
 from tether.supervise.run_types import DEFAULT_GRACE_S, ExtinctionReport, SpawnSpec
-from tether.supervise.spawning import RunSpawner
+from tether.supervise.spawning import Spawner
+from tether.supervise.watchdog import Watchdog
 
 
-class AgentProcess(RunSpawner):
+class AgentProcess:
     """A running agent under its keeper. Obtain one from :func:`spawn_agent`."""
+
+    def __init__(self, spec: SpawnSpec, registry: Any, lease_id: str) -> None:
+        self.spec = spec
+        self.registry = registry
+        self.table = _os.current()
+        self.lifecycle = RunLifecycle(
+            overall_timeout=spec.overall_timeout, no_output_timeout=spec.no_output_timeout
+        )
+        self._lease = RunLease(registry, lease_id, spec.session_key)
+        self._io = RunIO(self.lifecycle, self._lease)
+        self._spawner = Spawner(spec, self.table, self._lease)
+        self._watch = Watchdog(
+            self.lifecycle, self._lease, self._spawner, ending=self._ending, end=self._end_run
+        )
+        parts = (self._lease, self._io, self._spawner, self._watch)
+        self._final = Finalizer(spec, self.table, self.lifecycle, parts)
+
+    def _ending(self) -> bool:
+        return self._final.started
+
+    def _end_run(self) -> None:
+        self._final.begin()
+
+    # --- what the run is (read-only views on its collaborators) -----------------------
+
+    @property
+    def lease_id(self) -> str:
+        return self._lease.lease_id
+
+    @property
+    def instance_id(self) -> str:
+        return self._lease.instance_id
+
+    @property
+    def keeper(self) -> subprocess.Popen[bytes] | None:
+        return self._spawner.keeper
+
+    @property
+    def keeper_pid(self) -> int | None:
+        keeper = self._spawner.keeper
+        return keeper.pid if keeper else None
+
+    @property
+    def pid(self) -> int | None:
+        return self._spawner.pid
+
+    @property
+    def pgid(self) -> int | None:
+        return self._spawner.pgid
+
+    @property
+    def starttime(self) -> int | None:
+        return self._spawner.starttime
+
+    @property
+    def cgroup(self) -> str | None:
+        return self._spawner.cgroup
+
+    @property
+    def exited(self) -> asyncio.Future[tuple[int | None, int | None]] | None:
+        return self._watch.exited
+
+    @property
+    def stderr_bytes(self) -> int:
+        return self._io.stderr_bytes
+
+    @property
+    def last_output_at(self) -> float | None:
+        return self._io.last_output_at
 
     @property
     def is_running(self) -> bool:
         return self.lifecycle.state is RunState.RUNNING
 
-    @property
-    def keeper_pid(self) -> int | None:
-        return self.keeper.pid if self.keeper else None
+    # --- the agent's stdio --------------------------------------------------------------
+
+    def set_stdout_handler(
+        self, on_data: Callable[[bytes], None], on_eof: Callable[[], None]
+    ) -> None:
+        """Route the agent's stdout bytes (and its EOF) to the caller, synchronously.
+
+        Anything the agent wrote before this call is delivered now, in order.
+        """
+        self._io.set_stdout_handler(on_data, on_eof)
+
+    def write(self, data: bytes) -> None:
+        self._io.write(data)
+
+    async def drain(self) -> None:
+        await self._io.drain()
+
+    def close_stdin(self) -> None:
+        self._io.close_stdin()
+
+    def stderr_tail(self) -> str:
+        return self._io.stderr_tail()
+
+    # --- the lifecycle ----------------------------------------------------------------
+
+    async def _start(self) -> None:
+        """Start the keeper and the agent; return once the run is RUNNING (see module)."""
+        loop = asyncio.get_running_loop()
+        self._spawner.open(loop)
+        self._watch.open(loop)
+        self._final.open(loop)
+        master_fd, boot_id = self._spawner.launch(
+            loop, self._watch.on_keeper_event, self._watch.on_keeper_exit
+        )
+        keeper = self._spawner.keeper
+        assert keeper is not None
+        await self._io.attach(loop, keeper, master_fd, pty=self.spec.pty)
+        try:
+            spawned = await self._spawner.wait_spawned()
+        except (TimeoutError, SpawnError) as exc:
+            self.lifecycle.transition_spawn_failed()
+            await self._final.teardown()
+            if isinstance(exc, SpawnError):
+                raise
+            argv = self._spawner.argv
+            raise SpawnError("the keeper did not start the agent in time", argv=argv) from exc
+        self._spawner.record_identity(spawned, boot_id)
+        self.lifecycle.transition_spawned(time.monotonic())
+        self._watch.after_spawn()
+        self._lease.log(
+            "spawn",
+            reason="spawned",
+            pid=self.pid,
+            keeper_pid=keeper.pid,
+            cgroup=self.cgroup,
+            argv0=self._spawner.argv[0],
+        )
 
     async def wait_exited(self) -> tuple[int | None, int | None]:
         """Wait for the agent root to exit: (exit code, signal)."""
-        assert self.exited is not None
-        return await asyncio.shield(self.exited)
+        assert self._watch.exited is not None
+        return await asyncio.shield(self._watch.exited)
 
     async def wait_ended(self) -> ExtinctionReport:
         """Wait for the run's end, whatever ends it (exit, timeout, aclose, keeper death).
@@ -75,8 +209,7 @@ class AgentProcess(RunSpawner):
         Returns the finalizer's report; it never starts a teardown itself, so the reason
         is the one the run really ended with.
         """
-        assert self._ended is not None
-        return await asyncio.shield(self._ended)
+        return await self._final.wait_ended()
 
     def note_stop(self, reason: TerminationReason) -> None:
         """Record why the run is about to end (first reason wins) before ending it."""
@@ -92,12 +225,11 @@ class AgentProcess(RunSpawner):
         still waits for it.
         """
         self.lifecycle.request_stop(reason)
-        if self._closing is None:
-            self._closing = _aio.spawn(self._teardown())
+        closing = self._final.begin()
         try:
-            return await asyncio.shield(self._closing)
+            return await asyncio.shield(closing)
         except asyncio.CancelledError:
-            await asyncio.shield(self._closing)
+            await asyncio.shield(closing)
             raise
 
 
