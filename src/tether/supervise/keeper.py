@@ -51,6 +51,10 @@ process group nor its session (it ``setsid``-ed away). Being our descendant, suc
 process is still signalled and reaped here -- the subreaper catches what the group
 and the cgroup lost -- and the supervisor marks the run ``ownership-escape``.
 
+What the keeper knows of the processes below it -- the root, its descendants, who left
+the boundary, which signal already reached whom -- is :class:`.keeper_tree.KeeperTree`;
+this module is the process: the control channel, the spawn, the loop and the stop.
+
 This module is on the cold path of every agent start, so it imports only the
 standard library modules it needs and Tether's dependency-free ``_fastjson`` (no
 asyncio, no ``json``/``re``).
@@ -64,10 +68,11 @@ import select
 import signal
 import sys
 import time
+from typing import NoReturn
 
 from tether._fastjson import dumps as _dumps
 from tether._fastjson import loads as _loads
-from tether.supervise.keeper_signals import SentSignals
+from tether.supervise.keeper_tree import KeeperTree, read_stat
 
 # The platform layer, chosen once at import. It is not tether._os: that package costs
 # more to import than the whole keeper (see _keeper_linux's docstring).
@@ -78,31 +83,6 @@ else:  # pragma: no cover - a port adds its module here (docs/platforms.md)
 
 # Signals that ask the keeper to end its tree (forwarded, then escalated).
 _TERMINATION_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
-def _read_stat(pid: int) -> tuple[str, int, int] | None:
-    """(state, pgid, starttime) of pid, or None if it is gone."""
-    full = _plat.read_stat(pid)
-    return (full[0], full[1], full[3]) if full is not None else None
-
-
-def _descendants_deepest_first() -> list[tuple[int, int, str]]:
-    """Every descendant of this keeper as (pid, starttime, state), children before parents."""
-    order: list[tuple[int, int, str]] = []
-    seen: set[int] = set()
-
-    def visit(pid: int) -> None:
-        for child in _plat.children(pid):
-            if child in seen:
-                continue
-            seen.add(child)
-            visit(child)
-            st = _read_stat(child)
-            if st is not None:
-                order.append((child, st[2], st[0]))
-
-    visit(os.getpid())
-    return order
 
 
 class Keeper:
@@ -124,14 +104,8 @@ class Keeper:
         self.control = control_fd
         self.default_grace = default_grace
         self.cgroup = cgroup
-        self.root_pid: int | None = None
-        self.root_exit: tuple[int | None, int | None] | None = None  # (code, signal)
-        self.root_reaped = False
-        self.signalled = 0
+        self.tree = KeeperTree(cgroup, self.send)  # the root, its descendants, the boundary
         self.escalated = False
-        self.escaped: set[int] = set()
-        self._sent = SentSignals()  # one signal per process (issue 20, item 6)
-        self._cgroup_rel: str | None = None  # the run's cgroup as /proc/<pid>/cgroup names it
         self._control_buf = b""
         self._wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_w = wake_w
@@ -166,32 +140,11 @@ class Keeper:
     # --- spawning -----------------------------------------------------------------
 
     def spawn(self) -> bool:
+        """Fork and exec the agent root; report ``spawned`` (or ``spawn-failed``)."""
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
-        if pid == 0:  # the agent, between fork and exec: async-signal-safe work only
-            try:
-                os.close(err_r)
-                for sig in (*_TERMINATION_SIGNALS, signal.SIGCHLD):
-                    signal.signal(sig, signal.SIG_DFL)
-                signal.set_wakeup_fd(-1)
-                os.setsid()
-                if self.pty:
-                    # A new session has no controlling terminal: take the PTY on fd 0.
-                    import fcntl
-                    import termios
-
-                    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-                if self.cgroup:
-                    _plat.enter_cgroup(self.cgroup)
-                # If the keeper dies (it should never die first), the root goes too.
-                _plat.die_with_parent(signal.SIGKILL)
-                os.close(self.control)
-                os.execvp(self.argv[0], self.argv)  # noqa: S606 -- running the agent is the job
-            except OSError as exc:
-                os.write(err_w, f"{exc.errno or 0}:{exc.strerror or exc}".encode())
-            except BaseException as exc:  # never return into the keeper's code
-                os.write(err_w, f"0:{exc}".encode())
-            os._exit(127)
+        if pid == 0:  # the agent, between fork and exec
+            self._exec_agent(err_r, err_w)
         os.close(err_w)
         report = b""
         while chunk := os.read(err_r, 1024):
@@ -206,12 +159,8 @@ class Keeper:
                 pass
             self.send({"event": "spawn-failed", "errno": int(code or 0), "message": message})
             return False
-        self.root_pid = pid
-        if self.cgroup:
-            # The root entered the cgroup before exec (the error pipe closed only at
-            # exec), so its own view names the run's cgroup relative to the mount.
-            self._cgroup_rel = _plat.cgroup_of(pid)
-        st = _read_stat(pid)
+        self.tree.set_root(pid)
+        st = read_stat(pid)
         # Drop our copies of the agent's stdio so the supervisor sees EOF when the agent
         # side closes; the keeper itself never reads or writes them.
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -230,107 +179,34 @@ class Keeper:
         )
         return True
 
-    # --- reaping ------------------------------------------------------------------
+    def _exec_agent(self, err_r: int, err_w: int) -> NoReturn:
+        """In the forked child: become the agent (async-signal-safe work only).
 
-    def _check_root(self) -> None:
-        """Observe the root's exit without reaping it (WNOWAIT keeps its pgid pinned)."""
-        if self.root_pid is None or self.root_exit is not None:
-            return
-        status = _plat.exit_status_keep_zombie(self.root_pid)
-        if status is None:
-            return
-        self.root_exit = status
-        code, sig = self.root_exit
-        self.send({"event": "exited", "pid": self.root_pid, "code": code, "signal": sig})
+        Never returns: it execs, or writes why it could not to ``err_w`` and exits 127.
+        """
+        try:
+            os.close(err_r)
+            for sig in (*_TERMINATION_SIGNALS, signal.SIGCHLD):
+                signal.signal(sig, signal.SIG_DFL)
+            signal.set_wakeup_fd(-1)
+            os.setsid()
+            if self.pty:
+                # A new session has no controlling terminal: take the PTY on fd 0.
+                import fcntl
+                import termios
 
-    def _reap_others(self) -> None:
-        """Reap exited descendants other than the root (orphans adopted as subreaper)."""
-        for child in _plat.children(os.getpid()):
-            if child == self.root_pid:
-                continue
-            st = _read_stat(child)
-            if st is not None and st[0] == "Z":
-                try:
-                    os.waitpid(child, os.WNOHANG)
-                except ChildProcessError:
-                    pass
-
-    def _live_descendants(self) -> list[tuple[int, int, str]]:
-        return [d for d in _descendants_deepest_first() if d[2] != "Z"]
-
-    # --- signalling -----------------------------------------------------------------
-
-    def _signal_pid(self, pid: int, starttime: int, sig: int) -> None:
-        """Signal a descendant through a handle opened after, and checked against, its
-        identity -- unless ``sig`` already reached it (once per process: keeper_signals)."""
-        if not self._sent.due(sig, (pid, starttime)):
-            return
-        if _plat.signal_exact(pid, starttime, sig):
-            self.signalled += 1
-            self._sent.sent(sig, (pid, starttime))
-
-    def _signal_tree(self, sig: int) -> None:
-        # Walk before signalling: a process that already died of the group signal can
-        # no longer be seen outside the boundary it left.
-        descendants = self._live_descendants()
-        for pid, _, _ in descendants:
-            if pid not in self.escaped and self._outside_boundary(pid):
-                self.escaped.add(pid)
-        # The group first: while the root is unreaped its pgid cannot be recycled.
-        self._signal_group(sig, [(pid, st) for pid, st, _ in descendants])
-        # Then everything that left the group (setsid, double fork), deepest first.
-        for pid, starttime, _ in descendants:
-            self._signal_pid(pid, starttime, sig)
-        if self.cgroup:
-            for pid in self._cgroup_procs():
-                st = _read_stat(pid)
-                if st is not None:
-                    self._signal_pid(pid, st[2], sig)
-
-    def _signal_group(self, sig: int, walked: list[tuple[int, int]]) -> None:
-        """``killpg`` the root's group, once per signal, and note whom it reached."""
-        root = self.root_pid
-        if root is None or self.root_reaped or not self._sent.group_due(sig):
-            return
-        in_group = [ident for ident in walked if self._in_root_group(ident[0])]
-        if _plat.signal_group(root, sig):
-            self.signalled += 1
-            self._sent.group_sent(sig, in_group, self._in_root_group)
-
-    def _in_root_group(self, pid: int) -> bool:
-        st = _read_stat(pid)
-        return st is not None and st[1] == self.root_pid
-
-    def _outside_boundary(self, pid: int) -> bool:
-        """Whether a descendant has left the run's boundary (see the module docstring)."""
-        if self.root_pid is None or pid == self.root_pid:
-            return False
-        if self.cgroup:
-            rel = _plat.cgroup_of(pid)
-            if rel is None or self._cgroup_rel is None:
-                return False  # cannot tell: never call a process an escapee on a guess
-            return rel != self._cgroup_rel and not rel.startswith(self._cgroup_rel + "/")
-        st = _plat.read_stat(pid)
-        return st is not None and st[1] != self.root_pid and st[2] != self.root_pid
-
-    def _cgroup_procs(self) -> list[int]:
-        assert self.cgroup is not None
-        return _plat.cgroup_members(self.cgroup)
-
-    def _cgroup_kill(self) -> bool:
-        if not self.cgroup or not _plat.cgroup_kill(self.cgroup):
-            return False
-        self.signalled += 1
-        return True
-
-    def _tree_empty(self) -> bool:
-        self._reap_others()
-        self._check_root()
-        if self._live_descendants():
-            return False
-        return not (self.cgroup and self._cgroup_procs())
-
-    # --- the loop -----------------------------------------------------------------
+                fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+            if self.cgroup:
+                _plat.enter_cgroup(self.cgroup)
+            # If the keeper dies (it should never die first), the root goes too.
+            _plat.die_with_parent(signal.SIGKILL)
+            os.close(self.control)
+            os.execvp(self.argv[0], self.argv)  # noqa: S606 -- running the agent is the job
+        except OSError as exc:
+            os.write(err_w, f"{exc.errno or 0}:{exc.strerror or exc}".encode())
+        except BaseException as exc:  # never return into the keeper's code
+            os.write(err_w, f"0:{exc}".encode())
+        os._exit(127)
 
     def _wait(self, timeout: float | None, fds: list[int]) -> list[int]:
         try:
@@ -345,9 +221,9 @@ class Keeper:
         if supervisor_pidfd is not None:
             watch.append(supervisor_pidfd)
         while True:
-            self._reap_others()
-            self._check_root()
-            if self.root_exit is not None and not self._live_descendants():
+            self.tree.reap_others()
+            self.tree.check_root()
+            if self.tree.root_exit is not None and not self.tree.live_descendants():
                 return self.finish(mode_hint="exit")
             ready = self._wait(None, watch)
             for sig in self._drain_wakeups():
@@ -385,10 +261,10 @@ class Keeper:
     def terminate(self, grace: float) -> int:
         """SIGTERM the tree, wait up to ``grace``, SIGKILL what is left, prove extinction."""
         started = time.monotonic()
-        if not self._tree_empty():
-            self._signal_tree(signal.SIGTERM)
+        if not self.tree.is_empty():
+            self.tree.signal_tree(signal.SIGTERM)
             deadline = started + grace
-            while not self._tree_empty():
+            while not self.tree.is_empty():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
@@ -396,26 +272,21 @@ class Keeper:
                 # grandchild's exit is reported to its parent, not to us.
                 self._wait(min(remaining, 0.02), [self._wake_r])
                 self._drain_wakeups()
-        if not self._tree_empty():
+        if not self.tree.is_empty():
             self.escalated = True
-            self._cgroup_kill()
+            self.tree.cgroup_kill()
             # Walk, kill, reap until nothing but the root's zombie is left: members may
             # reparent to us between walks.
-            while not self._tree_empty():
-                self._signal_tree(signal.SIGKILL)
+            while not self.tree.is_empty():
+                self.tree.signal_tree(signal.SIGKILL)
                 self._wait(0.005, [self._wake_r])
                 self._drain_wakeups()
         return self.finish(mode_hint="cgroup" if self.cgroup else "subreaper", started=started)
 
     def finish(self, mode_hint: str, started: float | None = None) -> int:
         """Reap the root last, prove ECHILD, clean the cgroup, report, exit."""
-        self._check_root()
-        if self.root_pid is not None and not self.root_reaped:
-            try:
-                os.waitpid(self.root_pid, 0)
-            except ChildProcessError:
-                pass
-            self.root_reaped = True
+        self.tree.check_root()
+        self.tree.reap_root()
         # ECHILD from waitpid(-1) is the proof: we are the subreaper of the whole tree,
         # so no child means no descendant at all.
         while True:
@@ -437,10 +308,10 @@ class Keeper:
             {
                 "event": "extinct",
                 "mode": mode_hint,
-                "signalled": self.signalled,
+                "signalled": self.tree.signalled,
                 "escalated": self.escalated,
                 "elapsed_ms": round(elapsed, 3),
-                "escaped": sorted(self.escaped),
+                "escaped": sorted(self.tree.escaped),
             }
         )
         return 0

@@ -31,49 +31,14 @@ def launch_keeper(
     Raises:
         SpawnError: the keeper could not be started; nothing is left open.
     """
-    env = dict(os.environ if spec.env is None else spec.env)
-    env["TETHER_LEASE_ID"] = lease_id
-    env["TETHER_INSTANCE_ID"] = instance_id
-    # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
-    if spec.session_key:
-        env["TETHER_SESSION_KEY"] = spec.session_key
-    else:
-        env.pop("TETHER_SESSION_KEY", None)
-    # On a fleet host, where its agents reach the fleet (tether.fleet.door): an address,
-    # not a claim -- the door proves who calls by the caller's pid.
-    door = env.get("TETHER_FLEET_DOOR")
-    if door:
-        env["TETHER_SERVER"] = f"unix:{door}"
+    env = _keeper_env(spec, lease_id=lease_id, instance_id=instance_id)
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-    keeper_argv = [
-        sys.executable,
-        "-m",
-        "tether.supervise.keeper",
-        "--supervisor-pid",
-        str(os.getpid()),
-        "--control-fd",
-        str(child_sock.fileno()),
-        "--grace-ms",
-        str(int(spec.grace * 1000)),
-        "--cgroup",
-        cgroup or "",
-    ]
-    if spec.pty:
-        keeper_argv += ["--pty", "1"]
-    keeper_argv += ["--", *argv]
+    keeper_argv = _keeper_argv(spec, argv, control_fd=child_sock.fileno(), cgroup=cgroup)
     master_fd: int | None = None
     stdio: dict[str, Any] = {}
     try:
         if spec.pty:
-            import pty
-            import termios
-
-            master_fd, slave_fd = pty.openpty()
-            # We are a program, not a person at a keyboard: without this the line
-            # discipline would echo everything we write back into the agent's stdout.
-            attrs = termios.tcgetattr(slave_fd)
-            attrs[3] &= ~termios.ECHO
-            termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
+            master_fd, slave_fd = _open_pty()
             stdio = {"stdin": slave_fd, "stdout": slave_fd, "stderr": slave_fd}
         else:
             stdio = {
@@ -101,3 +66,57 @@ def launch_keeper(
         if spec.pty:
             os.close(stdio["stdin"])
     return keeper, parent_sock, master_fd
+
+
+def _keeper_env(spec: SpawnSpec, *, lease_id: str, instance_id: str) -> dict[str, str]:
+    """The keeper's (and so the agent's) environment: the lease marker and who asks."""
+    env = dict(os.environ if spec.env is None else spec.env)
+    env["TETHER_LEASE_ID"] = lease_id
+    env["TETHER_INSTANCE_ID"] = instance_id
+    # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
+    if spec.session_key:
+        env["TETHER_SESSION_KEY"] = spec.session_key
+    else:
+        env.pop("TETHER_SESSION_KEY", None)
+    # On a fleet host, where its agents reach the fleet (tether.fleet.door): an address,
+    # not a claim -- the door proves who calls by the caller's pid.
+    door = env.get("TETHER_FLEET_DOOR")
+    if door:
+        env["TETHER_SERVER"] = f"unix:{door}"
+    return env
+
+
+def _keeper_argv(
+    spec: SpawnSpec, argv: list[str], *, control_fd: int, cgroup: str | None
+) -> list[str]:
+    """``python -m tether.supervise.keeper`` with its options, then ``--`` and the agent."""
+    keeper_argv = [
+        sys.executable,
+        "-m",
+        "tether.supervise.keeper",
+        "--supervisor-pid",
+        str(os.getpid()),
+        "--control-fd",
+        str(control_fd),
+        "--grace-ms",
+        str(int(spec.grace * 1000)),
+        "--cgroup",
+        cgroup or "",
+    ]
+    if spec.pty:
+        keeper_argv += ["--pty", "1"]
+    return [*keeper_argv, "--", *argv]
+
+
+def _open_pty() -> tuple[int, int]:
+    """A PTY for the agent, without echo: ``(master fd, slave fd)``."""
+    import pty
+    import termios
+
+    master_fd, slave_fd = pty.openpty()
+    # We are a program, not a person at a keyboard: without this the line
+    # discipline would echo everything we write back into the agent's stdout.
+    attrs = termios.tcgetattr(slave_fd)
+    attrs[3] &= ~termios.ECHO
+    termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
+    return master_fd, slave_fd

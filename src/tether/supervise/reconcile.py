@@ -36,8 +36,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import _log, _os, metrics
-from tether.supervise.heartbeat import LEASE_TTL_S, SUPERVISOR_ID
+from tether.supervise.heartbeat import SUPERVISOR_ID
 from tether.supervise.lease_state import LeaseInput, LeaseState
+from tether.supervise.reconcile_leases import end_lease, steal
+
+# Imported from here by tests/unit/test_terminal_settings.py (it lived here before).
+from tether.supervise.reconcile_leases import run_ended as _run_ended  # noqa: F401
 from tether.supervise.reconcile_plan import (
     Action,
     Expire,
@@ -110,118 +114,6 @@ def _records(leases: list[Any], table: _os.ProcessTable) -> list[LeaseRecord]:
             )
         )
     return records
-
-
-def _run_ended(
-    lease: Any, kind: LeaseInput, why: str, *, owner_alive: bool = False
-) -> tuple[str, str, dict[str, Any]]:
-    if kind is LeaseInput.EXTINCTION_PROVEN:
-        ended = "its tree was reaped"
-    elif kind is LeaseInput.GONE_BEFORE_CLEANUP:
-        ended = "its tree was gone before cleanup"
-    else:
-        ended = "extinction is not proven"
-    # An agent's terminal (tether.terminals) is a run of the session too: same record,
-    # saying which kind of run it was.
-    terminal = getattr(lease, "backend_id", None) == "terminal"
-    return (
-        lease.session_key,
-        "agent_run_ended",
-        {
-            "reason": "terminated",
-            "terminatedBy": "daemon",
-            "message": f"owner-lost: {_owner_lost(owner_alive)}; "
-            f"{'a terminal: ' if terminal else ''}{ended} ({why})",
-            "exitCode": lease.exit_code,
-            "signal": lease.exit_signal,
-            "stderrTail": "",
-            "leaseId": lease.lease_id,
-            **({"run": "terminal"} if terminal else {}),
-        },
-    )
-
-
-def _owner_lost(owner_alive: bool) -> str:
-    """How the lease's holder was lost: it died, or it lives but let its lease lapse (a
-    stopped or hung owner -- issue 20, item 6: it was reported as dead)."""
-    if owner_alive:
-        return "the owner stopped renewing its lease (alive but silent; the lease expired)"
-    return "the owner died"
-
-
-def _end_lease(
-    registry: Any,
-    lease: Any,
-    kind: LeaseInput,
-    note: str,
-    why: str,
-    reason: str | None = None,
-    *,
-    owner_alive: bool = False,
-) -> tuple[bool, bool]:
-    """Move a lease we hold (we stole it) from ``closing`` through the table, once.
-
-    A lease that was still ``open``/``closing`` before our steal belonged to a run
-    whose owner died without reporting its end, so the ``agent_run_ended`` event is
-    written in the same transaction as the state change (the run ended; the session
-    lives on -- issue 9 item 8). A lease that was ``lost``
-    before (a later sweep reaped what was left) had its end reported when it was
-    first marked lost.
-
-    Returns ``(changed, reported)``.
-    """
-    if lease is None:
-        return False, False
-    fields: dict[str, Any] = {"note": note, "lease_expires_at": time.time()}  # released
-    if reason is not None:
-        fields["reason"] = reason
-    record = None
-    if lease.session_key and lease.state in (LeaseState.OPEN.value, LeaseState.CLOSING.value):
-        record = _run_ended(lease, kind, why, owner_alive=owner_alive)
-    new = registry.advance_lease(
-        lease.lease_id,
-        kind,
-        expect=LeaseState.CLOSING,
-        owner=SUPERVISOR_ID,
-        record=record,
-        **fields,
-    )
-    return new is not None, new is not None and record is not None
-
-
-def _steal(registry: Any, action: Steal, lease: Any, table: _os.ProcessTable) -> bool:
-    """Take the lease over, committed -- with its ``lease_stolen`` event, in the same
-    transaction -- before anything is signalled (seed 003)."""
-    record = (
-        lease.session_key if lease is not None else None,
-        "lease_stolen",
-        {"leaseId": action.lease_id, "from": action.holder, "to": SUPERVISOR_ID, "why": action.why},
-    )
-    won = bool(
-        registry.steal_lease(
-            action.lease_id,
-            expect=action.expect,
-            holder=action.holder,
-            now=time.time(),
-            holder_dead=action.holder_dead,
-            new_owner=SUPERVISOR_ID,
-            ttl=LEASE_TTL_S,
-            record=record,
-            owner_pid=os.getpid(),
-            owner_starttime=_own_starttime(table),
-        )
-    )
-    if won:
-        metrics.incr("run_lease_steal_total")
-    return won
-
-
-def _own_starttime(table: _os.ProcessTable) -> int | None:
-    try:
-        st = table.stat(os.getpid())
-    except _os.ProcUnreadable:
-        return None
-    return st.starttime if st is not None else None
 
 
 @dataclass(frozen=True)
@@ -310,91 +202,10 @@ def carry_out(
     Planning and execution are separate so that a test can make two supervisors plan
     over the same stale lease before either acts -- the race the steal settles.
     """
-    table, before, ancestry, actions = made.table, made.before, made.ancestry, made.actions
+    carry = _Carry(registry, made, dry_run=dry_run, grace=grace)
     decisions: list[dict[str, Any]] = []
-    failed_reaps: set[str] = set()
-    raced: set[str] = set()
-    silent: set[str] = set()  # leases stolen from a holder that is alive but let it lapse
-    for action in actions:
-        decision: dict[str, Any] = {
-            "kind": type(action).__name__.lower(),
-            "lease_id": action.lease_id,
-            "why": action.why,
-            "dry_run": dry_run,
-        }
-        lease = before.get(action.lease_id)
-        if lease is not None:
-            decision["session_key"] = lease.session_key
-        if action.lease_id in raced:
-            # Another supervisor stole this lease first: it reaps and ends it, we must
-            # not signal anything of it or write it (seed 003: one winner, no double kill).
-            decision["raced"] = True
-        elif isinstance(action, Steal):
-            if not dry_run and not _steal(registry, action, lease, table):
-                raced.add(action.lease_id)
-                decision["raced"] = True
-            elif not action.holder_dead:
-                silent.add(action.lease_id)
-        elif isinstance(action, Reap):
-            decision["pids"] = [i.pid for i in action.pids_children_first]
-            decision["cgroup"] = action.cgroup_path
-            if not dry_run:
-                extinct, signalled, unproven = execute_reap(table, action, grace, ancestry)
-                decision["extinct"] = extinct
-                decision["signalled"] = signalled
-                if unproven:
-                    decision["unproven"] = unproven
-                metrics.incr("run_reconcile_orphans_total", by=len(action.pids_children_first))
-                if not extinct:
-                    failed_reaps.add(action.lease_id)
-        elif isinstance(action, MarkClosed) and not dry_run:
-            if action.lease_id in failed_reaps:
-                decision["kind"] = "marklost"
-                note = "reap did not prove extinction"
-                alive = action.lease_id in silent
-                if _end_lease(
-                    registry, lease, LeaseInput.UNVERIFIABLE, note, action.why, owner_alive=alive
-                )[0]:
-                    metrics.incr("run_lease_lost_total")
-                else:
-                    decision["raced"] = True
-            else:
-                reason = lease.reason if lease and lease.reason else "owner-lost"
-                changed, reported = _end_lease(
-                    registry,
-                    lease,
-                    LeaseInput.EXTINCTION_PROVEN,
-                    action.why[:500],
-                    action.why,
-                    reason,
-                    owner_alive=action.lease_id in silent,
-                )
-                if reported:
-                    decision["session_ended"] = True
-                if not changed:
-                    decision["raced"] = True
-        elif isinstance(action, MarkLost) and not dry_run:
-            kind = LeaseInput.GONE_BEFORE_CLEANUP if action.gone else LeaseInput.UNVERIFIABLE
-            reason = "owner-lost" if action.gone else None
-            changed, reported = _end_lease(
-                registry,
-                lease,
-                kind,
-                action.why[:500],
-                action.why,
-                reason,
-                owner_alive=action.lease_id in silent,
-            )
-            if changed:
-                metrics.incr("run_lease_lost_total")
-                if reported:
-                    decision["session_ended"] = True
-            else:
-                decision["raced"] = True
-        elif isinstance(action, Expire) and not dry_run:
-            registry.delete_lease(action.lease_id)
-        elif isinstance(action, Unproven):
-            decision["pids"] = list(action.pids)  # reported only: never signalled
+    for action in made.actions:
+        decision = carry.decide(action)
         _log.event(
             "reconcile",
             runId=action.lease_id,
@@ -404,3 +215,107 @@ def carry_out(
         )
         decisions.append(decision)
     return decisions
+
+
+class _Carry:
+    """One execution of a plan: what earlier actions decided for the later ones."""
+
+    def __init__(self, registry: Any, made: Plan, *, dry_run: bool, grace: float) -> None:
+        self.registry, self.made, self.dry_run, self.grace = registry, made, dry_run, grace
+        self.failed_reaps: set[str] = set()
+        self.raced: set[str] = set()
+        self.silent: set[str] = set()  # stolen from a holder alive but letting it lapse
+
+    def decide(self, action: Action) -> dict[str, Any]:
+        """Carry out one action (unless dry or raced); its decision record."""
+        decision: dict[str, Any] = {
+            "kind": type(action).__name__.lower(),
+            "lease_id": action.lease_id,
+            "why": action.why,
+            "dry_run": self.dry_run,
+        }
+        lease = self.made.before.get(action.lease_id)
+        if lease is not None:
+            decision["session_key"] = lease.session_key
+        if action.lease_id in self.raced:
+            # Another supervisor stole this lease first: it reaps and ends it, we must
+            # not signal anything of it or write it (seed 003: one winner, no double kill).
+            decision["raced"] = True
+        elif isinstance(action, Steal):
+            if not self.dry_run and not steal(self.registry, action, lease, self.made.table):
+                self.raced.add(action.lease_id)
+                decision["raced"] = True
+            elif not action.holder_dead:
+                self.silent.add(action.lease_id)
+        elif isinstance(action, Reap):
+            self._reap(action, decision)
+        elif isinstance(action, MarkClosed) and not self.dry_run:
+            self._mark_closed(action, lease, decision)
+        elif isinstance(action, MarkLost) and not self.dry_run:
+            self._mark_lost(action, lease, decision)
+        elif isinstance(action, Expire) and not self.dry_run:
+            self.registry.delete_lease(action.lease_id)
+        elif isinstance(action, Unproven):
+            decision["pids"] = list(action.pids)  # reported only: never signalled
+        return decision
+
+    def _reap(self, action: Reap, decision: dict[str, Any]) -> None:
+        decision["pids"] = [i.pid for i in action.pids_children_first]
+        decision["cgroup"] = action.cgroup_path
+        if self.dry_run:
+            return
+        made = self.made
+        extinct, signalled, unproven = execute_reap(made.table, action, self.grace, made.ancestry)
+        decision["extinct"] = extinct
+        decision["signalled"] = signalled
+        if unproven:
+            decision["unproven"] = unproven
+        metrics.incr("run_reconcile_orphans_total", by=len(action.pids_children_first))
+        if not extinct:
+            self.failed_reaps.add(action.lease_id)
+
+    def _mark_closed(self, action: MarkClosed, lease: Any, decision: dict[str, Any]) -> None:
+        silent = action.lease_id in self.silent
+        if action.lease_id in self.failed_reaps:
+            decision["kind"] = "marklost"
+            note = "reap did not prove extinction"
+            if end_lease(
+                self.registry, lease, LeaseInput.UNVERIFIABLE, note, action.why, owner_alive=silent
+            )[0]:
+                metrics.incr("run_lease_lost_total")
+            else:
+                decision["raced"] = True
+            return
+        reason = lease.reason if lease and lease.reason else "owner-lost"
+        changed, reported = end_lease(
+            self.registry,
+            lease,
+            LeaseInput.EXTINCTION_PROVEN,
+            action.why[:500],
+            action.why,
+            reason,
+            owner_alive=silent,
+        )
+        if reported:
+            decision["session_ended"] = True
+        if not changed:
+            decision["raced"] = True
+
+    def _mark_lost(self, action: MarkLost, lease: Any, decision: dict[str, Any]) -> None:
+        kind = LeaseInput.GONE_BEFORE_CLEANUP if action.gone else LeaseInput.UNVERIFIABLE
+        reason = "owner-lost" if action.gone else None
+        changed, reported = end_lease(
+            self.registry,
+            lease,
+            kind,
+            action.why[:500],
+            action.why,
+            reason,
+            owner_alive=action.lease_id in self.silent,
+        )
+        if changed:
+            metrics.incr("run_lease_lost_total")
+            if reported:
+                decision["session_ended"] = True
+        else:
+            decision["raced"] = True

@@ -63,14 +63,35 @@ def execute_reap(
         for ident in remaining:
             if signal_verified(table, ident, signal.SIGKILL, marker=marker):
                 signalled += 1
-    # Walk, kill, wait until nothing of the lease is left. The plan is a snapshot: a
-    # member may have forked after it (a TERM-ignoring shell loop starts a new `sleep`
-    # every turn), and that child carries the marker too, so scan for the marker again
+    left, killed, unproven = _kill_until_extinct(table, action, remaining, marker, exclude)
+    signalled += killed
+    populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
+    if action.cgroup_path and not populated:
+        with contextlib.suppress(OSError):
+            table.cgroup_remove(action.cgroup_path)
+    return (not left and not populated), signalled, sorted(unproven)
+
+
+def _kill_until_extinct(
+    table: _os.ProcessTable,
+    action: Reap,
+    remaining: list[_os.ProcessIdentity],
+    marker: tuple[bytes, bytes],
+    exclude: list[int],
+) -> tuple[list[_os.ProcessIdentity], int, set[int]]:
+    """Walk, kill, wait until nothing of the lease is left (bounded by KILL_WAIT_S).
+
+    Returns ``(still alive, how many we signalled, unproven claimants seen)``.
+    """
+    # The plan is a snapshot: a member may have forked after it (a TERM-ignoring shell
+    # loop starts a new `sleep` every turn), and that child carries the marker too, so
+    # scan for the marker again
     # and kill (verified, through pidfds) whatever the plan could not know about -- if
     # it is proven a member (below a planned process still alive, or in the cgroup).
     # And wait for the cgroup to report `populated 0`: cgroup.kill only *sends*
     # SIGKILL, so reading populated right after it would make a clean reap look like a
     # leak (lost).
+    signalled = 0
     unproven: set[int] = set()
     deadline = time.monotonic() + KILL_WAIT_S
     while True:
@@ -88,11 +109,7 @@ def execute_reap(
         if (not remaining and not populated) or time.monotonic() >= deadline:
             break
         time.sleep(0.01)
-    populated = bool(action.cgroup_path and table.cgroup_populated(action.cgroup_path))
-    if action.cgroup_path and not populated:
-        with contextlib.suppress(OSError):
-            table.cgroup_remove(action.cgroup_path)
-    return (not remaining and not populated), signalled, sorted(unproven)
+    return remaining, signalled, unproven
 
 
 def _term_all(table: _os.ProcessTable, action: Reap, marker: tuple[bytes, bytes]) -> int:
