@@ -22,8 +22,6 @@ FOREIGN_WRITES_ALLOWED = {("spawning", "self.keeper.returncode")}
 NOT_YET: dict[tuple[str, str], int] = {
     ("reconcile_plan", "<module>"): 419,
     ("reconcile_plan", "_plan_one"): 133,
-    ("verify", "<module>"): 404,
-    ("verify", "verify"): 93,
 }
 
 

@@ -46,12 +46,20 @@ from __future__ import annotations
 import enum
 import hashlib
 import os
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from tether._os import UNREADABLE, ProcessIdentity, ProcessTable, ProcUnreadable
+from tether._os import UNREADABLE, ProcessIdentity, ProcessTable, ProcStat, ProcUnreadable
 from tether.errors import IdentityUnverified
+
+# Re-exported: they were defined here before the marked tree had its own module.
+from tether.supervise.marked_tree import (
+    carries,
+    marked_survivors,
+    order_children_first,
+    plan_tree_kill,
+)
 
 __all__ = [
     "MARKER_KEY",
@@ -60,7 +68,9 @@ __all__ = [
     "Verification",
     "command_hash",
     "exec_proven",
+    "marked_survivors",
     "marker_for",
+    "order_children_first",
     "plan_tree_kill",
     "signal_verified",
     "verify",
@@ -158,36 +168,13 @@ def verify(
             lease_id=evidence.lease_id,
             instance_id=evidence.instance_id,
         )
+    early = _other_boot_or_namespace(evidence, table, our_boot_id)
+    if early is not None:
+        return early
+    st = _live_identity(evidence, table)
+    if isinstance(st, Verification):
+        return st
     pid = evidence.pid
-    # 1. Boot. A process of another boot cannot exist now, whatever runs at its pid.
-    if evidence.boot_id != our_boot_id:
-        return _gone(f"lease is from boot {evidence.boot_id}, this is boot {our_boot_id}")
-    try:
-        live_boot = table.boot_id()
-    except ProcUnreadable as exc:
-        return _lost(f"cannot read boot_id: {exc}")
-    if live_boot != our_boot_id:
-        # Our idea of the boot disagrees with the table's: we cannot reason at all.
-        return _lost(f"table reports boot {live_boot}, we believe {our_boot_id}")
-    # 2. Namespace. A pid number only names a process inside one pid namespace.
-    live_ns = table.pid_namespace()
-    if evidence.pid_namespace is None or live_ns is None:
-        return _lost("pid namespace unknown on one side; pid numbers cannot be compared")
-    if evidence.pid_namespace != live_ns:
-        return _lost(f"lease pid namespace {evidence.pid_namespace} is not ours ({live_ns})")
-    # 3. Existence, liveness, starttime: the (boot_id, pid, starttime) identity.
-    try:
-        st = table.stat(pid)
-    except ProcUnreadable as exc:
-        return _lost(f"cannot read /proc/{pid}/stat: {exc}")
-    if st is None:
-        return _gone(f"pid {pid} does not exist")
-    if st.is_zombie:
-        return _gone(f"pid {pid} is a zombie (exited)")
-    if st.starttime != evidence.starttime:
-        return _gone(
-            f"pid {pid} starttime {st.starttime} != recorded {evidence.starttime}: pid reused"
-        )
     # 4. The marker. A different value is another run's process (GONE for us, and
     #    never signalled); absent or unreadable proves nothing (LOST).
     lost: list[str] = []
@@ -208,25 +195,83 @@ def verify(
     if evidence.pgid is not None and st.pgid != evidence.pgid:
         lost.append(f"pid {pid} pgid {st.pgid} != recorded {evidence.pgid}")
     # 6. argv: compared as hashes of the exact argv, so quoting never enters into it.
-    if evidence.command_hash is not None:
-        try:
-            argv = table.cmdline(pid)
-        except ProcUnreadable as exc:
-            argv = None
-            lost.append(f"cannot read /proc/{pid}/cmdline: {exc}")
-        else:
-            if argv is None:
-                # Vanished between stat and cmdline: it is gone now.
-                return _gone(f"pid {pid} exited during verification")
-        if (
-            argv is not None
-            and command_hash_of(argv) != evidence.command_hash
-            and not exec_proven(table, evidence, st.ppid)
-        ):
-            lost.append(f"pid {pid} argv hash differs from the recorded command")
+    gone = _argv_differs(evidence, table, st, command_hash_of, lost)
+    if gone is not None:
+        return gone
     if lost:
         return _lost(*lost)
     return Verification(Verdict.OWNED, (f"pid {pid} verified (boot, ns, starttime, marker)",))
+
+
+def _other_boot_or_namespace(
+    evidence: LeaseEvidence, table: ProcessTable, our_boot_id: str
+) -> Verification | None:
+    """Steps 1 and 2 of :func:`verify`: a verdict if the pid cannot name our process."""
+    # 1. Boot. A process of another boot cannot exist now, whatever runs at its pid.
+    if evidence.boot_id != our_boot_id:
+        return _gone(f"lease is from boot {evidence.boot_id}, this is boot {our_boot_id}")
+    try:
+        live_boot = table.boot_id()
+    except ProcUnreadable as exc:
+        return _lost(f"cannot read boot_id: {exc}")
+    if live_boot != our_boot_id:
+        # Our idea of the boot disagrees with the table's: we cannot reason at all.
+        return _lost(f"table reports boot {live_boot}, we believe {our_boot_id}")
+    # 2. Namespace. A pid number only names a process inside one pid namespace.
+    live_ns = table.pid_namespace()
+    if evidence.pid_namespace is None or live_ns is None:
+        return _lost("pid namespace unknown on one side; pid numbers cannot be compared")
+    if evidence.pid_namespace != live_ns:
+        return _lost(f"lease pid namespace {evidence.pid_namespace} is not ours ({live_ns})")
+    return None
+
+
+def _live_identity(evidence: LeaseEvidence, table: ProcessTable) -> ProcStat | Verification:
+    """Step 3 of :func:`verify`: the live stat, or a verdict if the identity fails."""
+    # 3. Existence, liveness, starttime: the (boot_id, pid, starttime) identity.
+    pid = evidence.pid
+    try:
+        st = table.stat(pid)
+    except ProcUnreadable as exc:
+        return _lost(f"cannot read /proc/{pid}/stat: {exc}")
+    if st is None:
+        return _gone(f"pid {pid} does not exist")
+    if st.is_zombie:
+        return _gone(f"pid {pid} is a zombie (exited)")
+    if st.starttime != evidence.starttime:
+        return _gone(
+            f"pid {pid} starttime {st.starttime} != recorded {evidence.starttime}: pid reused"
+        )
+    return st
+
+
+def _argv_differs(
+    evidence: LeaseEvidence,
+    table: ProcessTable,
+    st: ProcStat,
+    command_hash_of: Callable[[list[bytes]], str],
+    lost: list[str],
+) -> Verification | None:
+    """Step 6 of :func:`verify`: notes a changed argv in ``lost``; GONE if it vanished."""
+    if evidence.command_hash is None:
+        return None
+    pid = evidence.pid
+    try:
+        argv = table.cmdline(pid)
+    except ProcUnreadable as exc:
+        argv = None
+        lost.append(f"cannot read /proc/{pid}/cmdline: {exc}")
+    else:
+        if argv is None:
+            # Vanished between stat and cmdline: it is gone now.
+            return _gone(f"pid {pid} exited during verification")
+    if (
+        argv is not None
+        and command_hash_of(argv) != evidence.command_hash
+        and not exec_proven(table, evidence, st.ppid)
+    ):
+        lost.append(f"pid {pid} argv hash differs from the recorded command")
+    return None
 
 
 def exec_proven(table: ProcessTable, evidence: LeaseEvidence, ppid: int) -> bool:
@@ -248,112 +293,9 @@ def exec_proven(table: ProcessTable, evidence: LeaseEvidence, ppid: int) -> bool
         kst = table.stat(kpid)
         if kst is None or kst.is_zombie or kst.starttime != kstart:
             return False
-        return _carries(table, kpid, marker_for(evidence.lease_id))
+        return carries(table, kpid, marker_for(evidence.lease_id))
     except ProcUnreadable:
         return False
-
-
-def _carries(table: ProcessTable, pid: int, marker: tuple[bytes, bytes]) -> bool:
-    # Only a readable, equal marker counts; unreadable or absent fails closed.
-    return table.environ_value(pid, marker[0]) == marker[1]
-
-
-def order_children_first(table: ProcessTable, pids: Iterable[int]) -> list[int]:
-    """Order ``pids`` so that each comes before its ancestors within the set.
-
-    Depth is measured along ppid links inside the set (a ``setsid`` escapee that
-    reparented to a subreaper starts a new root). Deepest first; ties by pid,
-    descending, for a stable order. Raises ProcUnreadable like ``table.stat``.
-    """
-    members = set(pids)
-    # Parent links only inside the set: ancestry outside it (init, a subreaper, the
-    # dead owner) says nothing about the order we must signal in.
-    parent: dict[int, int | None] = {}
-    for pid in members:
-        st = table.stat(pid)
-        parent[pid] = st.ppid if st is not None and st.ppid in members else None
-
-    def depth(pid: int) -> int:
-        d, seen = 0, {pid}
-        p = parent.get(pid)
-        while p is not None and p not in seen:  # `seen` guards a (bogus) ppid cycle
-            seen.add(p)
-            d += 1
-            p = parent.get(p)
-        return d
-
-    return sorted(members, key=lambda p: (-depth(p), -p))
-
-
-def _marked_tree(
-    roots: Sequence[int],
-    table: ProcessTable,
-    marker: tuple[bytes, bytes],
-    exclude: Collection[int],
-) -> list[int]:
-    found: set[int] = set()
-    # Walk down from the roots; we descend through unmarked processes too (cheap and
-    # harmless: inclusion is decided per pid by its own marker, never by ancestry).
-    stack = list(roots)
-    walked: set[int] = set()
-    while stack:
-        pid = stack.pop()
-        if pid in walked:
-            continue
-        walked.add(pid)
-        stack.extend(table.children(pid))
-    # Reparented escapees (setsid + double fork) are not below the root any more,
-    # but they inherited the marker: a full scan finds them.
-    candidates = walked | set(table.pids())
-    for pid in candidates:
-        if pid <= 1 or pid in exclude:
-            continue  # never init, never ourselves or our ancestry
-        st = table.stat(pid)
-        if st is None or st.is_zombie:
-            continue  # nothing to signal; its parent reaps it
-        if _carries(table, pid, marker):
-            found.add(pid)
-    return order_children_first(table, found)
-
-
-def plan_tree_kill(
-    root_pid: int,
-    table: ProcessTable,
-    marker: tuple[bytes, bytes],
-    *,
-    exclude: Collection[int] = (),
-) -> list[int]:
-    """The pids of a verified tree to signal, children first (deepest first).
-
-    The tree is what a walk of ``children()`` from ``root_pid`` reaches, plus every
-    process carrying ``marker`` (``(key, value)``) anywhere in the table. Each pid
-    included -- the root too -- must itself carry the marker where readable: a
-    process whose readable environment has no marker or another one may have been
-    adopted from elsewhere, and one whose environment is unreadable cannot be
-    confirmed; both are skipped (fail closed). Zombies, pid 1 and ``exclude`` (pass
-    our own pid and ancestry) are never included.
-
-    Call it only after :func:`verify` returned ``OWNED`` for the root, and signal the
-    result with :func:`signal_verified`.
-
-    Raises:
-        ProcUnreadable: the listing or a stat could not be read; plan nothing.
-    """
-    return _marked_tree([root_pid], table, marker, exclude)
-
-
-def marked_survivors(
-    table: ProcessTable, marker: tuple[bytes, bytes], *, exclude: Collection[int] = ()
-) -> list[int]:
-    """Every live process carrying ``marker``, children first, found by a scan alone.
-
-    For a lease whose root is GONE: its pid may now belong to someone else, so we
-    must not walk from it, but a ``setsid`` grandchild with the marker may live on.
-
-    Raises:
-        ProcUnreadable: as :func:`plan_tree_kill`.
-    """
-    return _marked_tree([], table, marker, exclude)
 
 
 def signal_verified(
@@ -389,7 +331,7 @@ def signal_verified(
                 return False  # the pid we pinned is not the process we verified
             if table.boot_id() != ident.boot_id:
                 return False
-            if marker is not None and not _carries(table, ident.pid, marker):
+            if marker is not None and not carries(table, ident.pid, marker):
                 return False
             table.pidfd_send_signal(fd, sig)
         except OSError:
