@@ -18,11 +18,6 @@ PARTS = ("runner", "run_lease", "run_io", "spawning", "watchdog", "finalizer", "
 # The one write to another object's field: Popen's returncode, once we reaped the keeper
 # ourselves (so its finalizer neither warns nor waits on a reaped pid).
 FOREIGN_WRITES_ALLOWED = {("spawning", "self.keeper.returncode")}
-# Over the limits before issue 22, not yet split; an entry may only shrink or go.
-NOT_YET: dict[tuple[str, str], int] = {
-    ("reconcile_plan", "<module>"): 419,
-    ("reconcile_plan", "_plan_one"): 133,
-}
 
 
 def _sources() -> dict[str, ast.Module]:
@@ -83,17 +78,13 @@ def foreign_writes(tree: ast.Module) -> list[str]:
 
 
 def test_no_oversized_function_class_or_module_in_supervise() -> None:
-    """Functions stay under 60 lines, classes under 300, modules under 400 (or shrink)."""
+    """Functions stay under 60 lines, classes under 300, modules under 400."""
     trees = _sources()
     over = []
     for module, tree in trees.items():
         lines = len((SUPERVISE / f"{module}.py").read_text().splitlines())
         over += oversized(module, tree, lines)
-    grown = [o for o in over if NOT_YET.get((o[0], o[1]), 0) < o[2]]
-    assert grown == [], grown
-    now = {(m, n) for m, n, _, _ in over}
-    stale = [k for k in NOT_YET if k not in now]
-    assert stale == [], f"split already: drop from NOT_YET {stale}"
+    assert over == []
 
 
 def test_no_supervise_class_inherits_another() -> None:

@@ -67,6 +67,16 @@ from dataclasses import dataclass
 from tether._os import ProcessIdentity, ProcessTable, ProcUnreadable
 from tether.supervise.lease_state import LeaseState
 from tether.supervise.proof import UNPROVEN_WHY, split_lease_claims, verified_keeper
+from tether.supervise.reconcile_actions import (
+    Action,
+    Expire,
+    MarkClosed,
+    MarkLost,
+    Reap,
+    Skip,
+    Steal,
+    Unproven,
+)
 from tether.supervise.verify import (
     LeaseEvidence,
     Verdict,
@@ -136,85 +146,6 @@ class LeaseRecord:
         )
 
 
-@dataclass(frozen=True)
-class Steal:
-    """Take the stale lease over from ``holder`` before anything else is done to it.
-
-    ``holder_dead``: the holder was proven gone, so the steal need not wait for the
-    lease's expiry. ``expect`` is the lease state the plan saw.
-    """
-
-    lease_id: str
-    expect: LeaseState
-    holder: str | None
-    holder_dead: bool
-    why: str
-
-
-@dataclass(frozen=True)
-class Reap:
-    """Signal these verified identities (children first) and/or kill this cgroup.
-
-    ``keeper``: the run's keeper, verified alive (its supervisor is only stopped or
-    silent). It is asked to end its own tree -- one SIGTERM to it, and it gives every
-    member TERM -> grace -> KILL once -- rather than every member getting a TERM from
-    us and another from it (issue 20, item 6).
-    """
-
-    lease_id: str
-    pids_children_first: list[ProcessIdentity]
-    cgroup_path: str | None
-    why: str
-    keeper: ProcessIdentity | None = None
-
-
-@dataclass(frozen=True)
-class Unproven:
-    """Processes that carry the lease's marker but are not proven members of its run
-    (:mod:`~tether.supervise.proof`): reported, never signalled."""
-
-    lease_id: str
-    pids: list[int]
-    why: str
-
-
-@dataclass(frozen=True)
-class MarkClosed:
-    """Mark the lease ``closed`` (after a preceding ``Reap`` proved extinction)."""
-
-    lease_id: str
-    why: str
-
-
-@dataclass(frozen=True)
-class MarkLost:
-    """Mark the lease ``lost``: ownership unverifiable (nothing signalled), or -- with
-    ``gone`` -- its tree was already gone before cleanup reached it."""
-
-    lease_id: str
-    why: str
-    gone: bool = False
-
-
-@dataclass(frozen=True)
-class Expire:
-    """Delete the finished lease's record: it is older than the retention period."""
-
-    lease_id: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Skip:
-    """Leave the lease alone (shown by ``tether reap`` so nothing is silent)."""
-
-    lease_id: str
-    why: str
-
-
-Action = Steal | Reap | MarkClosed | MarkLost | Expire | Skip | Unproven
-
-
 def lease_is_healthy(lease: LeaseRecord, now: float) -> bool:
     """Whether the lease's holder is alive and its lease has not expired at ``now``."""
     if not lease.owner_alive:
@@ -234,86 +165,118 @@ def _identities(table: ProcessTable, boot_id: str, pids: Sequence[int]) -> list[
     return out
 
 
-def _plan_one(
-    lease: LeaseRecord,
-    table: ProcessTable,
-    *,
-    our_instance_id: str,
-    our_boot_id: str,
-    now: float,
-    retention_s: float,
-    command_hash_of: Callable[[list[bytes]], str],
-    exclude: Sequence[int],
-) -> list[Action]:
-    lid = lease.lease_id
-    # Another instance's leases are not ours to judge, even if its owner looks dead:
-    # it may run in another namespace or container where our /proc view lies.
-    if lease.instance_id != our_instance_id:
-        return [Skip(lid, f"belongs to instance {lease.instance_id}, not ours: never touched")]
-    if (
-        lease.state in (LeaseState.CLOSED, LeaseState.LOST)
-        and now - lease.updated_at >= retention_s
-    ):
-        age = now - lease.updated_at
-        return [Expire(lid, f"{lease.state.value} for {age:.0f}s (retention {retention_s:.0f}s)")]
-    if lease.state is LeaseState.CLOSED:
-        return []
-    # A live holder with a current lease is tearing down or running its own tree; two
-    # reapers racing on one tree is how foreign pids get signalled.
-    if lease_is_healthy(lease, now):
-        # (It is this instance's, often the operator's own warm session: "in use", not
-        # "not ours".)
-        return [Skip(lid, "in use: its live owner holds it and its lease is current")]
-    if lease.held_by_us and lease.state in (LeaseState.OPEN, LeaseState.CLOSING):
-        # Our own run (a late heartbeat is no reason to reap ourselves): the runner
-        # that holds it ends it.
-        return [Skip(lid, "held by this supervisor: its runner ends it")]
-    if lease.owner_alive:
-        assert lease.lease_expires_at is not None
-        stale = f"lease expired {now - lease.lease_expires_at:.1f}s ago (holder alive but silent)"
-    else:
-        stale = "its holder is dead"
-    steal = Steal(lid, lease.state, lease.owner_instance_id, not lease.owner_alive, stale)
-    # A lost lease is taken over only to reap something; otherwise it stays as it is.
-    take = [] if lease.state is LeaseState.LOST else [steal]
+@dataclass(frozen=True)
+class _Planner:
+    """One planning pass: what every lease is judged against."""
 
-    if not our_boot_id:
-        why = "cannot read this boot's id: nothing verified, nothing signalled"
-        if lease.state is LeaseState.LOST:
-            return [Skip(lid, why)]
-        return [*take, MarkLost(lid, why)]
-    if lease.boot_id != our_boot_id:
-        # Nothing of another boot can be running: no verification, and no marker scan
-        # either (a marker match in this boot would be a coincidence, not a survivor).
-        why = f"from boot {lease.boot_id}, now boot {our_boot_id}: gone before cleanup"
-        if lease.state is LeaseState.LOST:
-            return [Skip(lid, why)]
-        return [*take, MarkLost(lid, why, gone=True)]
+    table: ProcessTable
+    our_instance_id: str
+    our_boot_id: str
+    now: float
+    retention_s: float
+    command_hash_of: Callable[[list[bytes]], str]
+    exclude: Sequence[int]
 
-    verification = verify(
-        lease.evidence(),
-        table,
-        our_instance_id=our_instance_id,
-        our_boot_id=our_boot_id,
-        command_hash_of=command_hash_of,
-    )
-    because = "; ".join(verification.reasons)
-    marker = marker_for(lid)
-
-    # LOST signals nothing. A lost lease stays lost (no lost->lost step) and is
-    # re-verified by the next sweep, which may close it.
-    if verification.verdict is Verdict.LOST:
-        if lease.state is LeaseState.LOST:
-            return [Skip(lid, f"still unverifiable, left lost: {because}")]
-        return [*take, MarkLost(lid, f"cannot verify ownership, nothing signalled: {because}")]
-
-    # OWNED or GONE: find what to reap. A listing failure at this point leaves us
-    # unable to prove the tree is gone, so the lease is lost (fail closed).
-    try:
-        if verification.verdict is Verdict.OWNED:
-            pids = plan_tree_kill(lease.root_pid, table, marker, exclude=exclude)
+    def plan(self, lease: LeaseRecord) -> list[Action]:
+        """The actions for one lease (see the module docstring)."""
+        early = self._untouched(lease)
+        if early is not None:
+            return early
+        lid, now = lease.lease_id, self.now
+        if lease.owner_alive:
+            assert lease.lease_expires_at is not None
+            stale = (
+                f"lease expired {now - lease.lease_expires_at:.1f}s ago (holder alive but silent)"
+            )
         else:
-            pids = marked_survivors(table, marker, exclude=exclude)
+            stale = "its holder is dead"
+        steal = Steal(lid, lease.state, lease.owner_instance_id, not lease.owner_alive, stale)
+        # A lost lease is taken over only to reap something; otherwise it stays as it is.
+        take: list[Action] = [] if lease.state is LeaseState.LOST else [steal]
+        if not self.our_boot_id:
+            why = "cannot read this boot's id: nothing verified, nothing signalled"
+            if lease.state is LeaseState.LOST:
+                return [Skip(lid, why)]
+            return [*take, MarkLost(lid, why)]
+        if lease.boot_id != self.our_boot_id:
+            # Nothing of another boot can be running: no verification, and no marker scan
+            # either (a marker match in this boot would be a coincidence, not a survivor).
+            why = f"from boot {lease.boot_id}, now boot {self.our_boot_id}: gone before cleanup"
+            if lease.state is LeaseState.LOST:
+                return [Skip(lid, why)]
+            return [*take, MarkLost(lid, why, gone=True)]
+        return self._judged(lease, steal, take)
+
+    def _untouched(self, lease: LeaseRecord) -> list[Action] | None:
+        """The actions for a lease that is not stale (or not ours); None if it is."""
+        lid, now, retention_s = lease.lease_id, self.now, self.retention_s
+        # Another instance's leases are not ours to judge, even if its owner looks dead:
+        # it may run in another namespace or container where our /proc view lies.
+        if lease.instance_id != self.our_instance_id:
+            return [Skip(lid, f"belongs to instance {lease.instance_id}, not ours: never touched")]
+        if (
+            lease.state in (LeaseState.CLOSED, LeaseState.LOST)
+            and now - lease.updated_at >= retention_s
+        ):
+            age = now - lease.updated_at
+            return [
+                Expire(lid, f"{lease.state.value} for {age:.0f}s (retention {retention_s:.0f}s)")
+            ]
+        if lease.state is LeaseState.CLOSED:
+            return []
+        # A live holder with a current lease is tearing down or running its own tree; two
+        # reapers racing on one tree is how foreign pids get signalled.
+        if lease_is_healthy(lease, now):
+            # (It is this instance's, often the operator's own warm session: "in use", not
+            # "not ours".)
+            return [Skip(lid, "in use: its live owner holds it and its lease is current")]
+        if lease.held_by_us and lease.state in (LeaseState.OPEN, LeaseState.CLOSING):
+            # Our own run (a late heartbeat is no reason to reap ourselves): the runner
+            # that holds it ends it.
+            return [Skip(lid, "held by this supervisor: its runner ends it")]
+        return None
+
+    def _judged(self, lease: LeaseRecord, steal: Steal, take: list[Action]) -> list[Action]:
+        """Verify the lease's root and find what is left of its tree; decide."""
+        lid = lease.lease_id
+        verification = verify(
+            lease.evidence(),
+            self.table,
+            our_instance_id=self.our_instance_id,
+            our_boot_id=self.our_boot_id,
+            command_hash_of=self.command_hash_of,
+        )
+        because = "; ".join(verification.reasons)
+        # LOST signals nothing. A lost lease stays lost (no lost->lost step) and is
+        # re-verified by the next sweep, which may close it.
+        if verification.verdict is Verdict.LOST:
+            if lease.state is LeaseState.LOST:
+                return [Skip(lid, f"still unverifiable, left lost: {because}")]
+            return [*take, MarkLost(lid, f"cannot verify ownership, nothing signalled: {because}")]
+        # OWNED or GONE: find what to reap. A listing failure at this point leaves us
+        # unable to prove the tree is gone, so the lease is lost (fail closed).
+        try:
+            found = self._left(lease, verification.verdict is Verdict.OWNED)
+        except ProcUnreadable as exc:
+            why = (
+                f"verdict {verification.verdict.value} but the process listing is unreadable: {exc}"
+            )
+            if lease.state is LeaseState.LOST:
+                return [Skip(lid, why)]
+            return [*take, MarkLost(lid, why)]
+        return _decide(lease, steal, take, verification.verdict, because, found)
+
+    def _left(self, lease: LeaseRecord, owned: bool) -> _Left:
+        """What is left of the tree: proven members, unproven claimants, the cgroup.
+
+        Raises:
+            ProcUnreadable: the listing or a stat could not be read.
+        """
+        table, marker = self.table, marker_for(lease.lease_id)
+        if owned:
+            pids = plan_tree_kill(lease.root_pid, table, marker, exclude=self.exclude)
+        else:
+            pids = marked_survivors(table, marker, exclude=self.exclude)
         # The cgroup was created for this lease alone, so its members are ours even
         # when the root is GONE; an empty or missing one needs no kill.
         cgroup = None
@@ -321,28 +284,45 @@ def _plan_one(
             cgroup = lease.cgroup_path
         # The marker only nominates: signal a carrier only if it is proven a member.
         keeper = verified_keeper(
-            table, our_boot_id, lease.keeper_pid, lease.keeper_starttime, marker
+            table, self.our_boot_id, lease.keeper_pid, lease.keeper_starttime, marker
         )
         pids, unproven = split_lease_claims(
             table,
             pids,
-            root_pid=lease.root_pid if verification.verdict is Verdict.OWNED else None,
+            root_pid=lease.root_pid if owned else None,
             keeper=keeper,
             cgroup_path=cgroup,
         )
-        idents = _identities(table, our_boot_id, pids)
-    except ProcUnreadable as exc:
-        why = f"verdict {verification.verdict.value} but the process listing is unreadable: {exc}"
-        if lease.state is LeaseState.LOST:
-            return [Skip(lid, why)]
-        return [*take, MarkLost(lid, why)]
+        return _Left(_identities(table, self.our_boot_id, pids), unproven, cgroup, keeper)
 
+
+@dataclass(frozen=True)
+class _Left:
+    """What is left of a lease's tree once its root was judged OWNED or GONE."""
+
+    idents: list[ProcessIdentity]
+    unproven: list[int]
+    cgroup: str | None
+    keeper: ProcessIdentity | None
+
+
+def _decide(
+    lease: LeaseRecord,
+    steal: Steal,
+    take: list[Action],
+    verdict: Verdict,
+    because: str,
+    left: _Left,
+) -> list[Action]:
+    """The actions for an OWNED or GONE lease, from what is left of its tree."""
+    lid, stale = lease.lease_id, steal.why
+    idents, unproven, cgroup, keeper = left.idents, left.unproven, left.cgroup, left.keeper
     actions: list[Action] = [steal]
     claims = [Unproven(lid, unproven, UNPROVEN_WHY)] if unproven else []
     if idents or cgroup is not None:
         what = ", ".join(str(i.pid) for i in idents) or "none by pid"
         where = f" and cgroup {cgroup}" if cgroup is not None else ""
-        if verification.verdict is Verdict.OWNED:
+        if verdict is Verdict.OWNED:
             why = f"{stale}, tree verified ({because}); reaping pids {what}{where}"
         else:
             why = f"root gone ({because}); reaping marked survivors {what}{where}"
@@ -402,18 +382,16 @@ def plan_reconcile(
         # Without the boot id a mismatch would read as "another boot: GONE", which is
         # exactly wrong; the empty value routes every lease to the fail-closed path.
         our_boot_id = ""
+    planner = _Planner(
+        table,
+        our_instance_id=our_instance_id,
+        our_boot_id=our_boot_id,
+        now=now,
+        retention_s=retention_s,
+        command_hash_of=command_hash_of,
+        exclude=exclude,
+    )
     actions: list[Action] = []
     for lease in leases:
-        actions.extend(
-            _plan_one(
-                lease,
-                table,
-                our_instance_id=our_instance_id,
-                our_boot_id=our_boot_id,
-                now=now,
-                retention_s=retention_s,
-                command_hash_of=command_hash_of,
-                exclude=exclude,
-            )
-        )
+        actions.extend(planner.plan(lease))
     return actions
