@@ -18,6 +18,7 @@ import sys
 import traceback
 from typing import Any, NoReturn
 
+from tether._nossl import import_asyncio_without_ssl
 from tether.forkserver import MAX_REQUEST
 
 __all__ = ["main"]
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     # Ours only in /proc/<pid>/environ (and so in every forked owner's, where it is
     # meant): see tether.forkserver. Nothing we run reads it.
     os.environ.pop("TETHER_OWNER_OF", None)
+    import_asyncio_without_ssl()  # as an exec'd owner does (tether.owner.__main__)
     for name in PRELOAD:
         importlib.import_module(name)
     gc.collect()
