@@ -4,8 +4,10 @@
 it with :func:`tether.owner_launch.set_launcher`. Requests come from the gateway's
 worker threads; one lock serialises them (a fork is a few milliseconds). Any failure of
 the fork server makes that one start an exec (:func:`tether.owner_launch.exec_owner`),
-logged; the broken fork server is ended and reaped, and a new one is started on a later
-request, no sooner than :data:`RESTART_AFTER_S` after the failure.
+logged; the broken fork server is ended and reaped, and a new one is started on the next
+request -- or, when the one before exited by itself before its hello (it cannot start:
+say, a broken install), no sooner than :data:`RESTART_AFTER_S` later, so a fork server
+that cannot start is not tried again on every request.
 """
 
 from __future__ import annotations
@@ -126,7 +128,11 @@ class ForkServer:
 
         Raises: OwnerUnavailable: the fork server failed (it is ended if it broke).
         """
-        payload = json.dumps({"key": key, "env": env, "cwd": os.getcwd()}).encode()
+        try:
+            cwd = os.getcwd()
+        except OSError:  # removed under us: the owner keeps the fork server's, as an exec would
+            cwd = ""
+        payload = json.dumps({"key": key, "env": env, "cwd": cwd}).encode()
         if len(payload) > MAX_REQUEST:
             return False
         with self._lock:
@@ -143,8 +149,11 @@ class ForkServer:
             try:
                 reply = self._exchange(payload, ready_w, err_w)
             except (OSError, ValueError) as exc:
-                self._end_locked()
-                self._not_before = time.monotonic() + RESTART_AFTER_S
+                hello = self._hello
+                code = self._end_locked()
+                if not hello and code is not None and code > 0:
+                    # It ended by itself before serving (it cannot start): wait a while.
+                    self._not_before = time.monotonic() + RESTART_AFTER_S
                 raise OwnerUnavailable(f"it failed ({str(exc) or type(exc).__name__})") from exc
         if reply.get("ok"):
             return True
@@ -168,22 +177,23 @@ class ForkServer:
             raise ValueError(f"a bad answer: {reply!r}")
         return reply
 
-    def _end_locked(self) -> None:
+    def _end_locked(self) -> int | None:
         """Close our end and reap the fork server (our child: its pid cannot be reused
-        before we reap it, so ``Popen.kill`` signals no one else)."""
+        before we reap it, so ``Popen.kill`` signals no one else); its return code."""
         sock, proc = self._sock, self._proc
         self._sock, self._proc = None, None
         if sock is not None:
             sock.close()
         if proc is None:
-            return
+            return None
         try:
-            proc.wait(timeout=STOP_GRACE_S)
+            return proc.wait(timeout=STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             self._log(f"owner fork server {proc.pid} did not exit on EOF; killing it")
             proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=STOP_GRACE_S)
+            return None
 
 
 def _receive(sock: socket.socket) -> bytes:

@@ -127,7 +127,9 @@ def _child(
         _reset_signals()
         os.environ.clear()
         os.environ.update(env)
-        os.chdir(cwd)
+        if cwd:
+            with contextlib.suppress(OSError):  # gone since: an exec'd owner would not mind
+                os.chdir(cwd)
         sys.argv = [sys.argv[0], key]
         from tether.owner.daemon import serve
 
