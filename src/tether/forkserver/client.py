@@ -72,12 +72,14 @@ class ForkServer:
         try:
             forked = self._request(key, env, ready_w, err_w)
         except OwnerUnavailable as exc:
-            self.fallbacks += 1
+            with self._lock:
+                self.fallbacks += 1
             self._log(f"owner fork server: {exc}; starting this owner by exec")
             return exec_owner(key, env, ready_w, err_w)
         if not forked:  # this request is not the fork server's to serve: exec, quietly
             return exec_owner(key, env, ready_w, err_w)
-        self.forks += 1
+        with self._lock:
+            self.forks += 1
         return None
 
     def status(self) -> dict[str, Any]:
