@@ -8,12 +8,19 @@ session. With ``--breakdown`` it adds where a fresh owner's anonymous memory goe
 measures what a design change would give: N idle "owners" forked from one process that
 imported the owner's modules first (each with an event loop, a unix server, a SQLite
 connection in WAL and one extra thread, as an idle owner has) -- the figure behind the
-proposal in ``docs/benchmarks.md``. Nothing in Tether uses such a fork server today.
+proposal in ``docs/benchmarks.md``, since built as the gateway's owner fork server.
 
-Every session is closed at the end through ``tether sessions close``; the pids read
-from ``status`` are then checked gone by (pid, start time).
+With ``--gateway`` the same N sessions are also created and prompted through ``tether
+serve`` (``bench/scale_sides.py``), twice: with its owner fork server
+(``tether.forkserver``, the default) and with ``serve.ownerForkServer = false`` (owners
+exec'd, as the CLI starts them). The fork server's own PSS is shared by the owners it
+forked: it is reported, and its share (÷ N) added to Tether's own per session.
 
-    .venv/bin/python bench/idle_memory.py --sessions 20 --breakdown --fork-probe
+Every session is closed at the end (``tether sessions close``, or ``DELETE`` through the
+gateway, which is then stopped); the pids read from ``status`` are then checked gone by
+(pid, start time).
+
+    .venv/bin/python bench/idle_memory.py --sessions 20 --breakdown --gateway
 """
 
 from __future__ import annotations
@@ -87,24 +94,39 @@ def sessions_figure(n: int) -> dict[str, Any]:
             time.sleep(3.0)  # idle: the owners' post-turn trims have run
             for i in range(n):
                 r = tether(home, cwd, "--format", "json", "mock", "status", "-s", f"s{i}")
-                status = json.loads(r.stdout)
-                row = {}
-                for role in ("ownerPid", "keeperPid", "agentPid"):
-                    pid = status.get(role)
-                    if isinstance(pid, int):
-                        pids.append((pid, starttime(pid)))
-                        row[role] = smaps(pid)
-                rows.append(row)
+                rows.append(read_row(json.loads(r.stdout), pids))
         finally:
             for i in range(n):
                 tether(home, cwd, "mock", "sessions", "close", "-s", f"s{i}")
-        deadline = time.monotonic() + 20
+        check_gone(pids)
+    return summarize(n, rows)
+
+
+def read_row(status: dict[str, Any], pids: list[tuple[int, int | None]]) -> dict[str, Any]:
+    """A session's processes' figures by role, from its status; their (pid, start time)
+    appended to ``pids`` (checked gone at the end)."""
+    row = {}
+    for role in ("ownerPid", "keeperPid", "agentPid"):
+        pid = status.get(role)
+        if isinstance(pid, int):
+            pids.append((pid, starttime(pid)))
+            row[role] = smaps(pid)
+    return row
+
+
+def check_gone(pids: list[tuple[int, int | None]]) -> None:
+    """Every (pid, start time) read is gone within 20 s, or we stop with the survivors."""
+    deadline = time.monotonic() + 20
+    left = [p for p, st in pids if st is not None and starttime(p) == st]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
         left = [p for p, st in pids if st is not None and starttime(p) == st]
-        while left and time.monotonic() < deadline:
-            time.sleep(0.1)
-            left = [p for p, st in pids if st is not None and starttime(p) == st]
-        if left:
-            raise SystemExit(f"processes still alive after close: {left}")
+    if left:
+        raise SystemExit(f"processes still alive after close: {left}")
+
+
+def summarize(n: int, rows: list[dict[str, dict[str, int]]]) -> dict[str, Any]:
+    """Medians per session of each role's figures; Tether's own = owner + keeper."""
 
     def fig(role: str, key: str) -> float:
         return median([r[role][key] / 1024 for r in rows if r.get(role, {}).get(key)])
@@ -116,6 +138,43 @@ def sessions_figure(n: int) -> dict[str, Any]:
             out[f"{name}.{key}"] = fig(role, key) if key != "Threads" else fig(role, key) * 1024
     out["tether.Pss"] = out["owner.Pss"] + out["keeper.Pss"]
     out["tether.Rss"] = out["owner.Rss"] + out["keeper.Rss"]
+    return out
+
+
+def gateway_figure(n: int, *, fork_server: bool) -> dict[str, Any]:
+    """The same N idle sessions, created and prompted once through ``tether serve``."""
+    import asyncio
+
+    from scale_sides import TetherSide  # bench/ is this script's directory
+
+    config = "" if fork_server else "[serve]\nownerForkServer = false\n"
+    env = {k: v for k, v in os.environ.items() if k != "IS_SANDBOX"}
+    with tempfile.TemporaryDirectory(prefix="tether-idle-mem-gw-") as tmp:
+        side = TetherSide(Path(tmp), env, config)
+        pids: list[tuple[int, int | None]] = []
+        rows: list[dict[str, dict[str, int]]] = []
+        server: dict[str, int] = {}
+        try:
+            for i in range(n):
+                side.create(i)
+                asyncio.run(side.prompt(i))
+            time.sleep(3.0)  # idle: the owners' post-turn trims have run
+            for sid in side.sessions:
+                status = side.http.get(f"/v1/sessions/{sid}").json()["status"]
+                rows.append(read_row(status, pids))
+            forker = side.http.get("/v1/health").json().get("forkServer") or {}
+            if forker.get("pid"):
+                server = smaps(int(forker["pid"]))
+                pids.append((int(forker["pid"]), starttime(int(forker["pid"]))))
+        finally:
+            errors = side.stop()
+        if errors:
+            raise SystemExit(f"closing sessions: {errors[:3]}")
+        check_gone(pids)
+    out = summarize(n, rows)
+    out["forkserver.Pss"] = server.get("Pss", 0) / 1024
+    out["forkserver.Rss"] = server.get("Rss", 0) / 1024
+    out["tether.Pss"] += out["forkserver.Pss"] / n  # its pages are the owners' shared ones
     return out
 
 
@@ -205,11 +264,31 @@ def fork_probe(n: int) -> dict[str, float]:
     }
 
 
+def print_side_by_side(figures: list[tuple[str, dict[str, Any]]]) -> None:
+    """PSS / RSS MiB per session, each way of starting owners in a column."""
+    print("\n| per idle session, PSS / RSS MiB | " + " | ".join(n for n, _ in figures) + " |")
+    print("|---" * (len(figures) + 1) + "|")
+    rows = (
+        ("owner", "owner"),
+        ("keeper", "keeper"),
+        ("the fork server (shared by all)", "forkserver"),
+        ("**Tether's own (owner + keeper + fork server ÷ N)**", "tether"),
+        ("(the mock agent)", "agent"),
+    )
+    for label, key in rows:
+        cells = []
+        for _, fig in figures:
+            pss, rss = fig.get(key + ".Pss"), fig.get(key + ".Rss")
+            cells.append("—" if not pss else f"{pss:.1f} / {rss:.1f}")
+        print(f"| {label} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sessions", type=int, default=20)
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--fork-probe", action="store_true")
+    ap.add_argument("--gateway", action="store_true", help="also through tether serve")
     args = ap.parse_args()
     if not 1 <= args.sessions <= 300:
         raise SystemExit("--sessions: 1..300")
@@ -225,6 +304,14 @@ def main() -> None:
         )
     own = f"{fig['tether.Pss']:.1f} | {fig['tether.Rss']:.1f}"
     print(f"| Tether's own (owner + keeper) | {own} | | |")
+    if args.gateway:
+        print_side_by_side(
+            [
+                ("CLI (exec)", fig),
+                ("gateway, exec", gateway_figure(args.sessions, fork_server=False)),
+                ("gateway, fork server", gateway_figure(args.sessions, fork_server=True)),
+            ]
+        )
     if args.breakdown:
         print("\n| an owner's anonymous memory, step by step | MiB |\n|---|---|")
         for name, mib in breakdown():

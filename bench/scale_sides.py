@@ -72,9 +72,12 @@ class TetherSide:
 
     name = "tether"
 
-    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+    def __init__(self, tmp: Path, env: dict[str, str], config: str = "") -> None:
         self.home = tmp / "tether-home"
         self.home.mkdir()
+        if config:  # e.g. "[serve]\nownerForkServer = false\n" (bench/idle_memory.py)
+            (self.home / "config.toml").write_text(config)
+            os.chmod(self.home / "config.toml", 0o600)
         self.cwd = tmp / "project"
         self.cwd.mkdir(exist_ok=True)
         self.err = open(self.home / "serve.err", "wb")  # noqa: SIM115 -- closed in stop()
@@ -113,7 +116,9 @@ class TetherSide:
         await rawhttp.tether_prompt(self.url, self.headers, self.sessions[i])
 
     def server_pids(self) -> list[int]:
-        return [self.proc.pid]
+        """The gateway and, when it runs one, its owner fork server (tether.forkserver)."""
+        fork_server = self.http.get("/v1/health").json().get("forkServer") or {}
+        return [self.proc.pid] + ([fork_server["pid"]] if fork_server.get("pid") else [])
 
     def session_pids(self) -> dict[str, list[int]]:
         """Every session's processes by role: owner, keeper, agent."""
@@ -178,7 +183,9 @@ class PeerSide:
         await rawhttp.peer_prompt(self.url, server, session, self.next_id)
 
     def server_pids(self) -> list[int]:
-        return [self.proc.pid]
+        """The gateway and, when it runs one, its owner fork server (tether.forkserver)."""
+        fork_server = self.http.get("/v1/health").json().get("forkServer") or {}
+        return [self.proc.pid] + ([fork_server["pid"]] if fork_server.get("pid") else [])
 
     def session_pids(self) -> dict[str, list[int]]:
         """Its agents are its descendants; it has no process of its own per session."""

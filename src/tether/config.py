@@ -211,6 +211,9 @@ _SERVE = {
     "drainGrace": seconds(
         30.0, "a fleet host's drain (SIGTERM, serve --drain): how long running turns may finish"
     ),
+    "ownerForkServer": flag(
+        True, "the gateway forks owners from one preloaded process (small idle sessions)"
+    ),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),

@@ -8,6 +8,13 @@ that it is not our child: a long-lived library process never accumulates its zom
 Readiness is one JSON line on an inherited pipe. If the owner dies before saying it,
 we show what it wrote on stderr. If another caller won the race for the session's
 lock, the owner we started says ``busy`` and exits; we then connect to the winner.
+
+How the owner process comes to be is a strategy (:data:`Launcher`): by default
+:func:`exec_owner` (``posix_spawn`` of ``python -m tether.owner``); the HTTP gateway
+installs its owner fork server's (:mod:`tether.forkserver`) with :func:`set_launcher`,
+which forks owners from one process that imported their modules once and falls back to
+:func:`exec_owner` when the fork server fails. Either way the launcher only starts the
+process: readiness, ``busy``, the stderr tail and the deadline are handled here, once.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import os
 import select
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tether import paths
@@ -24,6 +32,47 @@ from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable, error_from
 from tether.ipc.lines import LineReader
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
+
+# (key, the owner's environment, readiness pipe's write end, stderr's write end) ->
+# the pid of our child to collect once readiness is said, or None (nothing to collect).
+# The launcher must not close the two fds: the caller does, once it has returned.
+Launcher = Callable[[str, dict[str, str], int, int], "int | None"]
+
+
+def exec_owner(key: str, env: dict[str, str], ready_w: int, err_w: int) -> int | None:
+    """Start the owner as a fresh interpreter (``python -m tether.owner KEY FD``) in a
+    new session; it forks once more (detaching), so the pid returned is collected soon.
+
+    Raises:
+        OwnerUnavailable: ``posix_spawn`` failed.
+    """
+    os.set_inheritable(ready_w, True)
+    try:
+        return os.posix_spawn(
+            sys.executable,
+            [sys.executable, "-m", "tether.owner", key, str(ready_w)],
+            env,
+            file_actions=[
+                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                # Never the caller's stdout: a long-lived owner holding it open would keep
+                # `tether ... | cat` (or any caller reading our output to EOF) waiting
+                # until the owner exits. Readiness has its own pipe.
+                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                (os.POSIX_SPAWN_DUP2, err_w, 2),
+            ],
+            setsid=True,
+        )
+    except OSError as exc:
+        raise OwnerUnavailable(f"cannot start the session owner: {exc}") from exc
+
+
+_launcher: Launcher = exec_owner
+
+
+def set_launcher(launcher: Launcher | None) -> None:
+    """Start owners with ``launcher`` from now on (None: :func:`exec_owner` again)."""
+    global _launcher
+    _launcher = launcher or exec_owner
 
 
 def spawn_owner_daemon(
@@ -41,37 +90,26 @@ def spawn_owner_daemon(
     """
     ready_r, ready_w = os.pipe()
     err_r, err_w = os.pipe()
-    os.set_inheritable(ready_w, True)
+    # The owner shares our home; `env` (the library's) reaches it and its agents.
+    # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.access).
+    owner_env = {**os.environ, **(env or {}), "TETHER_HOME": paths.home(), "TETHER_OWNER_OF": key}
     try:
-        pid = os.posix_spawn(
-            sys.executable,
-            [sys.executable, "-m", "tether.owner", key, str(ready_w)],
-            # The owner shares our home; `env` (the library's) reaches it and its agents.
-            # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.access).
-            {**os.environ, **(env or {}), "TETHER_HOME": paths.home(), "TETHER_OWNER_OF": key},
-            file_actions=[
-                (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                # Never the caller's stdout: a long-lived owner holding it open would keep
-                # `tether ... | cat` (or any caller reading our output to EOF) waiting
-                # until the owner exits. Readiness has its own pipe.
-                (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                (os.POSIX_SPAWN_DUP2, err_w, 2),
-            ],
-            setsid=True,
-        )
-    except OSError as exc:
+        pid = _launcher(key, owner_env, ready_w, err_w)
+    except BaseException:
         for fd in (ready_r, ready_w, err_r, err_w):
             os.close(fd)
-        raise OwnerUnavailable(f"cannot start the session owner: {exc}") from exc
+        raise
     os.close(ready_w)
     os.close(err_w)
     try:
         line = _read_line(ready_r, time.monotonic() + deadline_s)
-        # The intermediate process exits right after its fork; collect it.
-        try:
-            os.waitpid(pid, 0)
-        except ChildProcessError:
-            pass
+        # The intermediate process exits right after its fork; collect it (a fork
+        # server collects its own).
+        if pid is not None:
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
         if line is None:
             stderr = _drain(err_r)
             raise OwnerUnavailable(

@@ -62,7 +62,23 @@ module                    job                                                   
 
 from __future__ import annotations
 
-from tether.owner.compose import Owner
-from tether.owner.settings import OwnerSettings
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.owner.compose import Owner
+    from tether.owner.settings import OwnerSettings
 
 __all__ = ["Owner", "OwnerSettings"]
+
+
+def __getattr__(name: str) -> object:
+    # Lazy: `python -m tether.owner` imports this package before its __main__, which
+    # must run before anything imports asyncio (tether._nossl).
+    if name == "Owner":
+        from tether.owner.compose import Owner
+
+        return Owner
+    if name == "OwnerSettings":
+        from tether.owner.settings import OwnerSettings
+
+        return OwnerSettings
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

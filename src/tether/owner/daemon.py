@@ -95,8 +95,6 @@ def _write_kept(registry: Registry, kept: metrics.Deferred) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m tether.owner KEY READY_FD``: run the owner of session KEY."""
-    import json
-
     args = sys.argv[1:] if argv is None else argv
     key = args[0]
     ready_fd = int(args[1]) if len(args) > 1 else 1
@@ -104,6 +102,17 @@ def main(argv: list[str] | None = None) -> int:
     # here: no loop, no threads yet.
     if os.fork() != 0:
         os._exit(0)
+    return serve(key, ready_fd)
+
+
+def serve(key: str, ready_fd: int) -> int:
+    """Run the owner of session ``key`` in this detached process; never returns.
+
+    ``ready_fd``: the readiness pipe's write end. The owner fork server
+    (:mod:`tether.forkserver`) calls this in a process it forked and detached.
+    """
+    import json
+
     # The subreaper of last resort for our runs: what a killed keeper leaves is re-parented
     # to us, and ended (tether.supervise.adoption). Not inherited across fork: set it here.
     from tether.supervise.adoption import become_last_resort

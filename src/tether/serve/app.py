@@ -71,6 +71,8 @@ class Gateway:
         self.prompts_total = {"loop": 0, "thread": 0}
         # The fleet host beside this gateway (tether.fleet.host.FleetHost), or None.
         self.fleet_host: Any = None
+        # The owner fork server (tether.forkserver.client.ForkServer), or None (off).
+        self.fork_server: Any = None
 
     def stop(self) -> None:
         """End every stream (from the loop): the server is shutting down."""

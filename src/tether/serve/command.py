@@ -156,10 +156,15 @@ def run_serve(ctx: Any) -> int:
 
     dump_profile = _profile.start("gateway")  # bench/turn_cpu.py --profile only
 
+    fork_server: Any = None
+
     def release() -> None:
-        """Close the listening socket; remove a Unix socket file if it is still ours."""
+        """Close the listening socket; remove a Unix socket file if it is still ours;
+        end the owner fork server."""
         dump_profile()
         sock.close()
+        if fork_server is not None:
+            _stop_fork_server(fork_server)
         if unix_path is not None and ours is not None:
             with contextlib.suppress(OSError):
                 now = os.lstat(unix_path)
@@ -219,8 +224,10 @@ def run_serve(ctx: Any) -> int:
     server = Server(config)
     if drainer is not None:
         drainer.server = server
-    _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
+    if _fork_server_enabled(ctx.config):  # after the fleet host: its id is in our env
+        fork_server = gateway.fork_server = _start_fork_server()
     try:
+        _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
         server.run(sockets=[sock])
     finally:
         release()  # again, if the server stopped without a signal (or never started)
@@ -260,6 +267,32 @@ def _fleet_host(fleet: Any, url: str, gateway: Any, config: dict[str, Any]) -> t
         fleet_host.stop()
         raise
     return fleet_host, drainer
+
+
+def _fork_server_enabled(config: dict[str, Any]) -> bool:
+    """The config's ``serve.ownerForkServer`` (on by default)."""
+    return (config.get("serve") or {}).get("ownerForkServer", True) is not False
+
+
+def _start_fork_server() -> Any:
+    """Start the owner fork server and make it this process's owner launcher."""
+    from tether import owner_launch
+    from tether.forkserver.client import ForkServer
+
+    def log(line: str) -> None:
+        print(f"tether serve: {line}", file=sys.stderr, flush=True)
+
+    fork_server = ForkServer(log)
+    fork_server.start()
+    owner_launch.set_launcher(fork_server.launch)
+    return fork_server
+
+
+def _stop_fork_server(fork_server: Any) -> None:
+    from tether import owner_launch
+
+    owner_launch.set_launcher(None)
+    fork_server.stop()
 
 
 def _drain_grace(flag: float | None, config: dict[str, Any]) -> float:

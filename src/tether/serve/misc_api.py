@@ -73,6 +73,8 @@ async def health(request: Request) -> Response:
         "uptimeS": round(_uptime(gateway), 3),
         "sseClients": gateway.hubs.clients(),
     }
+    if gateway.fork_server is not None:  # owners forked, not exec'd (tether.forkserver)
+        doc["forkServer"] = gateway.fork_server.status()
     if gateway.fleet_host is not None:
         # A fleet host: its membership (hostId, epoch, indexUp, ...) and shipping.
         doc["fleet"] = gateway.fleet_host.status()

@@ -1,0 +1,5 @@
+"""``python -m tether.forkserver FD``: see :mod:`tether.forkserver`."""
+
+from tether.forkserver.server import main
+
+raise SystemExit(main())
