@@ -122,8 +122,8 @@ def sessions_figure(n: int) -> dict[str, Any]:
 BREAKDOWN = (
     "asyncio",
     "sqlite3",
-    "tether.registry",
-    "tether.journal.writer",
+    "tether.state.registry",
+    "tether.state.journal.writer",
     "tether.acp.connection",
     "tether.supervise.runner",
     "tether.owner.compose",

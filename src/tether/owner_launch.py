@@ -47,7 +47,7 @@ def spawn_owner_daemon(
             sys.executable,
             [sys.executable, "-m", "tether.owner", key, str(ready_w)],
             # The owner shares our home; `env` (the library's) reaches it and its agents.
-            # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.access).
+            # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.policy.access).
             {**os.environ, **(env or {}), "TETHER_HOME": paths.home(), "TETHER_OWNER_OF": key},
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

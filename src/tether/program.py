@@ -30,7 +30,7 @@ def _serve(ctx: Any) -> int:
 
 def _acp(ctx: Any) -> int:
     from tether.acp_door.stdio import run_stdio
-    from tether.cli._session_cmds import owner_flags
+    from tether.cli._session_flags import owner_flags
 
     return run_stdio(ctx, owner_flags(ctx))
 

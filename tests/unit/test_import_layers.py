@@ -216,9 +216,9 @@ def test_the_measure_sees_doors_circles_and_floors() -> None:
     graph: Graph = {
         "tether.serve.app": frozenset({"tether.cli._render", "tether.operations"}),
         "tether.cli._render": frozenset({"tether.operations"}),
-        "tether.operations": frozenset({"tether.registry"}),
-        "tether.registry": frozenset({"tether.journal.store"}),
-        "tether.journal.store": frozenset({"tether.registry"}),
+        "tether.operations": frozenset({"tether.state.registry"}),
+        "tether.state.registry": frozenset({"tether.state.journal.store"}),
+        "tether.state.journal.store": frozenset({"tether.state.registry"}),
     }
     assert door_to_door(graph) == {("serve", "tether.cli._render")}
     edges = room_edges(graph)

@@ -47,7 +47,7 @@ def reaches_around(source: str) -> list[tuple[int, str]]:
             found.append((node.lineno, "sqlite3.connect: a connection of its own"))
         elif isinstance(node, ast.ImportFrom) and node.module in (
             "sqlite3",
-            "tether.journal.writer",
+            "tether.state.journal.writer",
         ):
             for alias in node.names:
                 if alias.name in ("connect", "open_db"):
@@ -61,7 +61,7 @@ def test_the_lint_reports_each_way_around_with_its_line() -> None:
     """The positive control: each way of reaching a connection is reported, where."""
     source = (
         "import sqlite3\n"
-        "from tether.journal.writer import open_db\n"
+        "from tether.state.journal.writer import open_db\n"
         "def f(registry):\n"
         "    registry._db.execute('SELECT 1')\n"
         "    return sqlite3.connect(':memory:')\n"
@@ -102,6 +102,9 @@ def test_supervision_is_handed_an_opener_and_imports_no_registry() -> None:
             elif isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             # Record types (``_registry_members.Member``) are vocabulary; the registry is not.
-            if any(n == "tether.registry" or n.startswith("tether.registry.") for n in names):
+            if any(
+                n == "tether.state.registry" or n.startswith("tether.state.registry.")
+                for n in names
+            ):
                 offences.append(f"supervise/{path.relative_to(SRC / 'supervise')}:{node.lineno}")
     assert offences == []

@@ -109,7 +109,7 @@ class FleetHost:
     def _superseded_here(index: FleetIndex, adopted: set[str]) -> list[str]:
         """Keys of this host's open local sessions the index knows as fleet sessions
         that this host does not own any more."""
-        from tether.registry import Registry
+        from tether.state.registry import Registry
 
         with Registry() as registry:
             local = [s.key for s in registry.sessions(include_closed=False)]
@@ -134,8 +134,8 @@ class FleetHost:
 
     def final_sync(self) -> None:
         """One last sync pass on connections of its own (the sync thread has stopped)."""
-        from tether._registry_journal import JournalReader
-        from tether.registry import Registry
+        from tether.state._registry_journal import JournalReader
+        from tether.state.registry import Registry
 
         try:
             with Registry() as registry, self._connect() as index:
@@ -174,8 +174,8 @@ class FleetHost:
             self._log(f"host {self.host_id}: closing superseded sessions failed: {e}")
 
     def _run(self) -> None:
-        from tether._registry_journal import JournalReader
-        from tether.registry import Registry
+        from tether.state._registry_journal import JournalReader
+        from tether.state.registry import Registry
 
         journal: JournalReader | None = None
         registry: Registry | None = None

@@ -189,12 +189,12 @@ def _ui_dir() -> str:
 
 def routes(gateway: Gateway) -> list[BaseRoute]:
     """The route table. New doors add their group here (see the module docstring)."""
-    from tether.serve import acp_api, events_api, misc_api, questions_api, sessions_api
+    from tether.serve import acp_api, events_api, questions_api, sessions_api, system_api
 
     return [
         *sessions_api.session_routes(),
         *events_api.event_routes(),
-        *misc_api.misc_routes(),
+        *system_api.misc_routes(),
         *questions_api.question_routes(),
         *acp_api.acp_routes(),  # issue 12: ACP over HTTP
         Route("/", lambda _r: RedirectResponse("/ui/"), include_in_schema=False),

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 
 from tether import paths
 from tether.errors import NoSession, StateError
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 _local = threading.local()
 

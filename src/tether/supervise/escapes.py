@@ -2,7 +2,7 @@
 
 A layer of :class:`tether.supervise.runner.AgentProcess` (above :mod:`.run_core`, below
 :mod:`.reaper`): recording the run's members as they are observed
-(:mod:`tether._registry_members`), and the two checks the finalizer makes after the
+(:mod:`tether.state._registry_members`), and the two checks the finalizer makes after the
 keeper has done -- or failed to do -- its job:
 
 * **a keeper that died before the run ended** is an escape attempt. Its tree was

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _log, _os
-from tether.supervise.heartbeat import SUPERVISOR_ID, heartbeat_for
 from tether.supervise.keeper_channel import KeeperChannel
+from tether.supervise.lease_renewal import SUPERVISOR_ID, heartbeat_for
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.pipes import PipeWriter
 from tether.supervise.run_state import RunLifecycle

@@ -1,12 +1,12 @@
 """The registry's record of run members: processes observed while provably inside a run.
 
-:class:`MemberStore` is a part of :class:`tether.registry.Registry` (schema v7, table
+:class:`MemberStore` is a part of :class:`tether.state.registry.Registry` (schema v7, table
 ``run_members``). A member is recorded by its identity -- boot id, pid, start time --
 when Tether *saw* it inside a run: the run's root at spawn, a ``tether`` caller proven
 below the run's keeper, an orphan the owner adopted when the keeper died. The record
 outlives the process's place in the tree: once recorded, the process (and what it
 starts, found through its parent chain) is that run's agent for every requester check
-(:func:`tether.requester.resolve`), and a member still alive after its run ended is
+(:func:`tether.policy.requester.resolve`), and a member still alive after its run ended is
 reported and ended by that identity (:mod:`tether.supervise.members`).
 
 Rows of members proven gone are deleted (:meth:`MemberStore.forget_members`); the rest
@@ -52,7 +52,7 @@ def _member(row: sqlite3.Row) -> Member:
 
 
 class MemberStore:
-    """Run members; mixed into :class:`tether.registry.Registry`."""
+    """Run members; mixed into :class:`tether.state.registry.Registry`."""
 
     _db: sqlite3.Connection
     path: str

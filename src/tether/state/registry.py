@@ -7,7 +7,7 @@ while an owner writes, and ``busy_timeout`` turns the rare writer collision into
 short wait instead of an error.
 
 Schema changes are migrations keyed by ``PRAGMA user_version``: each entry of
-:data:`tether.schema.MIGRATIONS` moves the schema one version forward, inside one
+:data:`tether.state.schema.MIGRATIONS` moves the schema one version forward, inside one
 transaction.
 
 The instance id is generated once per state directory and kept: leases carry it, and
@@ -31,13 +31,13 @@ from functools import partial
 from typing import Any
 
 from tether import paths
-from tether._registry_journal import JournalAppends
-from tether._registry_members import Member, MemberStore
-from tether._registry_prune import PruneStore
-from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
-from tether._state_errors import translate_error
 from tether.errors import StateLost
-from tether.schema import MIGRATIONS
+from tether.state._registry_journal import JournalAppends
+from tether.state._registry_members import Member, MemberStore
+from tether.state._registry_prune import PruneStore
+from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
+from tether.state.schema import MIGRATIONS
+from tether.state.translate import translate_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -133,7 +133,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
 
     Raises (from the constructor and every method):
         StateCorrupt, StateFull, StatePermission, StateError: see
-        :func:`tether._state_errors.translate_error`, the one place where sqlite3's
+        :func:`tether.state.translate.translate_error`, the one place where sqlite3's
         and the OS's errors about the database become Tether's.
     """
 
@@ -241,7 +241,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
             db.execute("INSERT INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,))
             return instance_id
 
-    # --- leases, counters and histograms: tether._registry_runs.RunStore -------------
+    # --- leases, counters and histograms: tether.state._registry_runs.RunStore -------------
 
     # --- sessions -----------------------------------------------------------------
 

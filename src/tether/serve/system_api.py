@@ -21,8 +21,8 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _processes(key: str) -> dict[str, Any]:
-    from tether.registry import Registry
     from tether.serve.procs import process_tree
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         if registry.session(key) is None:
@@ -101,7 +101,7 @@ def _registry_text() -> str:
     """The registry's counters as Prometheus text: tether.metrics' renderer where it
     exists, else counters only (``tether_<name>``)."""
     from tether import metrics
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         read = getattr(metrics, "read", None)
