@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -170,7 +169,7 @@ def correct_if_dead(registry: Any, key: str) -> bool:
         return False  # an owner holds it: alive (or starting); not ours to judge
     try:
         return _correct_dead(registry, key)
-    except (sqlite3.Error, TetherError) as exc:  # a full disk: the reader still answers
+    except (TetherError, *registry.ERRORS) as exc:  # a full disk: the reader still answers
         logger.warning("could not correct a lost owner's records: %s", exc)
         return False
     finally:

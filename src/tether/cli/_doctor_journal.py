@@ -12,7 +12,6 @@ seqs are never handed out again (the high-water mark stays).
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Any
 
 from tether.errors import StateError
@@ -36,9 +35,12 @@ def check_journal(report: Any, path: str, *, repair: bool) -> None:
         report.add("journal", "ok", "every stored chunk decodes")
         return
     if repair:
+        from tether.state.registry import Registry
+
+        failed: tuple[type[Exception], ...] = (OSError, *Registry.ERRORS)
         try:
             report.repaired.extend(_set_aside(path, found))
-        except (OSError, StateError, sqlite3.Error) as exc:
+        except failed as exc:
             report.add("journal", "fail", f"damaged chunks could not be set aside: {exc}")
             return
         report.add("journal", "ok", f"{len(found)} damaged chunk(s) set aside")

@@ -24,7 +24,6 @@ with its own proof, through ``on_superseded`` -- it never serves them again.
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -137,6 +136,7 @@ class FleetHost:
         from tether.state._registry_journal import JournalReader
         from tether.state.registry import Registry
 
+        failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         try:
             with Registry() as registry, self._connect() as index:
                 journal = JournalReader(paths.state_db())
@@ -147,7 +147,7 @@ class FleetHost:
                     self.sync_once(index, registry, shipper)
                 finally:
                     journal.close()
-        except (TetherError, sqlite3.Error, OSError) as e:
+        except failed as e:
             self.last_error = str(e)
             self._log(f"host {self.host_id}: the last ship failed: {e}")
 
@@ -177,6 +177,7 @@ class FleetHost:
         from tether.state._registry_journal import JournalReader
         from tether.state.registry import Registry
 
+        failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         journal: JournalReader | None = None
         registry: Registry | None = None
         index: FleetIndex | None = None
@@ -196,7 +197,7 @@ class FleetHost:
                     self.last_error = None
                 except HostSuperseded:
                     return  # the membership's beat says so and closes the sessions
-                except (TetherError, sqlite3.Error, OSError) as e:
+                except failed as e:
                     self.last_error = str(e)
                     if index is not None:
                         index.close()

@@ -73,7 +73,8 @@ def offline_status(key: str) -> dict[str, Any]:
         session = registry.session(key)
         if session is None:
             return no_session_status(key)
-        # The agent's runs: an agent's terminals (tether.process_terminals) have leases of their own.
+        # The agent's runs: an agent's terminals (tether.process_terminals) have leases of
+        # their own.
         leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None
         last_end = session.last_end or {}

@@ -21,26 +21,13 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 from tether import paths
+from tether.supervise.member import Member
 
 __all__ = ["Member", "MemberStore"]
 
 _MAX_IN = 500  # identities per lookup: a parent chain is far shorter
-
-
-@dataclass(frozen=True)
-class Member:
-    """One recorded member of a run."""
-
-    boot_id: str
-    pid: int
-    starttime: int
-    lease_id: str
-    session_key: str | None
-    how: str
-    seen_at: float
 
 
 _COLS = "boot_id, pid, starttime, lease_id, session_key, how, seen_at"

@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from tether import paths
-from tether.errors import StateLost
+from tether.errors import StateError, StateLost
 from tether.state._registry_journal import JournalAppends
 from tether.state._registry_members import Member, MemberStore
 from tether.state._registry_prune import PruneStore
@@ -135,7 +135,14 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
         StateCorrupt, StateFull, StatePermission, StateError: see
         :func:`tether.state.translate.translate_error`, the one place where sqlite3's
         and the OS's errors about the database become Tether's.
+
+    :attr:`ERRORS` names what a caller that must survive a failing database catches
+    (besides ``OSError``), so that no module outside the state layer imports sqlite3.
     """
+
+    # A translated StateError, or a sqlite3.Error from a read that reached the database
+    # without going through translate_error.
+    ERRORS: ClassVar[tuple[type[Exception], ...]] = (StateError, sqlite3.Error)
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()

@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from tether import _log, _os, metrics
-from tether.state._registry_members import Member
+from tether.supervise.member import Member
 from tether.supervise.verify import signal_verified
 
 __all__ = [
