@@ -194,7 +194,7 @@ def routes(gateway: Gateway) -> list[BaseRoute]:
     return [
         *sessions_api.session_routes(),
         *events_api.event_routes(),
-        *system_api.misc_routes(),
+        *system_api.system_routes(),
         *questions_api.question_routes(),
         *acp_api.acp_routes(),  # issue 12: ACP over HTTP
         Route("/", lambda _r: RedirectResponse("/ui/"), include_in_schema=False),

@@ -1,4 +1,4 @@
-"""The gateway's other routes: processes, agents, health, metrics, the OpenAPI document."""
+"""The gateway's system routes: processes, agents, health, metrics, the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(document())
 
 
-def misc_routes() -> list[BaseRoute]:
+def system_routes() -> list[BaseRoute]:
     return [
         Route("/v1/sessions/{id}/processes", processes, methods=["GET"]),
         Route("/v1/agents", list_agents, methods=["GET"]),
