@@ -35,15 +35,11 @@ DOORS = frozenset(DOOR_OF)
 
 # Sideways imports between doors that remain, (from room, module imported): why each is
 # there. The target is none.
-KNOWN_DOOR_TO_DOOR = {
-    # ACP over HTTP is the ACP door spoken over the gateway's HTTP.
-    ("serve", "tether.acp_door"): "the ACP door over HTTP",
-    ("serve", "tether.acp_door.channel"): "the ACP door over HTTP",
-}
-MAX_FLOORS = 10  # measured 2026-11-27 (was 15 before tether.state and tether.policy)
-# The target is 9; the longest chain today, printed by longest_chain():
-# __main__ -> program -> serve -> acp_door -> operations -> policy -> state -> sessions
-# -> paths -> errors (the gateway's ACP over HTTP is the extra floor).
+# (ACP over HTTP: the program hands the gateway the ACP door, tether.serve.acp_binding.)
+KNOWN_DOOR_TO_DOOR: dict[tuple[str, str], str] = {}
+MAX_FLOORS = 9  # the target, measured 2026-11-27 (15 before tether.state/policy)
+# One longest chain today, printed by longest_chain(): __main__ -> program -> mcp ->
+# operations -> owner_fence -> owner_lost -> supervise -> _table -> errors.
 KNOWN_ROOM_CIRCLES: set[frozenset[str]] = set()
 
 
