@@ -21,6 +21,7 @@ STATE_LAYER = frozenset(
         "state/registry.py",
         "state/schema.py",
         "state/translate.py",
+        "state/inspect.py",
         "state/journal/store.py",
         "state/journal/writer.py",
         "state/journal/chunks.py",
@@ -167,3 +168,43 @@ def test_supervision_imports_nothing_from_the_state_package() -> None:
             if any(n == "tether.state" or n.startswith("tether.state.") for n in names):
                 offences.append(f"supervise/{path.relative_to(SRC / 'supervise')}:{node.lineno}")
     assert offences == []
+
+
+def private_state_imports(source: str) -> list[int]:
+    """The lines where ``source`` imports a private module of ``tether.state``
+    (``tether.state._x``, or ``_x`` from ``tether.state``)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
+        else:
+            continue
+        if any(n.startswith("tether.state._") for n in names):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_the_private_module_lint_sees_each_form() -> None:
+    """The positive control: both import forms are reported; the public modules are not."""
+    source = (
+        "from tether.state._registry_journal import JournalReader\n"
+        "from tether.state import _registry_runs, registry\n"
+        "import tether.state._registry_prune\n"
+        "from tether.state.registry import JournalReader, Registry\n"
+        "from tether.state import inspect, translate\n"
+    )
+    assert private_state_imports(source) == [1, 2, 3]
+
+
+def test_no_module_outside_the_state_package_imports_its_private_modules() -> None:
+    """Outside tether.state, code imports its public modules (``registry``, ``inspect``,
+    ``translate``, ``schema``, ``journal``), never the registry's private parts."""
+    offences = [
+        f"{path.relative_to(SRC).as_posix()}:{line}"
+        for path in sorted(SRC.rglob("*.py"))
+        if not _in_state_layer(path.relative_to(SRC).as_posix())
+        for line in private_state_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert offences == [], "imports a private module of tether.state: " + ", ".join(offences)

@@ -133,8 +133,7 @@ class FleetHost:
 
     def final_sync(self) -> None:
         """One last sync pass on connections of its own (the sync thread has stopped)."""
-        from tether.state._registry_journal import JournalReader
-        from tether.state.registry import Registry
+        from tether.state.registry import JournalReader, Registry
 
         failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         try:
@@ -174,8 +173,7 @@ class FleetHost:
             self._log(f"host {self.host_id}: closing superseded sessions failed: {e}")
 
     def _run(self) -> None:
-        from tether.state._registry_journal import JournalReader
-        from tether.state.registry import Registry
+        from tether.state.registry import JournalReader, Registry
 
         failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         journal: JournalReader | None = None

@@ -23,7 +23,7 @@ from tether.fleet.index import FleetIndex, ShippedChunk
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether.state._registry_journal import JournalReads
+    from tether.state.registry import JournalReads
 
 DEFAULT_MAX_ENTRIES = 5_000
 DEFAULT_MAX_BYTES = 4 << 20

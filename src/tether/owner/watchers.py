@@ -28,9 +28,9 @@ import asyncio
 
 from tether.ipc import protocol
 from tether.owner.job import Job
-from tether.state._registry_journal import JournalReader
 from tether.state.journal.entry import FRAME_END, entry_frame_prefix
 from tether.state.journal.writer import JournalWriter
+from tether.state.registry import JournalReader
 
 __all__ = ["Fanout", "Watch"]
 

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 from tether import paths
 from tether.errors import StateError, StateLost
-from tether.state._registry_journal import JournalAppends
+from tether.state._registry_journal import JournalAppends, JournalReader, JournalReads
 from tether.state._registry_members import Member, MemberStore
 from tether.state._registry_prune import PruneStore
 from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
@@ -43,7 +43,15 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.metrics import MetricOp
 
-__all__ = ["ANY_OWNER", "Lease", "Member", "Registry", "Session"]
+__all__ = [
+    "ANY_OWNER",
+    "JournalReader",
+    "JournalReads",
+    "Lease",
+    "Member",
+    "Registry",
+    "Session",
+]
 
 SCHEMA_VERSION = len(MIGRATIONS)
 
