@@ -26,7 +26,6 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, ClassVar
 
@@ -36,6 +35,7 @@ from tether.state._registry_journal import JournalAppends, JournalReader, Journa
 from tether.state._registry_members import Member, MemberStore
 from tether.state._registry_prune import PruneStore
 from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
+from tether.state._session_row import Session, ownership_fields, session_from_row
 from tether.state.schema import MIGRATIONS
 from tether.state.translate import translate_error
 
@@ -54,64 +54,6 @@ __all__ = [
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Session:
-    """One session row."""
-
-    key: str
-    name: str
-    agent_command: list[str]
-    agent_label: str
-    cwd: str
-    acp_session_id: str | None
-    state: str
-    created_at: float
-    updated_at: float
-    closed_at: float | None
-    last_prompt_at: float | None
-    owner_pid: int | None
-    owner_starttime: int | None
-    owner_generation: int
-    owner_socket: str | None
-    owner_started_at: float | None
-    owner_heartbeat_at: float | None
-    owner_status: str | None
-    queue_depth: int
-    current_request: str | None
-    desired_mode: str | None
-    desired_config: dict[str, Any]
-    options: dict[str, Any]
-    last_end: dict[str, Any] | None
-    # Ownership (issue 10): None = operator-owned.
-    agent_id: str = ""
-    owner_session_key: str | None = None
-    spawned_by: str | None = None
-    parent_session_key: str | None = None
-    sandboxed: bool = False
-
-
-def _session_from_row(row: sqlite3.Row) -> Session:
-    data = dict(row)
-    data["agent_command"] = json.loads(data["agent_command"])
-    data["desired_config"] = json.loads(data["desired_config"] or "{}")
-    data["options"] = json.loads(data["options"] or "{}")
-    data["last_end"] = json.loads(data["last_end"]) if data["last_end"] else None
-    data["agent_id"] = data.get("agent_id") or data["agent_label"]
-    data["sandboxed"] = bool(data.get("sandboxed"))
-    return Session(**data)
-
-
-_OWNERSHIP_KEYS = ("owner_session_key", "spawned_by", "parent_session_key")
-
-
-def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    owner = owner or {}
-    fields: dict[str, Any] = {k: owner.get(k) or None for k in _OWNERSHIP_KEYS}
-    fields["agent_id"] = owner.get("agent_id") or agent_label
-    fields["sandboxed"] = 1 if owner.get("sandboxed") else 0
-    return fields
 
 
 # Set once this process finds the state database removed or replaced under it
@@ -262,14 +204,14 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
 
     def session(self, key: str) -> Session | None:
         row = self._row("SELECT * FROM sessions WHERE key = ?", (key,))
-        return _session_from_row(row) if row else None
+        return session_from_row(row) if row else None
 
     def sessions(self, *, include_closed: bool = True) -> list[Session]:
         query = "SELECT * FROM sessions"
         if not include_closed:
             query += " WHERE state != 'closed'"
         query += " ORDER BY created_at"
-        return [_session_from_row(r) for r in self._rows(query)]
+        return [session_from_row(r) for r in self._rows(query)]
 
     def upsert_session(
         self,
@@ -296,7 +238,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
 
         check_name(name)  # under every door, including those that write the row first
         now = time.time()
-        ownership = _ownership_fields(agent_label, owner)
+        ownership = ownership_fields(agent_label, owner)
         with self.transaction() as db:
             row = db.execute("SELECT state FROM sessions WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -347,7 +289,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
             query += " AND state != 'closed'"
         query += " ORDER BY created_at"
         rows = self._db.execute(query, (key, key, key, key)).fetchall()
-        return [_session_from_row(r) for r in rows]
+        return [session_from_row(r) for r in rows]
 
     def update_session(
         self, key: str, *, metric_ops: Iterable[MetricOp] = (), **fields: Any
