@@ -181,8 +181,8 @@ def gateway_figure(n: int, *, fork_server: bool) -> dict[str, Any]:
 BREAKDOWN = (
     "asyncio",
     "sqlite3",
-    "tether.registry",
-    "tether.journal.writer",
+    "tether.state.registry",
+    "tether.state.journal.writer",
     "tether.acp.connection",
     "tether.supervise.runner",
     "tether.owner.compose",

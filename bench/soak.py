@@ -210,7 +210,7 @@ async def one_in_process(path: str, args: argparse.Namespace, registry: Any) -> 
 
 
 async def run_in_process(path: str, n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     sem = asyncio.Semaphore(args.concurrency)
     with Registry() as registry:
@@ -344,7 +344,7 @@ def run_crash(n: int, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def run_mode(mode: str, args: argparse.Namespace, ledger: SignalLedger) -> dict[str, Any]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
     from tether.supervise.cgroups import CgroupProbe
     from tether.supervise.reconcile import reconcile
 

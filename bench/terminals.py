@@ -5,7 +5,7 @@ Usage::
     .venv/bin/python bench/terminals.py            # 20 rounds
     .venv/bin/python bench/terminals.py --n 50
 
-Three figures, through :class:`tether.terminals.ProcessTerminals` (what ``terminal/*``
+Three figures, through :class:`tether.process_terminals.ProcessTerminals` (what ``terminal/*``
 runs on), with no agent and no ACP in between:
 
 * **create**: ``start`` of ``true`` -- keeper, lease, spawn, identity committed;
@@ -34,9 +34,9 @@ def _summary(xs: list[float]) -> str:
 async def _run(n: int) -> None:
     from tether import _os
     from tether.acp.terminals import TerminalCommand
-    from tether.registry import Registry
+    from tether.process_terminals import ProcessTerminals, TerminalSettings
+    from tether.state.registry import Registry
     from tether.supervise.verify import marked_survivors, marker_for
-    from tether.terminals import ProcessTerminals, TerminalSettings
 
     registry = Registry()
     host = ProcessTerminals(registry, "bench", None, TerminalSettings())

@@ -270,12 +270,12 @@ SCHEMA: dict[str, Key] = {
     "journalFrames": flag(True, "journal every ACP frame (false: control records only)"),
     "agents": table("a named agent", values=Key(None, "", "", _agent)),
     "auth": table("a credential by ACP auth method id", values=Key(None, "", "", _string)),
-    # Session ownership and delegation (tether.access, tether.mcp; issue 10).
+    # Session ownership and delegation (tether.policy.access, tether.mcp; issue 10).
     "sessions": table("session ownership and visibility", keys=_SESSIONS),
     "agentToAgent": table("cross-agent access (agent-to-agent policy)", keys=_AGENT_TO_AGENT),
     "mcpBridge": flag(False, "hand every agent `tether mcp` (session delegation) in session/new"),
     "mcpServers": Key((), "MCP servers for every agent", "a list of MCP servers", _mcp_servers),
-    # Agents' terminals (terminal/*; tether.terminals; issue 14 item 4).
+    # Agents' terminals (terminal/*; tether.process_terminals; issue 14 item 4).
     "terminal": flag(True, "offer agents terminals (terminal/*); --no-terminal turns it off"),
     "terminalOutputLimit": integer(
         1024 * 1024, "bytes of a terminal's newest output kept (agents may ask for less)"

@@ -22,9 +22,9 @@ from tether.acp.connection import AgentConnection, ClientOptions, TurnResult, Up
 from tether.acp.session_options import model_method, session_new_extras
 from tether.acp.transport import ExitStatus
 from tether.errors import AgentRequestError, NotAdvertised, TetherError
+from tether.process_terminals import ProcessTerminals, TerminalSettings
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import AgentProcess, ExtinctionReport, SpawnSpec, spawn_agent
-from tether.terminals import ProcessTerminals, TerminalSettings
 
 # After closing stdin, how long an agent gets to exit by itself before the keeper's
 # SIGTERM (acpx: 100 ms). Most agents exit on EOF within 30 ms.

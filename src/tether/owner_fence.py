@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from tether import _log, _os, owner_lost, sessions
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 __all__ = [
     "DEFAULT_UNRESPONSIVE_AFTER_S",

@@ -91,7 +91,7 @@ def spawn_owner_daemon(
     ready_r, ready_w = os.pipe()
     err_r, err_w = os.pipe()
     # The owner shares our home; `env` (the library's) reaches it and its agents.
-    # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.access).
+    # TETHER_OWNER_OF: what is below an owner is the agent's side (tether.policy.access).
     owner_env = {**os.environ, **(env or {}), "TETHER_HOME": paths.home(), "TETHER_OWNER_OF": key}
     try:
         pid = _launcher(key, owner_env, ready_w, err_w)

@@ -11,7 +11,7 @@ Whoever can *prove* the owner is dead corrects them, once:
 
 * the **next owner**, which holds the session's lock, at its start (after it reconciled
   the dead owner's leases), when its journal writer found the previous reservation
-  never released (:func:`tether.journal.store.unreleased`);
+  never released (:func:`tether.state.journal.store.unreleased`);
 * **any reader** (``status``, ``sessions show``) that finds an owner recorded as
   running and takes the session's lock itself: the lock is a ``flock`` the owner holds
   for life and the kernel releases on any death, so a free lock is proof -- never a
@@ -22,7 +22,7 @@ Whoever can *prove* the owner is dead corrects them, once:
 The corrections: every turn of the lost owner without an end gets ``turn_ended`` with
 ``stopReason`` ``owner-lost``; every agent run it started without an end gets its
 ``agent_run_ended`` (the reconciler's record when there is one). The journal's own
-discontinuity is the ``journal_gap`` record (:mod:`tether.journal.gaps`).
+discontinuity is the ``journal_gap`` record (:mod:`tether.state.journal.gaps`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import sqlite3
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -170,7 +169,7 @@ def correct_if_dead(registry: Any, key: str) -> bool:
         return False  # an owner holds it: alive (or starting); not ours to judge
     try:
         return _correct_dead(registry, key)
-    except (sqlite3.Error, TetherError) as exc:  # a full disk: the reader still answers
+    except (TetherError, *registry.ERRORS) as exc:  # a full disk: the reader still answers
         logger.warning("could not correct a lost owner's records: %s", exc)
         return False
     finally:

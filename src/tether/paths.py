@@ -152,7 +152,7 @@ def members_dir_path(home_dir: str | None = None) -> str:
     """Where recorded run members leave a mark (``run/members``), without creating it.
 
     One empty file per member, named ``PID.STARTTIME``: the requester hint
-    (:func:`tether.access.could_be_agent`) checks a process's chain against it with a
+    (:func:`tether.policy.access.could_be_agent`) checks a process's chain against it with a
     ``stat`` per hop -- no database on the thin path. The registry's ``run_members``
     table is the record; these marks follow it.
     """

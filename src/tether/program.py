@@ -23,14 +23,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(ctx: Any) -> int:
+    from tether.acp_door.channel import check_event_id, open_http_server
+    from tether.serve.acp_binding import AcpBinding
     from tether.serve.command import run_serve
 
-    return run_serve(ctx)
+    # ACP over HTTP: the gateway is handed the ACP door rather than importing it.
+    return run_serve(ctx, AcpBinding(open_http_server, check_event_id))
 
 
 def _acp(ctx: Any) -> int:
     from tether.acp_door.stdio import run_stdio
-    from tether.cli._session_cmds import owner_flags
+    from tether.cli._session_flags import owner_flags
 
     return run_stdio(ctx, owner_flags(ctx))
 

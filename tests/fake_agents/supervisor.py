@@ -20,7 +20,7 @@ import json
 import os
 import sys
 
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise.runner import AgentProcess, SpawnSpec, spawn_agent
 
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 import pytest
 
 from tether import paths
-from tether._registry_journal import JournalReader
 from tether.errors import HostSuperseded
 from tether.fleet.index import FleetIndex
 from tether.fleet.shipper import JournalShipper
-from tether.journal import store
-from tether.journal.entry import body_of
-from tether.registry import Registry
+from tether.state._registry_journal import JournalReader
+from tether.state.journal import store
+from tether.state.journal.entry import body_of
+from tether.state.registry import Registry
 
 pytestmark = [pytest.mark.fleet, pytest.mark.integration]
 

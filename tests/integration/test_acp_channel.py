@@ -38,9 +38,9 @@ def _channel(ring: int = 1024, **owner: Any) -> AcpChannel:
 
 
 def _journal(key: str) -> list[dict[str, Any]]:
-    from tether.journal import store
-    from tether.journal.entry import parse_line
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.entry import parse_line
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         return [parse_line(line) for _, line in store.iter_lines(registry._db, key)]
@@ -211,9 +211,9 @@ def test_a_stream_older_than_the_ring_resumes_from_the_journal(project_dir: Path
             if f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
         ]
         assert texts == [f"x {i}\n" for i in range(6)]
-        from tether.journal import store
-        from tether.journal.entry import parse_line
-        from tether.registry import Registry
+        from tether.state.journal import store
+        from tether.state.journal.entry import parse_line
+        from tether.state.registry import Registry
 
         with Registry() as registry:
             entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}

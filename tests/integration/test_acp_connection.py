@@ -16,7 +16,7 @@ from tether.acp.connection import ClientOptions
 from tether.acp.policy import PermissionMode
 from tether.errors import AgentExited, PromptTimeout
 from tether.live_agent import AgentConfig, LiveAgent
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 pytestmark = pytest.mark.integration
 

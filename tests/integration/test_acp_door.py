@@ -25,9 +25,9 @@ MOCK_FULL = f"{MOCK} --modes --config-options"
 
 
 def _journal_kinds(key: str, kind: str) -> list[dict[str, object]]:
-    from tether.journal import store
-    from tether.journal.entry import parse_line
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.entry import parse_line
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         entries = [parse_line(line) for _, line in store.iter_lines(registry._db, key)]

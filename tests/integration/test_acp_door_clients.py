@@ -171,8 +171,8 @@ def test_two_terminates_at_once_end_the_session_once(project_dir: Path) -> None:
     assert sorted(r["alreadyEnded"] for r in results) == [False, True]
     assert {r["reason"] for r in results} == {"terminated"}
 
-    from tether.journal import store
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         lines = [line for _, line in store.iter_lines(registry._db, key)]

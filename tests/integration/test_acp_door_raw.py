@@ -228,9 +228,9 @@ def test_a_client_leaving_while_its_turn_comes_from_the_journal_cancels_it(
 ) -> None:
     """Once the owner has let the door go (``lagged``) it no longer hears the door leave:
     the door cancels the turn in its owner itself, as a client leaving always does."""
-    from tether.journal import store
-    from tether.journal.entry import parse_line
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.entry import parse_line
+    from tether.state.registry import Registry
 
     sid = door.session()
     door.prompt(sid, "stream 200000 ; sleep 120000")

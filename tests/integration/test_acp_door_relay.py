@@ -35,9 +35,9 @@ def _close_everything() -> Iterator[None]:
 
 
 def _journal(key: str) -> list[dict[str, Any]]:
-    from tether.journal import store
-    from tether.journal.entry import parse_line
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.entry import parse_line
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         return [parse_line(line) for _, line in store.iter_lines(registry._db, key)]

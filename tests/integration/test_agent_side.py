@@ -32,7 +32,7 @@ from tests.integration.test_questions import controller, wait_controllers
 from tests.integration.test_supervise_real import _cgroup_capability, alive
 
 from tether import _os
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 pytestmark = pytest.mark.integration
 

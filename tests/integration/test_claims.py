@@ -34,7 +34,7 @@ from tests.integration.test_supervise_real import (
     starttime_of,
 )
 
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise.reconcile import reconcile
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import spawn_agent

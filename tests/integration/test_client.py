@@ -162,8 +162,8 @@ def test_a_consumer_that_falls_behind_still_gets_every_event_and_the_end(
     """The owner lets a connection that falls 8 MiB behind go (``lagged``); the turn
     goes on, and the library reads the rest of it from the journal: every chunk once, in
     order, then TurnEnded (the iteration just stopped, events missing, no TurnEnded)."""
-    from tether.journal import store
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.registry import Registry
 
     def turn_ended(key: str) -> bool:
         with Registry() as registry:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 pytestmark = pytest.mark.integration
 

@@ -282,7 +282,7 @@ def test_exec_records_a_closed_lease(project_dir: Path) -> None:
     """Every exec run leaves a `closed` lease with its reason, never an open one."""
     r = tether("mock", "exec", "echo x", cwd=project_dir)
     assert r.returncode == 0
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as reg:
         leases = reg.leases()

@@ -17,9 +17,9 @@ from pathlib import Path
 from tether import sessions
 from tether.errors import OwnerShuttingDown
 from tether.ipc import protocol
-from tether.journal import store
-from tether.journal.follow import follow_session
-from tether.registry import Registry
+from tether.state.journal import store
+from tether.state.journal.follow import follow_session
+from tether.state.registry import Registry
 
 
 def _stopping_owner(key: str, listener: socket.socket) -> None:

@@ -21,7 +21,7 @@ from tests.integration.test_delegation import TETHER, as_agent, keys, listed, te
 from tests.integration.test_delegation import family as family  # the fixture
 from tests.integration.test_owner import Cli
 
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 pytestmark = pytest.mark.integration
 

@@ -121,9 +121,9 @@ def test_sse_ids_are_journal_seqs_and_resume_from_the_journal(
     everything = _read_until(gw, "0", "second 3")
     seqs = [int(i) for i, _ in everything]
     assert seqs == sorted(set(seqs))
-    from tether.journal import store
-    from tether.journal.entry import parse_line
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.entry import parse_line
+    from tether.state.registry import Registry
 
     with Registry() as registry:  # the gateway's home is the test's
         entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}

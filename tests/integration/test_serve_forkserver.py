@@ -73,7 +73,7 @@ def turn(gw: Gateway, sid: str, text: str = "hello") -> None:
 
 def is_forked(owner: int) -> bool:
     """An owner forked by the fork server runs the fork server's command line."""
-    return "tether.forkserver" in cmdline(owner)
+    return "tether.owner.fork_server" in cmdline(owner)
 
 
 def wait_gone(pid: int, start: int) -> bool:
@@ -108,7 +108,7 @@ def test_an_owner_forked_by_the_fork_server_is_detached_holds_nothing_and_serves
     assert owner_stat[1] not in (fs_stat[1], gw_stat[1], fs, gw)
     assert not fd_targets(owner) & (fd_targets(fs) | fd_targets(gw))
     with open(f"/proc/{owner}/environ", "rb") as f:
-        assert b"\0TETHER_OWNER_OF=" in b"\0" + f.read()  # tether.access's hint
+        assert b"\0TETHER_OWNER_OF=" in b"\0" + f.read()  # tether.policy.access's hint
     assert not loaded_ssl(owner)
     assert not loaded_ssl(fs)
     after = fork_server(gateway)

@@ -57,7 +57,7 @@ def test_mcp_bridge_refuses_a_forging_name(project_dir: Path) -> None:
     the name check under it refuses, and no row is left."""
     from tether.errors import InvalidName
     from tether.mcp import tools
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with pytest.raises(InvalidName):
         tools.sessions_spawn(

@@ -241,10 +241,10 @@ def _as_nobody(argv: list[str], home: str) -> tuple[int, str]:
     import tether.cli._control_cmds
     import tether.cli._crash
     import tether.cli._prompt_cmd
-    import tether.cli._session_cmds
+    import tether.cli._session_flags
     import tether.cli._sessions_cmd
     import tether.cli.output
-    import tether.registry
+    import tether.state.registry
 
     nobody = pwd.getpwnam("nobody")
     read_fd, write_fd = os.pipe()

@@ -42,7 +42,7 @@ from tests._proctree import descendants, kill_verified, marker_carriers
 
 from tether import _os, metrics
 from tether._os import UNREADABLE
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise import reconcile_reap as reconcile_mod
 from tether.supervise.cgroups import CgroupProbe
 from tether.supervise.reconcile import reconcile

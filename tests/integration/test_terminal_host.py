@@ -1,6 +1,6 @@
 """``ProcessTerminals`` in-process: real supervised runs behind the in-memory ACP driver.
 
-The agent is :class:`tether.acp.memory.FakeAgent`, so every answer is seen exactly and
+The agent is :class:`tether.acp.in_memory.FakeAgent`, so every answer is seen exactly and
 validated against the schema; the terminals are real processes under their keepers.
 """
 
@@ -14,8 +14,8 @@ from tests._proctree import marker_carriers
 from tests.unit.test_acp_terminals import call
 
 from tether.acp.connection import AgentConnection, ClientOptions
-from tether.acp.memory import FakeAgent
-from tether.terminals import ProcessTerminals, TerminalSettings
+from tether.acp.in_memory import FakeAgent
+from tether.process_terminals import ProcessTerminals, TerminalSettings
 
 pytestmark = pytest.mark.integration
 
@@ -23,7 +23,7 @@ pytestmark = pytest.mark.integration
 def test_the_run_ending_ends_every_terminal_and_refuses_new_ones(project_dir: Path) -> None:
     """aclose() (the agent run ends) proves every terminal gone, answers a pending
     wait_for_exit, and a later terminal/create is refused."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     async def main() -> None:
         registry = Registry()

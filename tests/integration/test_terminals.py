@@ -59,7 +59,7 @@ def grandchild(rep: dict[str, str]) -> int:
 
 
 def lease(lease_id: str) -> Any:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     registry = Registry()
     try:

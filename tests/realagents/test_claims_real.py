@@ -19,7 +19,7 @@ from tests.integration.test_claims import wait_expired
 from tests.integration.test_owner import signal_descendant
 from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.test_owner_real import Cli, alive_of, owner_session, record_tree, tether_env
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise.verify import command_hash
 
 pytestmark = pytest.mark.realagents

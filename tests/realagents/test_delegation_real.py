@@ -19,7 +19,7 @@ import pytest
 
 from tests.realagents.fake_anthropic import FakeAnthropic
 from tests.realagents.test_owner_real import Cli, tether_env
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 pytestmark = pytest.mark.realagents
 

@@ -585,7 +585,7 @@ def test_connection_claude_pending_permission_answered_cancelled(
     from tether.acp.connection import ClientOptions
     from tether.acp.policy import PermissionMode
     from tether.live_agent import AgentConfig, LiveAgent
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     frames: list[tuple[str, dict[str, Any]]] = []
 

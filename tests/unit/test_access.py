@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
-from tether import access
 from tether.errors import UsageError
-from tether.visibility import Visibility
+from tether.policy import access
+from tether.policy.visibility import Visibility
 
 
 def test_outside_every_tree_is_not_an_agent(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -77,7 +77,7 @@ def test_a_process_found_clean_reads_no_proc_again(monkeypatch: pytest.MonkeyPat
 
 def test_an_ancestor_marker_survives_a_cleared_environment() -> None:
     """A child that clears its environment still sits below a marked ancestor."""
-    code = "import sys; from tether import access; print(access.could_be_agent())"
+    code = "import sys; from tether.policy import access; print(access.could_be_agent())"
     env = {**os.environ, "TETHER_LEASE_ID": "lease-x"}
     # The marked middle process (sh) runs a child with an empty environment.
     r = subprocess.run(

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from tether.acp.connection import AgentConnection, ClientOptions
-from tether.acp.memory import FakeAgent
+from tether.acp.in_memory import FakeAgent
 from tether.acp.policy import PermissionPolicy
 
 Frame = dict[str, Any]

@@ -13,7 +13,7 @@ import pytest
 from tests.acp_schema import schema_errors, validate_def
 
 from tether.acp.connection import AgentConnection, ClientOptions
-from tether.acp.memory import FakeAgent
+from tether.acp.in_memory import FakeAgent
 
 Frame = dict[str, Any]
 TEXT = [{"type": "text", "text": "hi"}]

@@ -19,7 +19,7 @@ from tests.acp_schema import schema_errors
 
 from tether.acp import terminals
 from tether.acp.connection import AgentConnection, ClientOptions
-from tether.acp.memory import FakeAgent
+from tether.acp.in_memory import FakeAgent
 from tether.acp.terminals import OutputBuffer, TerminalCommand
 
 Frame = dict[str, Any]

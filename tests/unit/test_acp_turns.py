@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tether.acp.connection import AgentConnection, ClientOptions
-from tether.acp.memory import FakeAgent
+from tether.acp.in_memory import FakeAgent
 from tether.acp.policy import PermissionMode
 from tether.acp.turn_state import TurnState
 from tether.errors import AgentExited, AgentUnresponsive, ClosedResourceError, PromptTimeout

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tether.cascade import close_tree
 from tether.errors import NoSession, OwnerUnavailable
-from tether.registry import Registry
+from tether.policy.cascade import close_tree
+from tether.state.registry import Registry
 
 
 def _family() -> None:

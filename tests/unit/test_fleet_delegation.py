@@ -17,7 +17,7 @@ from tether.fleet.delegation import (
     spawn_ownership,
 )
 from tether.fleet.rows import Ownership, SessionRow
-from tether.visibility import A2APolicy, Action, Requester, Visibility, can_see, visible
+from tether.policy.visibility import A2APolicy, Action, Requester, Visibility, can_see, visible
 
 PARENT, CHILD, OTHER = "p" * 64, "c" * 64, "o" * 64
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.journal.entry import (
+from tether.state.journal.entry import (
     JournalStats,
     Retention,
     acp_body,

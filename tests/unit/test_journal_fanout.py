@@ -8,10 +8,10 @@ import socket
 
 from tether import paths
 from tether.ipc import protocol
-from tether.journal import store, writer
 from tether.owner.job import Job, Outbox
 from tether.owner.watchers import Fanout, Watch
-from tether.registry import Registry
+from tether.state.journal import store, writer
+from tether.state.registry import Registry
 
 
 def _watch(owner_writer: asyncio.StreamWriter, rid: str, limit: int = 8 << 20) -> Watch:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from tether import paths
-from tether.journal import chunks as chunks_mod
-from tether.journal import store
-from tether.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
-from tether.registry import Registry
-from tether.schema import MIGRATIONS
+from tether.state.journal import chunks as chunks_mod
+from tether.state.journal import store
+from tether.state.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
+from tether.state.registry import Registry
+from tether.state.schema import MIGRATIONS
 
 
 def _rows(first: int, count: int, *, at: float = 0.0, size: int = 10) -> list[store.Stored]:
@@ -372,7 +372,7 @@ def test_readers_skip_a_damaged_chunk_and_say_which_and_retention_still_runs() -
         ]
         assert [(a, b) for a, b, _why in seen] == [(4, 6)]
         assert [s for s, _ in store.iter_lines(reg._db, key, 5)] == [7, 8, 9]
-        from tether.journal.damage import damaged_chunks
+        from tether.state.journal.damage import damaged_chunks
 
         assert [(k, d[:2]) for k, d in damaged_chunks(reg._db)] == [(key, (4, 6))]
         assert store.delete_before(reg._db, key, 5) == 6  # 1-3, and 4-6 whole

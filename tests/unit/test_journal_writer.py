@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from tether import paths
-from tether.journal import store, writer
-from tether.journal.entry import parse_line
-from tether.registry import Registry
+from tether.state.journal import store, writer
+from tether.state.journal.entry import parse_line
+from tether.state.registry import Registry
 
 
 def test_a_failing_disk_bounds_the_backlog_and_counts_what_it_gave_up(
@@ -54,7 +54,7 @@ def test_a_slow_writer_stalls_the_appender_and_loses_nothing(
 
 def test_an_acp_entry_is_the_line_entry_line_builds() -> None:
     """The hot path's byte-built line is exactly the public line, and is stored as such."""
-    from tether.journal.entry import acp_body, entry_line
+    from tether.state.journal.entry import acp_body, entry_line
 
     with Registry() as reg:
         reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")

@@ -9,7 +9,7 @@ import pytest
 
 from tether import _log, metrics
 from tether.cli import main
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 
 @pytest.fixture

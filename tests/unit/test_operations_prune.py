@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from tether import operations, sessions
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 
 def _closed(reg: Registry, scope: str, name: str) -> str:

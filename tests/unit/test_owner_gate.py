@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from tether import _os, access
+from tether import _os
 from tether.errors import VisibilityDenied
 from tether.ipc import protocol
 from tether.owner.gate import ACTIONS, PeerGate
-from tether.registry import Registry
-from tether.requester import Resolved, peer_environ
-from tether.visibility import Requester
+from tether.policy import access
+from tether.policy.requester import Resolved, peer_environ
+from tether.policy.visibility import Requester
+from tether.state.registry import Registry
 
 
 def request(kind: str, payload: dict[str, Any] | None = None) -> protocol.Envelope:

@@ -39,9 +39,9 @@ def test_the_journal_ring_keeps_only_unstored_entries_after_shrink(
     import threading
 
     from tether import paths
-    from tether.journal import store
-    from tether.journal.writer import JournalWriter
-    from tether.registry import Registry
+    from tether.state.journal import store
+    from tether.state.journal.writer import JournalWriter
+    from tether.state.registry import Registry
 
     with Registry() as reg:
         reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")

@@ -11,7 +11,7 @@ import pytest
 from tether import metrics
 from tether.errors import StateFull
 from tether.owner.heartbeat import Heartbeat
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 
 def _session(reg: Registry) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tether import operations, ownership, registry, schema
-from tether.registry import Registry
+from tether import operations
+from tether.policy import ownership
+from tether.state import registry, schema
+from tether.state.registry import Registry
 
 
 def _new(reg: Registry, key: str, label: str = "mock", **owner: object) -> registry.Session:

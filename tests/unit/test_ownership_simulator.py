@@ -20,7 +20,7 @@ import pytest
 from tether import metrics
 from tether._os import ProcessIdentity
 from tether._os._fake import FakeProcessTable
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise import reconcile as reconcile_mod
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.reconcile_plan import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tether.errors import InvalidTransition
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise.lease_state import LeaseInput, LeaseState
 
 S = LeaseState

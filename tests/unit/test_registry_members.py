@@ -7,10 +7,11 @@ import sqlite3
 
 import pytest
 
-from tether import _os, access, paths
+from tether import _os, paths
 from tether._os._fake import FakeProcessTable
-from tether.registry import Registry
-from tether.schema import MIGRATIONS
+from tether.policy import access
+from tether.state.registry import Registry
+from tether.state.schema import MIGRATIONS
 from tether.supervise.members import MemberScan
 
 

@@ -8,9 +8,9 @@ import socket
 import pytest
 
 from tether._os._fake import FakeProcessTable
-from tether.registry import Registry
-from tether.requester import peer_pid, resolve, resolve_peer
-from tether.visibility import Visibility
+from tether.policy.requester import peer_pid, resolve, resolve_peer
+from tether.policy.visibility import Visibility
+from tether.state.registry import Registry
 
 # pid 100: the owner of session "parent"; 101: its keeper; 102: the agent; 103: a shell
 # the agent ran; 104: `tether` run from that shell. 200: an unrelated terminal.
@@ -144,8 +144,8 @@ def test_a_claim_for_another_install_is_no_claim_here(world: tuple) -> None:
 
 def test_a_claim_never_gains_anything(world: tuple) -> None:
     """For every caller, claim and level: what a claim reaches ⊆ what no claim reaches."""
-    from tether.ownership import row_of
-    from tether.visibility import A2APolicy, can_see
+    from tether.policy.ownership import row_of
+    from tether.policy.visibility import A2APolicy, can_see
 
     reg, table = world
     reg.upsert_session(

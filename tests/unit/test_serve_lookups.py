@@ -11,8 +11,8 @@ import pytest
 
 from tether import paths
 from tether.errors import NoSession
-from tether.registry import Registry
 from tether.serve import lookups
+from tether.state.registry import Registry
 
 
 def test_a_thread_reuses_its_connection_until_the_database_is_replaced(

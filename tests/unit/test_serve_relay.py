@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from tether.ipc.client import OwnerConnection
 from tether.ipc.lines import LineReader
-from tether.journal.follow import Follower
 from tether.serve import stream, stream_clients
+from tether.state.journal.follow import Follower
 
 RID = "r-0123456789abcdef"
 PREFIX = b'{"type":"entry","requestId":"' + RID.encode() + b'","entry":'

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tether import access, sessions
+from tether import sessions
 from tether.ipc import protocol
+from tether.policy import access
 from tether.serve import stream, submit
 
 KEY = "c" * 64

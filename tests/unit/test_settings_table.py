@@ -14,7 +14,7 @@ from tether.owner.settings import OwnerSettings
 
 # Config keys that are no owner setting: the caller's own (format, timeout, retries,
 # what an undecided question does), which agent, credentials (never stored with a
-# session) and the policies tether.access and the gateway read themselves.
+# session) and the policies tether.policy.access and the gateway read themselves.
 NOT_OWNER = {
     "defaultAgent",
     "promptRetries",

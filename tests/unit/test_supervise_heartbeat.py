@@ -6,8 +6,8 @@ import asyncio
 import threading
 import time
 
-from tether.registry import Registry
-from tether.supervise.heartbeat import SUPERVISOR_ID, LeaseHeartbeat
+from tether.state.registry import Registry
+from tether.supervise.lease_renewal import SUPERVISOR_ID, LeaseHeartbeat
 
 
 class FakeRenewer:

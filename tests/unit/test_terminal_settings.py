@@ -5,9 +5,9 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from tether.acp.terminals import DEFAULT_OUTPUT_LIMIT
+from tether.process_terminals import TerminalSettings
 from tether.supervise.lease_state import LeaseInput
 from tether.supervise.reconcile import _run_ended
-from tether.terminals import TerminalSettings
 
 
 def test_terminals_are_on_unless_turned_off() -> None:

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tether.visibility import (
+from tether.policy.visibility import (
     A2APolicy,
     Action,
     Requester,

@@ -7,10 +7,10 @@ command (``terminal/create``), read what it printed (``terminal/output``), wait 
 (``terminal/wait_for_exit``), kill it (``terminal/kill``) and free it
 (``terminal/release``). This module is the protocol half: it checks each request,
 keeps the table of live terminals and their output, and answers. Running the command
-is a :class:`TerminalHost`'s job -- in production :class:`tether.terminals.ProcessTerminals`,
-which makes every terminal a supervised run of its own (keeper, lease, proof of
-extinction); in tests anything that satisfies the Protocol. This module imports no
-process code.
+is a :class:`TerminalHost`'s job -- in production
+:class:`tether.process_terminals.ProcessTerminals`, which makes every terminal a
+supervised run of its own (keeper, lease, proof of extinction); in tests anything that
+satisfies the Protocol. This module imports no process code.
 
 The rules:
 
@@ -150,7 +150,7 @@ class TerminalRun(Protocol):
 
 
 class TerminalHost(Protocol):
-    """Runs terminal commands for one agent run (see :mod:`tether.terminals`)."""
+    """Runs terminal commands for one agent run (see :mod:`tether.process_terminals`)."""
 
     @property
     def output_limit(self) -> int:

@@ -5,7 +5,7 @@ byte stream each way; it does not care whether the bytes cross a pipe to a super
 process or a queue to a scripted fake. This Protocol is the seam, as httpcore's
 ``NetworkBackend`` is: production wraps an :class:`~tether.supervise.runner.AgentProcess`
 (``tether.live_agent.ProcessTransport``), tests use
-:class:`tether.acp.memory.MemoryTransport`, and the driver imports neither.
+:class:`tether.acp.in_memory.MemoryTransport`, and the driver imports neither.
 
 The contract, in the order a connection uses it:
 

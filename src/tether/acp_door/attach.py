@@ -2,7 +2,7 @@
 
 While a client is attached (``session/new``, ``session/load``, ``session/resume``) the
 door follows the session's journal from the attach point on, in a thread of its own
-(:func:`tether.journal.follow.follow_session`: the database, then the live owner's
+(:func:`tether.state.journal.follow.follow_session`: the database, then the live owner's
 ``watch``, across owner restarts), and hands every entry to the event loop. Two kinds
 of entry matter to the client:
 
@@ -27,8 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from tether.errors import NoSession
-from tether.journal.entry import parse_line
-from tether.journal.follow import Follower, follow_session, is_session_end
+from tether.state.journal.entry import parse_line
+from tether.state.journal.follow import Follower, follow_session, is_session_end
 
 __all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries"]
 

@@ -42,7 +42,7 @@ from tether.acp_door.event_ids import Cursors, Position, parse_id
 from tether.errors import ClosedResourceError, UsageError
 from tether.jsonrpc import encode
 
-__all__ = ["RING_EVENTS", "AcpChannel", "check_event_id"]
+__all__ = ["RING_EVENTS", "AcpChannel", "check_event_id", "open_http_server"]
 
 RING_EVENTS = 1024  # events a reconnecting stream can resume from (sandbox-agent's ring)
 
@@ -241,3 +241,22 @@ def check_event_id(text: str) -> list[Position]:
         return parse_id(text)
     except ValueError:
         raise UsageError(f"Last-Event-ID {text[:40]!r} is not an event id of this server") from None
+
+
+def open_http_server(config: dict[str, Any], agent: str | None) -> AcpChannel:
+    """A new ACP server for ``/v1/acp/{serverId}``: the ``agent`` named (else the config's
+    default agent), with the owner settings the configuration makes for every door."""
+    from tether import agents, operations, sessions
+
+    label = agent or str(config.get("defaultAgent") or agents.DEFAULT_AGENT)
+    argv = agents.resolve(label, config.get("agents"))
+    named = agents.is_agent_name(label, config.get("agents"))
+    options = DoorOptions(
+        agent_label=label,
+        agent_argv=argv,
+        agent_scope=sessions.agent_scope(label, argv, named=named),
+        # The gateway's config (of the directory it serves from), through the table
+        # every door uses.
+        owner_options=operations.settings(config),
+    )
+    return AcpChannel(options)

@@ -345,9 +345,9 @@ def _dispatch(ctx: Context, doors: Doors) -> int:
 
         return _control_cmds.control(ctx)
     if command == "answer":
-        from tether.cli import _questions, _session_cmds
+        from tether.cli import _questions, _session_flags
 
-        return _questions.answer_cmd(ctx, _session_cmds.session_key_of(ctx))
+        return _questions.answer_cmd(ctx, _session_flags.session_key_of(ctx))
     if command == "sessions":
         from tether.cli import _sessions_cmd
 

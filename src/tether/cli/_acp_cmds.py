@@ -15,7 +15,7 @@ def _auth(ctx: Any) -> dict[str, str]:
 
 def fork(ctx: Any) -> int:
     """``sessions fork [-s NAME] NEW_NAME``."""
-    from tether.cli._session_cmds import _key, _later_flags, _no_session_hint
+    from tether.cli._session_flags import _key, _later_flags, _no_session_hint
 
     if len(ctx.inv.words) != 1:
         raise UsageError("usage: tether sessions fork [-s NAME] NEW_NAME")

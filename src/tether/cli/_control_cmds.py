@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tether import operations
-from tether.cli._session_cmds import (
+from tether.cli._session_flags import (
     _call_deadline,
     _key,
     _no_session_hint,

@@ -28,7 +28,7 @@ _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 def unexpected(exc: BaseException) -> TetherError:
     """The Tether error to show for ``exc``; writes a crash log when it is a bug."""
     if type(exc).__module__ == "sqlite3":
-        from tether._state_errors import translate_error
+        from tether.state.translate import translate_error
 
         return translate_error(exc, os.path.join(paths.home_path(), "state.db"))
     if isinstance(exc, OSError) and exc.errno in _FULL_ERRNOS:

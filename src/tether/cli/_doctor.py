@@ -100,8 +100,8 @@ def _free_space(report: Report, home: str) -> None:
 
 def database_problem(path: str) -> tuple[str, str]:
     """``(status, detail)`` for the database at ``path``, read-only: nothing is changed."""
-    from tether._registry_inspect import integrity
-    from tether.registry import SCHEMA_VERSION
+    from tether.state.inspect import integrity
+    from tether.state.registry import SCHEMA_VERSION
 
     try:
         rows, version = integrity(path)
@@ -243,7 +243,7 @@ def _repair_database(report: Report, path: str) -> None:
             " and run `tether doctor --repair` again.",
         )
         return
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     report.repaired.extend(_move_aside(path))
     try:

@@ -2,7 +2,7 @@
 
 A reader skips a damaged chunk as it meets it (and says so); the doctor finds them all
 ahead of time: every chunk of every session, every line decoded
-(:func:`tether.journal.damage.damaged_chunks`). ``--repair`` sets each aside: its stored
+(:func:`tether.state.journal.damage.damaged_chunks`). ``--repair`` sets each aside: its stored
 bytes go to ``TETHER_HOME/damaged/`` (``<session key>-<first seq>-<last seq>.chunk``,
 the codec in the name's suffix: ``.zlib`` or ``.txt``), then its row is removed, so
 readers no longer meet it. Nothing is deleted that was not saved first; the entries'
@@ -12,7 +12,6 @@ seqs are never handed out again (the high-water mark stays).
 from __future__ import annotations
 
 import os
-import sqlite3
 from typing import Any
 
 from tether.errors import StateError
@@ -22,7 +21,7 @@ _MAX_NAMED = 3  # damaged chunks named in the report line; the count says the re
 
 def check_journal(report: Any, path: str, *, repair: bool) -> None:
     """Add the ``journal`` check to ``report`` (and, with ``repair``, set damage aside)."""
-    from tether._registry_inspect import damaged_journal_chunks
+    from tether.state.inspect import damaged_journal_chunks
 
     try:
         found = damaged_journal_chunks(path)
@@ -36,9 +35,12 @@ def check_journal(report: Any, path: str, *, repair: bool) -> None:
         report.add("journal", "ok", "every stored chunk decodes")
         return
     if repair:
+        from tether.state.registry import Registry
+
+        failed: tuple[type[Exception], ...] = (OSError, *Registry.ERRORS)
         try:
             report.repaired.extend(_set_aside(path, found))
-        except (OSError, StateError, sqlite3.Error) as exc:
+        except failed as exc:
             report.add("journal", "fail", f"damaged chunks could not be set aside: {exc}")
             return
         report.add("journal", "ok", f"{len(found)} damaged chunk(s) set aside")
@@ -58,8 +60,8 @@ def check_journal(report: Any, path: str, *, repair: bool) -> None:
 
 def _set_aside(path: str, found: list[tuple[str, tuple[int, int, str]]]) -> list[str]:
     """Save each damaged chunk's bytes under ``damaged/``, then remove its row."""
-    from tether.journal.chunks import ZLIB
-    from tether.registry import Registry
+    from tether.state.journal.chunks import ZLIB
+    from tether.state.registry import Registry
 
     aside = os.path.join(os.path.dirname(path), "damaged")
     os.makedirs(aside, mode=0o700, exist_ok=True)

@@ -46,7 +46,7 @@ def client_options(ctx: Any, on_frame: Any) -> ClientOptions:
     cfg = ctx.config
     mode: PermissionMode | PermissionPolicy = PermissionMode(ctx.permissions)
     if ctx.inv.permission_policy:  # a policy file (or a mode's name) replaces the mode
-        from tether.cli._session_cmds import _policy
+        from tether.cli._session_flags import _policy
 
         mode = load_policy(str(_policy(ctx)))
     return ClientOptions(
@@ -74,7 +74,7 @@ def run_exec(ctx: Any, text: str) -> int:
 
 async def _run(ctx: Any, text: str) -> int:
     from tether import metrics
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     out = ctx.output
     registry = Registry()
@@ -103,7 +103,7 @@ async def _run(ctx: Any, text: str) -> int:
     # The user's MCP servers only: an exec run has no session for the bridge to act as.
     mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
     from tether import operations
-    from tether.terminals import TerminalSettings
+    from tether.process_terminals import TerminalSettings
 
     # Terminals as a session's owner would offer them (the one settings table).
     no_terminal = {"terminal": False if ctx.inv.no_terminal else None}

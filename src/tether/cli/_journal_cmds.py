@@ -2,7 +2,7 @@
 
 Every one of these reads the state database directly and works with no owner running;
 none starts one. ``watch`` attaches to the live owner, if there is one, only to get new
-entries the moment they happen (:mod:`tether.journal.follow`).
+entries the moment they happen (:mod:`tether.state.journal.follow`).
 """
 
 from __future__ import annotations
@@ -15,13 +15,13 @@ from typing import Any
 
 from tether import operations
 from tether.errors import JournalDamaged, TetherError, UsageError
-from tether.journal import render, store
-from tether.journal.entry import parse_duration, parse_line
-from tether.journal.follow import follow_session
+from tether.state.journal import render, store
+from tether.state.journal.entry import parse_duration, parse_line
+from tether.state.journal.follow import follow_session
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
 
 def run(ctx: Any, key: str, no_session: Any) -> int:

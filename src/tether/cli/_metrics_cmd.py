@@ -9,7 +9,7 @@ def run_metrics(ctx: Any) -> int:
     """Print the metrics (text, ``--format json``, or ``--format quiet``: the samples in
     Prometheus' form); the registry is the only source."""
     from tether import metrics
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         snap = metrics.read(registry)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 
 from tether import operations
-from tether.cli._session_cmds import _call_deadline, _key, _policy, _remaining_ms, connect_or_start
+from tether.cli._session_flags import _call_deadline, _key, _policy, _remaining_ms, connect_or_start
 from tether.errors import (
     Interrupted,
     OwnerLost,
@@ -190,7 +190,7 @@ def _finish_from_journal(
     its error, raised). ``follow``: its owner still runs it, so wait for its end."""
     from tether import _fastjson
     from tether.errors import error_from_wire
-    from tether.journal.follow import Follower, follow_session
+    from tether.state.journal.follow import Follower, follow_session
 
     outcome: dict[str, Any] = {}
     followers: list[Follower] = []

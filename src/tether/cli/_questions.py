@@ -285,7 +285,7 @@ def answer_cmd(ctx: Any, key: str) -> int:
     try:
         result = operations.answer(key, qid, word, content=content)
     except NoSession:
-        from tether.cli._session_cmds import _no_session_hint
+        from tether.cli._session_flags import _no_session_hint
 
         raise _no_session_hint(ctx) from None
     return show_answered(ctx, result)

@@ -7,7 +7,7 @@ from typing import Any
 
 def run_reap(ctx: Any) -> int:
     from tether import metrics
-    from tether.registry import Registry
+    from tether.state.registry import Registry
     from tether.supervise.reconcile import reconcile
 
     with Registry() as registry:

@@ -169,7 +169,7 @@ def _status(ctx: Any, client: RemoteClient) -> dict[str, Any]:
     except NoSession:
         if ctx.inv.key is not None:
             raise
-        from tether.cli._session_cmds import _key
+        from tether.cli._session_flags import _key
         from tether.operations.session_status import no_session_status
 
         return no_session_status(_key(ctx))
@@ -290,7 +290,7 @@ def resolve(ctx: Any, client: RemoteClient) -> str:
         record = core.pick_session(records, ctx.agent_label, str(ctx.cwd), ctx.inv.session or "")
         if record is not None:
             return str(record.get("id"))
-    from tether.cli._session_cmds import _no_session_hint
+    from tether.cli._session_flags import _no_session_hint
 
     hint: NoSession = _no_session_hint(ctx)
     raise hint

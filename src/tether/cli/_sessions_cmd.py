@@ -4,7 +4,7 @@ own sessions and the journal's watch, read, history, export, prune)."""
 from __future__ import annotations
 
 from tether import operations, sessions
-from tether.cli._session_cmds import _key, _later_flags, _no_session_hint, _owner_options
+from tether.cli._session_flags import _key, _later_flags, _no_session_hint, _owner_options
 from tether.errors import (
     NoSession,
     UsageError,
@@ -38,8 +38,8 @@ def sessions_cmd(ctx: Any) -> int:
         )
     if sub == "list":
         return show_list(ctx, operations.list_sessions(include_closed=ctx.inv.all))
-    from tether import access
-    from tether.registry import Registry
+    from tether.policy import access
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         key = _key(ctx)
@@ -99,7 +99,7 @@ def _list_text(items: list[dict[str, Any]], *, tree: bool) -> str:
             )
             for s in items
         )
-    from tether.ownership import tree_lines
+    from tether.policy.ownership import tree_lines
 
     return "\n".join(escape(line) for line in tree_lines(items))
 

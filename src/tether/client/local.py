@@ -28,7 +28,7 @@ from tether.events import (
     question_from_frame,
 )
 from tether.ipc.aio_client import AsyncOwnerConnection
-from tether.journal.turn_rest import TurnRest
+from tether.state.journal.turn_rest import TurnRest
 
 __all__ = ["LocalBackend"]
 

@@ -34,8 +34,8 @@ async def watch_journal(
     import threading
 
     from tether.events import event_from_entry
-    from tether.journal.entry import parse_line
-    from tether.journal.follow import Follower
+    from tether.state.journal.entry import parse_line
+    from tether.state.journal.follow import Follower
 
     loop = asyncio.get_running_loop()
     queue: asyncio.Queue[tuple[int, str] | BaseException | None] = asyncio.Queue(256)

@@ -121,8 +121,8 @@ def run_router(
     ``host_tls`` opens connections to ``https://`` hosts (:mod:`tether.serve.tls`);
     ``own_tls``, when given, makes the router's own listener HTTPS.
     """
-    from tether.access import policy
     from tether.fleet.router import Router, RouterSettings, serve_router
+    from tether.policy.access import policy
 
     level, a2a = policy(config if config is not None else {})
     router = Router(

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 Who is asking is a kernel fact, and kernel facts stay local: only the host an agent
 runs on can prove, from ``SO_PEERCRED`` and ``/proc``, that a process belongs to one of
-its agent trees (:mod:`tether.requester`). So an agent reaches the fleet through its
+its agent trees (:mod:`tether.policy.requester`). So an agent reaches the fleet through its
 host's agents' door (:mod:`tether.fleet.door`), which proves the caller and forwards
 the request to a router with the fleet credential and an **assertion**: one header,
 :data:`ASSERTION_HEADER`, naming the asserting host, the requester's fleet session id,
@@ -18,8 +18,8 @@ The router believes an assertion only when both hold (:func:`check_assertion`):
   for its own sessions only; it cannot speak for another host's.
 
 Then the very functions that decide on one host decide here --
-:func:`tether.visibility.can_see`, :func:`~tether.visibility.can_spawn` and
-:func:`~tether.visibility.visible` -- over index rows mapped by :func:`row_of`; there is
+:func:`tether.policy.visibility.can_see`, :func:`~tether.policy.visibility.can_spawn` and
+:func:`~tether.policy.visibility.visible` -- over index rows mapped by :func:`row_of`; there is
 no second policy. The index row may only narrow what the host asserts: a row that says
 sandboxed makes the requester sandboxed whatever the assertion says.
 
@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from tether.fleet.rows import Ownership, SessionRow
-from tether.visibility import Action, Decision, Requester, Row, Visibility
+from tether.policy.visibility import Action, Decision, Requester, Row, Visibility
 
 __all__ = [
     "ASSERTION_HEADER",

@@ -8,7 +8,7 @@ directory, 0600). Agents this host starts find it in their environment as
 connection is believed about who is asking.
 
 For each request the door asks the kernel who is at the other end (``SO_PEERCRED``) and
-resolves that pid as every local check does (:func:`tether.requester.resolve`, against
+resolves that pid as every local check does (:func:`tether.policy.requester.resolve`, against
 this host's registry and ``/proc``). Only a process proven to be in one of this host's
 agent trees is served; the operator (outside every tree) and an unproven claim get a
 ``403 REQUESTER_UNPROVEN`` saying what the proof found. A proven request goes on to the
@@ -42,7 +42,7 @@ from tether.fleet.requests import (
     serve_connection,
     serve_listener,
 )
-from tether.requester import Resolved, peer_environ, peer_pid, resolve
+from tether.policy.requester import Resolved, peer_environ, peer_pid, resolve
 from tether.unix_listener import bind_private
 
 __all__ = ["DOOR_ENV", "DOOR_FILE", "FleetDoor", "door_path"]
@@ -144,7 +144,7 @@ class FleetDoor:
 
     def _prove(self, pid: int) -> Resolved:
         """Who ``pid`` is, by this host's registry and ``/proc`` (blocking)."""
-        from tether.registry import Registry
+        from tether.state.registry import Registry
 
         with Registry() as registry:
             return resolve(registry, pid=pid, environ=peer_environ(pid), record=True)

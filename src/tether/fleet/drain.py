@@ -174,14 +174,14 @@ class HostDrainer:
 
 def _live_owner_keys() -> list[str]:
     """The open sessions of this home whose owner the registry says runs."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         return [s.key for s in registry.sessions(include_closed=False) if s.owner_pid is not None]
 
 
 def _open_session_count() -> int:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         return len(registry.sessions(include_closed=False))
@@ -220,7 +220,7 @@ def _retire_one(key: str) -> str:
     import signal
 
     from tether.owner_fence import signal_owner, wait_exit
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         session = registry.session(key)

@@ -24,7 +24,6 @@ with its own proof, through ``on_superseded`` -- it never serves them again.
 from __future__ import annotations
 
 import os
-import sqlite3
 import threading
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -109,7 +108,7 @@ class FleetHost:
     def _superseded_here(index: FleetIndex, adopted: set[str]) -> list[str]:
         """Keys of this host's open local sessions the index knows as fleet sessions
         that this host does not own any more."""
-        from tether.registry import Registry
+        from tether.state.registry import Registry
 
         with Registry() as registry:
             local = [s.key for s in registry.sessions(include_closed=False)]
@@ -134,9 +133,9 @@ class FleetHost:
 
     def final_sync(self) -> None:
         """One last sync pass on connections of its own (the sync thread has stopped)."""
-        from tether._registry_journal import JournalReader
-        from tether.registry import Registry
+        from tether.state.registry import JournalReader, Registry
 
+        failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         try:
             with Registry() as registry, self._connect() as index:
                 journal = JournalReader(paths.state_db())
@@ -147,7 +146,7 @@ class FleetHost:
                     self.sync_once(index, registry, shipper)
                 finally:
                     journal.close()
-        except (TetherError, sqlite3.Error, OSError) as e:
+        except failed as e:
             self.last_error = str(e)
             self._log(f"host {self.host_id}: the last ship failed: {e}")
 
@@ -174,9 +173,9 @@ class FleetHost:
             self._log(f"host {self.host_id}: closing superseded sessions failed: {e}")
 
     def _run(self) -> None:
-        from tether._registry_journal import JournalReader
-        from tether.registry import Registry
+        from tether.state.registry import JournalReader, Registry
 
+        failed: tuple[type[Exception], ...] = (TetherError, *Registry.ERRORS, OSError)
         journal: JournalReader | None = None
         registry: Registry | None = None
         index: FleetIndex | None = None
@@ -196,7 +195,7 @@ class FleetHost:
                     self.last_error = None
                 except HostSuperseded:
                     return  # the membership's beat says so and closes the sessions
-                except (TetherError, sqlite3.Error, OSError) as e:
+                except failed as e:
                     self.last_error = str(e)
                     if index is not None:
                         index.close()

@@ -44,7 +44,7 @@ from tether.fleet.requests import RequestBody as _RequestBody
 from tether.fleet.requests import once as _once
 from tether.fleet.requests import serve_connection, serve_listener
 from tether.fleet.rows import HostRow, SessionRow
-from tether.visibility import A2APolicy, Visibility
+from tether.policy.visibility import A2APolicy, Visibility
 
 DEFAULT_REFRESH_S = 0.25
 DEFAULT_TTL_S = 5.0

@@ -24,7 +24,7 @@ from tether.fleet.delegation import (
     requester_of,
     row_of,
 )
-from tether.visibility import Decision, Requester, can_see
+from tether.policy.visibility import Decision, Requester, can_see
 
 if TYPE_CHECKING:
     from tether.fleet.router import Router

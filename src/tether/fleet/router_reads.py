@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from tether.errors import FleetError
 from tether.fleet import http1
-from tether.journal import render
-from tether.journal.entry import TURN_KINDS, parse_line
+from tether.state.journal import render
+from tether.state.journal.entry import TURN_KINDS, parse_line
 
 if TYPE_CHECKING:
     from tether.fleet.router import Router

@@ -28,7 +28,7 @@ from tether.fleet.host_calls import call_host
 from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.relay import HostRefused, HostSilent
 from tether.fleet.router_reads import _lines
-from tether.journal import render
+from tether.state.journal import render
 
 if TYPE_CHECKING:
     from tether.fleet.requests import RequestBody as _RequestBody

@@ -26,7 +26,7 @@ from tether.fleet import http1, router_access
 from tether.fleet.delegation import row_of, spawn_ownership
 from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.rows import HostRow, Ownership, SessionRow
-from tether.visibility import Requester, can_see, can_spawn
+from tether.policy.visibility import Requester, can_see, can_spawn
 
 if TYPE_CHECKING:
     from tether.fleet.relay import ClientLink

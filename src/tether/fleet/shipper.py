@@ -1,7 +1,7 @@
 """Shipping a host's committed journal entries to the fleet index.
 
 The journal's one writer on a host is each session's owner; the shipper only reads what
-is committed (``tether.journal.store.read``) and copies it off-host, so history,
+is committed (``tether.state.journal.store.read``) and copies it off-host, so history,
 transcripts and replay of a session work while its host is down. It never writes the
 local journal and never slows an owner.
 
@@ -23,7 +23,7 @@ from tether.fleet.index import FleetIndex, ShippedChunk
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether._registry_journal import JournalReads
+    from tether.state.registry import JournalReads
 
 DEFAULT_MAX_ENTRIES = 5_000
 DEFAULT_MAX_BYTES = 4 << 20

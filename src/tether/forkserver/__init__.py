@@ -6,7 +6,7 @@ Every session owner started as a fresh interpreter (``python -m tether.owner``) 
 for its own copy of the same ~250 modules: ~15 MiB of private memory per idle session,
 almost all of it code and module state identical in every owner. The gateway, where
 hundreds of sessions of one host live, instead starts one *fork server* beside it: a
-fresh, single-threaded interpreter (``python -m tether.forkserver FD``) that imports the
+fresh, single-threaded interpreter (``python -m tether.owner.fork_server FD``) that imports the
 owner's modules once, freezes them out of the collector (``gc.freeze()``: a collection
 in a forked owner then never writes to those pages, so they stay shared) and forks an
 owner per request. An idle owner forked this way costs a few MiB of its own.
@@ -28,7 +28,7 @@ What does not change (:mod:`tether.owner_launch` keeps one caller-side logic):
 * the requester hint: ``/proc/<owner>/environ`` is the environment the *fork server*
   was exec'd with (a forked process cannot change it), so the fork server is exec'd
   with ``TETHER_OWNER_OF`` set (:data:`OWNER_MARKER`) -- what a killed keeper leaves
-  re-parented to an owner is still seen as the agent's side (:mod:`tether.access`).
+  re-parented to an owner is still seen as the agent's side (:mod:`tether.policy.access`).
 
 The fork server is the gateway's child, on a ``SOCK_SEQPACKET`` socketpair (no socket
 file, no peer to prove): it ends on EOF, i.e. when the gateway closes its end at
@@ -48,8 +48,9 @@ Wire (one datagram each way per request)::
 that would change what the preloaded modules read at import): the caller execs that
 owner and keeps the fork server.
 
-Rooms: :mod:`~tether.forkserver.server` (the fork server process, and the forked
-child's setup), :mod:`~tether.forkserver.client` (the gateway's handle: start, the
+Rooms: :mod:`tether.owner.fork_server` (the fork server process, and the forked
+child's setup: it runs owners, so it lives with them, below the gateway),
+:mod:`~tether.forkserver.client` (the gateway's handle: start, the
 launcher with its fallback, stop).
 """
 

@@ -28,7 +28,7 @@ def main(args: list[str]) -> int:
         else:
             raise UsageError(f"tether mcp: unexpected {word!r}; {USAGE}")
     if key:
-        # The claim Tether handed us; tether.requester proves it against the kernel
+        # The claim Tether handed us; tether.policy.requester proves it against the kernel
         # (this process descends from that session's keeper) or clamps it to `self`.
         os.environ["TETHER_SESSION_KEY"] = key
     from tether._version import __version__

@@ -2,7 +2,7 @@
 
 The requester is this process's: ``tether mcp`` runs inside the agent tree of the
 session it was handed to (the agent starts it), with ``TETHER_SESSION_KEY`` set by
-Tether, so :mod:`tether.requester` proves it from the kernel exactly as for a
+Tether, so :mod:`tether.policy.requester` proves it from the kernel exactly as for a
 ``tether`` command the agent runs from its shell. Started anywhere else with a session
 key, it is an unproven claim and gets that session alone (``self``).
 
@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from tether import access, ownership, sessions
+from tether import sessions
 from tether.errors import UsageError
 from tether.mcp.server import Tool, ToolError
+from tether.policy import access, ownership
 
 __all__ = ["build_tools"]
 
@@ -49,7 +50,7 @@ def _describe(session: Any, instance_id: str) -> dict[str, Any]:
 
 
 def sessions_list(args: dict[str, Any]) -> dict[str, Any]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     include_closed = bool(args.get("includeClosed", False))
     with Registry() as reg:
@@ -58,7 +59,7 @@ def sessions_list(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def sessions_history(args: dict[str, Any]) -> dict[str, Any]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     key = _key_arg(args)
     limit = args.get("limit", 20)
@@ -131,7 +132,7 @@ def sessions_send(args: dict[str, Any]) -> dict[str, Any]:
 
 def sessions_spawn(args: dict[str, Any]) -> dict[str, Any]:
     from tether import agents, config, operations
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     agent = args.get("agent")
     if not isinstance(agent, str) or not agent.strip():

@@ -23,8 +23,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from tether import access
 from tether.errors import NoSession, TetherError, UsageError
+from tether.policy import access
 
 __all__ = ["agent_sessions", "fork_session", "logout", "resume_agent_session"]
 
@@ -74,7 +74,7 @@ def fork_session(
         VisibilityDenied: the requester may not drive the parent.
     """
     from tether.operations import ensure_session
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     access.authorize(parent_key, "send")
     with Registry() as registry:
@@ -138,7 +138,7 @@ async def _with_agent(
     from tether import metrics
     from tether.acp.connection import ClientOptions
     from tether.live_agent import AgentConfig, LiveAgent
-    from tether.registry import Registry
+    from tether.state.registry import Registry
     from tether.supervise.run_state import TerminationReason
 
     registry = Registry()

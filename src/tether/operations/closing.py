@@ -9,10 +9,11 @@ from __future__ import annotations
 import os
 import time
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import NoSession, OwnerUnavailable
 from tether.ipc.client import OwnerConnection
 from tether.operations.connecting import connect_or_start
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -21,7 +22,7 @@ OWNER_EXIT_WAIT_S = 10.0  # after its close answer, an owner releases its lock a
 
 
 def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
-    """End the session and, first, every session it spawned (:mod:`tether.cascade`).
+    """End the session and, first, every session it spawned (:mod:`tether.policy.cascade`).
 
     Each one ends through its owner (which proves the tree gone), or offline.
     ``discard`` (seed 000's ``discardPersistentState``): the agent also deletes the
@@ -33,7 +34,7 @@ def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
         VisibilityDenied: the requester may not close this session.
     """
     access.authorize(key, "close")
-    from tether.cascade import close_tree
+    from tether.policy.cascade import close_tree
 
     def one(k: str) -> dict[str, Any]:
         # The session itself (--discard applies to it alone), or one of its family.
@@ -61,7 +62,7 @@ def _close_one(
         conn = _owner_to_discard(key)
     if conn is not None:
         return _close_live(conn, discard=discard, cascade_from=cascade_from)
-    from tether.registry import Registry
+    from tether.state.registry import Registry
     from tether.supervise.members import escaped_of, survivors_of
     from tether.supervise.reconcile import reconcile, unproven_of
 
@@ -86,7 +87,7 @@ def _close_one(
 def _owner_to_discard(key: str) -> OwnerConnection | None:
     """An owner for a close --discard when none runs: only the agent can delete its
     session, so one is started when the session has an agent-side conversation."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         session = registry.session(key)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import (
     CallTimeout,
     NoSession,
@@ -18,6 +18,7 @@ from tether.errors import (
     TetherError,
 )
 from tether.ipc.client import CONNECT_TIMEOUT_S, OwnerConnection, connect_with_retry
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -171,7 +172,7 @@ def _expired(key: str, deadline: float | None, phase: str, *, silent: bool) -> T
 
 
 def _update_options(key: str, options: dict[str, Any]) -> None:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         session = registry.session(key)

@@ -7,11 +7,12 @@ import os
 import time
 from collections.abc import Iterator
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import UsageError
 from tether.ipc.client import OwnerConnection
 from tether.operations.closing import _close_live, _close_offline
 from tether.operations.connecting import connect, connect_or_start
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def _ensure_locked(
     sandboxed: bool,
     resume_session: str | None,
 ) -> tuple[OwnerConnection, bool]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         existing = registry.session(key)

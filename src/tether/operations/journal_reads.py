@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from tether import access
 from tether.errors import NoSession
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
     from typing import Any
 
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
 
 def open_journal(
@@ -24,7 +24,7 @@ def open_journal(
         NoSession: no such session (``missing``, when given, instead).
         VisibilityDenied: the requester may not ``action`` this session.
     """
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     registry = Registry()
     try:
@@ -57,7 +57,7 @@ def history(key: str, *, limit: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render
+    from tether.state.journal import render
 
     with open_journal(key) as registry:
         first = first_seq(registry, key)
@@ -75,7 +75,7 @@ def transcript(key: str, *, tail: int | None = None) -> list[dict[str, Any]]:
         NoSession: no such session.
         VisibilityDenied: the requester may not read this session's history.
     """
-    from tether.journal import render
+    from tether.state.journal import render
 
     with open_journal(key) as registry:
         start = max(registry.journal_turns_start(key, tail), first_seq(registry, key))
@@ -90,7 +90,7 @@ def last_seq(key: str, action: str, *, open_only: bool = False) -> int:
         NoSession: no such session (or, ``open_only``, it was closed).
         VisibilityDenied: the requester may not ``action`` this session.
     """
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         access.authorize(key, action, registry=registry)
@@ -107,7 +107,7 @@ def read_lines(key: str, from_seq: int, *, upto: int | None = None) -> list[tupl
     """One bounded chunk of stored entries from ``from_seq`` (to ``upto``): ``(seq,
     public JSON line)``. No visibility check: for a caller that checked with
     :func:`last_seq` (or :func:`open_journal`) first."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         rows = registry.journal_read(key, from_seq, upto=upto)
@@ -115,7 +115,7 @@ def read_lines(key: str, from_seq: int, *, upto: int | None = None) -> list[tupl
 
 
 def watch(key: str, emit: Any, **kwargs: Any) -> int:
-    """Follow the session's journal (:func:`tether.journal.follow.follow_session`, whose
+    """Follow the session's journal (:func:`tether.state.journal.follow.follow_session`, whose
     keyword arguments it takes) once the visibility check allows it.
 
     The live part is checked again by the owner, against the kernel's view of us.
@@ -124,7 +124,7 @@ def watch(key: str, emit: Any, **kwargs: Any) -> int:
         NoSession: no such session.
         VisibilityDenied: the requester may not watch this session.
     """
-    from tether.journal.follow import follow_session
+    from tether.state.journal.follow import follow_session
 
     access.authorize(key, "watch")
     return int(follow_session(key, emit, **kwargs))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tether import access
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
     """The sessions of this home the requester may see (open ones unless ``include_closed``)."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         rows = access.visible_sessions(registry, registry.sessions(include_closed=include_closed))
@@ -20,7 +20,7 @@ def list_sessions(*, include_closed: bool = False) -> list[dict[str, Any]]:
 
 def describe(session: Any, instance_id: str) -> dict[str, Any]:
     """A registry session as the documented record (``sessions list``/``show``)."""
-    from tether.ownership import ownership_json
+    from tether.policy.ownership import ownership_json
 
     record = {
         "key": session.key,
@@ -55,7 +55,7 @@ def resolve_key(prefix: str) -> str:
     """
     from tether.errors import NoSession, UsageError
     from tether.names import escape
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     wanted = prefix.strip().lower()
     if not wanted or any(c not in "0123456789abcdef" for c in wanted):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import OwnerUnavailable
 from tether.ipc.client import OwnerConnection
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -16,7 +17,7 @@ def _must_exist(key: str) -> None:
     as for every other command (exit 4), not "nothing to cancel". Only on this path is the
     state database read."""
     from tether.errors import NoSession
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         session = registry.session(key)

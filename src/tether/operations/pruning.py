@@ -1,7 +1,7 @@
 """Pruning the state: old journal entries and events, and closed sessions whole.
 
 The storage side -- what a prune deletes, in one transaction, and a dry run's rollback
--- is the state layer's (:meth:`tether.registry.Registry.prune`); this is what a caller
+-- is the state layer's (:meth:`tether.state.registry.Registry.prune`); this is what a caller
 asks for: which sessions (one agent's, or every agent's), and the run files of the
 sessions removed (their lock file and socket, never a live owner's). Needs no owner.
 """
@@ -16,7 +16,7 @@ TYPE_CHECKING = False  # typing costs ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
     from typing import Any
 
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
 
 def agent_keys(registry: Registry, agent_scope: str) -> set[str]:
@@ -55,7 +55,7 @@ def prune(
     Raises:
         StateError: the state database failed (nothing half-removed: one transaction).
     """
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         keys = None if agent_scope is None else agent_keys(registry, agent_scope)

@@ -5,9 +5,10 @@ Both shapes carry the same documented keys, so scripts need no special case.
 
 from __future__ import annotations
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import OwnerUnavailable, OwnerUnresponsive
 from tether.ipc.client import OwnerConnection
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -65,14 +66,15 @@ def offline_status(key: str) -> dict[str, Any]:
     proved it dead -- see :mod:`tether.owner_lost`) or ``idle``.
     """
     from tether.owner_lost import correct_if_dead
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         correct_if_dead(registry, key)  # a killed owner: its records corrected first
         session = registry.session(key)
         if session is None:
             return no_session_status(key)
-        # The agent's runs: an agent's terminals (tether.terminals) have leases of their own.
+        # The agent's runs: an agent's terminals (tether.process_terminals) have leases of
+        # their own.
         leases = [x for x in registry.leases(session_key=key) if x.backend_id != "terminal"]
         lease = leases[-1] if leases else None
         last_end = session.last_end or {}

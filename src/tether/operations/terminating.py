@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import time
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import (
     NoSession,
     OwnerShuttingDown,
@@ -14,6 +14,7 @@ from tether.errors import (
 from tether.ipc.client import OwnerConnection
 from tether.operations.closing import OWNER_EXIT_WAIT_S
 from tether.operations.connecting import START_DEADLINE_S
+from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ def terminate(
         ``{terminated: True, reason, terminatedBy, alreadyEnded, sessionKey, ...}``.
 
     Sessions the session spawned are terminated first (as ``close`` does,
-    :mod:`tether.cascade`).
+    :mod:`tether.policy.cascade`).
 
     Raises:
         NoSession: no such session.
@@ -49,7 +50,7 @@ def terminate(
         OwnerUnavailable: an owner held the session and did not let go in time.
     """
     access.authorize(key, "terminate")
-    from tether.cascade import close_tree
+    from tether.policy.cascade import close_tree
 
     # The family's owners check our authority over `key` (cascadeFrom), as close does.
     return close_tree(
@@ -104,7 +105,7 @@ def _terminate_live(
 
 def _terminate_offline(key: str, by: dict[str, Any]) -> dict[str, Any]:
     """Terminate with no owner running; the caller holds the session's lock."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
     from tether.supervise.members import escaped_of, survivors_of
     from tether.supervise.reconcile import reconcile, unproven_of
 

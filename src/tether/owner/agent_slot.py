@@ -29,7 +29,7 @@ from tether.owner.interactions import Interactions
 from tether.owner.job import Job
 from tether.owner.session_info import SessionInfoWatch
 from tether.owner.settings import OwnerSettings
-from tether.registry import Registry
+from tether.state.registry import Registry
 from tether.supervise.run_state import TerminationReason
 from tether.supervise.runner import ExtinctionReport
 

@@ -24,7 +24,6 @@ from tether.errors import (
     UsageError,
 )
 from tether.ipc import protocol
-from tether.journal.writer import JournalWriter
 from tether.owner.admission import Admission, rearm
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.gate import PeerGate
@@ -42,7 +41,8 @@ from tether.owner.state_watch import StateWatch, watch_state
 from tether.owner.status import end_event, hello_frame, journal_condition, status_snapshot
 from tether.owner.teardown import Ending, SessionEnd, shut_down, terminate
 from tether.owner.watchers import Fanout, Watch
-from tether.registry import Registry
+from tether.state.journal.writer import JournalWriter
+from tether.state.registry import Registry
 from tether.supervise.members import MemberScan
 
 __all__ = ["Owner"]

@@ -28,7 +28,7 @@ from tether import _log, metrics, sessions
 from tether.errors import TetherError, UsageError
 from tether.owner.compose import Owner
 from tether.owner.lifecycle import StopReason
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 __all__ = ["main"]
 
@@ -119,7 +119,7 @@ def serve(key: str, ready_fd: int) -> int:
 
     become_last_resort()
     # Our environment as exec'd still names us (/proc/PID/environ: the requester hint, see
-    # tether.access); our children -- keepers, agents -- need not inherit it.
+    # tether.policy.access); our children -- keepers, agents -- need not inherit it.
     os.environ.pop("TETHER_OWNER_OF", None)
     log_fd = os.open(
         sessions.log_path(key), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600
@@ -146,10 +146,10 @@ def serve(key: str, ready_fd: int) -> int:
     finally:
         dump_profile()
         ready({"ready": False, "error": "owner exited"})
-    from tether.registry import state_lost
+    from tether.state.registry import state_lost
 
     if state_lost() is not None:
-        # Its connections to the lost database are kept open (tether.registry.
+        # Its connections to the lost database are kept open (tether.state.registry.
         # keep_if_lost): end without closing them, so no final checkpoint writes old
         # pages into whatever file is at the path now.
         logging.shutdown()

@@ -2,7 +2,7 @@
 
 Theory of operation
 -------------------
-The CLI and the library check visibility before they connect (:func:`tether.access.
+The CLI and the library check visibility before they connect (:func:`tether.policy.access.
 authorize`), but an owner's socket is a file any process of the user can open: a
 client from inside an agent tree that speaks IPC itself would skip that check. So the
 owner checks again, with what the kernel says about its peer rather than what the
@@ -12,15 +12,15 @@ peer says about itself:
    (:attr:`tether.owner.job.Outbox.peer`);
 2. *the cheap question first*: could that process be inside an agent tree at all --
    does it or any ancestor carry ``TETHER_SESSION_KEY``/``TETHER_LEASE_ID`` in its
-   environment (:func:`tether.access.could_be_agent`, ``/proc`` only; ancestors once
+   environment (:func:`tether.policy.access.could_be_agent`, ``/proc`` only; ancestors once
    found clean are remembered, so an operator's shell is walked once)? A keeper's
    environment carries its lease id and an agent cannot change it, so every process
    of an agent tree answers yes. No: the peer is the operator, who sees everything --
    decided without touching the registry, so the operator's warm prompt stays cheap;
-3. yes: the proof (:func:`tether.requester.resolve` on the peer's pid, with the claim
+3. yes: the proof (:func:`tether.policy.requester.resolve` on the peer's pid, with the claim
    its environment started with) names the requester -- the session whose keeper it
    descends from, or an unproven claim clamped to ``self``, or the operator after all;
-4. the one rule (:func:`tether.access.check_session`) decides, with the configuration
+4. the one rule (:func:`tether.policy.access.check_session`) decides, with the configuration
    of the session's own directory; a denial is the request's terminal error,
    ``VisibilityDenied`` naming the rule, and the request never runs.
 
@@ -38,11 +38,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from tether import access, config
+from tether import config
 from tether.errors import VisibilityDenied
 from tether.ipc import protocol
-from tether.registry import Registry
-from tether.requester import peer_environ, resolve
+from tether.policy import access
+from tether.policy.requester import peer_environ, resolve
+from tether.state.registry import Registry
 
 __all__ = ["ACTIONS", "OWN_SIDE_REFUSED", "PeerGate"]
 

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _profile, metrics, sessions
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 __all__ = ["HEARTBEAT_S", "Heartbeat"]
 

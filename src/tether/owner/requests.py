@@ -21,7 +21,7 @@ from tether.owner.agent_slot import AgentSlot
 from tether.owner.job import Job
 from tether.owner.rate_limit import RateLimitWatch
 from tether.owner.settings import OwnerSettings
-from tether.registry import Registry
+from tether.state.registry import Registry
 
 __all__ = ["RequestRunner"]
 

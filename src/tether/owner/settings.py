@@ -19,8 +19,8 @@ from tether import config
 from tether.acp.policy import PermissionMode, PermissionPolicy, PolicyInvalid, load_policy
 from tether.errors import TetherError
 from tether.ipc import protocol
-from tether.journal.entry import Retention
-from tether.terminals import TerminalSettings
+from tether.process_terminals import TerminalSettings
+from tether.state.journal.entry import Retention
 
 __all__ = ["OwnerSettings"]
 

@@ -24,7 +24,7 @@ whole process) -- and compares them with what they were when the owner started:
   while a connection -- ours -- is open; a checkpoint truncates it in place).
 
 The decision (:func:`lost_reason`) is pure; :class:`StateWatch` is the thread. On a
-verdict the owner's registry is *lost* at once (:meth:`tether.registry.Registry.lose`:
+verdict the owner's registry is *lost* at once (:meth:`tether.state.registry.Registry.lose`:
 every later call fails fast, a lock wait on the loop is interrupted), the running turn
 ends with :class:`tether.errors.StateLost`, the owner shuts down as for a signal (the
 agent's tree proven gone; records it cannot write are logged, not waited for), and a

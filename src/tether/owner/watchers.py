@@ -26,11 +26,11 @@ from __future__ import annotations
 
 import asyncio
 
-from tether._registry_journal import JournalReader
 from tether.ipc import protocol
-from tether.journal.entry import FRAME_END, entry_frame_prefix
-from tether.journal.writer import JournalWriter
 from tether.owner.job import Job
+from tether.state.journal.entry import FRAME_END, entry_frame_prefix
+from tether.state.journal.writer import JournalWriter
+from tether.state.registry import JournalReader
 
 __all__ = ["Fanout", "Watch"]
 

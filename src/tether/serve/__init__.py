@@ -18,7 +18,7 @@ Rooms:
 * :mod:`~tether.serve.bodies` -- request bodies checked against declarative specs;
 * :mod:`~tether.serve.problems` -- Tether's errors as ``application/problem+json``;
 * :mod:`~tether.serve.sessions_api`, :mod:`~tether.serve.events_api`,
-  :mod:`~tether.serve.misc_api` -- the handlers;
+  :mod:`~tether.serve.system_api` -- the handlers;
 * :mod:`~tether.serve.stream` -- SSE: one journal follower per session, a bounded ring,
   per-client cursors, ``lagged`` for clients that fall behind;
 * :mod:`~tether.serve.procs` -- a session's process tree, read-only from ``/proc``;

@@ -18,7 +18,8 @@ client's stream until its next POST. A stream of a closed server is 204 (nothing
 come: an EventSource stops). ``DELETE``: close the server (idempotent, 204): its running
 turns are cancelled, its sessions stay warm.
 The core, with no HTTP in it, is
-:class:`tether.acp_door.channel.AcpChannel`.
+:class:`tether.acp_door.channel.AcpChannel`, handed over by the program
+(:mod:`tether.serve.acp_binding`): the gateway imports no other door.
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ import asyncio
 import collections
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
-from tether.acp_door.channel import AcpChannel, check_event_id
 from tether.errors import UsageError
+from tether.serve.acp_binding import AcpBinding, AcpServer
 from tether.serve.app import Gateway, endpoint
 
 __all__ = ["acp_routes"]
@@ -51,18 +51,18 @@ class _Servers:
     streams waiting for a server to be created."""
 
     def __init__(self) -> None:
-        self.open: dict[str, AcpChannel] = {}
+        self.open: dict[str, AcpServer] = {}
         self._closed: collections.OrderedDict[str, None] = collections.OrderedDict()
         self._born: dict[str, asyncio.Event] = {}
         self._waiting: dict[str, int] = {}  # streams waiting on each _born event
 
-    def create(self, server_id: str, channel: AcpChannel) -> AcpChannel:
+    def create(self, server_id: str, channel: AcpServer) -> AcpServer:
         self.open[server_id] = channel
         self._closed.pop(server_id, None)
         self._tell(server_id)
         return channel
 
-    def close(self, server_id: str) -> AcpChannel | None:
+    def close(self, server_id: str) -> AcpServer | None:
         channel = self.open.pop(server_id, None)
         self._closed[server_id] = None
         while len(self._closed) > CLOSED_KEPT:
@@ -101,22 +101,9 @@ def _servers(gateway: Gateway) -> _Servers:
     return _SERVERS.setdefault(id(gateway), _Servers())
 
 
-def _options(gateway: Gateway, agent: str | None) -> Any:
-    from tether import agents, operations, sessions
-    from tether.acp_door import DoorOptions
-
-    cfg = gateway.config
-    label = agent or str(cfg.get("defaultAgent") or agents.DEFAULT_AGENT)
-    argv = agents.resolve(label, cfg.get("agents"))
-    named = agents.is_agent_name(label, cfg.get("agents"))
-    return DoorOptions(
-        agent_label=label,
-        agent_argv=argv,
-        agent_scope=sessions.agent_scope(label, argv, named=named),
-        # The gateway's config (of the directory it serves from), through the table
-        # every door uses.
-        owner_options=operations.settings(cfg),
-    )
+def _acp(gateway: Gateway) -> AcpBinding:
+    assert gateway.acp is not None  # the routes are mounted only with one (app.routes)
+    return gateway.acp
 
 
 @endpoint
@@ -133,8 +120,8 @@ async def post_message(request: Request) -> Response:
     servers = _servers(gateway)
     channel = servers.open.get(server_id)
     if channel is None or channel.closed:
-        options = _options(gateway, request.query_params.get("agent"))
-        channel = servers.create(server_id, AcpChannel(options))
+        opened = _acp(gateway).open_server(gateway.config, request.query_params.get("agent"))
+        channel = servers.create(server_id, opened)
     answer = await channel.post(message)
     if answer is None:
         return Response(status_code=202)
@@ -185,7 +172,7 @@ async def events(request: Request) -> Response:
     header = request.headers.get("last-event-id", "").strip()
     after = header or None
     if after is not None:
-        check_event_id(after)  # a bad one is a 400 now, not a broken stream
+        _acp(gateway).check_event_id(after)  # a bad one is a 400 now, not a broken stream
     body = _sse(servers, server_id, after, gateway.heartbeat)
     return StreamingResponse(body, media_type="text/event-stream", headers=SSE_HEADERS)
 

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from tether.errors import TetherError, UsageError
 from tether.serve import problems
+from tether.serve.acp_binding import AcpBinding
 from tether.serve.auth import authorized
 from tether.serve.hosts import HostRule
 from tether.serve.stream import Hubs
@@ -56,8 +57,10 @@ class Gateway:
         heartbeat: float,
         ring_entries: int,
         hosts: HostRule | None = None,
+        acp: AcpBinding | None = None,
     ) -> None:
         self.token = token
+        self.acp = acp  # the ACP door, for ACP over HTTP (tether.serve.acp_binding); None: none
         self.hosts = hosts  # the Host headers answered (tether.serve.hosts); None: any
         self.config = config
         self.heartbeat = heartbeat
@@ -191,14 +194,15 @@ def _ui_dir() -> str:
 
 def routes(gateway: Gateway) -> list[BaseRoute]:
     """The route table. New doors add their group here (see the module docstring)."""
-    from tether.serve import acp_api, events_api, misc_api, questions_api, sessions_api
+    from tether.serve import acp_api, events_api, questions_api, sessions_api, system_api
 
     return [
         *sessions_api.session_routes(),
         *events_api.event_routes(),
-        *misc_api.misc_routes(),
+        *system_api.system_routes(),
         *questions_api.question_routes(),
-        *acp_api.acp_routes(),  # issue 12: ACP over HTTP
+        # issue 12: ACP over HTTP, when the program handed the gateway the ACP door
+        *(acp_api.acp_routes() if gateway.acp is not None else []),
         Route("/", lambda _r: RedirectResponse("/ui/"), include_in_schema=False),
         Mount("/ui", app=StaticFiles(directory=_ui_dir(), html=True), name="ui"),
     ]

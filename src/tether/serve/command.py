@@ -17,6 +17,7 @@ from typing import Any
 
 from tether.errors import UsageError
 from tether.serve import auth, tls
+from tether.serve.acp_binding import AcpBinding
 from tether.serve.hosts import host_rule
 
 DEFAULT_HOST = "127.0.0.1"
@@ -77,8 +78,12 @@ def _allowed_hosts(inv: Any, config: dict[str, Any]) -> list[str]:
     return given
 
 
-def run_serve(ctx: Any) -> int:
-    """Run the gateway; returns the exit code once it has stopped."""
+def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
+    """Run the gateway; returns the exit code once it has stopped.
+
+    ``acp``: the ACP door, for ACP over HTTP (:mod:`tether.serve.acp_binding`; handed
+    over by :mod:`tether.program`, so that no door imports another).
+    """
     inv = ctx.inv
     if inv.words:
         raise UsageError(f"serve takes no arguments (got {inv.words[0]!r})")
@@ -148,6 +153,7 @@ def run_serve(ctx: Any) -> int:
             allowed,
             hostname=socket.gethostname(),
         ),
+        acp=acp,
     )
     unix_path = os.path.abspath(inv.unix) if inv.unix else None
     ours = os.stat(unix_path) if unix_path else None

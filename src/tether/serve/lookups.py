@@ -12,13 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import threading
 from collections.abc import Iterator
 
 from tether import paths
-from tether.errors import NoSession, StateError
-from tether.registry import Registry
+from tether.errors import NoSession
+from tether.state.registry import Registry
+
+_FAILED: tuple[type[Exception], ...] = (
+    *Registry.ERRORS,
+    OSError,
+)  # the lookup failed: start afresh next time
 
 _local = threading.local()
 
@@ -44,7 +48,7 @@ def registry() -> Iterator[Registry]:
         _local.cached = cached
     try:
         yield cached[1]
-    except (StateError, sqlite3.Error, OSError):
+    except _FAILED:
         _local.cached = None  # whatever went wrong, the next lookup starts afresh
         cached[1].close()
         raise

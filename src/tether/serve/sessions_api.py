@@ -114,7 +114,7 @@ async def list_sessions(request: Request) -> Response:
 def _check_fleet_key(key: str, label: str, cwd: str, name: str) -> None:
     """A fleet id names one session: an existing one of that id must be the same
     (agent, cwd, name), or the request is a conflict, never a silent reuse."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         existing = registry.session(key)
@@ -229,7 +229,7 @@ async def ensure_session(request: Request) -> Response:
 
 
 def _get(key: str) -> dict[str, Any]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         session = registry.session(key)
@@ -331,7 +331,7 @@ async def submit_prompt(request: Request) -> Response:
 
 def require_session(key: str) -> None:
     """Raises NoSession unless the registry knows the session (open or closed)."""
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         if registry.session(key) is None:

@@ -4,7 +4,7 @@ Theory of operation
 -------------------
 The journal is the source of truth; the gateway keeps nothing it could not read back.
 For each session that has SSE clients it runs one **hub**: a thread running
-:func:`tether.journal.follow.follow_session` (the one follower implementation: live
+:func:`tether.state.journal.follow.follow_session` (the one follower implementation: live
 from the owner, back to the database across owner restarts) that appends every entry
 to a bounded in-memory **ring** (entries and bytes). Each client keeps its own cursor:
 
@@ -26,7 +26,7 @@ reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out e
 ``heartbeat`` seconds so proxies keep the connection open.
 
 The hot path has no work per entry in Python: the follower hands over each run of live
-entries it read as one block (:meth:`tether.journal.follow.Follower._raw_block`), the
+entries it read as one block (:meth:`tether.state.journal.follow.Follower._raw_block`), the
 hub's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes the
 event loop once per hand-over; the ring holds such chunks, and a client takes what it
 is behind by a window at a time (a chunk wanted whole is written as it is, not copied).
@@ -47,7 +47,6 @@ from typing import Any, Final
 
 from tether import operations
 from tether.errors import TetherError
-from tether.journal.follow import SESSION_END, Follower, is_session_end
 from tether.serve.memory import QuietTrim
 from tether.serve.sse import (
     Chunk,
@@ -59,6 +58,7 @@ from tether.serve.sse import (
     sse_block,
     sse_event,
 )
+from tether.state.journal.follow import SESSION_END, Follower, is_session_end
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024

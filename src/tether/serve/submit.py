@@ -30,12 +30,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from tether import access, sessions
+from tether import sessions
 from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.ipc.client import new_request_id
 from tether.ipc.lines import LineReader
+from tether.policy import access
 from tether.serve import lookups
 from tether.serve.stream import Hubs
 

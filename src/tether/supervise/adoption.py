@@ -19,7 +19,7 @@ behind is a child of the owner, and the owner can prove it:
 A keeper that dies before its run has ended is an escape attempt, not a normal end: the
 run's finalizer (:mod:`tether.supervise.finalizer`, through
 :mod:`tether.supervise.witnesses`) calls :func:`end_adopted`, which records each
-adopted process as a member of the run (:mod:`tether._registry_members`), sends it
+adopted process as a member of the run (:mod:`tether.state._registry_members`), sends it
 SIGTERM once, SIGKILL after the grace, and reaps it (it is our child); its own
 children come up to us as it dies and go the same way. The run ends
 ``ownership-escape``.

@@ -73,7 +73,7 @@ def _keeper_env(spec: SpawnSpec, *, lease_id: str, instance_id: str) -> dict[str
     env = dict(os.environ if spec.env is None else spec.env)
     env["TETHER_LEASE_ID"] = lease_id
     env["TETHER_INSTANCE_ID"] = instance_id
-    # Who is asking, when this agent runs `tether ...` (tether.requester checks it).
+    # Who is asking, when this agent runs `tether ...` (tether.policy.requester checks it).
     if spec.session_key:
         env["TETHER_SESSION_KEY"] = spec.session_key
     else:

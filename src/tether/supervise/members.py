@@ -3,7 +3,7 @@
 Theory of operation
 -------------------
 A run's *members* are the processes Tether has observed while they were provably inside
-the run (:mod:`tether._registry_members`): in its cgroup, below its keeper, or adopted
+the run (:mod:`tether.state._registry_members`): in its cgroup, below its keeper, or adopted
 by its owner when the keeper died. What the kernel still says about them after the run
 has ended is the last witness of seed 003's promise "nothing it starts outlives its
 session": a recorded member whose ``(boot id, pid, start time)`` is still alive is a
@@ -29,7 +29,7 @@ import time
 from typing import Any
 
 from tether import _log, _os, metrics
-from tether._registry_members import Member
+from tether.supervise.member import Member
 from tether.supervise.verify import signal_verified
 
 __all__ = [

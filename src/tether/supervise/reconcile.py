@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tether import _log, _os, metrics
-from tether.supervise.heartbeat import SUPERVISOR_ID
+from tether.supervise.lease_renewal import SUPERVISOR_ID
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.reconcile_leases import end_lease, steal
 

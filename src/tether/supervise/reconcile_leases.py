@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from tether import _os, metrics
-from tether.supervise.heartbeat import LEASE_TTL_S, SUPERVISOR_ID
+from tether.supervise.lease_renewal import LEASE_TTL_S, SUPERVISOR_ID
 from tether.supervise.lease_state import LeaseInput, LeaseState
 from tether.supervise.reconcile_plan import Steal
 
@@ -30,7 +30,7 @@ def run_ended(
         ended = "its tree was gone before cleanup"
     else:
         ended = "extinction is not proven"
-    # An agent's terminal (tether.terminals) is a run of the session too: same record,
+    # An agent's terminal (tether.process_terminals) is a run of the session too: same record,
     # saying which kind of run it was.
     terminal = getattr(lease, "backend_id", None) == "terminal"
     return (

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _log
-from tether.supervise.heartbeat import SUPERVISOR_ID, heartbeat_for
+from tether.supervise.lease_renewal import SUPERVISOR_ID, heartbeat_for
 from tether.supervise.lease_state import LeaseInput, LeaseState
 
 __all__ = ["RunLease"]

@@ -238,7 +238,7 @@ async def spawn_agent(spec: SpawnSpec, registry: Any) -> AgentProcess:
 
     Args:
         spec: the command, cwd, environment and stop policy.
-        registry: the open :class:`tether.registry.Registry` the lease is written to.
+        registry: the open :class:`tether.state.registry.Registry` the lease is written to.
 
     Returns:
         An :class:`AgentProcess` in state RUNNING. End it with ``aclose()``.

@@ -28,9 +28,9 @@ from tether import _os, metrics
 from tether.errors import SpawnError
 from tether.supervise import adoption
 from tether.supervise.cgroups import new_cgroup
-from tether.supervise.heartbeat import SUPERVISOR_ID
 from tether.supervise.keeper_channel import KeeperChannel
 from tether.supervise.keeper_launch import launch_keeper
+from tether.supervise.lease_renewal import SUPERVISOR_ID
 from tether.supervise.run_lease import RunLease
 from tether.supervise.run_state import RunState
 from tether.supervise.run_types import SpawnSpec

@@ -22,14 +22,14 @@ the entries stay in the ring until they are stored, so replays never skip them.
 a full disk) and tells the loop (``on_condition``), which tells the prompter and
 ``status``. While it fails, the loop does not wait for it: past the backlog bound the
 oldest unstored frames are given up at once, each run replaced by one ``journal_gap``
-record (:mod:`tether.journal.gaps`) that is stored when the disk takes writes again --
+record (:mod:`tether.state.journal.gaps`) that is stored when the disk takes writes again --
 so the journal itself says what it lost, and the owner keeps answering (a loop that
 waited on a full disk looked hung, and callers may fence a hung owner).
 
 An owner killed with SIGKILL loses the rows queued but not yet committed (typically the
 last few milliseconds). Watchers may have seen those entries live; so that their seqs
 are never handed out again, a live writer works inside a stored *reservation*
-(:func:`tether.journal.store.claim`): the next owner starts past it, and a crash leaves
+(:func:`tether.state.journal.store.claim`): the next owner starts past it, and a crash leaves
 a gap, never a reused number, and its first entry is a ``journal_gap`` record saying
 so (``owner-lost``). A clean stop releases the reservation, so consecutive owners
 continue the sequence with no gap. SQLite's WAL keeps the database whole.
@@ -47,12 +47,12 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _profile
-from tether._state_errors import translate_error
 from tether.errors import StateError
-from tether.journal import gaps, store
-from tether.journal.entry import Retention, acp_body, body_of, entry_line
+from tether.state.journal import gaps, store
+from tether.state.journal.entry import Retention, acp_body, body_of, entry_line
+from tether.state.translate import translate_error
 
-logger = logging.getLogger("tether.journal")
+logger = logging.getLogger("tether.state.journal")
 
 RING_MIN = 4096  # entries kept in memory after they are stored, for attaching watchers
 # The most unstored bytes the writer may fall behind by. Past it the event loop waits
@@ -142,7 +142,7 @@ class JournalWriter:
 
         The hot path of a streamed turn: the entry's line is built as bytes around the
         frame, with its head cached per request, with no JSON work and no str round trip
-        (it is exactly :func:`~tether.journal.entry.entry_line` of :func:`acp_body`).
+        (it is exactly :func:`~tether.state.journal.entry.entry_line` of :func:`acp_body`).
         """
         head = self._acp_heads.get((direction, request_id))
         if head is None:
@@ -271,7 +271,7 @@ class JournalWriter:
             except sqlite3.Error as exc:
                 logger.warning("journal: could not release the reservation: %s", exc)
         if not self._thread.is_alive():
-            from tether.registry import keep_if_lost
+            from tether.state.registry import keep_if_lost
 
             if not keep_if_lost(self._db):  # a lost database is never checkpointed into
                 self._db.close()

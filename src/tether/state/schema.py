@@ -1,7 +1,7 @@
 """The state database's schema, as its migrations: the history of every table.
 
 Each entry of :data:`MIGRATIONS` moves the schema one version forward (``PRAGMA
-user_version``), inside one transaction (:meth:`tether.registry.Registry._migrate`).
+user_version``), inside one transaction (:meth:`tether.state.registry.Registry._migrate`).
 Entries are never edited once released: a database written by any earlier Tether opens
 by running the entries after its version. Statements are split on ``;``, so no
 statement may contain one. Append a migration at the end, with a comment saying why.

@@ -1,9 +1,9 @@
 """Read-only looks at a state database for ``tether doctor``: nothing is changed.
 
-The doctor must not open a :class:`tether.registry.Registry` to check a database (that
+The doctor must not open a :class:`tether.state.registry.Registry` to check a database (that
 would migrate it, and a damaged one would fail before saying how), so it reads through
 these, on a connection opened ``mode=ro``. SQLite's errors become Tether's here
-(:func:`tether._state_errors.translate_error`), as everywhere in the state layer.
+(:func:`tether.state.translate.translate_error`), as everywhere in the state layer.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tether._state_errors import translate_error
+from tether.state.translate import translate_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether.journal.store import Damage
+    from tether.state.journal.store import Damage
 
 __all__ = ["damaged_journal_chunks", "integrity"]
 
@@ -49,13 +49,13 @@ def integrity(path: str) -> tuple[list[str], int]:
 
 def damaged_journal_chunks(path: str) -> list[tuple[str, Damage]] | None:
     """``(session key, damage)`` for every damaged journal chunk, every line decoded
-    (:func:`tether.journal.damage.damaged_chunks`); None when no journal is stored yet
+    (:func:`tether.state.journal.damage.damaged_chunks`); None when no journal is stored yet
     (an empty or older database).
 
     Raises:
         StateError: the database cannot be opened or read (translated).
     """
-    from tether.journal.damage import damaged_chunks
+    from tether.state.journal.damage import damaged_chunks
 
     with _read_only(path) as db:
         tables = db.execute("SELECT 1 FROM sqlite_master WHERE name = 'journal_chunks'")

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tether import _fastjson
-from tether.journal.entry import parse_line
-from tether.journal.store import Row
+from tether.state.journal.entry import parse_line
+from tether.state.journal.store import Row
 
 PREVIEW_CHARS = 80
 
@@ -162,8 +162,8 @@ def control_text(entry: dict[str, Any]) -> str | None:
         return f"[owner] started (generation {entry.get('generation')}, pid {entry.get('pid')})"
     if kind == "owner_stopped":
         return f"[owner] stopped ({entry.get('reason')})"
-    if kind == "journal_gap":  # a hole in the seqs, and why (tether.journal.gaps)
-        from tether.journal.gaps import gap_text
+    if kind == "journal_gap":  # a hole in the seqs, and why (tether.state.journal.gaps)
+        from tether.state.journal.gaps import gap_text
 
         return gap_text(entry)
     if kind == "conversation_restarted":  # a fleet rehome: a new agent, never silent

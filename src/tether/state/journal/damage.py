@@ -1,6 +1,6 @@
 """Damaged journal chunks: finding every one, and setting one aside (``tether doctor``).
 
-Readers skip a damaged chunk as they meet it (:func:`tether.journal.store.read`); this
+Readers skip a damaged chunk as they meet it (:func:`tether.state.journal.store.read`); this
 is the doctor's side: a pass over every chunk of every session with every line decoded,
 and the removal of a chunk whose stored bytes the doctor has saved elsewhere.
 """
@@ -10,8 +10,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterator
 
-from tether.journal.chunks import decode
-from tether.journal.store import Damage
+from tether.state.journal.chunks import decode
+from tether.state.journal.store import Damage
 
 
 def damaged_chunks(db: sqlite3.Connection) -> Iterator[tuple[str, Damage]]:

@@ -1,6 +1,6 @@
 """The journal's storage in the state database: append, read, retain, prune.
 
-Functions take a ``sqlite3.Connection`` (a :class:`tether.registry.Registry`'s, or the
+Functions take a ``sqlite3.Connection`` (a :class:`tether.state.registry.Registry`'s, or the
 writer thread's own), so the owner's writer thread, the owner's replay reads and the
 CLI's readers share one implementation. Appends use ``BEGIN IMMEDIATE``: the batch and
 the high-water mark (``journal_heads.last_seq``) commit together or not at all.
@@ -20,9 +20,9 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
-from tether.journal import gaps
-from tether.journal.chunks import at_of, chunks, decode, pack, seq_of
-from tether.journal.entry import (
+from tether.state.journal import gaps
+from tether.state.journal.chunks import at_of, chunks, decode, pack, seq_of
+from tether.state.journal.entry import (
     TURN_KINDS,
     JournalStats,
     Retention,
@@ -211,7 +211,7 @@ def read(
     """``(seq, public line)`` for entries ``from_seq <= seq (<= upto)``, in order; at most
     ``limit`` (0: all).
 
-    A damaged chunk (:func:`tether.journal.chunks.decode`) is skipped and handed to
+    A damaged chunk (:func:`tether.state.journal.chunks.decode`) is skipped and handed to
     ``on_damage``: its entries are missing from the result, never a reader's crash.
     """
     query = (

@@ -144,7 +144,7 @@ def heartbeat_for(db_path: str, open_registry: Callable[[], _Renewer]) -> LeaseH
 
     ``open_registry`` opens a fresh connection to that database (the heartbeat's thread
     calls it): supervision is handed an opener by the state layer's caller
-    (:meth:`tether.registry.Registry.reopener`), never importing the registry itself.
+    (:meth:`tether.state.registry.Registry.reopener`), never importing the registry itself.
     """
     with _heartbeats_lock:
         beat = _heartbeats.get(db_path)

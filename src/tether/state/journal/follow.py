@@ -28,12 +28,12 @@ from tether.errors import (
     WatchLagged,
 )
 from tether.ipc.client import OwnerConnection, new_request_id
-from tether.journal import store
-from tether.journal.entry import ENTRY_HEAD, FRAME_END, entry_frame_prefix
+from tether.state.journal import store
+from tether.state.journal.entry import ENTRY_HEAD, FRAME_END, entry_frame_prefix
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from tether._registry_journal import JournalReads
+    from tether.state._registry_journal import JournalReads
 
 POLL_S = 0.25  # with no owner serving, how often to look for new entries or a new owner
 HELLO_TIMEOUT_S = 2.0
@@ -344,8 +344,8 @@ def follow_session(
         NoSession: no such session.
     """
     from tether.errors import NoSession
-    from tether.journal.entry import start_seq
-    from tether.registry import Registry
+    from tether.state.journal.entry import start_seq
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         if registry.session(key) is None:

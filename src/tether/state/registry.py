@@ -7,7 +7,7 @@ while an owner writes, and ``busy_timeout`` turns the rare writer collision into
 short wait instead of an error.
 
 Schema changes are migrations keyed by ``PRAGMA user_version``: each entry of
-:data:`tether.schema.MIGRATIONS` moves the schema one version forward, inside one
+:data:`tether.state.schema.MIGRATIONS` moves the schema one version forward, inside one
 transaction.
 
 The instance id is generated once per state directory and kept: leases carry it, and
@@ -26,84 +26,34 @@ import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from tether import paths
-from tether._registry_journal import JournalAppends
-from tether._registry_members import Member, MemberStore
-from tether._registry_prune import PruneStore
-from tether._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
-from tether._state_errors import translate_error
-from tether.errors import StateLost
-from tether.schema import MIGRATIONS
+from tether.errors import StateError, StateLost
+from tether.state._registry_journal import JournalAppends, JournalReader, JournalReads
+from tether.state._registry_members import Member, MemberStore
+from tether.state._registry_prune import PruneStore
+from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
+from tether.state._session_row import Session, ownership_fields, session_from_row
+from tether.state.schema import MIGRATIONS
+from tether.state.translate import translate_error
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from tether.metrics import MetricOp
 
-__all__ = ["ANY_OWNER", "Lease", "Member", "Registry", "Session"]
+__all__ = [
+    "ANY_OWNER",
+    "JournalReader",
+    "JournalReads",
+    "Lease",
+    "Member",
+    "Registry",
+    "Session",
+]
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-@dataclass(frozen=True)
-class Session:
-    """One session row."""
-
-    key: str
-    name: str
-    agent_command: list[str]
-    agent_label: str
-    cwd: str
-    acp_session_id: str | None
-    state: str
-    created_at: float
-    updated_at: float
-    closed_at: float | None
-    last_prompt_at: float | None
-    owner_pid: int | None
-    owner_starttime: int | None
-    owner_generation: int
-    owner_socket: str | None
-    owner_started_at: float | None
-    owner_heartbeat_at: float | None
-    owner_status: str | None
-    queue_depth: int
-    current_request: str | None
-    desired_mode: str | None
-    desired_config: dict[str, Any]
-    options: dict[str, Any]
-    last_end: dict[str, Any] | None
-    # Ownership (issue 10): None = operator-owned.
-    agent_id: str = ""
-    owner_session_key: str | None = None
-    spawned_by: str | None = None
-    parent_session_key: str | None = None
-    sandboxed: bool = False
-
-
-def _session_from_row(row: sqlite3.Row) -> Session:
-    data = dict(row)
-    data["agent_command"] = json.loads(data["agent_command"])
-    data["desired_config"] = json.loads(data["desired_config"] or "{}")
-    data["options"] = json.loads(data["options"] or "{}")
-    data["last_end"] = json.loads(data["last_end"]) if data["last_end"] else None
-    data["agent_id"] = data.get("agent_id") or data["agent_label"]
-    data["sandboxed"] = bool(data.get("sandboxed"))
-    return Session(**data)
-
-
-_OWNERSHIP_KEYS = ("owner_session_key", "spawned_by", "parent_session_key")
-
-
-def _ownership_fields(agent_label: str, owner: Mapping[str, Any] | None) -> dict[str, Any]:
-    owner = owner or {}
-    fields: dict[str, Any] = {k: owner.get(k) or None for k in _OWNERSHIP_KEYS}
-    fields["agent_id"] = owner.get("agent_id") or agent_label
-    fields["sandboxed"] = 1 if owner.get("sandboxed") else 0
-    return fields
 
 
 # Set once this process finds the state database removed or replaced under it
@@ -133,9 +83,16 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
 
     Raises (from the constructor and every method):
         StateCorrupt, StateFull, StatePermission, StateError: see
-        :func:`tether._state_errors.translate_error`, the one place where sqlite3's
+        :func:`tether.state.translate.translate_error`, the one place where sqlite3's
         and the OS's errors about the database become Tether's.
+
+    :attr:`ERRORS` names what a caller that must survive a failing database catches
+    (besides ``OSError``), so that no module outside the state layer imports sqlite3.
     """
+
+    # A translated StateError, or a sqlite3.Error from a read that reached the database
+    # without going through translate_error.
+    ERRORS: ClassVar[tuple[type[Exception], ...]] = (StateError, sqlite3.Error)
 
     def __init__(self, path: str | None = None) -> None:
         self.path = path or paths.state_db()
@@ -241,20 +198,20 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
             db.execute("INSERT INTO meta (key, value) VALUES ('instance_id', ?)", (instance_id,))
             return instance_id
 
-    # --- leases, counters and histograms: tether._registry_runs.RunStore -------------
+    # --- leases, counters and histograms: tether.state._registry_runs.RunStore -------------
 
     # --- sessions -----------------------------------------------------------------
 
     def session(self, key: str) -> Session | None:
         row = self._row("SELECT * FROM sessions WHERE key = ?", (key,))
-        return _session_from_row(row) if row else None
+        return session_from_row(row) if row else None
 
     def sessions(self, *, include_closed: bool = True) -> list[Session]:
         query = "SELECT * FROM sessions"
         if not include_closed:
             query += " WHERE state != 'closed'"
         query += " ORDER BY created_at"
-        return [_session_from_row(r) for r in self._rows(query)]
+        return [session_from_row(r) for r in self._rows(query)]
 
     def upsert_session(
         self,
@@ -281,7 +238,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
 
         check_name(name)  # under every door, including those that write the row first
         now = time.time()
-        ownership = _ownership_fields(agent_label, owner)
+        ownership = ownership_fields(agent_label, owner)
         with self.transaction() as db:
             row = db.execute("SELECT state FROM sessions WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -332,7 +289,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
             query += " AND state != 'closed'"
         query += " ORDER BY created_at"
         rows = self._db.execute(query, (key, key, key, key)).fetchall()
-        return [_session_from_row(r) for r in rows]
+        return [session_from_row(r) for r in rows]
 
     def update_session(
         self, key: str, *, metric_ops: Iterable[MetricOp] = (), **fields: Any

@@ -1,13 +1,13 @@
 """The state layer's journal API: what callers outside it do with a session's journal.
 
-:class:`JournalReads` is a part of :class:`tether.registry.Registry` (and of
+:class:`JournalReads` is a part of :class:`tether.state.registry.Registry` (and of
 :class:`JournalReader`, a connection for the journal's worker threads): reading entries
 and lines from a seq, the last seq, the rows turn summaries are built from, where the
 current incarnation and the last turns start. :class:`JournalAppends` adds what a
 writer that runs no owner does -- one entry appended in a transaction of its own, by
 whoever holds the session's lock -- and the doctor's set-aside of a damaged chunk.
 
-Beneath them is :mod:`tether.journal.store` (and :mod:`tether.journal.damage`), which
+Beneath them is :mod:`tether.state.journal.store` (and :mod:`tether.state.journal.damage`), which
 take a ``sqlite3.Connection``; nothing outside the state layer holds one. Errors are
 what the store raises, unchanged (as when callers reached the connection themselves).
 """
@@ -18,7 +18,7 @@ import sqlite3
 from collections.abc import Collection, Iterator
 from typing import Any
 
-from tether.journal import store
+from tether.state.journal import store
 
 __all__ = ["JournalAppends", "JournalReader", "JournalReads"]
 
@@ -105,24 +105,24 @@ class JournalAppends(JournalReads):
 
     def journal_stored_chunk(self, key: str, first_seq: int) -> tuple[int, bytes] | None:
         """One stored chunk's ``(codec, bytes)`` as stored (None: it is gone)."""
-        from tether.journal.damage import stored_chunk
+        from tether.state.journal.damage import stored_chunk
 
         return stored_chunk(self._db, key, first_seq)
 
     def journal_take_chunk(self, key: str, first_seq: int) -> None:
         """Remove one stored chunk whose bytes were saved elsewhere (the doctor's
         set-aside); its seqs are never handed out again."""
-        from tether.journal.damage import take_chunk
+        from tether.state.journal.damage import take_chunk
 
         take_chunk(self._db, key, first_seq)
 
 
 class JournalReader(JournalReads):
     """A journal-reading connection that may move between threads (an owner's replay
-    reads, the fleet's shipper): :func:`tether.journal.writer.open_db`'s."""
+    reads, the fleet's shipper): :func:`tether.state.journal.writer.open_db`'s."""
 
     def __init__(self, path: str) -> None:
-        from tether.journal.writer import open_db
+        from tether.state.journal.writer import open_db
 
         self._db = open_db(path)
 

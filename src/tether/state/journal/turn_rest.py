@@ -23,8 +23,8 @@ from typing import Any
 
 from tether import _aio
 from tether.errors import NoSession, OwnerLost, SessionClosed, error_from_wire
-from tether.journal.entry import parse_line
-from tether.journal.follow import Follower, follow_session, is_session_end
+from tether.state.journal.entry import parse_line
+from tether.state.journal.follow import Follower, follow_session, is_session_end
 
 __all__ = ["TurnRest"]
 

@@ -1,4 +1,4 @@
-"""The gateway's other routes: processes, agents, health, metrics, the OpenAPI document."""
+"""The gateway's system routes: processes, agents, health, metrics, the OpenAPI document."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
 
 
 def _processes(key: str) -> dict[str, Any]:
-    from tether.registry import Registry
     from tether.serve.procs import process_tree
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         if registry.session(key) is None:
@@ -103,7 +103,7 @@ def _registry_text() -> str:
     """The registry's counters as Prometheus text: tether.metrics' renderer where it
     exists, else counters only (``tether_<name>``)."""
     from tether import metrics
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as registry:
         read = getattr(metrics, "read", None)
@@ -171,7 +171,7 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(document())
 
 
-def misc_routes() -> list[BaseRoute]:
+def system_routes() -> list[BaseRoute]:
     return [
         Route("/v1/sessions/{id}/processes", processes, methods=["GET"]),
         Route("/v1/agents", list_agents, methods=["GET"]),

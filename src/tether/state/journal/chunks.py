@@ -1,8 +1,8 @@
 """Journal chunks: runs of consecutive entries' public lines as one stored value.
 
-No I/O: packing, unpacking and splitting, used by :mod:`tether.journal.store`. A chunk
+No I/O: packing, unpacking and splitting, used by :mod:`tether.state.journal.store`. A chunk
 is the entries' lines, each ending in LF, zlib-compressed when large (codec 1) or plain
-(codec 0). Every line starts ``{"seq":N,"at":T,`` (see :func:`tether.journal.entry.
+(codec 0). Every line starts ``{"seq":N,"at":T,`` (see :func:`tether.state.journal.entry.
 entry_line`), so a reader takes an entry's seq and time off its head, undecoded.
 
 A stored chunk may be damaged (a flipped byte on disk, a hand edit): :func:`decode`

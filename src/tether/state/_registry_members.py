@@ -1,12 +1,12 @@
 """The registry's record of run members: processes observed while provably inside a run.
 
-:class:`MemberStore` is a part of :class:`tether.registry.Registry` (schema v7, table
+:class:`MemberStore` is a part of :class:`tether.state.registry.Registry` (schema v7, table
 ``run_members``). A member is recorded by its identity -- boot id, pid, start time --
 when Tether *saw* it inside a run: the run's root at spawn, a ``tether`` caller proven
 below the run's keeper, an orphan the owner adopted when the keeper died. The record
 outlives the process's place in the tree: once recorded, the process (and what it
 starts, found through its parent chain) is that run's agent for every requester check
-(:func:`tether.requester.resolve`), and a member still alive after its run ended is
+(:func:`tether.policy.requester.resolve`), and a member still alive after its run ended is
 reported and ended by that identity (:mod:`tether.supervise.members`).
 
 Rows of members proven gone are deleted (:meth:`MemberStore.forget_members`); the rest
@@ -21,26 +21,13 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 
 from tether import paths
+from tether.supervise.member import Member
 
 __all__ = ["Member", "MemberStore"]
 
 _MAX_IN = 500  # identities per lookup: a parent chain is far shorter
-
-
-@dataclass(frozen=True)
-class Member:
-    """One recorded member of a run."""
-
-    boot_id: str
-    pid: int
-    starttime: int
-    lease_id: str
-    session_key: str | None
-    how: str
-    seen_at: float
 
 
 _COLS = "boot_id, pid, starttime, lease_id, session_key, how, seen_at"
@@ -52,7 +39,7 @@ def _member(row: sqlite3.Row) -> Member:
 
 
 class MemberStore:
-    """Run members; mixed into :class:`tether.registry.Registry`."""
+    """Run members; mixed into :class:`tether.state.registry.Registry`."""
 
     _db: sqlite3.Connection
     path: str

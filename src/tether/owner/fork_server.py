@@ -30,8 +30,8 @@ PRELOAD = (
     "asyncio",
     "sqlite3",
     "json",
-    "tether.registry",
-    "tether.journal.writer",
+    "tether.state.registry",
+    "tether.state.journal.writer",
     "tether.acp.connection",
     "tether.live_agent",
     "tether.supervise.runner",
@@ -50,7 +50,7 @@ def _import_time_env(env: dict[str, str]) -> dict[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m tether.forkserver FD``: serve fork requests on socket FD until EOF."""
+    """``python -m tether.owner.fork_server FD``: serve fork requests on socket FD until EOF."""
     args = sys.argv[1:] if argv is None else argv
     sock = socket.socket(fileno=int(args[0]))
     # Ours only in /proc/<pid>/environ (and so in every forked owner's, where it is
@@ -159,3 +159,7 @@ def _reset_signals() -> None:
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_SETMASK, [])
     signal.set_wakeup_fd(-1)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -41,7 +41,7 @@ operator unless the kernel places it in one of this install's trees.
 agent's (:func:`agent_side`, clamped to ``self``, never the operator) when an ancestor
 is a session's owner -- the subreaper of last resort, to which a killed keeper's
 orphans go (:mod:`tether.supervise.adoption`) -- or when it or an ancestor was recorded
-as a run's member while provably inside (:mod:`tether._registry_members`). Such a
+as a run's member while provably inside (:mod:`tether.state._registry_members`). Such a
 requester, and every proven member of a run, is its session's *agent side*
 (:attr:`Resolved.agent_side`): the owner's gate refuses it an answer to its own
 session's questions.
@@ -65,10 +65,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
 from tether._os import ProcessTable, ProcUnreadable
-from tether.visibility import Requester, Visibility
+from tether.policy.visibility import Requester, Visibility
 
 if TYPE_CHECKING:
-    from tether.registry import Lease, Registry
+    from tether.state.registry import Lease, Registry
 
 __all__ = [
     "CLAIM_ENV",
@@ -180,7 +180,7 @@ def agent_side(
     the agent's side when an ancestor is a session's owner (the subreaper of last
     resort: a killed keeper's orphans are re-parented to it; nothing else is below an
     owner), or when it or an ancestor is a recorded member of a run
-    (:mod:`tether._registry_members`) -- wherever it has moved since.
+    (:mod:`tether.state._registry_members`) -- wherever it has moved since.
     """
     boot = table.boot_id()
     owner_key = registry.owner_in(boot, chain[1:])

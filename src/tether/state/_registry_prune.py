@@ -14,7 +14,7 @@ from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from tether.journal import store as journal_store
+from tether.state.journal import store as journal_store
 
 
 class _RolledBack(Exception):
@@ -22,7 +22,7 @@ class _RolledBack(Exception):
 
 
 class PruneStore:
-    """Pruning; mixed into :class:`tether.registry.Registry`. Callers go through
+    """Pruning; mixed into :class:`tether.state.registry.Registry`. Callers go through
     :func:`tether.operations.prune`, which scopes it to an agent."""
 
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:

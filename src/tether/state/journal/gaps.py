@@ -5,7 +5,7 @@ Theory of operation
 Seqs increase by one, with three exceptions, each of which leaves a *discontinuity*:
 
 * **owner-lost** -- an owner died (SIGKILL, OOM, power) without releasing its
-  reservation (:func:`tether.journal.store.claim`): the seqs it may have handed out
+  reservation (:func:`tether.state.journal.store.claim`): the seqs it may have handed out
   live are never reused, so the next writer starts past them;
 * **entries-dropped** -- the owner could not store entries in time (a full or failing
   disk) and gave them up rather than grow without bound or stop the turn;
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from tether import _fastjson
-from tether.journal.entry import body_of, entry_line
+from tether.state.journal.entry import body_of, entry_line
 
 __all__ = [
     "DROPPED",

@@ -1,6 +1,6 @@
 """Session ownership as data: the JSON fields, the ownership forest, the close order.
 
-No I/O: everything here works on :class:`tether.registry.Session` rows (or anything
+No I/O: everything here works on :class:`tether.state.registry.Session` rows (or anything
 with the same attributes) that the caller has already read.
 
 A row's *parent* is its ``parentSessionKey``, else its ``spawnedBy``, else its
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.visibility import Row
+from tether.policy.visibility import Row
 
 if TYPE_CHECKING:
-    from tether.registry import Session as _SessionLike
+    from tether.state.registry import Session as _SessionLike
 
 __all__ = [
     "close_order",

@@ -3,7 +3,7 @@
 Every session operation calls :func:`authorize` (one session) or :func:`visible_sessions`
 (a listing) before it acts, so list, history/read, watch, send, status, cancel,
 set-mode/set, answer, close and terminate obey one rule
-(:func:`tether.visibility.can_see`). A denial raises
+(:func:`tether.policy.visibility.can_see`). A denial raises
 :class:`~tether.errors.VisibilityDenied` naming the rule; it never looks like "no such
 session". An owner applies the same decision (:func:`check_session`) to the process at
 the other end of each IPC request (:mod:`tether.owner.gate`), so a client that skips
@@ -20,7 +20,7 @@ agent that clears its own environment is still below its keeper), or ``TETHER_OW
 (every owner's: a killed keeper's orphans are re-parented to it), or when the process
 or an ancestor left a recorded member's mark (``run/members/PID.STARTTIME``: it was
 seen inside a run, wherever it is now -- issue 20). Only then is the proof
-(:mod:`tether.requester`, against the registry and the kernel) paid for. The hint can
+(:mod:`tether.policy.requester`, against the registry and the kernel) paid for. The hint can
 only send a caller to the proof, never past it.
 
 Configuration::
@@ -43,9 +43,9 @@ TYPE_CHECKING = False  # typing costs ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
     from typing import Any
 
-    from tether.registry import Registry, Session
-    from tether.requester import Resolved
-    from tether.visibility import A2APolicy, Visibility
+    from tether.policy.requester import Resolved
+    from tether.policy.visibility import A2APolicy, Visibility
+    from tether.state.registry import Registry, Session
 
 __all__ = [
     "authorize",
@@ -113,7 +113,7 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
     can never come to be above it. For an operator's shell that saves all but the
     first hops of every call.
 
-    A process recorded as a member of a run (:mod:`tether._registry_members`) -- or
+    A process recorded as a member of a run (:mod:`tether.state._registry_members`) -- or
     below one -- also answers yes: one that killed its keeper (and its owner) carries no
     marker above it, but Tether saw it inside, so it still needs the proof. The record
     leaves a mark file per member, checked here with one ``stat`` per hop.
@@ -160,17 +160,17 @@ def could_be_agent(pid: int | None = None, *, clean: dict[int, int] | None = Non
 
 
 def current_requester(registry: Registry | None = None) -> Resolved:
-    """Who this process is (:func:`tether.requester.resolve`), the hint first.
+    """Who this process is (:func:`tether.policy.requester.resolve`), the hint first.
 
     A caller proven inside a run is recorded as that run's member.
     """
-    from tether.requester import Resolved, resolve
+    from tether.policy.requester import Resolved, resolve
 
     if not could_be_agent():
         return Resolved(None, "no agent tree above this process: the operator")
     if registry is not None:
         return resolve(registry, record=True)
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as reg:
         return resolve(reg, record=True)
@@ -189,7 +189,7 @@ def _section(cfg: dict[str, Any] | None, name: str) -> dict[str, Any]:
 
 def policy(cfg: dict[str, Any] | None = None) -> tuple[Visibility, A2APolicy]:
     """The configured visibility level and agent-to-agent policy."""
-    from tether.visibility import A2APolicy, Visibility
+    from tether.policy.visibility import A2APolicy, Visibility
 
     sessions_cfg = _section(cfg, "sessions")
     a2a_cfg = _section(cfg, "agentToAgent")
@@ -231,7 +231,7 @@ def authorize(
     if not could_be_agent():
         return None
     if registry is None:
-        from tether.registry import Registry
+        from tether.state.registry import Registry
 
         with Registry() as reg:
             return authorize(key, action, cfg=cfg, registry=reg)
@@ -258,7 +258,7 @@ def check_session(
 
     The one decision behind :func:`authorize` (this process asks) and the owner's door
     check (:mod:`tether.owner.gate`: its IPC peer asks). ``cascade_from``: the close (or
-    terminate) is part of closing that session's family (:mod:`tether.cascade`), whose
+    terminate) is part of closing that session's family (:mod:`tether.policy.cascade`), whose
     authority covers every descendant: it is allowed when ``session`` descends from
     ``cascade_from`` and the requester may close ``cascade_from`` itself -- the
     grandchild outside a non-transitive ``tree`` view still ends with its grandparent.
@@ -266,8 +266,8 @@ def check_session(
     requester = resolved.requester
     if requester is None:
         return
-    from tether.ownership import descends_from, row_of
-    from tether.visibility import Action, can_see
+    from tether.policy.ownership import descends_from, row_of
+    from tether.policy.visibility import Action, can_see
 
     level, a2a = policy(cfg)
     act = Action(action)
@@ -295,12 +295,12 @@ def authorize_spawn(
 ) -> None:
     """Raise :class:`VisibilityDenied` unless ``resolved`` may start an ``agent_id`` session.
 
-    The agent-to-agent policy limits spawning (:func:`tether.visibility.can_spawn`):
+    The agent-to-agent policy limits spawning (:func:`tether.policy.visibility.can_spawn`):
     another agent's session only when ``[agentToAgent]`` allows both agents.
     """
     if resolved.requester is None:
         return
-    from tether.visibility import can_spawn
+    from tether.policy.visibility import can_spawn
 
     _level, a2a = policy(cfg)
     decision = can_spawn(resolved.requester, agent_id, a2a)
@@ -344,8 +344,8 @@ def visible_sessions(
     resolved = current_requester(registry)
     if resolved.requester is None:
         return rows
-    from tether.ownership import row_of
-    from tether.visibility import can_see
+    from tether.policy.ownership import row_of
+    from tether.policy.visibility import can_see
 
     level, a2a = policy(cfg)
     return [s for s in rows if can_see(row_of(s), resolved.requester, level, a2a).allowed]

@@ -5,7 +5,7 @@ Theory of operation
 A request comes from the **operator** (a human or an orchestrator outside every agent
 tree; ``requester is None``) or from a **requester session**: a supervised agent that ran
 ``tether ...`` from its own tree, or called a tool Tether handed it (``tether mcp``).
-Who is asking is decided elsewhere (:mod:`tether.requester`, against the kernel); this
+Who is asking is decided elsewhere (:mod:`tether.policy.requester`, against the kernel); this
 module only answers "may this requester act on this row?", from the row's ownership
 metadata alone. There is no secondary lookup at check time (OpenClaw's
 ``sessions.list({spawnedBy})`` at visibility time was the source of its one-off bugs):
@@ -48,7 +48,7 @@ Decisions taken here, and why:
   ``tree``; ``self`` stays ``self``). OpenClaw's clamp also *raises* ``self`` to
   ``tree``; a clamp that widens is not a clamp, so we do not.
 * A requester whose identity was not proven is clamped to ``self`` by
-  :mod:`tether.requester` (``Requester.clamp``); the check itself only applies the
+  :mod:`tether.policy.requester` (``Requester.clamp``); the check itself only applies the
   narrowest of the configured level, the clamp and the sandbox.
 
 Agent-to-agent policy (``[agentToAgent] enabled``, ``allow``): the same agent is always

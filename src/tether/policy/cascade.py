@@ -27,8 +27,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from tether import access, ownership
 from tether.errors import NoSession, StateError, TetherError
+from tether.policy import access, ownership
 
 __all__ = ["close_tree"]
 
@@ -36,7 +36,7 @@ MAX_PASSES = 3
 
 
 def _descendants(key: str) -> list[str]:
-    from tether.registry import Registry
+    from tether.state.registry import Registry
 
     with Registry() as reg:
         return ownership.close_order(key, reg.sessions(include_closed=False))

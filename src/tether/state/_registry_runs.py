@@ -1,6 +1,6 @@
 """The registry's run records: leases (moved only through their state machine) and metrics.
 
-:class:`RunStore` is a part of :class:`tether.registry.Registry`, kept in its own
+:class:`RunStore` is a part of :class:`tether.state.registry.Registry`, kept in its own
 module so each stays readable: it holds every lease write -- a lease is created
 ``open`` and its state moves only through :meth:`RunStore.advance_lease`, a
 compare-and-set driven by the lease table (:mod:`tether.supervise.lease_state`) --
@@ -69,7 +69,7 @@ class Lease:
 
 
 class RunStore:
-    """Leases and metrics; mixed into :class:`tether.registry.Registry`."""
+    """Leases and metrics; mixed into :class:`tether.state.registry.Registry`."""
 
     _db: sqlite3.Connection
     instance_id: str
