@@ -17,7 +17,7 @@ them in the client's ``TETHER_HOME``.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from tether import _aio
@@ -111,7 +111,7 @@ class AsyncTurn:
         self._journal = rest_from_journal
         self._seen = cursor(conn.hello)  # the journal seq of the last frame relayed to us
 
-    async def frames(self) -> AsyncIterator[dict[str, Any]]:
+    async def frames(self) -> AsyncGenerator[dict[str, Any], None]:
         """The turn's frames, its ``result`` frame last (see the module docstring).
 
         Raises:
