@@ -168,6 +168,11 @@ def test_a_turn_read_on_its_connection() -> None:
     assert seen == [ACK, chunk(12, "a"), RESULT]
     assert conn.sent[0][0] == "prompt"
     assert (turn.result, turn.ended, turn.let_go) == ({"stopReason": "end_turn"}, True, False)
+    assert (turn.end.stop_reason, turn.end.last_seq, turn.end.from_journal) == (
+        "end_turn",
+        12,
+        False,
+    )
     assert run.calls == []
     assert conn.closed
 
@@ -266,8 +271,13 @@ def test_the_blocking_loop_finishes_a_lagged_turn_from_the_journal(
     journal.frames_ = [(15, chunk(0, "b")["frame"])]
     shown: list[dict[str, Any]] = []
     conn = FakeConn([chunk(12, "a")], WatchLagged("behind", last_seq=13))
-    result = prompting.run_turn(conn, "k", "r-1", shown.append)  # type: ignore[arg-type]
-    assert result == {"stopReason": "end_turn"}
+    end = prompting.run_turn(conn, "k", "r-1", shown.append)  # type: ignore[arg-type]
+    assert (end.request_id, end.stop_reason, end.result) == (
+        "r-1",
+        "end_turn",
+        {"stopReason": "end_turn"},
+    )
+    assert (end.last_seq, end.from_journal) == (15, True)
     assert journal.made == [("k", "r-1", 13, True)]
     assert [f["seq"] for f in shown] == [12, 15]
 

@@ -137,21 +137,20 @@ def _prompt_once(ctx: Any, text: str, worked: list[int]) -> int:
             conn.idle_interval = _spinner.TICK_S
         try:
             if asker is None:
-                result = operations.run_turn(
+                end = operations.run_turn(
                     conn, key, rid, render, deadline_ms=deadline_ms, door="cli"
                 )
             else:
                 with asker:
-                    result = operations.run_turn(
+                    end = operations.run_turn(
                         conn, key, rid, render, deadline_ms=deadline_ms, door="cli"
                     )
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
-    ctx.output.done(str(result.get("stopReason")), time.monotonic() - started)
-    if result.get("permissionDenied") and ctx.non_interactive == "fail":
-        raise PermissionDenied(
-            f"{result.get('permissionDenied')} permission request(s) were denied"
-        )
+    ctx.output.done(str(end.result.get("stopReason")), time.monotonic() - started)
+    denied = end.result.get("permissionDenied")
+    if denied and ctx.non_interactive == "fail":
+        raise PermissionDenied(f"{denied} permission request(s) were denied")
     return 0
 
 

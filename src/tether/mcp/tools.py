@@ -102,8 +102,8 @@ def _prompt(key: str, text: str, timeout_s: float) -> dict[str, Any]:
     payload = operations.prompt_payload([{"type": "text", "text": text}], client="mcp")
     with operations.connect_or_start(key) as conn:
         rid = operations.submit(conn, payload, deadline_ms=deadline_ms)
-        result = operations.run_turn(conn, key, rid, on_frame, deadline_ms=deadline_ms)
-    return {"sessionKey": key, "stopReason": result.get("stopReason"), "text": "".join(chunks)}
+        end = operations.run_turn(conn, key, rid, on_frame, deadline_ms=deadline_ms)
+    return {"sessionKey": key, "stopReason": end.result.get("stopReason"), "text": "".join(chunks)}
 
 
 def _timeout(args: dict[str, Any]) -> float:

@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
     from tether.operations.prompting import (
+        TurnEnd,
         admit,
         leave_turn,
         prompt_payload,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 __all__ = [
     "START_DEADLINE_S",
     "AsyncTurn",
+    "TurnEnd",
     "admit",
     "agent_sessions",
     "answer",
@@ -141,6 +143,7 @@ _HOME = {
     "run_turn": "prompting",
     "leave_turn": "prompting",
     "rest_result": "prompting",
+    "TurnEnd": "prompting",
     "asubmit": "prompting_aio",
     "AsyncTurn": "prompting_aio",
     "control": "controlling",

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LEAVE_S",
+    "TurnEnd",
     "admit",
     "cursor",
     "journal_update",
@@ -78,6 +79,38 @@ __all__ = [
 
 LEAVE_S = 3.0  # how long a leaving caller waits for its cancel (and, show_end, the answer)
 REQUEST_KIND = "prompt"  # the IPC request; sent only by this module and .prompting_aio
+
+
+class TurnEnd:
+    """How a turn ended, as the loop read it: the typed result of :func:`run_turn` (and
+    :attr:`AsyncTurn.end <tether.operations.prompting_aio.AsyncTurn.end>`).
+
+    Attributes:
+        request_id: the turn's IPC request id.
+        stop_reason: the agent's ``stopReason`` (``end_turn``, ``cancelled``...).
+        result: the owner's whole ``result`` payload (``permissionDenied``, ``cancel``...).
+        last_seq: the journal seq of the last frame of the turn the caller was given
+            (0: none was journaled); with the ack's ``seq``, the turn's entries.
+        from_journal: the owner let go of the caller mid-turn; the rest was read from
+            the journal.
+    """
+
+    __slots__ = ("from_journal", "last_seq", "request_id", "result", "stop_reason")
+
+    def __init__(
+        self, request_id: str, result: dict[str, Any], last_seq: int, *, from_journal: bool
+    ) -> None:
+        self.request_id = request_id
+        self.result = result
+        self.stop_reason = str(result.get("stopReason") or "")
+        self.last_seq = last_seq
+        self.from_journal = from_journal
+
+    def __repr__(self) -> str:
+        return (
+            f"TurnEnd({self.request_id!r}, {self.stop_reason!r}, last_seq={self.last_seq},"
+            f" from_journal={self.from_journal})"
+        )
 
 
 def prompt_payload(
@@ -185,8 +218,8 @@ def run_turn(
     *,
     deadline_ms: int | None = None,
     door: str | None = None,
-) -> dict[str, Any]:
-    """Read turn ``rid`` (submitted on ``conn``) to its end; returns its ``result``.
+) -> TurnEnd:
+    """Read turn ``rid`` (submitted on ``conn``) to its end; returns how it ended.
 
     Each frame of the turn after the ack goes to ``on_frame``, its terminal one
     excepted; frames read from the journal come as ``update`` frames (see the module
@@ -208,27 +241,29 @@ def run_turn(
         on_frame(frame)
 
     try:
-        return conn.wait(rid, on_frame=relay, deadline_ms=deadline_ms)
+        result = conn.wait(rid, on_frame=relay, deadline_ms=deadline_ms)
+        return TurnEnd(rid, result, seen[0], from_journal=False)
     except WatchLagged as exc:
         # We read too slowly and the owner let go of us; the turn went on. Its frames
         # are all in the journal: the rest of it comes from there.
         last = exc.fields.get("last_seq")
-        after = max(seen[0], last if isinstance(last, int) else 0)
-        return _rest_from_journal(key, rid, after, on_frame, follow=True, door=door)
+        seen[0] = max(seen[0], last if isinstance(last, int) else 0)
+        follow = True
     except OwnerLost:
         follow = owner_kept_turn(key, conn.generation)
-        return _rest_from_journal(key, rid, seen[0], on_frame, follow=follow, door=door)
+    result = _rest_from_journal(key, rid, seen, relay, follow=follow, door=door)
+    return TurnEnd(rid, result, seen[0], from_journal=True)
 
 
 def _rest_from_journal(
-    key: str, rid: str, after: int, on_frame: OnFrame, *, follow: bool, door: str | None
+    key: str, rid: str, seen: list[int], relay: OnFrame, *, follow: bool, door: str | None
 ) -> dict[str, Any]:
-    """The rest of turn ``rid`` after ``after`` from the journal (blocking): its frames
-    to ``on_frame`` as relayed ones, and its result (or its error, raised)."""
+    """The rest of turn ``rid`` after ``seen[0]`` from the journal (blocking): its frames
+    to ``relay`` as relayed ones, and its result (or its error, raised)."""
     from tether.journal.turn_rest import TurnRest
 
-    rest = TurnRest(key, rid, after, follow=follow, door=door)
-    rest.read(lambda seq, direction, frame: on_frame(journal_update(seq, direction, frame)))
+    rest = TurnRest(key, rid, seen[0], follow=follow, door=door)
+    rest.read(lambda seq, direction, frame: relay(journal_update(seq, direction, frame)))
     return rest_result(rest)
 
 

@@ -26,6 +26,7 @@ from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.operations.prompting import (
     LEAVE_S,
     REQUEST_KIND,
+    TurnEnd,
     cursor,
     journal_update,
     owner_kept_turn,
@@ -183,6 +184,13 @@ class AsyncTurn:
         finally:
             self._ended = True
         yield {"type": "result", "requestId": self.request_id, "result": self.result}
+
+    @property
+    def end(self) -> TurnEnd | None:
+        """How the turn ended (None until its result came)."""
+        if self.result is None:
+            return None
+        return TurnEnd(self.request_id, self.result, self._seen, from_journal=self.let_go)
 
     @property
     def ended(self) -> bool:
