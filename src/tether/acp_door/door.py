@@ -29,9 +29,9 @@ What each method does, through the one operations layer (:mod:`tether.operations
   ``_tether/session/ended`` reaches the client once per attached session from the
   journal's ``session_ended`` (:mod:`.attach`).
 
-When the client goes away (EOF) its running turns are cancelled -- the owner's rule for
-a caller that leaves -- and its sessions stay warm for the next client, unless
-``close_on_exit``.
+When the client goes away (EOF) its running turns are cancelled -- the caller-leaves
+rule of :mod:`tether.operations.prompting` -- and its sessions stay warm for the next
+client, unless ``close_on_exit``.
 
 The client is a *controller* of the turns it prompts: a permission request the
 session's policy leaves open is put to it as ``session/request_permission``, an
