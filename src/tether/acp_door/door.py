@@ -29,9 +29,9 @@ What each method does, through the one operations layer (:mod:`tether.operations
   ``_tether/session/ended`` reaches the client once per attached session from the
   journal's ``session_ended`` (:mod:`.attach`).
 
-When the client goes away (EOF) its running turns are cancelled -- the owner's rule for
-a caller that leaves -- and its sessions stay warm for the next client, unless
-``close_on_exit``.
+When the client goes away (EOF) its running turns are cancelled -- the caller-leaves
+rule of :mod:`tether.operations.prompting` -- and its sessions stay warm for the next
+client, unless ``close_on_exit``.
 
 The client is a *controller* of the turns it prompts: a permission request the
 session's policy leaves open is put to it as ``session/request_permission``, an
@@ -371,7 +371,7 @@ class AcpDoor:
         mode = params.get("modeId")
         if not isinstance(mode, str):
             raise UsageError("modeId is required")
-        await turns.control(att.key, "set_mode", {"modeId": mode})
+        await asyncio.to_thread(operations.set_mode, att.key, mode)
         return {}
 
     async def _set_config_option(self, params: dict[str, Any]) -> dict[str, Any]:
@@ -379,9 +379,7 @@ class AcpDoor:
         config_id, value = params.get("configId"), params.get("value")
         if not isinstance(config_id, str) or not isinstance(value, str | bool):
             raise UsageError("configId and value are required")
-        result = await turns.control(
-            att.key, "set_config_option", {"configId": config_id, "value": value}
-        )
+        result = await asyncio.to_thread(operations.set_config_option, att.key, config_id, value)
         options = result.get("configOptions")
         return {"configOptions": options if isinstance(options, list) else []}
 

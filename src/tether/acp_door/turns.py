@@ -4,9 +4,10 @@ A turn is an IPC ``prompt`` on a connection of its own (the owner started on dem
 :func:`tether.operations.connect_or_start`, the socket then moved into asyncio, as the
 library does). The owner relays the turn's agent frames as they arrive; each
 ``session/update`` goes to the client at once, with the agent's session id replaced by
-the door's, so the client sees them in order and before the turn's answer. Leaving the
-turn early (the client went away, the door is cancelled) closes the connection, which
-the owner treats as the caller leaving: the turn gets ``session/cancel``.
+the door's, so the client sees them in order and before the turn's answer. The payload,
+the submit, the loop and leaving the turn early (the client went away, the door is
+cancelled: the turn is cancelled in its owner) are the operations layer's
+(:mod:`tether.operations.prompting`); this module presents them in ACP.
 """
 
 from __future__ import annotations
@@ -16,18 +17,15 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from tether import _aio, operations
+from tether import operations
 from tether.acp_door import translate
 from tether.acp_door.attach import Attachment
-from tether.errors import OwnerLost, error_from_wire
-from tether.ipc import protocol
+from tether.errors import OwnerLost
 from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.ipc.client import new_request_id
-from tether.state.journal.turn_rest import TurnRest
 
 __all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 
-CLEANUP_S = 5.0  # how long a cancelled turn waits for its cancel to reach the owner
 Notify = Callable[[str, dict[str, Any], tuple[str, int, int, int] | None], None]
 OnQuestion = Callable[[str, dict[str, Any]], None]
 
@@ -53,7 +51,7 @@ async def connect(key: str) -> AsyncOwnerConnection:
 
 
 async def control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    """One queued request (``set_mode``, ``set_config_option``); returns its result."""
+    """One queued request (``status``, ``start_agent``); returns its result."""
     conn = await connect(key)
     try:
         return await conn.request(kind, payload)
@@ -76,13 +74,16 @@ async def run_prompt(
     ``relay`` (the prompt's ``relay`` payload: the methods this client serves, the
     door's token; and a handler) the agent's requests for those methods come as
     ``client_request`` frames (``relay_expired`` when the owner stops waiting), to the
-    handler -- when the owner understands relays.
+    handler -- when the owner understands relays. The turn is read by the operations
+    layer's loop (:mod:`tether.operations.prompting`): a turn the owner let go of us in
+    is finished from the journal, relayed the same way.
 
     Raises:
         TetherError subclasses: the owner's error for the turn (re-raised as its class),
-        ``OwnerLost`` when the owner went away mid-turn.
+        ``OwnerLost`` when its outcome is unknown.
 
-    Cancellation: the connection is closed (shielded), so the owner cancels the turn.
+    Cancellation: the caller-leaves rule -- the turn is cancelled in its owner (bounded)
+    and the connection closed before the cancellation propagates.
     """
     conn = await connect(att.key)
     journaled = conn.hello.get("journalSeq")
@@ -95,53 +96,26 @@ async def run_prompt(
     rid = new_request_id()
     att.own_requests.add(rid)  # before sending: its journal entries must be known ours
     att.running.append(rid)
-    generation = conn.hello.get("generation")
     payload = prompt_payload(blocks, conn.hello, relay[0] if relay is not None else None)
+    turn: operations.AsyncTurn | None = None
     try:
-        conn.writer.write(
-            protocol.request_frame(
-                rid,
-                "prompt",
-                payload,
-                owner_generation=generation if isinstance(generation, int) else None,
-            )
-        )
-        await conn.writer.drain()
-        # The journal seq of the last frame relayed to us: where the journal takes over
-        # if the owner lets go of us mid-turn.
-        seen = journaled if isinstance(journaled, int) else 0
-        frames = conn.frames(rid)
-        while True:
-            try:
-                frame = await anext(frames)
-            except StopAsyncIteration:
-                break
-            except OwnerLost:
-                # Cut off (a lagged frame lost with its buffer), or the owner died: the
-                # journal knows which -- the turn's end, if it was recorded.
-                serving = await asyncio.to_thread(operations.serving_generation, att.key)
-                follow = serving is not None and serving == generation
-                return await _finish_from_journal(att.key, rid, seen, notify, follow=follow)
+        turn = await operations.asubmit(conn, att.key, payload, request_id=rid)
+        async for frame in turn.frames():
             kind = frame.get("type")
             if kind == "update":
-                seq = frame.get("seq")
-                seen = max(seen, seq) if isinstance(seq, int) else seen
                 if frame.get("direction") == "in" and isinstance(frame.get("frame"), dict):
-                    _relay(att.key, seq, frame["frame"], notify)
-            elif kind == "lagged":
-                # We read too slowly and the owner let go of us; the turn goes on, and its
-                # frames are all in the journal: the rest of it comes from there.
-                last = frame.get("lastSeq")
-                seen = max(seen, last) if isinstance(last, int) else seen
-                return await _finish_from_journal(att.key, rid, seen, notify, follow=True)
+                    _relay(att.key, frame.get("seq"), frame["frame"], notify)
             elif (answer := _answer(att, conn, rid, frame, on_question, relay)) is not None:
                 return answer
-        raise OwnerLost("the owner ended the turn without an answer")
+        raise OwnerLost("the owner ended the turn without an answer")  # pragma: no cover
     finally:
         att.running.remove(rid)
         if relay is not None:
             relay[1].turn_ended(conn)
-        await asyncio.shield(conn.aclose())
+        if turn is not None:
+            await turn.aclose()
+        else:
+            await asyncio.shield(conn.aclose())
 
 
 def _relay(key: str, seq: object, acp: dict[str, Any], notify: Notify) -> None:
@@ -179,47 +153,15 @@ def _answer(
             "stopReason": str(result.get("stopReason") or "end_turn"),
             "_meta": {"tether": {"requestId": rid}},
         }
-    elif kind == "error":
-        raise error_from_wire(frame.get("error") or {})
     return None
-
-
-async def _finish_from_journal(
-    key: str, rid: str, after: int, notify: Notify, *, follow: bool
-) -> dict[str, Any]:
-    """The rest of turn ``rid`` after seq ``after`` from the session's journal, relayed
-    as if it came from the owner, and its ACP answer (or its error, raised). ``follow``:
-    its owner still runs it, so wait for its end.
-
-    Cancellation: the journal follower is stopped and (``follow``) the turn cancelled in
-    its owner -- it no longer hears from our connection -- before the cancellation
-    propagates.
-    """
-    rest = TurnRest(key, rid, after, follow=follow)
-    try:
-        async for seq, acp in rest.frames():
-            _relay(key, seq, acp, notify)
-    except asyncio.CancelledError:
-        if follow:  # the owner let go of our connection, so it cannot tell we left
-            cancel = _aio.spawn(asyncio.to_thread(operations.cancel, key, rid))
-            # Bounded, and not cut short by a second cancellation: a thread cannot be.
-            # A cancel that finds nothing is no failure (settle drops its error).
-            await _aio.settle(cancel, CLEANUP_S)
-        raise
-    return {"stopReason": rest.stop_reason(), "_meta": {"tether": {"requestId": rid}}}
 
 
 def prompt_payload(
     blocks: list[dict[str, Any]], hello: dict[str, Any], relay: dict[str, Any] | None
 ) -> dict[str, Any]:
-    """The door's IPC prompt: a controller's, asking for ``relay`` only of an owner
-    whose hello lists the ``relay`` feature (an older owner serves fs and terminals
-    itself, as it would anyway: it ignores a payload field it does not know)."""
-    payload: dict[str, Any] = {"prompt": blocks, "wait": True, "client": "acp", "control": True}
-    features = hello.get("features")
-    if relay is not None and isinstance(features, list) and "relay" in features:
-        payload["relay"] = relay
-    return payload
+    """The door's IPC prompt (:func:`tether.operations.prompt_payload`): a controller's,
+    asking for ``relay`` only of an owner whose hello lists the ``relay`` feature."""
+    return operations.prompt_payload(blocks, client="acp", control=True, relay=relay, hello=hello)
 
 
 async def answer_relay(conn: AsyncOwnerConnection, relay_id: str, answer: dict[str, Any]) -> None:

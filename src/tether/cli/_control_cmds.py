@@ -3,13 +3,7 @@
 from __future__ import annotations
 
 from tether import operations
-from tether.cli._session_flags import (
-    _call_deadline,
-    _key,
-    _no_session_hint,
-    _remaining_ms,
-    connect_or_start,
-)
+from tether.cli._session_flags import _call_deadline, _key, _later_flags, _no_session_hint
 from tether.errors import (
     NoSession,
     UsageError,
@@ -33,23 +27,26 @@ def control(ctx: Any) -> int:
         return show_cancel(ctx, result)
     if command == "set-mode":
         mode = mode_word(ctx)
-        deadline = _call_deadline(ctx)
-        with connect_or_start(ctx, key, deadline, "set") as conn:
-            result = conn.request("set_mode", {"modeId": mode}, deadline_ms=_remaining_ms(deadline))
+        result = _set(ctx, key, lambda how: operations.set_mode(key, mode, **how))
         return show_set(ctx, result)
     if command == "set":
         config_id, raw = config_words(ctx)
-        deadline = _call_deadline(ctx)
-        with connect_or_start(ctx, key, deadline, "set") as conn:
-            # The word as typed: the owner knows the option's type from the agent
-            # (a boolean option takes true/false as a boolean; a select keeps the word).
-            result = conn.request(
-                "set_config_option",
-                {"configId": config_id, "value": raw},
-                deadline_ms=_remaining_ms(deadline),
-            )
+        # The word as typed: the owner knows the option's type from the agent
+        # (a boolean option takes true/false as a boolean; a select keeps the word).
+        result = _set(
+            ctx, key, lambda how: operations.set_config_option(key, config_id, raw, **how)
+        )
         return show_set(ctx, result)
     raise UsageError(f"unknown command {command}")
+
+
+def _set(ctx: Any, key: str, call: Any) -> dict[str, Any]:
+    """One control (:mod:`tether.operations.controlling`) within ``--timeout``, an owner
+    started now taking this call's flags."""
+    try:
+        return call({"deadline": _call_deadline(ctx), "options": _later_flags(ctx)})  # type: ignore[no-any-return]
+    except NoSession:
+        raise _no_session_hint(ctx) from None
 
 
 def mode_word(ctx: Any) -> str:

@@ -1,7 +1,8 @@
 """``prompt``: send one turn to the session's owner and render its frames as they come.
 
-A caller cut off mid-turn (a slow reader let go, a lost owner) finishes the turn from the
-session's journal; Ctrl-C cancels this turn and exits 130.
+Presentation over :mod:`tether.operations.prompting` (the payload, the submit, the turn's
+loop -- a caller cut off mid-turn finishes it from the session's journal -- and the
+caller-leaves rule): Ctrl-C cancels this turn, shows how it ended, and exits 130.
 """
 
 from __future__ import annotations
@@ -10,20 +11,13 @@ import time
 
 from tether import operations
 from tether.cli._session_flags import _call_deadline, _key, _policy, _remaining_ms, connect_or_start
-from tether.errors import (
-    Interrupted,
-    OwnerLost,
-    PermissionDenied,
-    UsageError,
-    WatchLagged,
-)
+from tether.errors import Interrupted, PermissionDenied, UsageError
 from tether.ipc import protocol
 from tether.ipc.client import OwnerConnection
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
     from typing import Any
-CANCEL_WAIT_S = 3.0  # after Ctrl-C on `prompt`, how long we wait for the `cancelled` answer
 
 
 def _asker(ctx: Any, key: str) -> Any:
@@ -107,50 +101,34 @@ def _prompt_once(ctx: Any, text: str, worked: list[int]) -> int:
     deadline = _call_deadline(ctx)
     conn = connect_or_start(ctx, key, deadline)
     deadline_ms = _remaining_ms(deadline)
-    payload = {
-        "prompt": [{"type": "text", "text": text}],
-        "wait": not ctx.inv.no_wait,
-        "client": "cli",
-        # Only an explicit flag overrides the mode the session was created with.
-        **({"permissionMode": ctx.inv.permissions} if ctx.inv.permissions else {}),
-        **({"permissionPolicy": _policy(ctx)} if ctx.inv.permission_policy else {}),
-    }
     asker = _asker(ctx, key)
-    if asker is not None:
-        payload["control"] = True  # we answer this turn's questions on the terminal
+    payload = operations.prompt_payload(
+        [{"type": "text", "text": text}],
+        client="cli",
+        wait=not ctx.inv.no_wait,
+        # Only an explicit flag overrides the mode the session was created with.
+        permission_mode=ctx.inv.permissions,
+        permission_policy=_policy(ctx) if ctx.inv.permission_policy else None,
+        control=asker is not None,  # we answer this turn's questions on the terminal
+    )
+    max_bytes = protocol.prompt_max_bytes(ctx.config)
     with conn:
         if ctx.inv.model:  # acpx: --model selects the model (the agent's model option)
-            conn.request(
-                "set_config_option",
-                {"configId": "model", "value": ctx.inv.model},
-                deadline_ms=_remaining_ms(deadline),
-            )
-        rid = conn.send(
-            "prompt",
-            payload,
-            deadline_ms=deadline_ms,
-            max_bytes=protocol.prompt_max_bytes(ctx.config),
-        )
+            operations.set_config_option(key, "model", ctx.inv.model, conn=conn, deadline=deadline)
         if ctx.inv.no_wait:
-            conn.wait(rid, until_ack=True)
+            rid, _ack = operations.admit(
+                conn, payload, deadline_ms=deadline_ms, max_bytes=max_bytes
+            )
             ctx.output.control(
                 {"action": "prompt_queued", "requestId": rid, "sessionKey": key},
                 text=f"[queued] {rid}",
                 quiet=rid,
             )
             return 0
-        shown = _render(ctx, asker, worked)
-        seen = [0]  # the journal seq of the last frame relayed to us
-
-        def render(frame: dict[str, Any]) -> None:
-            seq = frame.get("seq")
-            if isinstance(seq, int):
-                seen[0] = seq
-            shown(frame)
-
+        rid = operations.submit(conn, payload, deadline_ms=deadline_ms, max_bytes=max_bytes)
+        render = _render(ctx, asker, worked)
         ctx.output.batch = True
         conn.before_block = ctx.output.flush
-        generation = conn.generation
         from tether.cli import _spinner
 
         spinner = _spinner.for_output(ctx.output)
@@ -159,87 +137,33 @@ def _prompt_once(ctx: Any, text: str, worked: list[int]) -> int:
             conn.idle_interval = _spinner.TICK_S
         try:
             if asker is None:
-                result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+                end = operations.run_turn(
+                    conn, key, rid, render, deadline_ms=deadline_ms, door="cli"
+                )
             else:
                 with asker:
-                    result = conn.wait(rid, on_frame=render, deadline_ms=deadline_ms)
+                    end = operations.run_turn(
+                        conn, key, rid, render, deadline_ms=deadline_ms, door="cli"
+                    )
         except KeyboardInterrupt:
             return _interrupt(ctx, conn, key, rid, render)
-        except WatchLagged:
-            # We read too slowly and the owner let go of us; the turn went on. Its
-            # frames are all in the journal: the rest of it comes from there.
-            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=True)
-        except OwnerLost:
-            # Cut off: a slow reader whose lagged frame was lost with its buffer, or the
-            # owner died. The journal knows which: the turn's end, if it was recorded.
-            owner_alive = operations.serving_generation(key) == generation
-            result = _finish_from_journal(ctx, key, rid, seen[0], shown, follow=owner_alive)
-    ctx.output.done(str(result.get("stopReason")), time.monotonic() - started)
-    if result.get("permissionDenied") and ctx.non_interactive == "fail":
-        raise PermissionDenied(
-            f"{result.get('permissionDenied')} permission request(s) were denied"
-        )
+    ctx.output.done(str(end.result.get("stopReason")), time.monotonic() - started)
+    denied = end.result.get("permissionDenied")
+    if denied and ctx.non_interactive == "fail":
+        raise PermissionDenied(f"{denied} permission request(s) were denied")
     return 0
 
 
-def _finish_from_journal(
-    ctx: Any, key: str, rid: str, last_seq: int, render: Any, *, follow: bool
-) -> dict[str, Any]:
-    """The rest of turn ``rid`` after ``last_seq``, read from the session's journal (the
-    owner let go of us mid-turn): its frames rendered as if relayed, and its result (or
-    its error, raised). ``follow``: its owner still runs it, so wait for its end."""
-    from tether import _fastjson
-    from tether.errors import error_from_wire
-    from tether.state.journal.follow import Follower, follow_session
-
-    outcome: dict[str, Any] = {}
-    followers: list[Follower] = []
-
-    def emit(_seq: int, line: str) -> None:
-        entry = _fastjson.loads(line)
-        if entry.get("requestId") == rid:
-            if entry.get("kind") == "acp":
-                render(
-                    {
-                        "type": "update",
-                        "direction": entry.get("direction"),
-                        "frame": entry.get("frame"),
-                    }
-                )
-                return
-            if entry.get("kind") == "turn_ended":
-                outcome.update(entry)
-        elif entry.get("kind") == "session_ended":
-            outcome["sessionEnded"] = entry
-        if outcome:
-            for follower in followers:
-                follower.interrupt()
-
-    follow_session(
-        key, emit, from_seq=last_seq + 1, follow=follow, on_start=followers.append, door="cli"
-    )
-    ctx.output.flush()
-    if "stopReason" in outcome:
-        return {"stopReason": outcome["stopReason"]}
-    if "error" in outcome:
-        raise error_from_wire({"message": str(outcome["error"]), "type": outcome.get("errorType")})
-    raise OwnerLost(
-        "the owner went away before the request finished; the outcome is unknown, do not"
-        " resubmit automatically",
-        request_id=rid,
-    )
-
-
 def _interrupt(ctx: Any, conn: OwnerConnection, key: str, rid: str, render: Any) -> int:
-    """Ctrl-C on `prompt` cancels *this* turn (or dequeues it), then exits 130."""
+    """Ctrl-C on `prompt` cancels *this* turn (or dequeues it), then exits 130: the
+    caller-leaves rule (:mod:`tether.operations.prompting`), with ``show_end`` -- we show
+    how the turn ended before we go."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)  # a second Ctrl-C leaves at once
     try:
-        operations.cancel(key, rid)
-        conn.sock.settimeout(CANCEL_WAIT_S)
-        result = conn.wait(rid, on_frame=render)
-        ctx.output.done(str(result.get("stopReason")))
+        result = operations.leave_turn(conn, key, rid, on_frame=render, show_end=True)
+        ctx.output.done(str((result or {}).get("stopReason")))
     except Exception:
         pass  # the turn's own outcome no longer matters: we were interrupted
     raise Interrupted("interrupted; the turn was cancelled")

@@ -134,7 +134,7 @@ def _ensure(ctx: Any, *, fresh: bool) -> int:
     else:
         with conn:
             if ctx.inv.model and not created:  # a session that exists: select its model now
-                conn.request("set_config_option", {"configId": "model", "value": ctx.inv.model})
+                operations.set_config_option(key, "model", ctx.inv.model, conn=conn)
                 ctx.output.banner(f"model set: {ctx.inv.model}")
     return show_ensured(ctx, key, name, created, owner_pid, generation, resumed)
 

@@ -8,7 +8,6 @@ operations (:mod:`tether.operations`) run in a thread, in the client's home.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import time
@@ -18,7 +17,6 @@ from typing import Any, TypeVar
 from tether import _aio, agents, operations, paths, sessions
 from tether.client.backend import SessionRef, session_summary
 from tether.client.watch import watch_journal
-from tether.errors import error_from_wire
 from tether.events import (
     Answerer,
     Event,
@@ -28,11 +26,9 @@ from tether.events import (
     question_from_frame,
 )
 from tether.ipc.aio_client import AsyncOwnerConnection
-from tether.state.journal.turn_rest import TurnRest
 
 __all__ = ["LocalBackend"]
 
-CANCEL_SETTLE_S = 3.0
 R = TypeVar("R")
 
 
@@ -158,77 +154,25 @@ class LocalBackend:
         deadline_ms = (
             None if deadline is None else max(1, int((deadline - time.monotonic()) * 1000))
         )
-        rid = ""
-        finished = False
+        payload = operations.prompt_payload(
+            blocks, client="library", control=control, permission_mode=self.permissions
+        )
         try:
-            rid = await conn.send(
-                "prompt",
-                {
-                    "prompt": blocks,
-                    "wait": True,
-                    "client": "library",
-                    **({"control": True} if control else {}),
-                    **({"permissionMode": self.permissions} if self.permissions else {}),
-                },
-                deadline_ms,
+            turn = await operations.asubmit(
+                conn, key, payload, deadline_ms=deadline_ms, run=self.op
             )
-            journaled = conn.hello.get("journalSeq")
-            seen = journaled if isinstance(journaled, int) else 0  # see `lagged` below
-            async for frame in conn.frames(rid):
-                kind = frame.get("type")
-                if kind == "update" and isinstance(seq := frame.get("seq"), int):
-                    seen = max(seen, seq)
-                if kind == "update" and frame.get("direction") == "in":
-                    acp = frame.get("frame")
-                    event = event_from_frame(acp) if isinstance(acp, dict) else None
-                    if event is not None:
-                        yield event
-                elif kind == "lagged":
-                    # We read too slowly and the owner let go of us; the turn goes on and
-                    # its frames are all journaled: the rest of it comes from there.
-                    last = frame.get("lastSeq")
-                    rest = TurnRest(key, rid, max(seen, last or 0), follow=True)
-                    async for _seq, acp in rest.frames():
-                        if (event := event_from_frame(acp)) is not None:
-                            yield event
-                    stop_reason = rest.stop_reason()  # or the turn's error, raised
-                    finished = True
-                    yield TurnEnded(raw=frame, stop_reason=stop_reason)
-                elif kind in ("interaction", "interaction_resolved"):
-                    question = question_from_frame(frame, answerer)
-                    if question is not None:
-                        yield question
-                elif kind == "session_ended":
-                    ev = frame.get("event") or {}
-                    yield SessionEnded(
-                        raw=frame,
-                        reason=str(ev.get("reason", "")),
-                        terminated_by=str(ev.get("terminatedBy", "")),
-                        message=str(ev.get("message", "")),
-                        exit_code=ev.get("exitCode"),
-                    )
-                elif kind == "error":
-                    finished = True
-                    raise error_from_wire(frame.get("error") or {})
-                elif kind == "result":
-                    finished = True
-                    result = frame.get("result") or {}
-                    yield TurnEnded(
-                        raw=frame,
-                        stop_reason=str(result.get("stopReason", "")),
-                        permission_denied=int(result.get("permissionDenied") or 0),
-                    )
+        except BaseException:
+            await _aio.cleanup(conn.aclose(), what="close")
+            raise
+        try:
+            async for frame in turn.frames():
+                event = _event(frame, answerer)
+                if event is not None:
+                    yield event
         finally:
-            if rid and not finished:
-                # The consumer left early (cancelled, or broke out of the loop): cancel
-                # this turn, never leave it running for nobody.
-                await _aio.cleanup(self._cancel_request(key, rid), what="cancel")
-            await asyncio.shield(conn.aclose())
-
-    async def _cancel_request(self, key: str, rid: str) -> None:
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(CANCEL_SETTLE_S):
-                await self.op(operations.cancel, key, rid)
+            # The consumer left early (cancelled, or broke out of the loop): the
+            # caller-leaves rule cancels the turn, never leaves it running for nobody.
+            await turn.aclose()
 
     async def answer(
         self, key: str, interaction_id: str, answer: str, content: dict[str, Any] | None
@@ -239,11 +183,7 @@ class LocalBackend:
         return await self.op(operations.cancel, key)
 
     async def control(self, key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-        conn = await self.connect_or_start(key)
-        try:
-            return await conn.request(kind, payload)
-        finally:
-            await conn.aclose()
+        return await self.op(operations.control, key, kind, payload, env=self.env)
 
     async def status(self, key: str) -> dict[str, Any]:
         return await self.op(operations.status, key)
@@ -264,6 +204,34 @@ class LocalBackend:
         self, key: str, *, from_seq: int | None, tail: int | None, follow: bool
     ) -> AsyncIterator[Event]:
         return watch_journal(self.with_home, key, from_seq=from_seq, tail=tail, follow=follow)
+
+
+def _event(frame: dict[str, Any], answerer: Answerer) -> Event | None:
+    """The library's event for one frame of a turn (None: none for it)."""
+    kind = frame.get("type")
+    if kind == "update":
+        acp = frame.get("frame")
+        if frame.get("direction") == "in" and isinstance(acp, dict):
+            return event_from_frame(acp)
+    elif kind in ("interaction", "interaction_resolved"):
+        return question_from_frame(frame, answerer)
+    elif kind == "session_ended":
+        ev = frame.get("event") or {}
+        return SessionEnded(
+            raw=frame,
+            reason=str(ev.get("reason", "")),
+            terminated_by=str(ev.get("terminatedBy", "")),
+            message=str(ev.get("message", "")),
+            exit_code=ev.get("exitCode"),
+        )
+    elif kind == "result":
+        result = frame.get("result") or {}
+        return TurnEnded(
+            raw=frame,
+            stop_reason=str(result.get("stopReason", "")),
+            permission_denied=int(result.get("permissionDenied") or 0),
+        )
+    return None
 
 
 def _owner_settings(cwd: str, flags: dict[str, Any]) -> dict[str, Any]:

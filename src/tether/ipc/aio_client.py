@@ -17,7 +17,7 @@ from typing import Any
 from tether import _fastjson
 from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, error_from_wire
 from tether.ipc import protocol
-from tether.ipc.client import OwnerConnection, new_request_id
+from tether.ipc.client import OwnerConnection, check_size, new_request_id
 from tether.ipc.lines import LineReader
 
 __all__ = ["AsyncOwnerConnection"]
@@ -70,18 +70,31 @@ class AsyncOwnerConnection:
             raise RemoteProtocolError("the owner sent a malformed frame") from None
         return frame if isinstance(frame, dict) else None
 
-    async def send(self, kind: str, payload: dict[str, Any], deadline_ms: int | None) -> str:
-        rid = new_request_id()
+    async def send(
+        self,
+        kind: str,
+        payload: dict[str, Any],
+        deadline_ms: int | None,
+        *,
+        request_id: str | None = None,
+        max_bytes: int | None = None,
+    ) -> str:
+        """Send one request envelope; returns its requestId.
+
+        Raises:
+            UsageError: the encoded request is longer than ``max_bytes`` (nothing sent).
+        """
+        rid = request_id or new_request_id()
         generation = self.hello.get("generation")
-        self.writer.write(
-            protocol.request_frame(
-                rid,
-                kind,
-                payload,
-                deadline_ms=deadline_ms,
-                owner_generation=generation if isinstance(generation, int) else None,
-            )
+        data = protocol.request_frame(
+            rid,
+            kind,
+            payload,
+            deadline_ms=deadline_ms,
+            owner_generation=generation if isinstance(generation, int) else None,
         )
+        check_size(kind, data, max_bytes)
+        self.writer.write(data)
         await self.writer.drain()
         return rid
 

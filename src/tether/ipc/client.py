@@ -54,6 +54,16 @@ def new_request_id() -> str:
 _decode = _fastjson.loads
 
 
+def check_size(kind: str, data: bytes, max_bytes: int | None) -> None:
+    """Raise UsageError if the encoded request ``data`` is over ``max_bytes``."""
+    if max_bytes is not None and len(data) > max_bytes:
+        raise UsageError(
+            f"the {kind} is too large: its request is {len(data)} bytes, over the limit"
+            f" of {max_bytes} bytes (config promptMaxBytes)",
+            limit=max_bytes,
+        )
+
+
 class OwnerConnection:
     """A connection to a session owner."""
 
@@ -206,12 +216,7 @@ class OwnerConnection:
         data = protocol.request_frame(
             rid, kind, payload, deadline_ms=deadline_ms, owner_generation=self.generation
         )
-        if max_bytes is not None and len(data) > max_bytes:
-            raise UsageError(
-                f"the {kind} is too large: its request is {len(data)} bytes, over the limit"
-                f" of {max_bytes} bytes (config promptMaxBytes)",
-                limit=max_bytes,
-            )
+        check_size(kind, data, max_bytes)
         try:
             self.sock.sendall(data)
         except (BrokenPipeError, ConnectionResetError):

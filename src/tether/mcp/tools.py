@@ -100,14 +100,11 @@ def _prompt(key: str, text: str, timeout_s: float) -> dict[str, Any]:
     from tether import operations
 
     deadline_ms = int(timeout_s * 1000)
+    payload = operations.prompt_payload([{"type": "text", "text": text}], client="mcp")
     with operations.connect_or_start(key) as conn:
-        result = conn.request(
-            "prompt",
-            {"prompt": [{"type": "text", "text": text}], "wait": True},
-            on_frame=on_frame,
-            deadline_ms=deadline_ms,
-        )
-    return {"sessionKey": key, "stopReason": result.get("stopReason"), "text": "".join(chunks)}
+        rid = operations.submit(conn, payload, deadline_ms=deadline_ms)
+        end = operations.run_turn(conn, key, rid, on_frame, deadline_ms=deadline_ms)
+    return {"sessionKey": key, "stopReason": end.result.get("stopReason"), "text": "".join(chunks)}
 
 
 def _timeout(args: dict[str, Any]) -> float:

@@ -19,9 +19,12 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch), :mod:`.pruning` (old entries and
-closed sessions), :mod:`.settings_table` (the owner settings every door builds from one
-table of keys) and :mod:`.acp` (ACP's newer methods).
+:mod:`.journal_reads` (history, transcript, watch), :mod:`.prompting` (submitting a
+prompt and reading its turn: the one payload builder, the one frame loop and the
+caller-leaves rule; :mod:`.prompting_aio` is its asyncio flavour), :mod:`.controlling`
+(mode and config options), :mod:`.pruning` (old entries and closed sessions),
+:mod:`.settings_table` (the owner settings every door builds from one table of keys)
+and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
 module is loaded on first use, so a thin CLI path loads only the one it calls.
 """
@@ -38,6 +41,7 @@ if TYPE_CHECKING:
         connect_or_start,
         serving_generation,
     )
+    from tether.operations.controlling import control, set_config_option, set_mode
     from tether.operations.ensure import ensure_session
     from tether.operations.journal_reads import (
         first_seq,
@@ -50,6 +54,16 @@ if TYPE_CHECKING:
     )
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
+    from tether.operations.prompting import (
+        TurnEnd,
+        admit,
+        leave_turn,
+        prompt_payload,
+        rest_result,
+        run_turn,
+        submit,
+    )
+    from tether.operations.prompting_aio import AsyncTurn, asubmit
     from tether.operations.pruning import prune
     from tether.operations.session_status import offline_status, status
     from tether.operations.settings_table import settings
@@ -57,29 +71,41 @@ if TYPE_CHECKING:
 
 __all__ = [
     "START_DEADLINE_S",
+    "AsyncTurn",
+    "TurnEnd",
+    "admit",
     "agent_sessions",
     "answer",
+    "asubmit",
     "cancel",
     "close_session",
     "connect",
     "connect_or_start",
+    "control",
     "describe",
     "ensure_session",
     "first_seq",
     "fork_session",
     "history",
     "last_seq",
+    "leave_turn",
     "list_sessions",
     "logout",
     "offline_status",
     "open_journal",
+    "prompt_payload",
     "prune",
     "read_lines",
     "resolve_key",
+    "rest_result",
     "resume_agent_session",
+    "run_turn",
     "serving_generation",
+    "set_config_option",
+    "set_mode",
     "settings",
     "status",
+    "submit",
     "terminate",
     "transcript",
     "watch",
@@ -111,6 +137,18 @@ _HOME = {
     "open_journal": "journal_reads",
     "read_lines": "journal_reads",
     "prune": "pruning",
+    "prompt_payload": "prompting",
+    "submit": "prompting",
+    "admit": "prompting",
+    "run_turn": "prompting",
+    "leave_turn": "prompting",
+    "rest_result": "prompting",
+    "TurnEnd": "prompting",
+    "asubmit": "prompting_aio",
+    "AsyncTurn": "prompting_aio",
+    "control": "controlling",
+    "set_mode": "controlling",
+    "set_config_option": "controlling",
     "fork_session": "acp",
     "resume_agent_session": "acp",
     "agent_sessions": "acp",

@@ -14,7 +14,8 @@ Where the answer comes from:
 
 * the common case, a live owner the gateway reaches from its loop
   (:class:`tether.serve.submit.Prompter`): the turn's frames on the very connection that
-  sent it, to its terminal frame -- no follower, no journal read;
+  sent it, to its terminal frame -- no follower, no journal read (the operations layer's
+  loop, :class:`tether.operations.AsyncTurn`, told to leave the journal to us);
 * otherwise (no warm owner: the thread path starts one), or if that connection let go
   of the turn (``lagged``: the owner does not buffer for a slow reader), the rest of the
   turn from the journal (:class:`tether.state.journal.turn_rest.TurnRest`), as the ACP door
@@ -33,6 +34,7 @@ from typing import Any
 
 from starlette.requests import Request
 
+from tether import operations
 from tether.errors import OwnerLost, error_from_wire
 from tether.serve import bodies
 from tether.serve.submit import Prompter
@@ -178,6 +180,5 @@ async def _from_journal(summary: TurnSummary, *, follow: bool) -> dict[str, Any]
     rest = TurnRest(summary.key, str(ack["requestId"]), after, follow=follow)
     async for seq, frame in rest.frames():
         summary.agent_frame(seq, frame)
-    stop_reason = rest.stop_reason()  # the turn's own error, SessionClosed, OwnerLost
-    outcome = rest.outcome
-    return summary.answer(stop_reason, {k: outcome[k] for k in ("cancel",) if k in outcome})
+    result = operations.rest_result(rest)  # the turn's own error, SessionClosed, OwnerLost
+    return summary.answer(result["stopReason"], result)

@@ -277,8 +277,7 @@ def _submit(
     # misses nothing of it (and may show a few entries from just before).
     from_seq = lookups.last_seq(key) + 1
     with conn:
-        rid = conn.send("prompt", payload, deadline_ms=deadline_ms, max_bytes=max_bytes)
-        ack = conn.wait(rid, until_ack=True)
+        rid, ack = operations.admit(conn, payload, deadline_ms=deadline_ms, max_bytes=max_bytes)
     return {
         "requestId": rid,
         "sessionKey": key,
@@ -308,17 +307,17 @@ async def submit_prompt(request: Request) -> Response:
     timeout_ms = body.get("timeoutMs")
     if timeout_ms is not None and timeout_ms <= 0:
         raise bodies.bad_value("timeoutMs", "timeoutMs must be positive")
-    payload: dict[str, Any] = {"prompt": blocks, "wait": False, "client": "http"}
-    if mode:
-        payload["permissionMode"] = mode
     gateway = _gateway(request)
     if wait:
+        payload = operations.prompt_payload(blocks, client="http", wait=False, permission_mode=mode)
         turn = prompt_wait.wait_for_turn(gateway.prompter, key, payload, timeout_ms, limit, _submit)
         path, answer = await turn
         gateway.prompts_total[path] += 1
         return JSONResponse(answer)
     # The turn is followed on the journal, never on the owner connection: no updates on it.
-    payload["updates"] = False
+    payload = operations.prompt_payload(
+        blocks, client="http", wait=False, updates=False, permission_mode=mode
+    )
     result = await gateway.prompter.prompt(key, payload, timeout_ms, limit)
     path = "loop"
     if result is None:  # no warm owner to talk to from the loop: the full path
@@ -355,11 +354,6 @@ async def cancel(request: Request) -> Response:
     return JSONResponse(await asyncio.to_thread(_cancel, key, target, wait))
 
 
-def _control(key: str, kind: str, payload: dict[str, Any]) -> dict[str, Any]:
-    with operations.connect_or_start(key) as conn:
-        return conn.request(kind, payload)
-
-
 @endpoint
 async def set_mode(request: Request) -> Response:
     """session/set_mode through the owner (replayed on the agent's next start)."""
@@ -367,7 +361,7 @@ async def set_mode(request: Request) -> Response:
     body = await parse_body(request, bodies.MODE)
     if not body["modeId"]:
         raise bodies.bad_value("modeId", "modeId must not be empty")
-    return JSONResponse(await asyncio.to_thread(_control, key, "set_mode", body))
+    return JSONResponse(await asyncio.to_thread(operations.set_mode, key, body["modeId"]))
 
 
 @endpoint
@@ -377,7 +371,10 @@ async def set_config(request: Request) -> Response:
     body = await parse_body(request, bodies.CONFIG)
     if not body["configId"]:
         raise bodies.bad_value("configId", "configId must not be empty")
-    return JSONResponse(await asyncio.to_thread(_control, key, "set_config_option", body))
+    result = await asyncio.to_thread(
+        operations.set_config_option, key, body["configId"], body["value"]
+    )
+    return JSONResponse(result)
 
 
 @endpoint

@@ -17,6 +17,10 @@ With a ``turn`` (:class:`TurnReader`: the ``?wait=true`` route, :mod:`.prompt_wa
 connection is read past the ack to the request's terminal frame, each frame handed to
 the reader; the connection is kept only once that frame has come.
 
+The request and its frames are the operations layer's (:func:`tether.operations.asubmit`,
+the one ``prompt`` request and loop); what is the gateway's own is the connection
+(reached from the loop, kept) and the ack's answer.
+
 Anything else returns None before the request is sent, and the caller takes the
 thread path, which handles every case (and raises the proper error): a caller that
 may be inside an agent tree (its visibility needs the proof), no owner or one that is
@@ -30,11 +34,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, Protocol
 
-from tether import sessions
-from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, error_from_wire
+from tether import operations, sessions
+from tether.errors import OwnerShuttingDown, OwnerUnavailable, TetherError, UsageError
 from tether.ipc import protocol
 from tether.ipc.aio_client import AsyncOwnerConnection
-from tether.ipc.client import new_request_id
 from tether.ipc.lines import LineReader
 from tether.policy import access
 from tether.serve import lookups
@@ -100,39 +103,33 @@ class Prompter:
         turn: TurnReader | None,
     ) -> dict[str, Any] | None:
         keep = False
+        sent: operations.AsyncTurn | None = None
+        ack: dict[str, Any] | None = None
         try:
-            generation = conn.hello.get("generation")
-            rid = new_request_id()
-            data = protocol.request_frame(
-                rid,
-                "prompt",
-                payload,
-                deadline_ms=deadline_ms,
-                owner_generation=generation if isinstance(generation, int) else None,
-            )
-            if len(data) > max_bytes:
-                return None  # the thread path says so, in the one wording
             # A cursor before the prompt: the ack names its first entry (owners since issue
             # 23); the hello's journalSeq, read before the request was sent, also precedes it.
             said = conn.hello.get("journalSeq")
             from_seq = said + 1 if isinstance(said, int) else await _from_seq(self.hubs, key)
             try:
-                conn.writer.write(data)
-                await conn.writer.drain()
-            except ConnectionError:
-                raise OwnerUnavailable("the owner went away before the request") from None
-            ack: dict[str, Any] | None = None
-            last = ""
-            async for frame in conn.frames(rid):
+                sent = await operations.asubmit(
+                    conn,
+                    key,
+                    payload,
+                    deadline_ms=deadline_ms,
+                    max_bytes=max_bytes,
+                    rest_from_journal=False,  # the wait route reads it (prompt_wait)
+                )
+            except UsageError:
+                return None  # too large: the thread path says so, in the one wording
+            async for frame in sent.frames():
                 if ack is not None:
                     assert turn is not None
                     turn.frame(frame)  # its terminal frame is the last: frames() ends
-                    last = str(frame.get("type"))
                     continue
                 if frame.get("type") == "ack":
                     seq = frame.get("seq")
                     ack = {
-                        "requestId": rid,
+                        "requestId": sent.request_id,
                         "sessionKey": key,
                         "queuePosition": frame.get("queuePosition"),
                         "fromSeq": seq if isinstance(seq, int) and seq > 0 else from_seq,
@@ -141,14 +138,19 @@ class Prompter:
                         keep = True
                         return ack
                     turn.admitted(ack)
-                    continue
-                if frame.get("type") == "error":
-                    raise error_from_wire(frame.get("error") or {})
-            if ack is None:
+            if ack is None:  # pragma: no cover - frames() raises first
                 raise OwnerUnavailable("the owner ended the request before acknowledging it")
             # The terminal frame came: the connection is clean for the next prompt -- unless
             # it was `lagged`, after which the owner lets go of the connection.
-            keep = last != "lagged"
+            keep = not sent.let_go
+            return ack
+        except TetherError:
+            if ack is None or turn is None or sent is None or sent.error_frame is None:
+                raise
+            # The turn's own error after the ack: its terminal frame, for the reader; the
+            # request ended cleanly, so the connection is kept.
+            turn.frame(sent.error_frame)
+            keep = True
             return ack
         finally:
             if keep:

@@ -1,16 +1,16 @@
-"""The rest of one turn, from the session's journal: how an async caller finishes a turn
-its owner let go of it in.
+"""The rest of one turn, from the session's journal: how a caller finishes a turn its
+owner let go of it in.
 
 An owner never slows a turn for a caller: one that falls behind its bounded output
 buffer gets a terminal ``lagged`` frame (carrying the last ``seq`` it was given) and is
 dropped, and one whose connection is cut learns nothing more. The turn goes on, and
 every frame of it is journaled, so the caller reads the rest from there -- the stored
 entries, then the live owner's, across owner restarts (:func:`follow_session`) -- until
-the turn's ``turn_ended``. ``tether prompt`` does this in its own thread; the ACP door
-and the library's ``Session.prompt`` use :class:`TurnRest`.
-
-The follower runs in a thread of its own (it blocks on the database and the owner's
-socket) and hands each of the turn's incoming ACP frames to the event loop in order.
+the turn's ``turn_ended``. The operations layer's turn loop (:mod:`tether.operations.prompting`)
+does this for every door: a blocking caller through :meth:`TurnRest.read` in its own
+thread, an asyncio one through :meth:`TurnRest.frames`, where the follower runs in a
+thread of its own (it blocks on the database and the owner's socket) and hands each of
+the turn's incoming ACP frames to the event loop in order.
 """
 
 from __future__ import annotations
@@ -40,11 +40,14 @@ class TurnRest:
             (the owner is gone) read only what is stored.
     """
 
-    def __init__(self, key: str, rid: str, after: int, *, follow: bool) -> None:
+    def __init__(
+        self, key: str, rid: str, after: int, *, follow: bool, door: str | None = None
+    ) -> None:
         self.key = key
         self.rid = rid
         self.after = after
         self.follow = follow
+        self.door = door  # who reads it (``cli``...), shown in the owner's status
         # The turn's ``turn_ended`` entry, or {"sessionEnded": entry}, or {} (neither
         # came: not stored and not followed, or stopped).
         self.outcome: dict[str, Any] = {}
@@ -61,12 +64,13 @@ class TurnRest:
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue()
 
-        def on_frame(seq: int, frame: dict[str, Any]) -> None:
-            loop.call_soon_threadsafe(queue.put_nowait, (seq, frame))
+        def on_frame(seq: int, direction: object, frame: dict[str, Any]) -> None:
+            if direction == "in":
+                loop.call_soon_threadsafe(queue.put_nowait, (seq, frame))
 
         def work() -> None:
             try:
-                self._read(on_frame)
+                self.read(on_frame)
             finally:
                 with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
                     loop.call_soon_threadsafe(queue.put_nowait, _DONE)
@@ -83,7 +87,13 @@ class TurnRest:
                     follower.interrupt()
                 await _aio.settle(thread, CLEANUP_S)  # its error dropped: we are leaving anyway
 
-    def _read(self, on_frame: Any) -> None:
+    def read(self, on_frame: Any) -> None:
+        """The blocking read under :meth:`frames`: ``on_frame(seq, direction, frame)``
+        for each ACP frame of the turn, either direction, in order; then ``outcome``.
+
+        Runs in the caller's thread (a blocking caller, such as ``tether prompt``,
+        calls it directly).
+        """
         outcome = self.outcome
         mark = '"requestId":"' + self.rid + '"'
 
@@ -91,10 +101,10 @@ class TurnRest:
             if mark in line[:200]:
                 entry = parse_line(line)
                 kind = entry.get("kind")
-                if kind == "acp" and entry.get("direction") == "in":
+                if kind == "acp":
                     frame = entry.get("frame")
                     if isinstance(frame, dict):
-                        on_frame(seq, frame)
+                        on_frame(seq, entry.get("direction"), frame)
                 elif kind == "turn_ended":
                     outcome.update(entry)
             elif is_session_end(line):
@@ -111,6 +121,7 @@ class TurnRest:
                 follow=self.follow,
                 stop=self._stop,
                 on_start=self._followers.append,
+                door=self.door,
             )
 
     def stop_reason(self) -> str:
