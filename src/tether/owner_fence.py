@@ -22,12 +22,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
 import time
 from typing import Any
 
-from tether import _log, _os, owner_lost, sessions
+from tether import _fdwait, _log, _os, owner_lost, sessions
 from tether.state.registry import Registry
 
 __all__ = [
@@ -116,7 +115,7 @@ def _kill_verified(pid: int, starttime: int | None, boot_id: str) -> bool:
         return False
     try:
         # A pidfd is readable once the process has exited (zombie or reaped alike).
-        select.select([fd], [], [], KILL_WAIT_S)
+        _fdwait.readable(fd, KILL_WAIT_S)
     finally:
         _os.current().close_fd(fd)
     return True
@@ -171,7 +170,6 @@ def wait_exit(pidfd: int | None, timeout: float) -> bool | None:
     if pidfd is None:
         return None
     try:
-        readable, _, _ = select.select([pidfd], [], [], timeout)
-        return bool(readable)
+        return _fdwait.readable(pidfd, timeout)
     finally:
         os.close(pidfd)

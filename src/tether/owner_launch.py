@@ -21,13 +21,12 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
-from tether import paths
+from tether import _fdwait, paths
 from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable, error_from_wire
 from tether.ipc.lines import LineReader
 
@@ -154,8 +153,7 @@ def _read_line(fd: int, deadline: float) -> str | None:
         remaining = deadline - time.monotonic()
         if lines.at_eof or remaining <= 0:
             return None
-        ready, _, _ = select.select([fd], [], [], remaining)
-        if not ready:
+        if not _fdwait.readable(fd, remaining):
             return None
         lines.feed(os.read(fd, 4096))
 
@@ -164,8 +162,7 @@ def _drain(fd: int) -> str:
     out = b""
     end = time.monotonic() + 1.0
     while time.monotonic() < end:
-        ready, _, _ = select.select([fd], [], [], max(0.0, end - time.monotonic()))
-        if not ready:
+        if not _fdwait.readable(fd, max(0.0, end - time.monotonic())):
             break
         chunk = os.read(fd, 65536)
         if not chunk:

@@ -366,10 +366,14 @@ def test_a_rolling_restart_loses_no_acknowledged_entry_and_answers_every_prompt(
             c.thread.join(timeout=200)
     assert not any(c.thread.is_alive() for c in clients), "a client hung"
     assert not any(c.failures for c in clients), [c.failures for c in clients]
-    # Every acknowledged prompt ended with its result, in the journal where it lives now.
+    # Every acknowledged prompt ended with its result, in the journal where it lives now:
+    # read from its host, never from the index's copy (behind it by up to a shipping
+    # interval), though this router was refused by the host's old process moments ago.
     for sid in sids:
-        turns = {t["requestId"]: t for t in routers[0].http.get(
-            f"/v1/sessions/{sid}/history").json()["turns"]}  # fmt: skip
+        history = routers[0].http.get(f"/v1/sessions/{sid}/history")
+        assert history.status_code == 200, history.text
+        assert "x-tether-source" not in history.headers, dict(history.headers)
+        turns = {t["requestId"]: t for t in history.json()["turns"]}
         for s, rid in (pair for c in clients for pair in c.acked):
             if s == sid:
                 assert turns[rid]["stopReason"] == "end_turn", (sid, rid)

@@ -279,6 +279,50 @@ def test_a_killed_host_answers_503_at_once_and_its_streams_get_host_lost(
         assert "still here" in _echoed(_turn(client, a, "echo still here"))
 
 
+def test_a_host_back_at_a_new_address_is_not_held_to_its_old_process_refusal(
+    fleet: Fleet, project_dir: Path
+) -> None:
+    """A host's old process refused a connection; the host registered again (a restart:
+    a new epoch and address). Its sessions are served by it at once -- prompts admitted,
+    history read from its journal -- not from the index for the rest of the refusal's
+    TTL (the rolling-restart flake of tests/fleet/test_drain.py: a turn its client had
+    seen end read back from the index's lagging copy with no stop reason)."""
+    old = fleet.add_host("h1")
+    a = fleet.session_on("h1", project_dir, "a")
+    # A TTL longer than the test: the old refusal cannot simply age out.
+    fleet.router = RunningRouter(
+        RouterSettings(
+            dsn=fleet.dsn, token=fleet.token, fleet_token=fleet.fleet_token,
+            ttl_s=120.0, refresh_s=0.1, first_byte_timeout_s=FIRST_BYTE,
+        )
+    ).start()  # fmt: skip
+    table = fleet.router.router.table
+    with fleet.client() as client:
+        _turn(client, a, "echo before")
+        old.stop()  # the gateway we started, by its pid (its owners live on)
+        refused = client.post(f"/v1/sessions/{a}/prompt", json={"prompt": "echo refused"})
+        assert refused.status_code == 503, refused.text
+        assert table.refused("h1") is not None  # remembered: not tried again for the TTL
+        # Back on its storage: a new process, a new address, registered again.
+        fleet.members.pop("h1").stop(deregister=False)
+        back = fleet.hosts["h1"] = spawn_gateway(old.home, "--token", fleet.fleet_token)
+        back.token = fleet.fleet_token
+        back.http.headers["Authorization"] = f"Bearer {fleet.fleet_token}"
+        member = fleet.members["h1"] = HostMembership(
+            lambda: FleetIndex.connect(fleet.dsn), "h1", back.url, interval_s=0.2
+        )
+        member.start()
+        wait_for(lambda: (table.host("h1") or old).url == back.url, "the router to learn it")
+        entries = _turn(client, a, "echo after")  # admitted: the host is tried afresh
+        assert "after" in _echoed(entries)
+        rid = [e for e in entries if e["kind"] == "turn_ended"][-1]["requestId"]
+        history = client.get(f"/v1/sessions/{a}/history")
+        assert history.status_code == 200, history.text
+        assert "x-tether-source" not in history.headers  # the host's journal, not the index
+        ended = [t for t in history.json()["turns"] if t["requestId"] == rid]
+        assert [t["stopReason"] for t in ended] == ["end_turn"]
+
+
 def test_a_frozen_host_never_hangs_a_client_past_the_first_byte_timeout(
     fleet: Fleet, project_dir: Path
 ) -> None:

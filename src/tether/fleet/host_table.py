@@ -42,8 +42,10 @@ class HostTable:
         self._thread: threading.Thread | None = None
         self.index_up = False
         # Hosts that refused a connection (monotonic time): a dead process is known at
-        # once, not a heartbeat TTL later. Cleared by the next answer or after the TTL.
+        # once, not a heartbeat TTL later. Cleared by the next answer, after the TTL, or
+        # when the host registers again (another process, at its own address).
         self._refused: dict[str, float] = {}
+        self._refused_at: dict[str, tuple[str, int]] = {}  # host id -> (url, epoch) refused
         self._refused_why: dict[str, str] = {}
         self.refused_ttl_s = 5.0
 
@@ -91,9 +93,12 @@ class HostTable:
         while not self._stop.wait(self._refresh_s):
             self.refresh()
 
-    def mark_refused(self, host_id: str, why: str = "") -> None:
-        self._refused[host_id] = time.monotonic()
-        self._refused_why[host_id] = why
+    def mark_refused(self, host: HostRow, why: str = "") -> None:
+        """``host`` (the row we connected by) refused a connection; remembered for the
+        TTL, and only for that registration of the host (its url and epoch)."""
+        self._refused[host.host_id] = time.monotonic()
+        self._refused_why[host.host_id] = why
+        self._refused_at[host.host_id] = (host.url, host.epoch)
 
     def mark_answered(self, host_id: str) -> None:
         if self._refused:
@@ -109,7 +114,13 @@ class HostTable:
         if at is None:
             return None
         ago = time.monotonic() - at
-        if ago > self.refused_ttl_s:
+        row = self._hosts.get(host_id)
+        # A refusal by a host that registered again since (a drained host restarted; a
+        # new epoch, most often a new address) was the old process's: the new one is
+        # judged afresh. Kept, its sessions' reads came from the index -- behind the
+        # live journal by up to a shipping interval -- while the host served them.
+        again = row is not None and (row.url, row.epoch) != self._refused_at.get(host_id)
+        if again or ago > self.refused_ttl_s:
             self._refused.pop(host_id, None)
             return None
         return ago

@@ -220,7 +220,7 @@ class Router:
                 _reader, writer = await asyncio.open_connection(at.host, at.port)
         except (OSError, TimeoutError) as e:
             why = f"host {host.host_id} refuses connections ({str(e) or 'timed out'})"
-            self.table.mark_refused(host.host_id, why)
+            self.table.mark_refused(host, why)
             return why
         writer.close()
         with contextlib.suppress(OSError, ConnectionError):
@@ -332,7 +332,7 @@ class Router:
             )  # fmt: skip
         except HostRefused as e:
             self.pool.forget(address, port)
-            self.table.mark_refused(host.host_id, str(e))
+            self.table.mark_refused(host, str(e))
             if isinstance(body, _RequestBody):
                 await body.drain()
             answer = (

@@ -166,7 +166,7 @@ class OwnerConnection:
 
         The socket's own timeout (a deadline) still holds: it raises ``TimeoutError``.
         """
-        import select
+        from tether import _fdwait
 
         timeout = self.sock.gettimeout()
         end = None if timeout is None else time.monotonic() + timeout
@@ -174,7 +174,7 @@ class OwnerConnection:
             step = self.idle_interval
             if end is not None:
                 step = max(0.0, min(step, end - time.monotonic()))
-            if select.select([self.sock], [], [], step)[0]:
+            if _fdwait.readable(self.sock, step):
                 return
             if end is not None and time.monotonic() >= end:
                 raise TimeoutError("timed out")

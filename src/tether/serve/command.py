@@ -8,12 +8,13 @@ journal, so stopping it (SIGINT, SIGTERM) loses nothing and two gateways may ser
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import socket
 import sys
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TextIO
 
 from tether.errors import UsageError
 from tether.serve import auth, tls
@@ -78,6 +79,17 @@ def _allowed_hosts(inv: Any, config: dict[str, Any]) -> list[str]:
     return given
 
 
+def server_logs(verbose: bool, stream: TextIO | None = None) -> None:
+    """A server's warnings and errors go to its stderr (``stream``) as JSON lines: an
+    unexpected failure's traceback above all, whose caller got only a ``500``. Without
+    it they went nowhere (a library's logs are its user's to route), and the 500s of
+    bench/scale.py could not be read. ``--verbose`` already sent everything."""
+    if not verbose:
+        from tether import _log
+
+        _log.configure(stream, level=logging.WARNING)
+
+
 def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
     """Run the gateway; returns the exit code once it has stopped.
 
@@ -93,6 +105,7 @@ def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
         from tether.fleet.drain_command import run_drain
 
         return run_drain(ctx)
+    server_logs(inv.verbose)
     if inv.unix and (inv.host or inv.port is not None):
         raise UsageError("--unix cannot be combined with --host or --port")
     try:
