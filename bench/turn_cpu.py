@@ -82,32 +82,16 @@ async def sse_turns(gw: Gw, sid: str, n: int) -> list[float]:
         events.close()
 
 
-async def wait_turns(gw: Gw, sid: str, n: int) -> list[float]:
-    """N turns: ``POST …/prompt?wait=true`` on a kept connection, answered at the end."""
+async def wait_turns(gw: Gw, sid: str, n: int, gap: float = 0.0) -> list[float]:
+    """N turns: ``POST …/prompt?wait=true`` on a kept connection, answered at the end;
+    ``gap`` seconds before each (``sparse``: what a turn costs when the session goes quiet
+    between turns, and timers that a back-to-back run keeps pushing back fire)."""
     post = await rawhttp.Conn.open(gw.url)
     try:
         out = []
         for _ in range(n):
-            t0 = time.perf_counter()
-            status, r = await post.json(
-                "POST", f"/v1/sessions/{sid}/prompt?wait=true", gw.headers, {"prompt": PROMPT}
-            )
-            if status != 200 or r.get("stopReason") != "end_turn":
-                raise RuntimeError(f"refused: {status} {r}")
-            out.append(time.perf_counter() - t0)
-        return out
-    finally:
-        post.close()
-
-
-async def sparse_turns(gw: Gw, sid: str, n: int) -> list[float]:
-    """N ``?wait=true`` turns ``GAP_S`` apart: what a turn costs when the session goes
-    quiet between turns (timers that a back-to-back run keeps pushing back then fire)."""
-    post = await rawhttp.Conn.open(gw.url)
-    try:
-        out = []
-        for _ in range(n):
-            await asyncio.sleep(GAP_S)
+            if gap:
+                await asyncio.sleep(gap)
             t0 = time.perf_counter()
             status, r = await post.json(
                 "POST", f"/v1/sessions/{sid}/prompt?wait=true", gw.headers, {"prompt": PROMPT}
@@ -188,7 +172,7 @@ def figures(home: Path, cwd: Path, n: int, cli_n: int, sparse_n: int = 0) -> dic
             asyncio.run(wait_turns(gw, sid, 20))
             report["wait"] = measure(gw, pids, lambda: asyncio.run(wait_turns(gw, sid, n)), n)
         if sparse_n and has_wait.status_code == 200:
-            turns = lambda: asyncio.run(sparse_turns(gw, sid, sparse_n))  # noqa: E731
+            turns = lambda: asyncio.run(wait_turns(gw, sid, sparse_n, GAP_S))  # noqa: E731
             report["sparse"] = measure(gw, pids, turns, sparse_n)
         if n:
             asyncio.run(sse_turns(gw, sid, 20))
