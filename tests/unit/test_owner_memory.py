@@ -89,3 +89,24 @@ def test_only_the_owners_first_trim_freezes_what_survives_it(
     calls.clear()
     asyncio.run(main(freeze=False))  # not the owner's process (a test, a library): never
     assert calls == [False, False, False]
+
+
+def test_a_freezing_give_back_leaves_later_collections_only_what_came_since() -> None:
+    """After it, what was alive is frozen; a plain give_back freezes nothing more."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from tether import _memory\n"
+        "_memory.give_back()\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "_memory.give_back(freeze=True)\n"
+        "frozen = gc.get_freeze_count()\n"
+        "assert frozen > 1000, frozen\n"
+        "keep = [[i] for i in range(100)]\n"
+        "_memory.give_back()\n"
+        "assert gc.get_freeze_count() == frozen\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()
