@@ -212,13 +212,21 @@ def run_side(side: Side, args: argparse.Namespace) -> dict[str, Any]:
             report["stopped"] = grown["stopped"]
             break
     n = len(side.sessions)
+    pids = side.session_pids()
+    groups = {"own": pids["own"], "agents": pids["agents"], "server": side.server_pids()}
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
     for level in args.concurrency:
         if level > n:
             report["concurrency"].append({"in_flight": level, "skipped": f"only {n} sessions"})
             continue
         count = max(args.sweep_prompts, 3 * level)
         print(f"{side.name}: {level} in flight", file=sys.stderr, flush=True)
+        before = {k: cpu_ticks(v) for k, v in groups.items()}
         row = asyncio.run(scale_load.in_flight(side.prompt, n, level, count, args.sweep_seconds))
+        done = max(1, row.get("completed", 0))
+        row["cpu_ms_per_prompt"] = {  # whose CPU the prompts took (what idles meanwhile too)
+            k: round((cpu_ticks(v) - before[k]) * tick_ms / done, 3) for k, v in groups.items()
+        }
         report["concurrency"].append({"sessions": n, **row})
     return report
 

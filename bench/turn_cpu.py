@@ -50,6 +50,7 @@ import rawhttp
 from serve import TETHER, Gw, cpu_s, env_for, leftovers
 
 PROMPT = "echo hi"  # --prompt: e.g. "stream 50 x" for a turn of 50 chunks
+GAP_S = 1.2  # --gap: the pause before each ``sparse`` turn
 
 
 async def sse_turns(gw: Gw, sid: str, n: int) -> list[float]:
@@ -81,12 +82,16 @@ async def sse_turns(gw: Gw, sid: str, n: int) -> list[float]:
         events.close()
 
 
-async def wait_turns(gw: Gw, sid: str, n: int) -> list[float]:
-    """N turns: ``POST …/prompt?wait=true`` on a kept connection, answered at the end."""
+async def wait_turns(gw: Gw, sid: str, n: int, gap: float = 0.0) -> list[float]:
+    """N turns: ``POST …/prompt?wait=true`` on a kept connection, answered at the end;
+    ``gap`` seconds before each (``sparse``: what a turn costs when the session goes quiet
+    between turns, and timers that a back-to-back run keeps pushing back fire)."""
     post = await rawhttp.Conn.open(gw.url)
     try:
         out = []
         for _ in range(n):
+            if gap:
+                await asyncio.sleep(gap)
             t0 = time.perf_counter()
             status, r = await post.json(
                 "POST", f"/v1/sessions/{sid}/prompt?wait=true", gw.headers, {"prompt": PROMPT}
@@ -147,7 +152,7 @@ def measure(gw: Gw, pids: dict[str, int], run: Any, n: int) -> dict[str, Any]:
     return out
 
 
-def figures(home: Path, cwd: Path, n: int, cli_n: int) -> dict[str, Any]:
+def figures(home: Path, cwd: Path, n: int, cli_n: int, sparse_n: int = 0) -> dict[str, Any]:
     """Each path's CPU per turn on a fresh gateway and session (``n`` 0: HTTP skipped)."""
     gw = Gw(home)
     report: dict[str, Any] = {}
@@ -166,6 +171,9 @@ def figures(home: Path, cwd: Path, n: int, cli_n: int) -> dict[str, Any]:
         if n and has_wait.status_code == 200:
             asyncio.run(wait_turns(gw, sid, 20))
             report["wait"] = measure(gw, pids, lambda: asyncio.run(wait_turns(gw, sid, n)), n)
+        if sparse_n and has_wait.status_code == 200:
+            turns = lambda: asyncio.run(wait_turns(gw, sid, sparse_n, GAP_S))  # noqa: E731
+            report["sparse"] = measure(gw, pids, turns, sparse_n)
         if n:
             asyncio.run(sse_turns(gw, sid, 20))
             report["sse"] = measure(gw, pids, lambda: asyncio.run(sse_turns(gw, sid, n)), n)
@@ -196,7 +204,9 @@ def top(path: Path, count: int) -> dict[str, list[str]]:
     return out
 
 
-def profiled(home: Path, cwd: Path, n: int, cli_n: int, count: int) -> dict[str, Any]:
+def profiled(
+    home: Path, cwd: Path, n: int, cli_n: int, count: int, sparse_n: int = 0
+) -> dict[str, Any]:
     from tether._profile import ENV
 
     keep = os.environ.get("TURN_CPU_KEEP_PROFILES")  # a directory: the .prof files stay
@@ -204,7 +214,7 @@ def profiled(home: Path, cwd: Path, n: int, cli_n: int, count: int) -> dict[str,
         where = keep or where
         os.environ[ENV] = where
         try:
-            figures(home, cwd, n, cli_n)
+            figures(home, cwd, n, cli_n, sparse_n)
         finally:
             del os.environ[ENV]
         deadline = time.monotonic() + 30
@@ -224,23 +234,27 @@ def main() -> int:
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--cli-turns", type=int, default=30)
     parser.add_argument("--prompt", default="echo hi", help="the mock agent's verb (echo hi)")
+    parser.add_argument("--sparse-turns", type=int, default=0, help="``wait`` turns --gap apart")
+    parser.add_argument("--gap", type=float, default=1.2, help="seconds between sparse turns")
     parser.add_argument("--profile", type=int, metavar="TOP", default=0)
     parser.add_argument(
         "--profile-cli", action="store_true", help="profile CLI turns instead of HTTP ones"
     )
     args = parser.parse_args()
-    global PROMPT
-    PROMPT = args.prompt
+    global PROMPT, GAP_S
+    PROMPT, GAP_S = args.prompt, args.gap
     report: dict[str, Any] = {"turns": args.turns, "prompt": PROMPT}
     with tempfile.TemporaryDirectory(prefix="tether-bench-turncpu-") as tmp:
         home = Path(tmp) / "home"
         home.mkdir()
         cwd = Path(tmp) / "project"
         cwd.mkdir()
-        report.update(figures(home, cwd, args.turns, args.cli_turns))
+        report.update(figures(home, cwd, args.turns, args.cli_turns, args.sparse_turns))
         if args.profile:
             http_n, cli_n = (0, args.cli_turns) if args.profile_cli else (args.turns, 0)
-            report["profile"] = profiled(home, cwd, http_n, cli_n, args.profile)
+            report["profile"] = profiled(
+                home, cwd, http_n, cli_n, args.profile, 0 if args.profile_cli else args.sparse_turns
+            )
         time.sleep(2)
     left = leftovers()
     report["leftover_processes"] = left

@@ -32,9 +32,20 @@ def _libc_trim() -> Callable[[int], int] | None:
     return trim
 
 
-def give_back() -> None:
-    """Collect garbage, then hand freed heap pages back to the system."""
+def give_back(*, freeze: bool = False) -> None:
+    """Collect garbage, then hand freed heap pages back to the system.
+
+    ``freeze``: after the collection, move every object that survived it into the
+    permanent generation (``gc.freeze``), so that later collections -- the next trims and
+    the interpreter's own -- no longer walk them. For a process's first trim, once its
+    long-lived state exists: a full collection of an owner walks its ~20,000 objects
+    (modules, the session's state) in ~5 ms, a frozen one ~0.01 ms, and a session
+    prompted now and then trims after every turn. What was frozen is never collected:
+    cyclic garbage among those objects later would stay (a one-time, bounded set).
+    """
     gc.collect()
+    if freeze:
+        gc.freeze()
     if not _TRIM:
         _TRIM.append(_libc_trim())
     trim = _TRIM[0]

@@ -62,3 +62,51 @@ def test_the_journal_ring_keeps_only_unstored_entries_after_shrink(
     assert journal.close()
     journal.shrink()
     assert not journal.ring  # all stored: the database serves them
+
+
+def test_only_the_owners_first_trim_freezes_what_survives_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its long-lived state is frozen once; later trims collect only what came since."""
+    from tether import _memory
+
+    monkeypatch.setattr(memory, "SETTLE_S", 0.001)
+    calls: list[bool] = []
+    monkeypatch.setattr(_memory, "give_back", lambda *, freeze=False: calls.append(freeze))
+
+    async def main(freeze: bool) -> None:
+        trim = memory.MemoryTrim(lambda: True, shrink=lambda: None, freeze=freeze)
+        for n in range(1, 4):
+            trim.soon()
+            for _ in range(400):  # bounded: each trim lands within a few passes
+                await asyncio.sleep(0.005)
+                if trim.trims == n:
+                    break
+        trim.cancel()
+
+    asyncio.run(main(freeze=True))
+    assert calls == [True, False, False]
+    calls.clear()
+    asyncio.run(main(freeze=False))  # not the owner's process (a test, a library): never
+    assert calls == [False, False, False]
+
+
+def test_a_freezing_give_back_leaves_later_collections_only_what_came_since() -> None:
+    """After it, what was alive is frozen; a plain give_back freezes nothing more."""
+    import subprocess
+    import sys
+
+    code = (
+        "import gc\n"
+        "from tether import _memory\n"
+        "_memory.give_back()\n"
+        "assert gc.get_freeze_count() == 0\n"
+        "_memory.give_back(freeze=True)\n"
+        "frozen = gc.get_freeze_count()\n"
+        "assert frozen > 1000, frozen\n"
+        "keep = [[i] for i in range(100)]\n"
+        "_memory.give_back()\n"
+        "assert gc.get_freeze_count() == frozen\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()

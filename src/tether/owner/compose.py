@@ -102,7 +102,9 @@ class Owner:
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
         self.memory = MemoryTrim(
-            lambda: self.active is None and not self.admission, shrink=self._shrink_journal
+            lambda: self.active is None and not self.admission,
+            shrink=self._shrink_journal,
+            freeze=True,  # this is the owner's own process (tether.owner.memory)
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(

@@ -5,6 +5,11 @@ frees them, but the C allocator keeps the freed pages mapped, so an owner that r
 one large turn would sit at its peak for the rest of the session's life. Once the owner
 has been idle a moment, a collection and ``malloc_trim`` return those pages: a warm
 owner stays small however busy its past.
+
+The first trim also freezes what survives it (:func:`tether._memory.give_back`): the
+owner's long-lived state then exists (imports, the agent's connection, the session), and
+the later trims -- after every turn of a session prompted now and then -- collect only
+what was allocated since, in a hundredth of a millisecond instead of ~5 ms.
 """
 
 from __future__ import annotations
@@ -22,9 +27,12 @@ SETTLE_S = 1.0  # idle this long before trimming: a next prompt right away pays 
 class MemoryTrim:
     """Trim once per burst, ``SETTLE_S`` after the owner goes idle (if it still is)."""
 
-    def __init__(self, idle: Callable[[], bool], *, shrink: Callable[[], None]) -> None:
+    def __init__(
+        self, idle: Callable[[], bool], *, shrink: Callable[[], None], freeze: bool = False
+    ) -> None:
         self._idle = idle
         self._shrink = shrink  # drop caches that are only worth keeping while busy
+        self._freeze = freeze  # the first trim freezes its survivors (the owner's process)
         self._handle: asyncio.TimerHandle | None = None
         self.trims = 0
 
@@ -39,7 +47,7 @@ class MemoryTrim:
         if not self._idle():
             return  # busy again: the next idle moment trims
         self._shrink()
-        _memory.give_back()
+        _memory.give_back(freeze=self._freeze and self.trims == 0)
         self.trims += 1
 
     def cancel(self) -> None:
