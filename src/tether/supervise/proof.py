@@ -128,6 +128,7 @@ def split_run_claims(
     the cgroup after that (a live process leaves a cgroup only by an explicit migration,
     so a member still alive at the read is listed), and drop an unproven candidate that
     is no longer that very live process. Neither list gains a pid the scan did not name.
+    Both keep the input order.
     """
     pinned: dict[int, int] = {}
     for pid in candidates:
@@ -139,7 +140,14 @@ def split_run_claims(
         with contextlib.suppress(OSError):
             members = table.cgroup_procs(cgroup_path)
     proven, unproven = split_claims(table, pinned, anchors=anchors, cgroup_members=members)
-    return proven, [pid for pid in unproven if _still_running(table, pid, pinned[pid])]
+    gone = {pid for pid in unproven if not _still_running(table, pid, pinned[pid])}
+    # A walk is broken when an ancestor is reaped under it (a double fork's intermediate);
+    # its orphan was reparented before that (to a subreaper anchor, or to init), so one
+    # more walk from a still-running claimant settles it.
+    late = {pid for pid in unproven if pid not in gone and descends_from(table, pid, anchors)}
+    if late:
+        proven = [pid for pid in pinned if pid in late or pid in proven]
+    return proven, [pid for pid in unproven if pid not in gone and pid not in late]
 
 
 def _still_running(table: ProcessTable, pid: int, starttime: int) -> bool:
