@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import signal
 
-from tether._os import ProcessIdentity
+from tether._os import ProcessIdentity, ProcStat
 from tether._os._fake import FakeProcessTable
 from tether.supervise.keeper_signals import SentSignals
-from tether.supervise.proof import descends_from, split_claims, verified_keeper
+from tether.supervise.proof import descends_from, split_claims, split_run_claims, verified_keeper
 from tether.supervise.verify import marker_for
 
 MARK = {b"TETHER_LEASE_ID": b"L1"}
@@ -73,3 +73,50 @@ def test_sent_signals_once_per_process() -> None:
     assert not sent.due(term, (1002, 52))
     assert sent.due(kill, (1002, 52))
     assert sent.due(term, (1002, 99))  # same pid, another process
+
+
+class _ReapedMidWalk(FakeProcessTable):
+    """The first stat of ``intermediate`` finds it reaped: its child was reparented to
+    ``adopter`` before that (the kernel reparents in exit, before the zombie is reaped)."""
+
+    intermediate = 0
+    adopter = 0
+
+    def stat(self, pid: int) -> ProcStat | None:
+        if pid == self.intermediate and self.process(pid) is not None:
+            for child in self.children(pid):
+                proc = self.process(child)
+                assert proc is not None
+                proc.ppid = self.adopter
+            self.remove(pid)
+        return super().stat(pid)
+
+
+def test_split_run_claims_drops_claimants_that_exited_before_the_cgroup_read() -> None:
+    """A carrier found by the scan that exits before cgroup.procs is read is neither
+    proven nor unproven: it is gone (the flaky `killed_reconcile_reaps[cgroup]`)."""
+    t = _world()
+    t.add(1010, ppid=1, starttime=70, env=MARK)  # in the cgroup, alive
+    t.add(1011, ppid=1010, starttime=71, env=MARK)  # in the cgroup, exits meanwhile
+    t.cgroups["/cg"] = [1010, 1011]
+    real = t.cgroup_procs
+
+    def read_after_exit(path: str) -> list[int]:
+        t.remove(1011)
+        return real(path)
+
+    t.cgroup_procs = read_after_exit  # type: ignore[method-assign]
+    pids = [1011, 1010, 1005]
+    assert split_run_claims(t, pids, anchors=[900], cgroup_path="/cg") == ([1010], [1005])
+
+
+def test_split_run_claims_walks_again_when_an_ancestor_is_reaped_mid_walk() -> None:
+    """A walk broken by an intermediate reaped under it is retried once: the orphan now
+    hangs below the subreaper anchor that adopted it, so it is proven, not a claim."""
+    t = _ReapedMidWalk()
+    t.add(800, starttime=30)  # the supervisor, a subreaper: the anchor
+    t.add(1020, ppid=800, starttime=80)  # a double fork's intermediate (unmarked)
+    t.add(1021, ppid=1020, starttime=81, env=MARK)  # the daemon
+    t.add(1005, ppid=1, starttime=60, env=MARK)  # a claim by hand
+    t.intermediate, t.adopter = 1020, 800
+    assert split_run_claims(t, [1021, 1005], anchors=[800], cgroup_path=None) == ([1021], [1005])

@@ -15,6 +15,7 @@ from tether.supervise.reconcile_plan import (
     Reap,
     Skip,
     Steal,
+    Unproven,
     plan_reconcile,
 )
 from tether.supervise.verify import command_hash
@@ -188,3 +189,51 @@ def test_a_healthy_lease_of_ours_is_called_in_use_not_foreign() -> None:
     assert isinstance(out[0], Skip)
     assert "not ours" not in out[0].why
     assert "in use" in out[0].why
+
+
+class _ExitsAtCgroupRead(FakeProcessTable):
+    """A table where one marker carrier exits (and is reaped) just before cgroup.procs is
+    read: the run's ``bash`` loop forks a ``sleep 0.1`` every 0.1 s, so on a slow machine
+    one found by the /proc scan is gone by the time reconcile reads the cgroup."""
+
+    exits: int | None = None
+
+    def cgroup_procs(self, path: str) -> list[int]:
+        if self.exits is not None:
+            self.remove(self.exits)
+            self.cgroups[path].remove(self.exits)
+            self.exits = None
+        return super().cgroup_procs(path)
+
+
+def test_a_member_that_exits_during_planning_is_no_unproven_claimant() -> None:
+    """Flaky `killed_reconcile_reaps[cgroup]`: a cgroup member found by the marker scan that
+    exits before cgroup.procs is read was reported as an unproven claimant; it is gone,
+    so it claims nothing -- the lease is reaped by its cgroup and closed, nothing else."""
+    t = _ExitsAtCgroupRead(pid_ns="pid:[1]")
+    cg = "/sys/fs/cgroup/tether/L1"
+    t.add(1002, ppid=1, starttime=61, env=MARK)  # an escaped member (the loop's bash)
+    t.add(1003, ppid=1002, starttime=62, env=MARK)  # its short-lived `sleep 0.1`
+    t.cgroups[cg] = [1002, 1003]
+    t.exits = 1003
+    out = plan(t, lease(cgroup_path=cg, keeper_pid=None, keeper_starttime=None))
+    assert [type(a) for a in out] == [Steal, Reap, MarkClosed], out
+    reap = out[1]
+    assert isinstance(reap, Reap)
+    assert [i.pid for i in reap.pids_children_first] == [1002]
+    assert reap.cgroup_path == cg
+    assert t.signals == []
+
+
+def test_a_live_claimant_outside_the_cgroup_is_still_unproven() -> None:
+    """The control: a marker carrier that lives on outside the run's cgroup (and below no
+    verified anchor) is still reported as unproven and never put in the reap."""
+    t = _ExitsAtCgroupRead(pid_ns="pid:[1]")
+    cg = "/sys/fs/cgroup/tether/L1"
+    t.add(1002, ppid=1, starttime=61, env=MARK)
+    t.add(1004, ppid=1, starttime=63, env=MARK)  # `env TETHER_LEASE_ID=L1 setsid sleep`
+    t.cgroups[cg] = [1002]
+    out = plan(t, lease(cgroup_path=cg, keeper_pid=None, keeper_starttime=None))
+    assert [type(a) for a in out] == [Steal, Reap, MarkClosed, Unproven], out
+    assert isinstance(out[3], Unproven)
+    assert out[3].pids == [1004]

@@ -35,6 +35,9 @@ def launch_keeper(
     parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     keeper_argv = _keeper_argv(spec, argv, control_fd=child_sock.fileno(), cgroup=cgroup)
     master_fd: int | None = None
+    # Ours to close once the keeper has it (or failed to start); set only once opened, so
+    # a failing PTY open surfaces as the SpawnError, not as a KeyError from the cleanup.
+    slave_fd: int | None = None
     stdio: dict[str, Any] = {}
     try:
         if spec.pty:
@@ -63,8 +66,8 @@ def launch_keeper(
         raise SpawnError(f"cannot start the keeper: {exc}", argv=argv) from exc
     finally:
         child_sock.close()
-        if spec.pty:
-            os.close(stdio["stdin"])
+        if slave_fd is not None:
+            os.close(slave_fd)
     return keeper, parent_sock, master_fd
 
 
@@ -114,9 +117,15 @@ def _open_pty() -> tuple[int, int]:
     import termios
 
     master_fd, slave_fd = pty.openpty()
-    # We are a program, not a person at a keyboard: without this the line
-    # discipline would echo everything we write back into the agent's stdout.
-    attrs = termios.tcgetattr(slave_fd)
-    attrs[3] &= ~termios.ECHO
-    termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
+    try:
+        # We are a program, not a person at a keyboard: without this the line
+        # discipline would echo everything we write back into the agent's stdout.
+        attrs = termios.tcgetattr(slave_fd)
+        attrs[3] &= ~termios.ECHO
+        termios.tcsetattr(slave_fd, termios.TCSANOW, attrs)
+    except (OSError, termios.error) as exc:
+        # termios.error is no OSError: translate it, and leave no descriptor open.
+        os.close(master_fd)
+        os.close(slave_fd)
+        raise OSError(f"cannot set up the agent's PTY: {exc}") from exc
     return master_fd, slave_fd

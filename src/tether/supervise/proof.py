@@ -34,6 +34,7 @@ __all__ = [
     "descends_from",
     "split_claims",
     "split_lease_claims",
+    "split_run_claims",
     "verified_keeper",
 ]
 
@@ -108,6 +109,52 @@ def verified_keeper(
     return ProcessIdentity(boot_id=boot_id, pid=pid, starttime=starttime)
 
 
+def split_run_claims(
+    table: ProcessTable,
+    candidates: Iterable[int],
+    *,
+    anchors: Collection[int],
+    cgroup_path: str | None,
+) -> tuple[list[int], list[int]]:
+    """:func:`split_claims` against the run's cgroup as it is *after* the candidates were
+    pinned, leaving out every candidate that exited meanwhile.
+
+    A marker scan and a ``cgroup.procs`` read are two moments: a member that exits
+    between them (a ``bash`` loop's ``sleep 0.1``, a double fork's intermediate) is in
+    the scan but no longer in the cgroup, and read as an *unproven claimant* although it
+    is simply gone -- which turned a reaped-and-closed lease into a report of unproven
+    pids, and a lease with nothing else left into ``lost``. So we pin each candidate's
+    starttime first (a dead one is dropped: nothing to signal, nothing claiming), read
+    the cgroup after that (a live process leaves a cgroup only by an explicit migration,
+    so a member still alive at the read is listed), and drop an unproven candidate that
+    is no longer that very live process. Neither list gains a pid the scan did not name.
+    Both keep the input order.
+    """
+    pinned: dict[int, int] = {}
+    for pid in candidates:
+        st = table.stat(pid)
+        if st is not None and not st.is_zombie:
+            pinned[pid] = st.starttime
+    members: list[int] = []
+    if cgroup_path is not None:
+        with contextlib.suppress(OSError):
+            members = table.cgroup_procs(cgroup_path)
+    proven, unproven = split_claims(table, pinned, anchors=anchors, cgroup_members=members)
+    gone = {pid for pid in unproven if not _still_running(table, pid, pinned[pid])}
+    # A walk is broken when an ancestor is reaped under it (a double fork's intermediate);
+    # its orphan was reparented before that (to a subreaper anchor, or to init), so one
+    # more walk from a still-running claimant settles it.
+    late = {pid for pid in unproven if pid not in gone and descends_from(table, pid, anchors)}
+    if late:
+        proven = [pid for pid in pinned if pid in late or pid in proven]
+    return proven, [pid for pid in unproven if pid not in gone and pid not in late]
+
+
+def _still_running(table: ProcessTable, pid: int, starttime: int) -> bool:
+    st = table.stat(pid)
+    return st is not None and not st.is_zombie and st.starttime == starttime
+
+
 def split_lease_claims(
     table: ProcessTable,
     candidates: Iterable[int],
@@ -116,11 +163,7 @@ def split_lease_claims(
     keeper: ProcessIdentity | None,
     cgroup_path: str | None,
 ) -> tuple[list[int], list[int]]:
-    """:func:`split_claims` for a lease: the anchors are its root (pass it only when it
+    """:func:`split_run_claims` for a lease: the anchors are its root (pass it only when it
     verified ``OWNED``) and its verified live keeper; the cgroup is the lease's own."""
     anchors = [p for p in (root_pid, keeper.pid if keeper else None) if p is not None]
-    members: list[int] = []
-    if cgroup_path is not None:
-        with contextlib.suppress(OSError):
-            members = table.cgroup_procs(cgroup_path)
-    return split_claims(table, candidates, anchors=anchors, cgroup_members=members)
+    return split_run_claims(table, candidates, anchors=anchors, cgroup_path=cgroup_path)

@@ -14,7 +14,7 @@ import signal
 import time
 
 from tether import _os, metrics
-from tether.supervise.proof import split_claims
+from tether.supervise.proof import split_run_claims
 from tether.supervise.reconcile_plan import Reap
 from tether.supervise.verify import marked_survivors, marker_for, signal_verified
 
@@ -142,15 +142,11 @@ def _rescan(
     """Marker carriers now live, split into proven identities and unproven pids."""
     boot = table.boot_id()
     anchors = [i.pid for i in alive]
-    members: list[int] = []
-    if action.cgroup_path:
-        with contextlib.suppress(OSError):
-            members = table.cgroup_procs(action.cgroup_path)
-    proven, unproven = split_claims(
+    proven, unproven = split_run_claims(
         table,
         marked_survivors(table, marker, exclude=exclude),
         anchors=anchors,
-        cgroup_members=members,
+        cgroup_path=action.cgroup_path or None,
     )
     found: list[_os.ProcessIdentity] = []
     for pid in proven:

@@ -28,7 +28,7 @@ from typing import Any
 
 from tether import _os
 from tether.supervise import adoption, members
-from tether.supervise.proof import split_claims
+from tether.supervise.proof import split_run_claims
 from tether.supervise.run_lease import RunLease
 from tether.supervise.verify import marked_survivors, marker_for, signal_verified
 
@@ -97,11 +97,7 @@ def marker_claims(
     """
     try:
         pids = marked_survivors(table, marker_for(lease_id), exclude=[os.getpid()])
-        in_cgroup: list[int] = []
-        if cgroup:
-            with contextlib.suppress(OSError):
-                in_cgroup = table.cgroup_procs(cgroup)
-        return split_claims(table, pids, anchors=[os.getpid()], cgroup_members=in_cgroup)
+        return split_run_claims(table, pids, anchors=[os.getpid()], cgroup_path=cgroup or None)
     except _os.ProcUnreadable:
         return [], []  # /proc unreadable: the keeper's ECHILD and the cgroup still stand
 
