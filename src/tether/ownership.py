@@ -14,10 +14,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tether.visibility import Row
-
 if TYPE_CHECKING:
     from tether.registry import Session as _SessionLike
+    from tether.visibility import Row
 
 __all__ = [
     "close_order",
@@ -33,6 +32,10 @@ MAX_LINEAGE = 256  # a parent chain longer than this is a cycle in hand-edited r
 
 def row_of(session: _SessionLike) -> Row:
     """The visibility check's view of a session row."""
+    # Imported here: closing a family (tether.cascade) needs only the forest below, and
+    # the visibility rules' dataclasses cost the CLI's close milliseconds (issue 23).
+    from tether.visibility import Row
+
     return Row(
         key=session.key,
         agent_id=session.agent_id or session.agent_label,
