@@ -1,4 +1,5 @@
-"""The ``tether`` program ends its process itself once its work is done (issue 23)."""
+"""The ``tether`` program and the keeper end their processes themselves once their work
+is done (issue 23)."""
 
 from __future__ import annotations
 
@@ -83,3 +84,31 @@ def test_stdout_that_cannot_be_flushed_takes_the_normal_way_out(
     monkeypatch.setattr(sys, "stdout", Broken())
     assert program.leave(3) == 3
     assert calls == ["atexit"]
+
+
+def test_the_keeper_flushes_and_exits_without_the_interpreters_teardown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The keeper, its proof sent, flushes stdout and stderr and leaves through os._exit
+    (its supervisor reaps it before answering a close: no teardown to wait for)."""
+    from tether.supervise import keeper
+
+    calls: list[str] = []
+
+    class Stream:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def flush(self) -> None:
+            calls.append(f"flush {self.name}")
+
+    def fake_exit(code: int) -> None:
+        calls.append(f"_exit {code}")
+        raise _Exited
+
+    monkeypatch.setattr(sys, "stdout", Stream("stdout"))
+    monkeypatch.setattr(sys, "stderr", Stream("stderr"))
+    monkeypatch.setattr(os, "_exit", fake_exit)
+    with pytest.raises(_Exited):
+        keeper._leave(3)
+    assert calls == ["flush stdout", "flush stderr", "_exit 3"]
