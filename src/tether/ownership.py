@@ -11,16 +11,18 @@ transitively, children first, so nothing a closed session started outlives it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing costs the CLI's close milliseconds; mypy reads the name
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
+
     from tether.registry import Session as _SessionLike
     from tether.visibility import Row
 
 __all__ = [
     "close_order",
     "descends_from",
+    "family_close_order",
     "ownership_json",
     "parent_of",
     "row_of",
@@ -135,8 +137,14 @@ def close_order(root: str, sessions: Iterable[_SessionLike]) -> list[str]:
     ``root`` itself is not included: the caller closes it last. Cycles in hand-edited
     rows are cut (each key appears once).
     """
+    return family_close_order(root, ((s.key, parent_of(s), s.state) for s in sessions))
+
+
+def family_close_order(root: str, links: Iterable[tuple[str, str | None, str]]) -> list[str]:
+    """:func:`close_order` of ``(key, parent, state)`` links (the parent as
+    :func:`parent_of` gives it), as :mod:`tether._registry_family` reads them."""
     _roots, children = _children_map(
-        (s.key, parent_of(s)) for s in sessions if s.state != "closed" or s.key == root
+        (key, parent) for key, parent, state in links if state != "closed" or key == root
     )
     order: list[str] = []
     seen = {root}

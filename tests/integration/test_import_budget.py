@@ -55,9 +55,12 @@ def test_warm_paths_import_no_asyncio_or_sqlite(project_dir: Path) -> None:
         subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
 
 
-def test_close_of_a_live_session_imports_no_asyncio_or_logging(project_dir: Path) -> None:
-    """`sessions close` through a live owner imports neither asyncio nor logging (the
-    owner fence's: it waits for the owner through tether.ipc.peer; issue 23)."""
+def test_close_of_a_live_session_imports_no_asyncio_logging_or_dataclasses(
+    project_dir: Path,
+) -> None:
+    """`sessions close` through a live owner imports neither asyncio, logging (the owner
+    fence's: it waits through tether.ipc.peer) nor dataclasses (the registry's: the
+    family is read with sqlite3 alone, tether._registry_family; issue 23)."""
     base = [sys.executable, "-m", "tether", "--cwd", str(project_dir), "mock"]
     subprocess.run([*base, "sessions", "new"], check=True, capture_output=True, timeout=60)
     try:
@@ -66,7 +69,7 @@ def test_close_of_a_live_session_imports_no_asyncio_or_logging(project_dir: Path
         )
     finally:
         subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
-    bad = modules & {"asyncio", "logging", "pydantic", "acp"}
+    bad = modules & {"asyncio", "logging", "dataclasses", "pydantic", "acp"}
     assert not bad, sorted(bad)
 
 
