@@ -40,13 +40,16 @@ def leave(code: int) -> int:
     objects one by one: milliseconds that a CLI command which has done its work (a
     ``sessions close`` that imported the registry, a warm ``prompt``) would pay
     before its caller sees it exit, for nothing anyone can observe. We do the first
-    three and skip the last. Only single-threaded: another thread still running (a
-    server's, an executor's whose ``atexit`` hook joins it) takes the normal way out,
-    as does stdout that cannot be flushed (the interpreter's own exit status 120 and
-    message for that case stay its own).
+    three and skip the last. Only single-threaded and unprofiled: another thread still
+    running (a server's, an executor's whose ``atexit`` hook joins it) or a profiler or
+    tracer (``python -m cProfile -o``, a debugger: they write at exit) takes the normal
+    way out, as does stdout that cannot be flushed (the interpreter's own exit status
+    120 and message for that case stay its own).
     """
     import sys
 
+    if sys.getprofile() is not None or sys.gettrace() is not None:
+        return code  # a profiler or tracer (cProfile, a debugger) writes its data at exit
     threading = sys.modules.get("threading")
     if threading is not None and threading.active_count() > 1:
         return code

@@ -29,8 +29,11 @@ def _as_program(monkeypatch: pytest.MonkeyPatch, calls: list[str]) -> None:
 
 
 def _single_threaded(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Whatever threads the test runner keeps, the program itself would have none.
+    # Whatever threads (or coverage tracer) the test runner keeps, the program would
+    # have none.
     monkeypatch.setattr(threading, "active_count", lambda: 1)
+    monkeypatch.setattr(sys, "gettrace", lambda: None)
+    monkeypatch.setattr(sys, "getprofile", lambda: None)
 
 
 def test_the_program_runs_atexit_flushes_and_exits(
@@ -112,3 +115,14 @@ def test_the_keeper_flushes_and_exits_without_the_interpreters_teardown(
     with pytest.raises(_Exited):
         keeper._leave(3)
     assert calls == ["flush stdout", "flush stderr", "_exit 3"]
+
+
+def test_under_a_profiler_main_takes_the_normal_way_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a profiler (``python -m cProfile -o``, bench/run.py --profile), main()
+    returns: the profiler writes its data at the interpreter's exit."""
+    calls: list[str] = []
+    _as_program(monkeypatch, calls)
+    _single_threaded(monkeypatch)
+    monkeypatch.setattr(sys, "getprofile", lambda: object())
+    assert program.main() == 0
+    assert calls == []
