@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from tether import _fdwait, _log, _os, owner_lost, sessions
+from tether.ipc.peer import peer_pidfd, wait_exit
 from tether.state.registry import Registry
 
 __all__ = [
@@ -149,27 +150,3 @@ def signal_owner(pid: int, starttime: int | None, boot_id: str, sig: int) -> int
         table.close_fd(fd)
         raise
     return fd
-
-
-def peer_pidfd(sock: Any) -> int | None:
-    """A pidfd of the process at the other end of a Unix socket (the kernel's word for
-    who it is: ``SO_PEERCRED``), or None where we cannot get one."""
-    import _socket
-    import struct
-
-    try:
-        creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-        pid = struct.unpack("3i", creds)[0]
-        return os.pidfd_open(pid) if pid > 0 else None
-    except (OSError, AttributeError):  # no pidfd (old kernel): we cannot wait for it
-        return None
-
-
-def wait_exit(pidfd: int | None, timeout: float) -> bool | None:
-    """Wait until the process behind ``pidfd`` exited (then closes it); None if unknown."""
-    if pidfd is None:
-        return None
-    try:
-        return _fdwait.readable(pidfd, timeout)
-    finally:
-        os.close(pidfd)

@@ -55,6 +55,24 @@ def test_warm_paths_import_no_asyncio_or_sqlite(project_dir: Path) -> None:
         subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
 
 
+def test_close_of_a_live_session_imports_no_asyncio_logging_or_dataclasses(
+    project_dir: Path,
+) -> None:
+    """`sessions close` through a live owner imports neither asyncio, logging (the owner
+    fence's: it waits through tether.ipc.peer) nor dataclasses (the registry's: the
+    family is read with sqlite3 alone, tether.state.family; issue 23)."""
+    base = [sys.executable, "-m", "tether", "--cwd", str(project_dir), "mock"]
+    subprocess.run([*base, "sessions", "new"], check=True, capture_output=True, timeout=60)
+    try:
+        modules = imported_modules(
+            "--cwd", str(project_dir), "mock", "sessions", "close", cwd=project_dir
+        )
+    finally:
+        subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
+    bad = modules & {"asyncio", "logging", "dataclasses", "pydantic", "acp"}
+    assert not bad, sorted(bad)
+
+
 def test_library_import_is_lazy() -> None:
     """`import tether` alone loads no asyncio; the API appears on first use."""
     code = "import sys, tether; assert 'asyncio' not in sys.modules; tether.Client; print('ok')"

@@ -81,3 +81,40 @@ def test_an_unreadable_database_still_closes_the_session_through_its_owner() -> 
     assert log == ["root"]
     assert "damaged" in result["childrenUnknown"]
     assert result["closedChildren"] == []
+
+
+def test_the_family_is_read_without_the_registry_the_same_way() -> None:
+    """The close's family links (sqlite3 alone, issue 23) give the registry's close order."""
+    from tether.policy import ownership
+    from tether.state.family import open_links
+
+    _family()
+    with Registry() as reg:
+        reg.upsert_session(
+            key="a2",
+            name="a2",
+            agent_command=["x"],
+            agent_label="mock",
+            cwd="/p",
+            owner={"owner_session_key": "a"},  # a parent by ownership alone
+        )
+        reg.update_session("b", state="closed")
+        expected = ownership.close_order("root", reg.sessions(include_closed=False))
+    links = open_links()
+    assert links is not None
+    assert ownership.family_close_order("root", links) == expected == ["a1", "a2", "a"]
+
+
+def test_the_family_reader_leaves_other_schemas_to_the_registry() -> None:
+    """No database, or one at another schema version: None (the registry's way is taken)."""
+    import sqlite3
+
+    from tether import paths
+    from tether.state.family import open_links
+
+    assert open_links() is None  # no database yet: the registry creates it
+    _family()
+    db = sqlite3.connect(paths.state_db())
+    db.execute("PRAGMA user_version = 1")
+    db.close()
+    assert open_links() is None

@@ -138,3 +138,35 @@ def test_a_watcher_that_never_reads_is_dropped_with_lagged() -> None:
         await _close_all()
 
     asyncio.run(main())
+
+
+def test_a_watcher_attaching_inside_the_ring_gets_its_replay_as_one_write() -> None:
+    """The ring's replay from the cursor on is one outbox write, framed as entry by entry
+    (issue 23: thousands of per-entry writes took the streaming turn's loop time)."""
+    key = _key()
+
+    class Recording(Outbox):
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.detached = False  # no socket: every write is recorded instead
+            self.writes: list[bytes] = []
+
+        def write(self, data: bytes) -> None:
+            self.writes.append(data)
+
+    async def main() -> None:
+        journal = writer.JournalWriter(paths.state_db(), key)
+        fanout = Fanout(journal)
+        for i in range(10):
+            journal.append("turn_ended", {"i": i}, f"r-{i}")
+        outbox = Recording()
+        watch = Watch(Job(protocol.Envelope("w", "watch", {"follow": False}), outbox, 0.0))
+        await fanout.attach(watch, 4, follow=False)
+        assert await asyncio.to_thread(journal.close)
+        replay, result = outbox.writes  # the entries, then the terminal result
+        frames = [json.loads(line) for line in replay.splitlines()]
+        assert [f["entry"]["seq"] for f in frames] == list(range(4, 11))
+        assert replay == b"".join(watch.frame(line) for seq, line in journal.ring if seq >= 4)
+        assert json.loads(result)["result"]["reason"] == "caught-up"
+
+    asyncio.run(main())

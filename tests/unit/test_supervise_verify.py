@@ -13,6 +13,7 @@ from tether.supervise.verify import (
     LeaseEvidence,
     Verdict,
     command_hash,
+    marked_survivors,
     marker_for,
     plan_tree_kill,
     signal_verified,
@@ -119,6 +120,19 @@ def test_plan_tree_kill_children_first_and_marker_only() -> None:
     plan = plan_tree_kill(1000, table, marker_for("L1"))
     assert plan == [1002, 1006, 1001, 1005, 1000]
     assert table.signals == []
+
+
+def test_marker_scan_reads_one_file_per_process_without_the_marker() -> None:
+    """The survivor scan reads a stranger's environment only: stat is for marker carriers
+    (issue 23: on a host of hundreds of processes the scan was most of a close)."""
+    table = FakeProcessTable()
+    for pid in range(3000, 3200):
+        table.add(pid, ppid=1, starttime=pid, env={b"PATH": b"/bin"})
+    table.add(1005, ppid=1, starttime=55, env=MARK)  # setsid escapee, reparented
+    table.add(1007, ppid=1005, starttime=57, env=MARK, state="Z")  # zombie: not a survivor
+    assert marked_survivors(table, marker_for("L1")) == [1005]
+    stats = {call[1] for call in table.calls if call[0] == "stat"}
+    assert stats <= {1005, 1007}, sorted(stats)[:10]
 
 
 def test_plan_tree_kill_excludes_ourselves() -> None:

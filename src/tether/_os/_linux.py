@@ -37,8 +37,16 @@ def _proc_mounted() -> bool:
 
 
 def _read(path: str) -> bytes:
-    with open(path, "rb") as f:
-        return f.read()
+    # os.open/os.read, not open(): no file object per read, which a /proc scan of
+    # hundreds of processes would build and drop hundreds of times.
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        parts = []
+        while chunk := os.read(fd, 65536):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(fd)
 
 
 class LinuxProcessTable:

@@ -100,7 +100,7 @@ def _close_live(
     conn: OwnerConnection, *, discard: bool = False, cascade_from: str | None = None
 ) -> dict[str, Any]:
     """Close through the owner on ``conn``; return once that owner process is gone."""
-    from tether.owner_fence import peer_pidfd, wait_exit
+    from tether.ipc.peer import peer_pidfd, wait_exit
 
     with conn:
         pidfd = peer_pidfd(conn.sock)

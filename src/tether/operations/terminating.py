@@ -91,7 +91,7 @@ def _terminate_live(
     conn: OwnerConnection, by: dict[str, Any] | None, cascade_from: str | None = None
 ) -> dict[str, Any]:
     """Terminate through the owner on ``conn``; return once that owner process is gone."""
-    from tether.owner_fence import peer_pidfd, wait_exit
+    from tether.ipc.peer import peer_pidfd, wait_exit
 
     payload: dict[str, Any] = {"by": by} if by else {}
     if cascade_from:

@@ -48,6 +48,11 @@ class Watch:
     def frame(self, line: bytes) -> bytes:
         return self._prefix + line + FRAME_END
 
+    def frames(self, lines: list[bytes]) -> bytes:
+        """The frames of ``lines``, joined: one join, not a frame built per entry."""
+        prefix = self._prefix
+        return prefix + (FRAME_END + prefix).join(lines) + FRAME_END
+
     def deliver(self, seq: int, line: bytes) -> None:
         if seq < self.cursor or self.ended:
             return
@@ -61,8 +66,7 @@ class Watch:
             return
         if first < self.cursor:
             lines = lines[self.cursor - first :]
-        prefix = self._prefix
-        self.job.outbox.write(prefix + (b"}\n" + prefix).join(lines) + b"}\n")
+        self.job.outbox.write(self.frames(lines))
         self.cursor = last + 1
 
     def _on_lagged(self) -> bytes | None:
@@ -130,8 +134,7 @@ class Fanout:
                 if watch.cursor >= first:
                     # Inside the ring: finish synchronously, then join the listeners, with
                     # no await in between, so no entry falls between replay and live.
-                    for seq, line in tuple(ring):
-                        watch.deliver(seq, line)
+                    _replay_ring(watch, tuple(ring))
                     watch.cursor = max(watch.cursor, journal.next_seq)
                     if follow:
                         self.watches.add(watch)
@@ -146,7 +149,7 @@ class Fanout:
                 if not rows:
                     watch.cursor = first  # retention removed them: the seq jump shows it
                     continue
-                watch.job.outbox.write(b"".join(watch.frame(line) for _seq, line in rows))
+                watch.job.outbox.write(watch.frames([line for _seq, line in rows]))
                 watch.cursor = rows[-1][0] + 1
                 await watch.job.outbox.drain(timeout=30.0)
         finally:
@@ -159,3 +162,17 @@ class Fanout:
         for watch in tuple(self.watches):
             watch.end(reason)
         self.watches.clear()
+
+
+def _replay_ring(watch: Watch, ring: tuple[tuple[int, bytes], ...]) -> None:
+    """The ring's entries from the watch's cursor on, as one write (issue 23: a watcher
+    attaching mid-stream replays thousands of them, and a frame and an outbox write
+    per entry was the owner's loop's time taken from the turn being streamed)."""
+    if not ring:
+        return
+    first, last = ring[0][0], ring[-1][0]
+    if last - first + 1 == len(ring):  # consecutive: one writer, so always
+        watch.deliver_run(first, last, [line for _seq, line in ring])
+        return
+    for seq, line in ring:
+        watch.deliver(seq, line)

@@ -11,17 +11,18 @@ transitively, children first, so nothing a closed session started outlives it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
-
-from tether.policy.visibility import Row
-
+TYPE_CHECKING = False  # typing costs the CLI's close milliseconds; mypy reads the name
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from typing import Any
+
+    from tether.policy.visibility import Row
     from tether.state.registry import Session as _SessionLike
 
 __all__ = [
     "close_order",
     "descends_from",
+    "family_close_order",
     "ownership_json",
     "parent_of",
     "row_of",
@@ -33,6 +34,10 @@ MAX_LINEAGE = 256  # a parent chain longer than this is a cycle in hand-edited r
 
 def row_of(session: _SessionLike) -> Row:
     """The visibility check's view of a session row."""
+    # Imported here: closing a family (tether.policy.cascade) needs only the forest below, and
+    # the visibility rules' dataclasses cost the CLI's close milliseconds (issue 23).
+    from tether.policy.visibility import Row
+
     return Row(
         key=session.key,
         agent_id=session.agent_id or session.agent_label,
@@ -132,8 +137,14 @@ def close_order(root: str, sessions: Iterable[_SessionLike]) -> list[str]:
     ``root`` itself is not included: the caller closes it last. Cycles in hand-edited
     rows are cut (each key appears once).
     """
+    return family_close_order(root, ((s.key, parent_of(s), s.state) for s in sessions))
+
+
+def family_close_order(root: str, links: Iterable[tuple[str, str | None, str]]) -> list[str]:
+    """:func:`close_order` of ``(key, parent, state)`` links (the parent as
+    :func:`parent_of` gives it), as :mod:`tether.state.family` reads them."""
     _roots, children = _children_map(
-        (s.key, parent_of(s)) for s in sessions if s.state != "closed" or s.key == root
+        (key, parent) for key, parent, state in links if state != "closed" or key == root
     )
     order: list[str] = []
     seen = {root}

@@ -75,11 +75,16 @@ def _marked_tree(
     for pid in candidates:
         if pid <= 1 or pid in exclude:
             continue  # never init, never ourselves or our ancestry
+        # The environment first: on a host of hundreds of processes almost none carries
+        # the marker, and for those one read decides (a gone process reads unreadable, a
+        # zombie's environment empty: neither carries it), so a scan is one read per
+        # process, not two (issue 23: the scan was most of a close's teardown).
+        if not carries(table, pid, marker):
+            continue
         st = table.stat(pid)
         if st is None or st.is_zombie:
             continue  # nothing to signal; its parent reaps it
-        if carries(table, pid, marker):
-            found.add(pid)
+        found.add(pid)
     return order_children_first(table, found)
 
 
