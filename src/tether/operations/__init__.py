@@ -19,7 +19,8 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch), :mod:`.pruning` (old entries and
+:mod:`.journal_reads` (history, transcript), :mod:`.watching` (following the journal,
+blocking or on a loop: the one follow bridge), :mod:`.pruning` (old entries and
 closed sessions), :mod:`.settings_table` (the owner settings every door builds from one
 table of keys) and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
@@ -46,7 +47,6 @@ if TYPE_CHECKING:
         open_journal,
         read_lines,
         transcript,
-        watch,
     )
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from tether.operations.session_status import offline_status, status
     from tether.operations.settings_table import settings
     from tether.operations.terminating import terminate
+    from tether.operations.watching import watch, watch_async, watch_batches
 
 __all__ = [
     "START_DEADLINE_S",
@@ -83,6 +84,8 @@ __all__ = [
     "terminate",
     "transcript",
     "watch",
+    "watch_async",
+    "watch_batches",
 ]
 
 # Where each name lives. No submodule is named like a name it exports: importing a
@@ -106,7 +109,9 @@ _HOME = {
     "first_seq": "journal_reads",
     "history": "journal_reads",
     "transcript": "journal_reads",
-    "watch": "journal_reads",
+    "watch": "watching",
+    "watch_async": "watching",
+    "watch_batches": "watching",
     "last_seq": "journal_reads",
     "open_journal": "journal_reads",
     "read_lines": "journal_reads",
