@@ -23,7 +23,7 @@ from tether.errors import OwnerLost, error_from_wire
 from tether.ipc import protocol
 from tether.ipc.aio_client import AsyncOwnerConnection
 from tether.ipc.client import new_request_id
-from tether.journal.turn_rest import TurnRest
+from tether.operations import TurnRest
 
 __all__ = ["Relayer", "answer_relay", "connect", "control", "prompt_payload", "run_prompt"]
 

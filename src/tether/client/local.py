@@ -28,7 +28,6 @@ from tether.events import (
     question_from_frame,
 )
 from tether.ipc.aio_client import AsyncOwnerConnection
-from tether.journal.turn_rest import TurnRest
 
 __all__ = ["LocalBackend"]
 
@@ -187,7 +186,7 @@ class LocalBackend:
                     # We read too slowly and the owner let go of us; the turn goes on and
                     # its frames are all journaled: the rest of it comes from there.
                     last = frame.get("lastSeq")
-                    rest = TurnRest(key, rid, max(seen, last or 0), follow=True)
+                    rest = operations.TurnRest(key, rid, max(seen, last or 0), follow=True)
                     async for _seq, acp in rest.frames():
                         if (event := event_from_frame(acp)) is not None:
                             yield event

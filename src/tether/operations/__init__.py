@@ -20,7 +20,8 @@ connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
 :mod:`.journal_reads` (history, transcript), :mod:`.watching` (following the journal,
-blocking or on a loop: the one follow bridge), :mod:`.pruning` (old entries and
+blocking or on a loop: the one follow bridge), :mod:`.turn_rest` (a turn's rest, read
+from the journal by a caller its owner let go of), :mod:`.pruning` (old entries and
 closed sessions), :mod:`.settings_table` (the owner settings every door builds from one
 table of keys) and :mod:`.acp` (ACP's newer methods).
 Import the names from here (``from tether.operations import X``, ``operations.X``): each
@@ -54,10 +55,12 @@ if TYPE_CHECKING:
     from tether.operations.session_status import offline_status, status
     from tether.operations.settings_table import settings
     from tether.operations.terminating import terminate
+    from tether.operations.turn_rest import TurnRest
     from tether.operations.watching import watch, watch_async, watch_batches
 
 __all__ = [
     "START_DEADLINE_S",
+    "TurnRest",
     "agent_sessions",
     "answer",
     "cancel",
@@ -109,6 +112,7 @@ _HOME = {
     "first_seq": "journal_reads",
     "history": "journal_reads",
     "transcript": "journal_reads",
+    "TurnRest": "turn_rest",
     "watch": "watching",
     "watch_async": "watching",
     "watch_batches": "watching",

@@ -17,7 +17,7 @@ Where the answer comes from:
   sent it, to its terminal frame -- no follower, no journal read;
 * otherwise (no warm owner: the thread path starts one), or if that connection let go
   of the turn (``lagged``: the owner does not buffer for a slow reader), the rest of the
-  turn from the journal (:class:`tether.journal.turn_rest.TurnRest`), as the ACP door
+  turn from the journal (:class:`tether.operations.TurnRest`), as the ACP door
   does. An owner that died mid-turn leaves no end in the journal: ``OwnerLost`` (502,
   the outcome unknown).
 
@@ -34,7 +34,7 @@ from typing import Any
 from starlette.requests import Request
 
 from tether.errors import OwnerLost, error_from_wire
-from tether.journal.turn_rest import TurnRest
+from tether.operations import TurnRest
 from tether.serve import bodies
 from tether.serve.submit import Prompter
 
