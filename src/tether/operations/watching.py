@@ -32,15 +32,18 @@ anywhere else.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import contextvars
 import threading
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Generic, TypeVar
 
-from tether import _aio, access
+from tether import access
 from tether.journal.follow import EmitBlock, Follower, follow_session
+
+TYPE_CHECKING = False  # asyncio is loaded by the asyncio flavour only: the CLI's watch
+if TYPE_CHECKING:  # follows without it
+    import asyncio
 
 __all__ = ["Handover", "watch", "watch_async", "watch_batches"]
 
@@ -176,6 +179,10 @@ async def watch_batches(
     Cancellation (or the iteration left early): the follower is stopped and its thread
     given ``CLEANUP_S`` to let go before the cancellation propagates.
     """
+    import asyncio
+
+    from tether import _aio
+
     loop = asyncio.get_running_loop()
     ready = asyncio.Event()
     handover: Handover[T] = Handover(loop, ready.set, bound)
