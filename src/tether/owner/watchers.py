@@ -62,7 +62,7 @@ class Watch:
         if first < self.cursor:
             lines = lines[self.cursor - first :]
         prefix = self._prefix
-        self.job.outbox.write(prefix + (b"}\n" + prefix).join(lines) + b"}\n")
+        self.job.outbox.write(prefix + (FRAME_END + prefix).join(lines) + FRAME_END)
         self.cursor = last + 1
 
     def _on_lagged(self) -> bytes | None:
