@@ -118,6 +118,14 @@ class Handover(Generic[T]):
             self._scheduled = True
         self._schedule()
 
+    def poke(self) -> None:
+        """Wake the reader with nothing handed over (the producer's thread)."""
+        with self._cond:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._schedule()
+
     def _schedule(self) -> None:
         with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
             self.loop.call_soon_threadsafe(self._wake)
@@ -188,6 +196,7 @@ async def watch_batches(
     handover: Handover[T] = Handover(loop, ready.set, bound)
     stop = threading.Event()
     followers: list[Follower] = []
+    firsts: list[int] = []  # the first seq to be delivered, once the follower started
     ended: asyncio.Future[None] = loop.create_future()
     counted = count or (lambda _item: 1)
 
@@ -205,10 +214,10 @@ async def watch_batches(
             handover.put(item, counted(item))
 
     def started(follower: Follower) -> None:
+        # Before any entry: a batch taken implies a start seen (and its first seq).
+        firsts.append(follower.cursor)
         followers.append(follower)
-        if on_start is not None:
-            with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
-                loop.call_soon_threadsafe(on_start, follower.cursor)
+        handover.poke()  # the reader is told the first seq even if no entry follows
 
     def work() -> None:
         error: BaseException | None = None
@@ -238,9 +247,13 @@ async def watch_batches(
     thread.daemon = True
     thread.start()
     try:
+        tell = on_start
         while True:
             ready.clear()
             items, finished = handover.take()
+            if tell is not None and firsts:
+                tell(firsts[0])
+                tell = None
             if items:
                 yield items
                 continue
