@@ -173,6 +173,8 @@ class Follower:
         self.conn = conn
         conn.before_block = self.flush
         try:
+            if self.stop.is_set():
+                return True  # interrupted while we connected: it saw no connection to wake
             payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
             if self.control is not None:
                 payload["control"] = True
