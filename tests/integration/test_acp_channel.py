@@ -123,18 +123,21 @@ def test_a_lagging_follower_never_lets_the_doors_turn_overtake_older_entries(
     """Other parties' entries come through the journal follower, the door's own turn
     through its IPC stream: the turn waits for the follower to pass what was journaled
     before it, so events go out in journal order and each id is a plain seq."""
-    from tether.acp_door import attach
+    from tether.operations import watching
 
-    real = attach.follow_session
+    real = watching.follow_session
 
     def slow_follow(key: str, emit: Any, **kw: Any) -> int:
+        if kw.get("door") != "acp":  # the ACP door's followers only
+            return real(key, emit, **kw)
+
         def lagging(seq: int, line: str) -> None:
             time.sleep(0.05)  # a follower thread starved of CPU
             emit(seq, line)
 
         return real(key, lagging, **kw)
 
-    monkeypatch.setattr(attach, "follow_session", slow_follow)
+    monkeypatch.setattr(watching, "follow_session", slow_follow)
 
     async def main() -> None:
         channel = _channel()

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+import tether.operations.turn_rest as turn_rest
 from tether import operations
 from tether.errors import OwnerLost, PromptTimeout, WatchLagged
 from tether.operations import prompting
-from tether.state.journal import turn_rest
 
 HELLO = {"type": "hello", "v": 2, "generation": 3, "journalSeq": 10}
 

@@ -194,8 +194,7 @@ def test_the_ring_keeps_the_newest_entries_within_its_bounds() -> None:
         hub = stream.Hub("k" * 64, asyncio.get_running_loop(), ring_entries=16)
         hub._started(1)
         for seq in range(1, 41):
-            hub._emit(seq, f'{{"seq":{seq},"kind":"acp"}}')
-            hub._drain()
+            hub._take([hub._chunk(seq, f'{{"seq":{seq},"kind":"acp"}}')])
         assert hub.ring_count <= 16
         assert hub.first == hub.chunks[0].first
         assert [c.first for c in hub.chunks] == list(range(hub.first, 41))
@@ -208,8 +207,7 @@ def test_the_ring_keeps_the_newest_entries_within_its_bounds() -> None:
         assert data.count(b"\nid: ") == 40 - hub.first - 2
         assert hub.slice_from(41) is None
         assert not hub.ended
-        hub._emit(41, '{"seq":41,"kind":"session_ended"}')
-        hub._drain()
+        hub._take([hub._chunk(41, '{"seq":41,"kind":"session_ended"}')])
         assert hub.ended
 
     asyncio.run(run())

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from tether.ipc.client import OwnerConnection
 from tether.ipc.lines import LineReader
+from tether.operations.watching import Handover
 from tether.serve import stream, stream_clients
+from tether.serve.sse import Chunk
 from tether.state.journal.follow import Follower
 
 RID = "r-0123456789abcdef"
@@ -197,8 +199,7 @@ def _ring_hub(ring_entries: int) -> stream.Hub:
 
 def _block(hub: stream.Hub, first: int, count: int) -> None:
     lines = [entry(s) for s in range(first, first + count)]
-    hub._emit_block(first, first + count - 1, [line.encode() for line in lines])
-    hub._drain()
+    hub._take([hub._chunk_block(first, first + count - 1, [line.encode() for line in lines])])
 
 
 def test_blocks_in_the_ring_serve_a_cursor_inside_them() -> None:
@@ -295,15 +296,20 @@ def test_a_client_that_falls_behind_is_dropped_with_its_last_seq_and_never_waite
         got = await _take(gen, b"id: 100\n")
         assert got.count(b"id: ") == 100
 
+        def take() -> None:
+            hub._take(handover.take()[0])
+
+        handover: Handover[Chunk] = Handover(asyncio.get_running_loop(), take)
+
         def produce() -> None:  # the follower thread: nothing here waits on the client
             for first in range(101, 2001, 100):
                 lines = [entry(s).encode() for s in range(first, first + 100)]
-                hub._emit_block(first, first + 99, lines)
+                handover.put(hub._chunk_block(first, first + 99, lines), 100)
 
         thread = threading.Thread(target=produce)
         thread.start()
         await asyncio.to_thread(thread.join)  # the loop takes the hand-overs meanwhile
-        hub._drain()
+        take()
         assert hub.next_seq == 2001
         assert hub.first > 101
         last = await gen.__anext__()

@@ -1,9 +1,10 @@
 """One ACP client's attachment to one Tether session: the journal followed live.
 
 While a client is attached (``session/new``, ``session/load``, ``session/resume``) the
-door follows the session's journal from the attach point on, in a thread of its own
-(:func:`tether.state.journal.follow.follow_session`: the database, then the live owner's
-``watch``, across owner restarts), and hands every entry to the event loop. Two kinds
+door follows the session's journal from the attach point on
+(:func:`tether.operations.watch_batches`: the follower in a thread of its own -- the
+database, then the live owner's ``watch``, across owner restarts -- bridged to the
+event loop), and hands every entry to its handler on the loop. Two kinds
 of entry matter to the client:
 
 * ``session_ended`` -- the session ended, however (closed, terminated, offline): the
@@ -12,9 +13,6 @@ of entry matter to the client:
   client sees its ``session/update`` s too (and the prompt as ``user_message_chunk`` s).
   The door's own turns are relayed from their IPC stream, in order and before their
   answer, so entries carrying one of this door's request ids are skipped here.
-
-A thread rather than the default executor: an attachment lasts as long as the client
-stays, and the executor's few workers are for short blocking calls.
 """
 
 from __future__ import annotations
@@ -26,15 +24,17 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from tether import _aio, operations
 from tether.errors import NoSession
 from tether.state.journal.entry import parse_line
-from tether.state.journal.follow import Follower, follow_session, is_session_end
+from tether.state.journal.follow import Follower, is_session_end
 
 __all__ = ["Attachment", "entries_between", "last_seq_of_open", "read_entries"]
 
 logger = logging.getLogger("tether.acp_door")
 RETRY_S = 1.0  # after an unexpected failure of the follower, before following on
-JOIN_S = 2.0  # an interrupted follower returns at once; this only bounds a stuck read
+STOP_S = 6.0  # an interrupted follower returns at once; this only bounds a stuck read
+_FOLLOWING: set[asyncio.Task[None]] = set()  # attachments' follow tasks, held until they end
 # A replay waits this long at most for entries the owner has handed out but not yet
 # stored (it follows the live owner for them); they were relayed, so they do come.
 REPLAY_WAIT_S = 10.0
@@ -52,56 +52,39 @@ class Attachment:
         self.own_requests: set[str] = set()  # IPC request ids of this door's turns
         self.running: list[str] = []  # those still waiting for their answer
         self.ended = False  # _tether/session/ended was sent
-        self.cursor = 0  # the next seq the follower delivers (written by its thread)
-        self._stop = threading.Event()
-        self._followers: list[Follower] = []
-        self._thread: threading.Thread | None = None
+        self.cursor = 0  # the next seq to reach the loop (every one before it has)
+        self._task: asyncio.Task[None] | None = None
 
     @property
     def following(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
+        return self._task is not None and not self._task.done()
 
     def start(self, from_seq: int, on_entry: EntryHandler) -> None:
         """Follow the journal from ``from_seq`` on; entries reach ``on_entry`` on the loop."""
-        loop = asyncio.get_running_loop()
-
-        cursor = from_seq
         self.cursor = from_seq
+        self._task = _aio.spawn(self._follow(on_entry), keep=_FOLLOWING, name="acp-follow")
 
-        def emit(seq: int, line: str) -> None:
-            nonlocal cursor
-            cursor = self.cursor = seq + 1
-            # Only what the client can use crosses to the loop: the session's end, and
-            # ACP frames (of which the handler keeps the other parties' updates).
-            if is_session_end(line) or '"kind":"acp"' in line[:120]:
-                entry = parse_line(line)
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody listens
-                    loop.call_soon_threadsafe(on_entry, self, entry)
-
-        def work() -> None:
-            # Until the session ends or we stop: an unexpected failure (a database
-            # hiccup) must not cost the client its ended notification, so we log it and
-            # follow on from the next entry we have not delivered.
-            while not self._stop.is_set():
-                try:
-                    follow_session(
-                        self.key,
-                        emit,
-                        from_seq=cursor,
-                        follow=True,
-                        stop=self._stop,
-                        on_start=self._followers.append,
-                        door="acp",
-                    )
-                    return  # the session ended, or we were stopped
-                except NoSession:
-                    return  # removed (`sessions prune --closed`): nothing more to follow
-                except Exception:  # a thread has nobody to raise to: log, then go on
-                    logger.exception("following session %s failed; following on", self.key)
-                    self._stop.wait(RETRY_S)
-
-        self._thread = threading.Thread(target=work, name=f"acp-follow-{self.key}", daemon=True)
-        self._thread.start()
+    async def _follow(self, on_entry: EntryHandler) -> None:
+        # Until the session ends or we stop: an unexpected failure (a database hiccup)
+        # must not cost the client its ended notification, so we log it and follow on
+        # from the next entry we have not delivered.
+        while True:
+            batches = operations.watch_batches(
+                self.key, _relevant, check=False, from_seq=self.cursor, door="acp"
+            )
+            try:
+                async with contextlib.aclosing(batches):
+                    async for batch in batches:
+                        for seq, entry in batch:
+                            self.cursor = seq + 1
+                            if entry is not None:
+                                on_entry(self, entry)
+                return  # the session ended
+            except NoSession:
+                return  # removed (`sessions prune --closed`): nothing more to follow
+            except Exception:  # a task has nobody to raise to: log, then go on
+                logger.exception("following session %s failed; following on", self.key)
+                await asyncio.sleep(RETRY_S)
 
     async def caught_up(self, through: int, timeout: float = CATCH_UP_S) -> None:
         """Wait (bounded) until every entry up to ``through`` has reached the loop.
@@ -117,16 +100,22 @@ class Attachment:
                 logger.warning("session %s: the journal follower lags; going on", self.key)
                 return
             await asyncio.sleep(0.001)
-        await asyncio.sleep(0)  # what the follower handed over runs first
+        await asyncio.sleep(0)
 
     async def stop(self) -> None:
-        """Stop following (idempotent); returns once the thread has let go."""
-        self._stop.set()
-        for follower in self._followers:
-            follower.interrupt()
-        thread, self._thread = self._thread, None
-        if thread is not None:
-            await asyncio.to_thread(thread.join, JOIN_S)
+        """Stop following (idempotent); returns once the follower has let go (bounded)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await _aio.settle(task, STOP_S)
+
+
+def _relevant(seq: int, line: str) -> tuple[int, dict[str, Any] | None]:
+    """In the follower's thread: only what the client can use is decoded -- the
+    session's end, and ACP frames (of which the handler keeps the other parties')."""
+    if is_session_end(line) or '"kind":"acp"' in line[:120]:
+        return seq, parse_line(line)
+    return seq, None
 
 
 def last_seq_of_open(key: str, action: str) -> int:
@@ -137,15 +126,11 @@ def last_seq_of_open(key: str, action: str) -> int:
         NoSession: no such session, or it was closed.
         VisibilityDenied: the requester (an agent of a supervised tree) may not.
     """
-    from tether import operations
-
     return int(operations.last_seq(key, action, open_only=True))
 
 
 def read_entries(key: str, cursor: int, upto: int) -> list[tuple[int, dict[str, Any]]]:
     """One chunk of stored entries ``cursor <= seq <= upto``, parsed (blocking)."""
-    from tether import operations
-
     return [(seq, parse_line(line)) for seq, line in operations.read_lines(key, cursor, upto=upto)]
 
 
@@ -177,9 +162,10 @@ def entries_between(key: str, after: int, upto: int) -> list[tuple[int, dict[str
     timer = threading.Timer(REPLAY_WAIT_S, give_up)
     timer.start()
     try:
-        follow_session(
+        operations.watch(
             key,
             emit,
+            check=False,  # the caller checked (last_seq_of_open)
             from_seq=after + 1,
             follow=True,
             stop=stop,

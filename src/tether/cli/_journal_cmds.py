@@ -2,7 +2,7 @@
 
 Every one of these reads the state database directly and works with no owner running;
 none starts one. ``watch`` attaches to the live owner, if there is one, only to get new
-entries the moment they happen (:mod:`tether.state.journal.follow`).
+entries the moment they happen (:func:`tether.operations.watch`, the blocking flavour).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from tether import operations
 from tether.errors import JournalDamaged, TetherError, UsageError
 from tether.state.journal import render, store
 from tether.state.journal.entry import parse_duration, parse_line
-from tether.state.journal.follow import follow_session
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -155,9 +154,10 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
         asker = Asker(key, tty=sys.stdin.isatty() and sys.stderr.isatty())
     try:
         if asker is None:
-            follow_session(
+            operations.watch(
                 key,
                 emit,
+                check=False,  # open_journal checked
                 from_seq=inv.from_seq,
                 tail=inv.tail,
                 follow=not inv.no_follow,
@@ -168,9 +168,10 @@ def _watch(ctx: Any, registry: Registry, key: str) -> int:
             )
         else:
             with asker:
-                follow_session(
+                operations.watch(
                     key,
                     emit,
+                    check=False,
                     from_seq=inv.from_seq,
                     tail=inv.tail,
                     control=asker.on_frame,

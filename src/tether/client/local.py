@@ -203,7 +203,7 @@ class LocalBackend:
     def watch(
         self, key: str, *, from_seq: int | None, tail: int | None, follow: bool
     ) -> AsyncIterator[Event]:
-        return watch_journal(self.with_home, key, from_seq=from_seq, tail=tail, follow=follow)
+        return watch_journal(self.home, key, from_seq=from_seq, tail=tail, follow=follow)
 
 
 def _event(frame: dict[str, Any], answerer: Answerer) -> Event | None:

@@ -1,83 +1,41 @@
-"""``Session.watch``: the session's journal, followed in a thread, as asyncio events.
+"""``Session.watch``: the session's journal as asyncio events.
 
-The follower (:func:`tether.operations.watch`) is blocking; it runs in a worker thread
-and hands entries over through a bounded queue, so a consumer that falls behind holds
-the thread back (never an unbounded buffer). Leaving the loop stops the follower.
+The follow bridge is :func:`tether.operations.watch_async` (the follower in a thread of
+its own, entries handed over through a bounded hand-over, so a consumer that falls
+behind holds the thread back, never an unbounded buffer); this module only presents its
+entries as typed events. Leaving the loop stops the follower.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
-from tether import _aio, operations
+from tether import operations
 from tether.events import Event
 
 __all__ = ["watch_journal"]
 
+BOUND = 256  # entries handed over and not yet read before the follower waits
+
 
 async def watch_journal(
-    with_home: Callable[..., Any],
+    home: str | None,
     key: str,
     *,
     from_seq: int | None,
     tail: int | None,
     follow: bool,
 ) -> AsyncIterator[Event]:
-    """Session ``key``'s journal as typed events (see :meth:`tether.client.Session.watch`).
-
-    ``with_home`` runs a blocking operation in the client's home
-    (:meth:`tether.client.Client._with_home`).
-    """
-    import threading
-
+    """Session ``key``'s journal as typed events (see :meth:`tether.client.Session.watch`),
+    followed in the client's ``home``."""
     from tether.events import event_from_entry
     from tether.state.journal.entry import parse_line
-    from tether.state.journal.follow import Follower
 
-    loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[tuple[int, str] | BaseException | None] = asyncio.Queue(256)
-    followers: list[Follower] = []
-    stop = threading.Event()
-
-    def emit(seq: int, line: str) -> None:
-        # Back-pressure: the thread waits while the consumer is behind.
-        asyncio.run_coroutine_threadsafe(queue.put((seq, line)), loop).result()
-
-    def work() -> None:
-        try:
-            with_home(
-                operations.watch,
-                key,
-                emit,
-                from_seq=from_seq,
-                tail=tail,
-                follow=follow,
-                stop=stop,
-                on_start=followers.append,
-                door="library",
-            )
-        except BaseException as exc:
-            asyncio.run_coroutine_threadsafe(queue.put(exc), loop).result()
-        else:
-            asyncio.run_coroutine_threadsafe(queue.put(None), loop).result()
-
-    thread = _aio.spawn(asyncio.to_thread(work))
+    entries = operations.watch_async(
+        key, bound=BOUND, home=home, from_seq=from_seq, tail=tail, follow=follow, door="library"
+    )
     try:
-        while True:
-            item = await queue.get()
-            if item is None:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield event_from_entry(parse_line(item[1]))
+        async for _seq, line in entries:
+            yield event_from_entry(parse_line(line))
     finally:
-        stop.set()
-        for follower in followers:
-            follower.interrupt()
-        while not thread.done():  # unblock a producer waiting on a full queue
-            with contextlib.suppress(asyncio.QueueEmpty):
-                queue.get_nowait()
-            await asyncio.sleep(0.01)
+        await entries.aclose()

@@ -19,7 +19,9 @@ One concept per module: :mod:`.connecting` (reaching a serving owner: connect,
 connect-or-start, fencing a silent one), :mod:`.ensure` (creating or reopening a
 session), :mod:`.session_status`, :mod:`.live` (cancel, answer), :mod:`.closing`,
 :mod:`.terminating`, :mod:`.listing` (``sessions list``/``show`` records),
-:mod:`.journal_reads` (history, transcript, watch), :mod:`.prompting` (submitting a
+:mod:`.journal_reads` (history, transcript), :mod:`.watching` (following the journal,
+blocking or on a loop: the one follow bridge), :mod:`.turn_rest` (a turn's rest, read
+from the journal by a caller its owner let go of), :mod:`.prompting` (submitting a
 prompt and reading its turn: the one payload builder, the one frame loop and the
 caller-leaves rule; :mod:`.prompting_aio` is its asyncio flavour), :mod:`.controlling`
 (mode and config options), :mod:`.pruning` (old entries and closed sessions),
@@ -50,7 +52,6 @@ if TYPE_CHECKING:
         open_journal,
         read_lines,
         transcript,
-        watch,
     )
     from tether.operations.listing import describe, list_sessions, resolve_key
     from tether.operations.live import answer, cancel
@@ -68,11 +69,14 @@ if TYPE_CHECKING:
     from tether.operations.session_status import offline_status, status
     from tether.operations.settings_table import settings
     from tether.operations.terminating import terminate
+    from tether.operations.turn_rest import TurnRest
+    from tether.operations.watching import watch, watch_async, watch_batches
 
 __all__ = [
     "START_DEADLINE_S",
     "AsyncTurn",
     "TurnEnd",
+    "TurnRest",
     "admit",
     "agent_sessions",
     "answer",
@@ -109,6 +113,8 @@ __all__ = [
     "terminate",
     "transcript",
     "watch",
+    "watch_async",
+    "watch_batches",
 ]
 
 # Where each name lives. No submodule is named like a name it exports: importing a
@@ -132,7 +138,10 @@ _HOME = {
     "first_seq": "journal_reads",
     "history": "journal_reads",
     "transcript": "journal_reads",
-    "watch": "journal_reads",
+    "TurnRest": "turn_rest",
+    "watch": "watching",
+    "watch_async": "watching",
+    "watch_batches": "watching",
     "last_seq": "journal_reads",
     "open_journal": "journal_reads",
     "read_lines": "journal_reads",

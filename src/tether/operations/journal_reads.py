@@ -1,4 +1,5 @@
-"""Reading a session's journal: turn history, the transcript, following it. Needs no owner."""
+"""Reading a session's journal: turn history, the transcript (following it: :mod:`.watching`).
+Needs no owner."""
 
 from __future__ import annotations
 
@@ -112,19 +113,3 @@ def read_lines(key: str, from_seq: int, *, upto: int | None = None) -> list[tupl
     with Registry() as registry:
         rows = registry.journal_read(key, from_seq, upto=upto)
     return [(seq, line.decode()) for seq, line in rows]
-
-
-def watch(key: str, emit: Any, **kwargs: Any) -> int:
-    """Follow the session's journal (:func:`tether.state.journal.follow.follow_session`, whose
-    keyword arguments it takes) once the visibility check allows it.
-
-    The live part is checked again by the owner, against the kernel's view of us.
-
-    Raises:
-        NoSession: no such session.
-        VisibilityDenied: the requester may not watch this session.
-    """
-    from tether.state.journal.follow import follow_session
-
-    access.authorize(key, "watch")
-    return int(follow_session(key, emit, **kwargs))

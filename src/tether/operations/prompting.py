@@ -17,7 +17,7 @@ notices...) and ends the request with one terminal frame: ``result`` (the turn's
 answer), ``error`` (re-raised as its class), or ``lagged`` (the caller read too slowly
 and the owner let go of it; the turn goes on). The owner never slows a turn for a
 caller, so the loop finishes a turn it was let go of from the session's journal
-(:class:`tether.state.journal.turn_rest.TurnRest`), after the last ``seq`` it was given:
+(:class:`tether.operations.TurnRest`), after the last ``seq`` it was given:
 
 * ``lagged``: the owner still runs the turn: follow the journal to its end;
 * the connection cut after the ack (``OwnerLost``): if the same owner generation still
@@ -260,7 +260,7 @@ def _rest_from_journal(
 ) -> dict[str, Any]:
     """The rest of turn ``rid`` after ``seen[0]`` from the journal (blocking): its frames
     to ``relay`` as relayed ones, and its result (or its error, raised)."""
-    from tether.state.journal.turn_rest import TurnRest
+    from tether.operations.turn_rest import TurnRest
 
     rest = TurnRest(key, rid, seen[0], follow=follow, door=door)
     rest.read(lambda seq, direction, frame: relay(journal_update(seq, direction, frame)))

@@ -172,7 +172,7 @@ class AsyncTurn:
 
     async def _rest(self, *, follow: bool) -> AsyncIterator[dict[str, Any]]:
         """The rest of the turn from the journal, as relayed frames, then its result."""
-        from tether.state.journal.turn_rest import TurnRest
+        from tether.operations.turn_rest import TurnRest
 
         self.let_go = True
         rest = TurnRest(self.key, self.request_id, self._seen, follow=follow)

@@ -18,7 +18,7 @@ Where the answer comes from:
   loop, :class:`tether.operations.AsyncTurn`, told to leave the journal to us);
 * otherwise (no warm owner: the thread path starts one), or if that connection let go
   of the turn (``lagged``: the owner does not buffer for a slow reader), the rest of the
-  turn from the journal (:class:`tether.state.journal.turn_rest.TurnRest`), as the ACP door
+  turn from the journal (:class:`tether.operations.TurnRest`), as the ACP door
   does. An owner that died mid-turn leaves no end in the journal: ``OwnerLost`` (502,
   the outcome unknown).
 
@@ -36,9 +36,9 @@ from starlette.requests import Request
 
 from tether import operations
 from tether.errors import OwnerLost, error_from_wire
+from tether.operations import TurnRest
 from tether.serve import bodies
 from tether.serve.submit import Prompter
-from tether.state.journal.turn_rest import TurnRest
 
 __all__ = ["TEXT_MAX_CHARS", "TurnSummary", "asked", "wait_for_turn"]
 

@@ -3,10 +3,10 @@
 Theory of operation
 -------------------
 The journal is the source of truth; the gateway keeps nothing it could not read back.
-For each session that has SSE clients it runs one **hub**: a thread running
-:func:`tether.state.journal.follow.follow_session` (the one follower implementation: live
-from the owner, back to the database across owner restarts) that appends every entry
-to a bounded in-memory **ring** (entries and bytes). Each client keeps its own cursor:
+For each session that has SSE clients it runs one **hub**: a task reading
+:func:`tether.operations.watch_batches` (the one follower, in its thread: live from the
+owner, back to the database across owner restarts, bridged to the loop) that appends
+every entry to a bounded in-memory **ring** (entries and bytes). Each client keeps its own cursor:
 
 * a cursor older than the ring (a replay, ``Last-Event-ID`` or ``?from=``) is served
   from the database in chunks until it reaches the ring;
@@ -27,8 +27,8 @@ reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out e
 
 The hot path has no work per entry in Python: the follower hands over each run of live
 entries it read as one block (:meth:`tether.state.journal.follow.Follower._raw_block`), the
-hub's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes the
-event loop once per hand-over; the ring holds such chunks, and a client takes what it
+follower's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes
+the event loop once per hand-over; the ring holds such chunks, and a client takes what it
 is behind by a window at a time (a chunk wanted whole is written as it is, not copied).
 After a burst the gateway gives freed memory back (:mod:`tether.serve.memory`). A hub
 outlives its last client by ``LINGER_S``, so the stream a client opens after each prompt
@@ -41,11 +41,10 @@ import asyncio
 import bisect
 import contextlib
 import itertools
-import threading
 from collections.abc import Callable
 from typing import Any, Final
 
-from tether import operations
+from tether import _aio, operations
 from tether.errors import TetherError
 from tether.serve.memory import QuietTrim
 from tether.serve.sse import (
@@ -58,7 +57,7 @@ from tether.serve.sse import (
     sse_block,
     sse_event,
 )
-from tether.state.journal.follow import SESSION_END, Follower, is_session_end
+from tether.state.journal.follow import SESSION_END, is_session_end
 
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
@@ -66,6 +65,7 @@ SEND_BYTES: Final = 16 * 1024  # at most this much per write to one client (see 
 PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
 HEARTBEAT_S: Final = 15.0
 LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
+_FOLLOWING: set[asyncio.Task[None]] = set()  # hubs' follow tasks, held until they end
 
 
 class Hub:
@@ -103,65 +103,48 @@ class Hub:
         self.expiry: asyncio.TimerHandle | None = None  # lingering without clients
         self.ready = asyncio.Event()
         self._changed = asyncio.Event()
-        self._stop = threading.Event()
-        self._follower: Follower | None = None
-        self._pending: list[Chunk] = []
-        self._pending_count = 0
-        self._cond = threading.Condition()
-        self._scheduled = False
-        self._thread = threading.Thread(target=self._run, name=f"sse-{key[:8]}", daemon=True)
+        self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._thread.start()
+        self._task = _aio.spawn(self._follow(), keep=_FOLLOWING, name=f"sse-{self.key[:8]}")
+
+    async def _follow(self) -> None:
+        """Follow the session (:func:`tether.operations.watch_batches`: the visibility
+        check, then the follower in its thread, whose chunks are made there) into the ring."""
+        error: TetherError | None = None
+        try:
+            batches = operations.watch_batches(
+                self.key,
+                self._chunk,
+                block=self._chunk_block,
+                count=_entries,
+                bound=PENDING_MAX,
+                on_start=self._started,
+                control=_offered if self.control else None,
+                door="http",
+            )
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    self._take(batch)
+        except TetherError as exc:
+            error = exc
+        except Exception as exc:  # a bug must reach the clients, not end the task silently
+            error = TetherError(f"the journal follower failed: {exc}")
+        finally:
+            self._finish(error)
 
     # --- the follower thread ------------------------------------------------------------
 
-    def _run(self) -> None:
-        error: TetherError | None = None
-        try:
-            operations.watch(  # the visibility check, then follow_session
-                self.key,
-                self._emit,
-                stop=self._stop,
-                on_start=self._on_start,
-                control=_offered if self.control else None,
-                emit_block=self._emit_block,
-                door="http",
-            )
-        except TetherError as exc:
-            error = exc
-        except Exception as exc:  # a bug must reach the clients, not kill the thread silently
-            error = TetherError(f"the journal follower failed: {exc}")
-        with contextlib.suppress(RuntimeError):  # the loop is gone: we are shutting down
-            self.loop.call_soon_threadsafe(self._finish, error)
-
-    def _on_start(self, follower: Follower) -> None:
-        self._follower = follower
-        with contextlib.suppress(RuntimeError):  # the loop is gone: we are shutting down
-            self.loop.call_soon_threadsafe(self._started, follower.cursor)
-
-    def _emit(self, seq: int, line: str) -> None:
+    @staticmethod
+    def _chunk(seq: int, line: str) -> Chunk:
         """One entry (from the database, or a frame off the fast path)."""
-        data = sse_event(seq, line).encode()
-        self._hand_over(Chunk(seq, seq, data, is_session_end(line)))
+        return Chunk(seq, seq, sse_event(seq, line).encode(), is_session_end(line))
 
-    def _emit_block(self, first: int, last: int, entries: list[bytes]) -> None:
-        """A run of live entries, converted here, off the event loop, in bulk."""
+    @staticmethod
+    def _chunk_block(first: int, last: int, entries: list[bytes]) -> Chunk:
+        """A run of live entries, converted in the follower's thread, in bulk."""
         end = SESSION_END in entries[-1][:120]
-        self._hand_over(Chunk(first, last, sse_block(first, entries), end))
-
-    def _hand_over(self, chunk: Chunk) -> None:
-        with self._cond:
-            # Only if the loop itself falls this far behind do we wait (never on a client).
-            while self._pending_count >= PENDING_MAX and not self._stop.is_set():
-                self._cond.wait(0.1)
-            self._pending.append(chunk)
-            self._pending_count += chunk.last - chunk.first + 1
-            if self._scheduled:
-                return
-            self._scheduled = True
-        with contextlib.suppress(RuntimeError):  # one wakeup of the loop per batch
-            self.loop.call_soon_threadsafe(self._drain)
+        return Chunk(first, last, sse_block(first, entries), end)
 
     # --- the event loop -----------------------------------------------------------------
 
@@ -169,12 +152,8 @@ class Hub:
         self.first = self.next_seq = cursor
         self.ready.set()
 
-    def _drain(self) -> None:
-        with self._cond:
-            batch, self._pending = self._pending, []
-            self._pending_count = 0
-            self._scheduled = False
-            self._cond.notify_all()
+    def _take(self, batch: list[Chunk]) -> None:
+        """A batch the follower handed over, into the ring."""
         if not batch:
             return
         for chunk in merged(batch, max(1, self.ring_entries // 4)):
@@ -218,7 +197,6 @@ class Hub:
         self.first = chunks[0].first
 
     def _finish(self, error: TetherError | None) -> None:
-        self._drain()
         if error is not None and not self.closing:
             self.error = error
         self.ended = True
@@ -270,15 +248,15 @@ class Hub:
         return b"".join(parts), cursor
 
     def close(self) -> None:
-        """Stop following (from the loop); the thread ends on its own."""
+        """Stop following (from the loop); the follower lets go in the background."""
         self.closing = True
-        self._stop.set()
-        follower = self._follower
-        if follower is not None:
-            follower.interrupt()
-        with self._cond:
-            self._cond.notify_all()
+        if self._task is not None:
+            self._task.cancel()
         self._wake()
+
+
+def _entries(chunk: Chunk) -> int:
+    return chunk.last - chunk.first + 1
 
 
 def _offered(_frame: dict[str, Any]) -> None:

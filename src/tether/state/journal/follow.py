@@ -173,6 +173,8 @@ class Follower:
         self.conn = conn
         conn.before_block = self.flush
         try:
+            if self.stop.is_set():
+                return True  # interrupted while we connected: it saw no connection to wake
             payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
             if self.control is not None:
                 payload["control"] = True
@@ -261,7 +263,7 @@ class Follower:
             if first is None or last is None or first < self.cursor or last - first + 1 != count:
                 return _line_by_line(block, take_line)
             entries[0] = entries[0][start:]
-            entries[-1] = entries[-1][:-2]  # the frame's closing brace and newline
+            entries[-1] = entries[-1][: -len(FRAME_END)]
             self.cursor = last + 1
             self.ended = SESSION_END in block[last_at : last_at + start + 120]
             assert self.emit_block is not None

@@ -1,35 +1,35 @@
-"""The rest of one turn, from the session's journal: how a caller finishes a turn its
-owner let go of it in.
+"""The rest of one turn, from the session's journal: how an async caller finishes a turn
+its owner let go of it in.
 
 An owner never slows a turn for a caller: one that falls behind its bounded output
 buffer gets a terminal ``lagged`` frame (carrying the last ``seq`` it was given) and is
 dropped, and one whose connection is cut learns nothing more. The turn goes on, and
 every frame of it is journaled, so the caller reads the rest from there -- the stored
-entries, then the live owner's, across owner restarts (:func:`follow_session`) -- until
-the turn's ``turn_ended``. The operations layer's turn loop (:mod:`tether.operations.prompting`)
-does this for every door: a blocking caller through :meth:`TurnRest.read` in its own
-thread, an asyncio one through :meth:`TurnRest.frames`, where the follower runs in a
-thread of its own (it blocks on the database and the owner's socket) and hands each of
-the turn's incoming ACP frames to the event loop in order.
+entries, then the live owner's, across owner restarts -- until the turn's
+``turn_ended``. The operations layer's turn loop (:mod:`tether.operations.prompting`)
+does this for every door: a blocking caller (``tether prompt``) through
+:meth:`TurnRest.read`, over :func:`tether.operations.watch` in its own thread; an
+asyncio one (the ACP door, the gateway's ``?wait=true``, the library's
+``Session.prompt``) through :meth:`TurnRest.frames`, over
+:func:`tether.operations.watch_batches` (the follower in a thread of its own: it blocks
+on the database and the owner's socket), where what of each entry matters to the turn is
+picked out in that thread and the turn's incoming ACP frames reach the event loop in
+order.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from tether import _aio
 from tether.errors import NoSession, OwnerLost, SessionClosed, error_from_wire
+from tether.operations.watching import watch, watch_batches
 from tether.state.journal.entry import parse_line
-from tether.state.journal.follow import Follower, follow_session, is_session_end
+from tether.state.journal.follow import is_session_end
 
 __all__ = ["TurnRest"]
-
-CLEANUP_S = 5.0  # how long a cancelled reader waits for the follower thread to let go
-_DONE = object()
 
 
 class TurnRest:
@@ -51,54 +51,48 @@ class TurnRest:
         # The turn's ``turn_ended`` entry, or {"sessionEnded": entry}, or {} (neither
         # came: not stored and not followed, or stopped).
         self.outcome: dict[str, Any] = {}
-        self._stop = threading.Event()
-        self._followers: list[Follower] = []
+        self.mark = '"requestId":"' + rid + '"'
 
     async def frames(self) -> AsyncIterator[tuple[int, dict[str, Any]]]:
         """``(seq, frame)`` of each ACP frame the agent sent in the rest of the turn, in
         order; ``outcome`` is set once it is exhausted.
 
-        Cancellation (or the iterator closed early): the follower is stopped (bounded)
-        before it propagates.
+        Cancellation (or the iterator closed early): the follower is stopped (bounded,
+        :func:`tether.operations.watch_batches`) before it propagates.
         """
-        loop = asyncio.get_running_loop()
-        queue: asyncio.Queue[Any] = asyncio.Queue()
-
-        def on_frame(seq: int, direction: object, frame: dict[str, Any]) -> None:
-            if direction == "in":
-                loop.call_soon_threadsafe(queue.put_nowait, (seq, frame))
-
-        def work() -> None:
-            try:
-                self.read(on_frame)
-            finally:
-                with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
-                    loop.call_soon_threadsafe(queue.put_nowait, _DONE)
-
-        thread = _aio.spawn(asyncio.to_thread(work))
+        batches = watch_batches(
+            self.key,
+            self._item,
+            check=False,  # the turn's own caller: it prompted the session
+            from_seq=self.after + 1,
+            follow=self.follow,
+            door=self.door,
+        )
         try:
-            while (item := await queue.get()) is not _DONE:
-                yield item
-            await thread  # its error, if the follower failed
-        finally:
-            if not thread.done():
-                self._stop.set()
-                for follower in self._followers:
-                    follower.interrupt()
-                await _aio.settle(thread, CLEANUP_S)  # its error dropped: we are leaving anyway
+            async with contextlib.aclosing(batches):
+                async for batch in batches:
+                    for seq, what, entry in batch:
+                        if what == "frame":
+                            yield seq, entry
+                        else:  # the turn's end, or the session's: nothing more to read
+                            self.outcome.update(entry if what == "turn" else {what: entry})
+                            return
+        except NoSession:
+            pass  # removed meanwhile: its outcome is unknown
 
-    def read(self, on_frame: Any) -> None:
-        """The blocking read under :meth:`frames`: ``on_frame(seq, direction, frame)``
+    def read(self, on_frame: Callable[[int, object, dict[str, Any]], None]) -> None:
+        """The blocking flavour of :meth:`frames`: ``on_frame(seq, direction, frame)``
         for each ACP frame of the turn, either direction, in order; then ``outcome``.
 
         Runs in the caller's thread (a blocking caller, such as ``tether prompt``,
         calls it directly).
         """
         outcome = self.outcome
-        mark = '"requestId":"' + self.rid + '"'
+        stop = threading.Event()
+        followers: list[Any] = []
 
         def emit(seq: int, line: str) -> None:
-            if mark in line[:200]:
+            if self.mark in line[:200]:
                 entry = parse_line(line)
                 kind = entry.get("kind")
                 if kind == "acp":
@@ -109,20 +103,37 @@ class TurnRest:
                     outcome.update(entry)
             elif is_session_end(line):
                 outcome["sessionEnded"] = parse_line(line)
-            if outcome:
-                for follower in self._followers:
+            if outcome:  # the turn's end, or the session's: nothing more to read
+                stop.set()
+                for follower in followers:
                     follower.interrupt()
 
         with contextlib.suppress(NoSession):  # removed meanwhile: its outcome is unknown
-            follow_session(
+            watch(
                 self.key,
                 emit,
+                check=False,  # the turn's own caller: it prompted the session
                 from_seq=self.after + 1,
                 follow=self.follow,
-                stop=self._stop,
-                on_start=self._followers.append,
+                stop=stop,
+                on_start=followers.append,
                 door=self.door,
             )
+
+    def _item(self, seq: int, line: str) -> tuple[int, str, dict[str, Any]] | None:
+        """In the follower's thread: what of an entry matters to the turn, decoded."""
+        if self.mark in line[:200]:
+            entry = parse_line(line)
+            kind = entry.get("kind")
+            if kind == "acp" and entry.get("direction") == "in":
+                frame = entry.get("frame")
+                if isinstance(frame, dict):
+                    return seq, "frame", frame
+            elif kind == "turn_ended":
+                return seq, "turn", entry
+        elif is_session_end(line):
+            return seq, "sessionEnded", parse_line(line)
+        return None
 
     def stop_reason(self) -> str:
         """The turn's stop reason, once :meth:`frames` is exhausted.
