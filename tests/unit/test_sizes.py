@@ -20,7 +20,6 @@ KNOWN_OVERSIZE: dict[str, str] = {
     "errors.py": "the one exception tree (house rule: one errors.py); a table of classes",
     # doors and config (task K)
     "serve/openapi.py:document": "a data literal: the OpenAPI paths table, one entry per route",
-    "serve/sessions_api.py": "to split (task K)",
     # the fleet package (task J)
     "fleet/index.py": "to split (task J)",
     "fleet/index.py:FleetIndex": "to split (task J)",
