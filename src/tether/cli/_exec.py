@@ -76,39 +76,36 @@ async def _run(ctx: Any, text: str) -> int:
     from tether import metrics
     from tether.state.registry import Registry
 
-    out = ctx.output
     registry = Registry()
     metrics.attach(registry)
-    loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
-    live: LiveAgent | None = None
-    prompt_task: asyncio.Task[Any] | None = None
-
-    def on_sigint() -> None:
-        if interrupted.is_set():
-            if prompt_task is not None:
-                prompt_task.cancel()  # second Ctrl-C: abandon the turn now
-            return
-        interrupted.set()
-        if live is not None and live.cancel():
-            loop.call_later(CANCEL_WAIT_S, lambda: prompt_task and prompt_task.cancel())
-        elif prompt_task is not None:
-            prompt_task.cancel()
-
+    run = _ExecRun(ctx, asyncio.get_running_loop())
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_sigint)
-    frames = _Frames(out, json_mode=ctx.fmt == "json")
-    from tether import mcp_servers as bridge
+        run.loop.add_signal_handler(sig, run.on_sigint)
+    try:
+        agent_cfg = _agent_config(ctx, run.frames)
+        ctx.output.banner(f"starting {ctx.agent_label} in {ctx.cwd}")
+        # --timeout bounds the whole call: spawn and handshake count, not only the turn.
+        deadline = run.loop.time() + ctx.timeout if ctx.timeout is not None else None
+        live = await run.start(agent_cfg, registry, deadline)
+        return await run.turn(live, text, deadline)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            run.loop.remove_signal_handler(sig)
+        await run.aclose()
+        metrics.attach(None)
+        registry.close()
 
-    # The user's MCP servers only: an exec run has no session for the bridge to act as.
-    mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
+
+def _agent_config(ctx: Any, frames: _Frames) -> AgentConfig:
+    from tether import mcp_servers as bridge
     from tether import operations
     from tether.process_terminals import TerminalSettings
 
+    # The user's MCP servers only: an exec run has no session for the bridge to act as.
+    mcp = bridge.options_from(ctx.config, ctx.inv.mcp_config, False)["mcp_servers"]
     # Terminals as a session's owner would offer them (the one settings table).
     no_terminal = {"terminal": False if ctx.inv.no_terminal else None}
-
-    agent_cfg = AgentConfig(
+    return AgentConfig(
         argv=ctx.agent_argv,
         cwd=str(ctx.cwd),
         client=client_options(ctx, frames),
@@ -117,70 +114,77 @@ async def _run(ctx: Any, text: str) -> int:
         backend_id=ctx.agent_label,
         terminals=TerminalSettings.from_options(operations.settings(ctx.config, no_terminal)),
         session_options=ctx.inv.session_options(),
-        on_progress=out.banner,
+        on_progress=ctx.output.banner,
     )
-    try:
-        out.banner(f"starting {ctx.agent_label} in {ctx.cwd}")
-        # --timeout bounds the whole call: spawn and handshake count, not only the turn.
-        deadline = loop.time() + ctx.timeout if ctx.timeout is not None else None
+
+
+class _ExecRun:
+    """One exec run: its agent, the task Ctrl-C cancels, and whether the user left."""
+
+    def __init__(self, ctx: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.ctx = ctx
+        self.out = ctx.output
+        self.loop = loop
+        self.interrupted = asyncio.Event()
+        self.live: LiveAgent | None = None
+        self.prompt_task: asyncio.Task[Any] | None = None
+        self.frames = _Frames(self.out, json_mode=ctx.fmt == "json")
+
+    def on_sigint(self) -> None:
+        prompt_task = self.prompt_task
+        if self.interrupted.is_set():
+            if prompt_task is not None:
+                prompt_task.cancel()  # second Ctrl-C: abandon the turn now
+            return
+        self.interrupted.set()
+        if self.live is not None and self.live.cancel():
+            self.loop.call_later(
+                CANCEL_WAIT_S, lambda: self.prompt_task and self.prompt_task.cancel()
+            )
+        elif prompt_task is not None:
+            prompt_task.cancel()
+
+    async def start(
+        self, agent_cfg: AgentConfig, registry: Any, deadline: float | None
+    ) -> LiveAgent:
+        """Start the agent (Ctrl-C during start-up cancels the start)."""
         scope = asyncio.timeout_at(deadline)
         try:
             start = _aio.spawn(LiveAgent.start(agent_cfg, registry))
-            prompt_task = start  # Ctrl-C during start-up cancels the start
+            self.prompt_task = start
             async with scope:
-                live = await start
+                self.live = live = await start
         except asyncio.CancelledError:
             raise Interrupted("interrupted while starting the agent") from None
         except TimeoutError:
             if not scope.expired():
                 raise
             raise CallTimeout(
-                f"--timeout {ctx.timeout:g} s passed while starting the agent",
+                f"--timeout {self.ctx.timeout:g} s passed while starting the agent",
                 phase="agent start",
             ) from None
+        return live
+
+    async def turn(self, live: LiveAgent, text: str, deadline: float | None) -> int:
+        """The one turn, rendered; its exit code."""
+        ctx, out = self.ctx, self.out
         if out.closed:  # the reader left during the handshake (json prints its frames)
-            interrupted.set()
+            self.interrupted.set()
             raise OutputClosed("stdout was closed by its reader")
         await _config_options(live, ctx.inv.config_options, out)
-        frames.in_turn = True
-        started = loop.time()
+        self.frames.in_turn = True
+        started = self.loop.time()
         spinner = _spinner.for_output(out)
         ticker = _aio.spawn(_tick(spinner)) if spinner is not None else None
-        attempt = 0
-        result: Any = None
         try:
-            while True:
-                ceiling = None if deadline is None else max(0.001, deadline - loop.time())
-                frames.updates = 0
-                prompt_task = _aio.spawn(
-                    live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
-                )
-                try:
-                    result = await prompt_task
-                    break
-                except asyncio.CancelledError:
-                    raise Interrupted("interrupted; the turn was cancelled") from None
-                except OutputClosed:
-                    interrupted.set()  # the tree goes down as on Ctrl-C
-                    raise
-                except TetherError as exc:
-                    if attempt >= ctx.prompt_retries or not _retry.retryable(
-                        exc, updates_seen=frames.updates
-                    ):
-                        raise
-                    wait = _retry.delay(attempt)
-                    attempt += 1
-                    out.banner(
-                        f"prompt failed ({exc}); retry {attempt}/{ctx.prompt_retries} in {wait:g} s"
-                    )
-                    await asyncio.sleep(wait)
+            result = await self._prompt(live, text, deadline)
         finally:
             if ticker is not None:
                 ticker.cancel()
             if spinner is not None:
                 spinner.clear()
-        out.done(result.stop_reason, loop.time() - started)
-        if interrupted.is_set():
+        out.done(result.stop_reason, self.loop.time() - started)
+        if self.interrupted.is_set():
             return 130
         if result.permission_denied and ctx.non_interactive == "fail":
             raise PermissionDenied(
@@ -188,18 +192,46 @@ async def _run(ctx: Any, text: str) -> int:
                 denied=result.permission_denied,
             )
         return 0
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-        if live is not None:
-            reason = (
-                TerminationReason.MANUAL_CANCEL if interrupted.is_set() else TerminationReason.CLOSE
+
+    async def _prompt(self, live: LiveAgent, text: str, deadline: float | None) -> Any:
+        """Send the prompt, again after a retryable failure (``--prompt-retries``)."""
+        attempt = 0
+        while True:
+            ceiling = None if deadline is None else max(0.001, deadline - self.loop.time())
+            self.frames.updates = 0
+            self.prompt_task = _aio.spawn(
+                live.prompt([{"type": "text", "text": text}], _noop, ceiling=ceiling)
             )
-            report = await _aio.cleanup(live.aclose(reason, close_session=True), what="aclose")
-            if report is not None and report.survivors:
-                sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
-        metrics.attach(None)
-        registry.close()
+            try:
+                return await self.prompt_task
+            except asyncio.CancelledError:
+                raise Interrupted("interrupted; the turn was cancelled") from None
+            except OutputClosed:
+                self.interrupted.set()  # the tree goes down as on Ctrl-C
+                raise
+            except TetherError as exc:
+                retries = self.ctx.prompt_retries
+                if attempt >= retries or not _retry.retryable(
+                    exc, updates_seen=self.frames.updates
+                ):
+                    raise
+                wait = _retry.delay(attempt)
+                attempt += 1
+                self.out.banner(f"prompt failed ({exc}); retry {attempt}/{retries} in {wait:g} s")
+                await asyncio.sleep(wait)
+
+    async def aclose(self) -> None:
+        """Tear the agent's tree down (if it started)."""
+        if self.live is None:
+            return
+        reason = (
+            TerminationReason.MANUAL_CANCEL
+            if self.interrupted.is_set()
+            else TerminationReason.CLOSE
+        )
+        report = await _aio.cleanup(self.live.aclose(reason, close_session=True), what="aclose")
+        if report is not None and report.survivors:
+            sys.stderr.write(f"[tether] warning: survivors {report.survivors}\n")
 
 
 async def _config_options(live: LiveAgent, options: list[tuple[str, str]], out: Any) -> None:

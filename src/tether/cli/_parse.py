@@ -15,11 +15,12 @@ The same table gives each command its own ``--help`` (:func:`help_for`).
 
 Adding an option: one entry in ``_grammar._COMMAND_FLAGS`` (arity, how help shows it, what it
 does), its name in the commands' tuples in ``_grammar._COMMAND_SPECS``, and where it lands in
-``_apply_command``.
+``_apply.apply_command``.
 """
 
 from __future__ import annotations
 
+from tether.cli._apply import apply_command, apply_global
 from tether.cli._grammar import (
     _COMMAND_FLAGS,
     _GLOBAL_FLAGS,
@@ -124,223 +125,6 @@ class Invocation:
         return {k: v for k, v in given.items() if v is not None}
 
 
-def _number(flag: str, value: str) -> float:
-    try:
-        number = float(value)
-    except ValueError:
-        raise UsageError(f"{flag} expects a number of seconds, got {value!r}") from None
-    if number != number:  # NaN
-        raise UsageError(f"{flag} expects a number of seconds, got {value!r}")
-    if number < 0:
-        raise UsageError(f"{flag} must not be negative")
-    return number
-
-
-def _count(flag: str, value: str, minimum: int) -> int:
-    try:
-        number = int(value)
-    except ValueError:
-        raise UsageError(f"{flag} expects a whole number, got {value!r}") from None
-    if number < minimum:
-        raise UsageError(f"{flag} must be at least {minimum}")
-    return number
-
-
-def _apply_session_option(inv: Invocation, flag: str, value: str) -> None:
-    """acpx's session options: --model, --allowed-tools, --max-turns, the system prompt."""
-    if flag == "--model":
-        if not value.strip():
-            raise UsageError("--model needs a model id")
-        inv.model = value
-    elif flag == "--allowed-tools":
-        inv.allowed_tools = [t.strip() for t in value.split(",") if t.strip()]
-    elif flag == "--max-turns":
-        inv.max_turns = _count(flag, value, 1)
-    elif not value.strip():
-        raise UsageError(f"{flag} needs text")
-    elif flag == "--system-prompt":
-        if inv.append_system_prompt is not None:
-            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
-        inv.system_prompt = value
-    else:
-        if inv.system_prompt is not None:
-            raise UsageError("--system-prompt and --append-system-prompt are mutually exclusive")
-        inv.append_system_prompt = value
-
-
-def _apply_global(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in ("--model", "--allowed-tools", "--max-turns") or flag.endswith("system-prompt"):
-        _apply_session_option(inv, flag, value or "")
-    elif flag == "--auth-policy":
-        if value not in ("skip", "fail"):
-            raise UsageError("--auth-policy takes skip or fail")
-        inv.auth_policy = value
-    elif flag == "--prompt-retries":
-        inv.prompt_retries = _count(flag, value or "", 0)
-    elif flag == "--suppress-reads":
-        inv.suppress_reads = True
-    elif flag == "--no-terminal":
-        inv.no_terminal = True
-    elif flag in ("--approve-all", "--approve-reads", "--deny-all"):
-        mode = flag[2:]
-        if inv.permissions and inv.permissions != mode:
-            raise UsageError("--approve-all, --approve-reads and --deny-all are mutually exclusive")
-        inv.permissions = mode
-    elif flag in ("--permission-policy", "--policy"):
-        inv.permission_policy = value
-    elif flag == "--agent":
-        inv.agent_cmd = value
-    elif flag == "--cwd":
-        inv.cwd = value
-    elif flag == "--non-interactive-permissions":
-        if value not in ("deny", "fail"):
-            raise UsageError("--non-interactive-permissions takes deny or fail")
-        inv.non_interactive = value
-    elif flag == "--format":
-        if value not in ("text", "json", "quiet"):
-            raise UsageError("--format takes text, json or quiet")
-        inv.format = value
-    elif flag == "--timeout":
-        inv.timeout = _number(flag, value or "")
-        if inv.timeout == 0:  # as `timeout = 0` in the config: no time at all is no timeout
-            raise UsageError("--timeout must be more than 0 seconds (leave it out for none)")
-    elif flag == "--ttl":
-        inv.ttl = _number(flag, value or "")
-    elif flag == "--verbose":
-        inv.verbose = True
-    elif flag == "--json-strict":
-        inv.json_strict = True
-    elif flag == "--no-fs":
-        inv.no_fs = True
-    elif flag == "--mcp-bridge":
-        inv.mcp_bridge = True
-    elif flag == "--mcp-config":
-        inv.mcp_config = value
-    elif flag in ("--server", "--token-file"):
-        if not value:
-            raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, flag[2:].replace("-", "_"), value)
-
-
-def _apply_command(inv: Invocation, flag: str, value: str | None) -> None:
-    flag = _SAME.get(flag, flag)
-    if flag == "-s":
-        inv.session = value
-    elif flag == "--key":
-        if not value:
-            raise UsageError("--key needs a session key (or a unique prefix of one)")
-        inv.key = value
-    elif flag == "--no-wait":
-        inv.no_wait = True
-    elif flag == "-f":
-        inv.file = value
-    elif flag == "--dry-run":
-        inv.dry_run = True
-    elif flag == "--all":
-        inv.all = True
-    elif flag == "--tree":
-        inv.tree = True
-    elif flag == "--sandboxed":
-        inv.sandboxed = True
-    elif flag == "--request":
-        inv.request = value
-    elif flag in ("--from", "--tail"):
-        try:
-            number = int(value or "")
-        except ValueError:
-            raise UsageError(f"{flag} expects a whole number") from None
-        if number < (1 if flag == "--from" else 0):
-            raise UsageError(f"{flag} must be {'at least 1' if flag == '--from' else '0 or more'}")
-        if flag == "--from":
-            inv.from_seq = number
-        else:
-            inv.tail = number
-    elif flag == "--no-follow":
-        inv.no_follow = True
-    elif flag in ("-o", "--output"):
-        inv.output_file = value
-    elif flag == "--older-than":
-        inv.older_than = value
-    elif flag == "--closed":
-        inv.closed = True
-    elif flag == "--all-agents":
-        inv.all_agents = True
-    elif flag == "--control":
-        inv.control = True
-    elif flag == "--config-option":
-        key, eq, raw = (value or "").partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"--config-option expects KEY=VALUE, got {value!r}")
-        inv.config_options.append((key.strip(), raw))
-    elif flag == "--filter-cwd":
-        inv.filter_cwd = value
-    elif flag == "--repair":
-        inv.repair = True
-    elif flag == "--close-on-exit":
-        inv.close_on_exit = True
-    elif flag == "--router":
-        inv.router = True
-    elif flag in (
-        "--fleet-index",
-        "--host-id",
-        "--advertise",
-        "--fleet-token-file",
-        "--tls-cert",
-        "--tls-key",
-        "--fleet-ca",
-    ):
-        if not value:
-            raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, flag[2:].replace("-", "_"), value)
-    elif flag == "--label":
-        key, eq, val = (value or "").partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"--label expects KEY=VALUE, got {value!r}")
-        inv.labels.append((key.strip(), val))
-    elif flag == "--allowed-host":
-        if not value:
-            raise UsageError("--allowed-host needs a non-empty value")
-        inv.allowed_hosts.append(value)
-    elif flag in ("--host", "--unix", "--token"):
-        if not value:
-            raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, flag[2:], value)
-    elif flag == "--drain":
-        inv.drain = True
-    elif flag == "--drain-grace":
-        try:
-            grace = float(value or "")
-        except ValueError:
-            raise UsageError(f"--drain-grace expects a number of seconds, got {value!r}") from None
-        if not 0 <= grace < float("inf"):
-            raise UsageError("--drain-grace must be a number of seconds >= 0")
-        inv.drain_grace = grace
-    elif flag == "--port":
-        try:
-            port = int(value or "")
-        except ValueError:
-            raise UsageError(f"--port expects a whole number, got {value!r}") from None
-        if not 0 <= port <= 65535:
-            raise UsageError("--port must be between 0 and 65535")
-        inv.port = port
-    elif flag == "--resume-session":
-        inv.resume_session = value
-    elif flag == "--agent-sessions":
-        inv.agent_sessions = True
-    elif flag == "--cursor":
-        inv.cursor = value
-    elif flag == "--discard":
-        inv.discard = True
-    elif flag == "--limit":
-        inv.limit = _count(flag, value or "", 1)
-    elif flag == "--to-host":
-        if not value:
-            raise UsageError("--to-host needs a host id")
-        inv.to_host = value
-    elif flag == "--replay":
-        inv.replay = True
-
-
 def _is_option(token: str) -> bool:
     """``-x``/``--xy`` are options; ``-`` (stdin) and negative numbers are words."""
     if not token.startswith("-") or token == "-":
@@ -360,8 +144,54 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             malformed value, or no command at all.
     """
     inv = Invocation(command="")
+    positional, given, unknown, literal_from = _scan(inv, argv)
+    rest = _command(inv, positional, is_agent_name, unknown)
+    if inv.implicit and not unknown:
+        near_command(inv, positional, len(positional) if literal_from is None else literal_from)
+    if inv.agent and inv.agent_cmd:
+        raise UsageError("--agent cannot be combined with a positional agent name")
+    if inv.permissions and inv.permission_policy:
+        raise UsageError(
+            f"--{inv.permissions} and --permission-policy are mutually exclusive"
+            " (a mode is a preset policy)"
+        )
+    rest = _subcommand(inv, rest)
+    check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
+    for flag, value in given:
+        apply_command(inv, flag, value)
+    named = inv.command == "sessions" and inv.subcommand in _NAMES_A_SESSION
+    if rest and named and not inv.session and not inv.key:
+        inv.session = rest[0]
+        rest = rest[1:]
+    if inv.key is not None and inv.session is not None:
+        raise UsageError("--key and a session name (-s) name the session twice: give one")
+    inv.words = rest
+    return inv
+
+
+# The `sessions` subcommands whose first word is the session's name.
+_NAMES_A_SESSION = (
+    "show",
+    "close",
+    "terminate",
+    "history",
+    "new",
+    "ensure",
+    "watch",
+    "read",
+    "export",
+    "rehome",
+)
+
+
+def _scan(
+    inv: Invocation, argv: list[str]
+) -> tuple[list[str], list[tuple[str, str | None]], list[str], int | None]:
+    """One pass over ``argv``: global options applied at once; the positional words, the
+    command options (applied once the command is known), the unknown options, and where
+    the words after ``--`` begin."""
     positional: list[str] = []
-    given: list[tuple[str, str | None]] = []  # command options, applied once the command is known
+    given: list[tuple[str, str | None]] = []
     unknown: list[str] = []
     i = 0
     literal = False
@@ -386,9 +216,8 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
             unknown.append(token)
             i += 1
             continue
-        arity = _arity(name)
         value: str | None = None
-        if arity:
+        if _arity(name):
             if eq:
                 value = inline
             elif i + 1 < len(argv):
@@ -399,68 +228,34 @@ def parse(argv: list[str], is_agent_name: object = None) -> Invocation:
         elif eq:
             raise UsageError(f"{name} takes no value")
         if name in _GLOBAL_FLAGS:
-            _apply_global(inv, name, value)
+            apply_global(inv, name, value)
         else:
             given.append((name, value))
         i += 1
+    return positional, given, unknown, literal_from
 
-    rest = _command(inv, positional, is_agent_name, unknown)
-    if inv.implicit and not unknown:
-        near_command(inv, positional, len(positional) if literal_from is None else literal_from)
-    if inv.agent and inv.agent_cmd:
-        raise UsageError("--agent cannot be combined with a positional agent name")
-    if inv.permissions and inv.permission_policy:
-        raise UsageError(
-            f"--{inv.permissions} and --permission-policy are mutually exclusive"
-            " (a mode is a preset policy)"
-        )
+
+def _subcommand(inv: Invocation, rest: list[str]) -> list[str]:
+    """``sessions``' and ``config``'s subcommand (``list``, ``show`` when none is given)."""
     if inv.command == "sessions":
         if rest and rest[0] in SESSION_SUBCOMMANDS:
             inv.subcommand = rest[0]
-            rest = rest[1:]
-        elif rest:
+            return rest[1:]
+        if rest:
             refused(f"sessions {rest[0]}")
             raise UsageError(
                 f"unknown sessions command {rest[0]!r}: use "
                 "new|ensure|list|show|close|terminate|history|watch|read|export|prune|fork|rehome"
             )
-        else:
-            inv.subcommand = "list"
+        inv.subcommand = "list"
     if inv.command == "config":
         if rest and rest[0] in CONFIG_SUBCOMMANDS:
-            inv.subcommand, rest = rest[0], rest[1:]
-        elif rest:
+            inv.subcommand = rest[0]
+            return rest[1:]
+        if rest:
             raise UsageError(f"unknown config command {rest[0]!r}: use show or init")
-        else:
-            inv.subcommand = "show"
-    check_options(inv, [_SAME.get(flag, flag) for flag, _ in given], unknown)
-    for flag, value in given:
-        _apply_command(inv, flag, value)
-    if (
-        rest
-        and inv.command == "sessions"
-        and inv.subcommand
-        in (
-            "show",
-            "close",
-            "terminate",
-            "history",
-            "new",
-            "ensure",
-            "watch",
-            "read",
-            "export",
-            "rehome",
-        )
-        and not inv.session
-        and not inv.key
-    ):
-        inv.session = rest[0]
-        rest = rest[1:]
-    if inv.key is not None and inv.session is not None:
-        raise UsageError("--key and a session name (-s) name the session twice: give one")
-    inv.words = rest
-    return inv
+        inv.subcommand = "show"
+    return rest
 
 
 def _command(

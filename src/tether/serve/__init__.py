@@ -11,6 +11,8 @@ and two gateways on one ``TETHER_HOME`` are safe.
 Rooms:
 
 * :mod:`~tether.serve.command` -- the CLI command: bind, announce, run uvicorn;
+* :mod:`~tether.serve.serving` -- uvicorn with our signal handling, and what a stop
+  releases (the socket, a Unix socket file still ours, the owner fork server);
 * :mod:`~tether.serve.auth` -- the bearer token (generated into the home, 0600) and
   the bind rules (non-loopback needs an explicit token);
 * :mod:`~tether.serve.app` -- the ASGI app: authentication, problem documents, the
@@ -19,6 +21,7 @@ Rooms:
 * :mod:`~tether.serve.problems` -- Tether's errors as ``application/problem+json``;
 * :mod:`~tether.serve.sessions_api`, :mod:`~tether.serve.events_api`,
   :mod:`~tether.serve.system_api` -- the handlers;
+* :mod:`~tether.serve.creating` -- a session's creation over HTTP (its fleet id too);
 * :mod:`~tether.serve.stream` -- SSE: one journal follower per session, a bounded ring,
   per-client cursors, ``lagged`` for clients that fall behind;
 * :mod:`~tether.serve.procs` -- a session's process tree, read-only from ``/proc``;

@@ -10,10 +10,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
-from collections.abc import Iterator
 from typing import Any, TextIO
 
 from tether.errors import UsageError
@@ -110,14 +108,12 @@ def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
         raise UsageError("--unix cannot be combined with --host or --port")
     try:
         import starlette  # noqa: F401 -- probing for the optional extra
-        import uvicorn
+        import uvicorn  # noqa: F401 -- probing for the optional extra
     except ImportError:
         raise UsageError(
             "`tether serve` needs the serve extra: pip install 'tether[serve]'"
         ) from None
     from tether.fleet.command import fleet_args
-    from tether.serve.app import Gateway, build_app
-    from tether.serve.stream import HEARTBEAT_S
 
     fleet = fleet_args(inv)
     tls_files = tls.server_files(inv, ctx.config)  # loaded now: a bad pair is said first
@@ -130,32 +126,40 @@ def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
     else:
         token, token_file = auth.choose_token(inv.token, None if inv.unix else host)
     if fleet is not None and fleet.router:
-        from tether.fleet.command import run_router
-
-        host_tls = tls.fleet_client_context(tls.fleet_ca_file(inv, ctx.config))
-        sock = _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
-        url = _url(sock, https=tls_files is not None)
-        return run_router(
-            sock,
-            fleet,
-            token,
-            announce=lambda: _announce(ctx, url, None, token_file, token, role="router"),
-            config=ctx.config,
-            host_tls=host_tls,
-            own_tls=None if tls_files is None else tls.server_context(tls_files),
-        )
+        return _run_router(ctx, fleet, host, token, token_file, tls_files)
     advertise = None if fleet is None else fleet.advertise
     if tls_files is not None and advertise and not advertise.startswith("https://"):
         raise UsageError(f"--advertise {advertise}: this host serves HTTPS (--tls-cert)")
-    allowed = _allowed_hosts(inv, ctx.config)
-    host_rule(None, 0, allowed)  # a bad entry is a usage error before we listen
-    sock = (
-        _bind_unix(inv.unix)
-        if inv.unix
-        else _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
+    return _run_gateway(ctx, acp, fleet, host, (token, token_file), tls_files)
+
+
+def _run_router(
+    ctx: Any, fleet: Any, host: str, token: str, token_file: str | None, tls_files: Any
+) -> int:
+    from tether.fleet.command import run_router
+
+    host_tls = tls.fleet_client_context(tls.fleet_ca_file(ctx.inv, ctx.config))
+    sock = _bind_tcp(host, DEFAULT_PORT if ctx.inv.port is None else ctx.inv.port)
+    url = _url(sock, https=tls_files is not None)
+    return run_router(
+        sock,
+        fleet,
+        token,
+        announce=lambda: _announce(ctx, url, None, token_file, token, role="router"),
+        config=ctx.config,
+        host_tls=host_tls,
+        own_tls=None if tls_files is None else tls.server_context(tls_files),
     )
-    bound = None if inv.unix else sock.getsockname()
-    gateway = Gateway(
+
+
+def _gateway(ctx: Any, acp: AcpBinding | None, token: str, sock: socket.socket) -> Any:
+    """The gateway serving on ``sock`` (its Host rule from the address bound)."""
+    from tether.serve.app import Gateway
+    from tether.serve.stream import HEARTBEAT_S
+
+    allowed = _allowed_hosts(ctx.inv, ctx.config)
+    bound = None if ctx.inv.unix else sock.getsockname()
+    return Gateway(
         token=token,
         config=ctx.config,
         heartbeat=HEARTBEAT_S,
@@ -168,58 +172,34 @@ def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
         ),
         acp=acp,
     )
-    unix_path = os.path.abspath(inv.unix) if inv.unix else None
-    ours = os.stat(unix_path) if unix_path else None
+
+
+def _run_gateway(
+    ctx: Any,
+    acp: AcpBinding | None,
+    fleet: Any,
+    host: str,
+    tokens: tuple[str, str | None],
+    tls_files: Any,
+) -> int:
+    """Bind, build the gateway (a fleet host too with ``fleet``) and serve until stopped."""
+    import uvicorn
 
     from tether import _profile
+    from tether.serve.app import build_app
+    from tether.serve.serving import Release, Server
 
-    dump_profile = _profile.start("gateway")  # bench/turn_cpu.py --profile only
-
-    fork_server: Any = None
-
-    def release() -> None:
-        """Close the listening socket; remove a Unix socket file if it is still ours;
-        end the owner fork server."""
-        dump_profile()
-        sock.close()
-        if fork_server is not None:
-            _stop_fork_server(fork_server)
-        if unix_path is not None and ours is not None:
-            with contextlib.suppress(OSError):
-                now = os.lstat(unix_path)
-                if (now.st_dev, now.st_ino) == (ours.st_dev, ours.st_ino):
-                    os.unlink(unix_path)
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            # When this context ends uvicorn raises again the signal that stopped it,
-            # and the process dies of it: what must happen before that happens here.
-            with super().capture_signals():
-                try:
-                    yield
-                finally:
-                    release()
-
-        def handle_exit(self, sig: int, frame: Any) -> None:
-            if drainer is not None and sig == signal.SIGTERM:
-                # A fleet host drains (tether.fleet.drain): the server exits once done.
-                # Begun from the loop, never from this handler: a second SIGTERM landing
-                # inside the first request must not re-enter it.
-                loop = gateway.loop
-                if loop is None:
-                    drainer.request()  # (not serving yet)
-                else:
-                    loop.call_soon_threadsafe(drainer.request)
-                return
-            # Streams end at once: a server waiting for open SSE connections to finish
-            # on their own would wait forever.
-            loop = gateway.loop
-            if loop is not None:
-                with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(gateway.stop)
-            super().handle_exit(sig, frame)
-
+    inv, (token, token_file) = ctx.inv, tokens
+    host_rule(None, 0, _allowed_hosts(inv, ctx.config))  # a bad entry: said before we listen
+    sock = (
+        _bind_unix(inv.unix)
+        if inv.unix
+        else _bind_tcp(host, DEFAULT_PORT if inv.port is None else inv.port)
+    )
+    gateway = _gateway(ctx, acp, token, sock)
+    unix_path = os.path.abspath(inv.unix) if inv.unix else None
+    release = Release(sock, unix_path, _profile.start("gateway"))  # profile: bench only
+    release.stop_fork_server = _stop_fork_server
     url = _url(sock, https=tls_files is not None)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
     fleet_host: Any = None
@@ -240,11 +220,12 @@ def run_serve(ctx: Any, acp: AcpBinding | None = None) -> int:
         ssl_certfile=None if tls_files is None else tls_files.cert,
         ssl_keyfile=None if tls_files is None else tls_files.key,
     )
-    server = Server(config)
+    server = Server(config, gateway, release)
+    server.drainer = drainer
     if drainer is not None:
         drainer.server = server
     if _fork_server_enabled(ctx.config):  # after the fleet host: its id is in our env
-        fork_server = gateway.fork_server = _start_fork_server()
+        release.fork_server = gateway.fork_server = _start_fork_server()
     try:
         _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
         server.run(sockets=[sock])

@@ -1,0 +1,80 @@
+"""The running server of ``tether serve``: uvicorn with our signal handling, and what is
+released when it stops (the listening socket, a Unix socket file still ours, the owner
+fork server). Imported only once the serve extra is known to be installed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import uvicorn
+
+
+class Release:
+    """What a stopping server gives back; ``__call__`` may run more than once."""
+
+    def __init__(self, sock: socket.socket, unix_path: str | None, dump: Callable[[], None]):
+        self.sock = sock
+        self.unix_path = unix_path
+        self.ours = os.stat(unix_path) if unix_path else None
+        self.dump_profile = dump
+        self.fork_server: Any = None
+        self.stop_fork_server: Callable[[Any], None] = lambda _server: None
+
+    def __call__(self) -> None:
+        """Close the listening socket; remove a Unix socket file if it is still ours;
+        end the owner fork server."""
+        self.dump_profile()
+        self.sock.close()
+        if self.fork_server is not None:
+            self.stop_fork_server(self.fork_server)
+        if self.unix_path is not None and self.ours is not None:
+            with contextlib.suppress(OSError):
+                now = os.lstat(self.unix_path)
+                if (now.st_dev, now.st_ino) == (self.ours.st_dev, self.ours.st_ino):
+                    os.unlink(self.unix_path)
+
+
+class Server(uvicorn.Server):
+    """uvicorn, releasing before the signal that stopped it is raised again, ending the
+    gateway's streams at once, and handing a fleet host's SIGTERM to its drainer."""
+
+    def __init__(self, config: uvicorn.Config, gateway: Any, release: Release) -> None:
+        super().__init__(config)
+        self.gateway = gateway
+        self.release = release
+        self.drainer: Any = None
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # When this context ends uvicorn raises again the signal that stopped it,
+        # and the process dies of it: what must happen before that happens here.
+        with super().capture_signals():
+            try:
+                yield
+            finally:
+                self.release()
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        drainer = self.drainer
+        if drainer is not None and sig == signal.SIGTERM:
+            # A fleet host drains (tether.fleet.drain): the server exits once done.
+            # Begun from the loop, never from this handler: a second SIGTERM landing
+            # inside the first request must not re-enter it.
+            loop = self.gateway.loop
+            if loop is None:
+                drainer.request()  # (not serving yet)
+            else:
+                loop.call_soon_threadsafe(drainer.request)
+            return
+        # Streams end at once: a server waiting for open SSE connections to finish
+        # on their own would wait forever.
+        loop = self.gateway.loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.gateway.stop)
+        super().handle_exit(sig, frame)
