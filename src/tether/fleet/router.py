@@ -24,7 +24,6 @@ import asyncio
 import contextlib
 import hmac
 import ssl
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,7 +200,9 @@ class Router:
             out.write(http1.problem(503, "Service Unavailable", "no host is available",
                                     code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
             return True
-        keep, _status = await self.forward(host, head, _RequestBody(queue), out, link)
+        keep, _status = await router_forward.forward(
+            self, host, head, _RequestBody(queue), out, link
+        )
         return keep
 
     async def probe(self, host: HostRow) -> str | None:
@@ -275,8 +276,8 @@ class Router:
         # A host's 404 for a session found in the cache is held back: the entry may be
         # stale (the session closed or re-homed since), and the index, read once more,
         # says so with 410 and ``rehomedTo``. Only a 404 costs the re-read.
-        keep, status = await self.forward(
-            host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
+        keep, status = await router_forward.forward(
+            self, host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
         )
         if head.method == b"DELETE" or head.path.endswith("/terminate") or status == 404:
             # Ended (or about to be, or its host no longer has it): the next request
@@ -284,26 +285,6 @@ class Router:
             # has said so.
             self.table.forget_session(sid)
         return keep
-
-    async def forward(
-        self,
-        host: HostRow,
-        head: http1.RequestHead,
-        body: Any,
-        out: asyncio.StreamWriter,
-        link: ClientLink,
-        *,
-        sid: str | None = None,
-        extra: Sequence[http1.Header] = (),
-        recheck: bool = False,
-        flat_timeout: bool = True,
-    ) -> tuple[bool, int]:
-        """Relay one request to ``host``; answer the client for a host that fails
-        (:func:`tether.fleet.router_forward.forward` says how)."""
-        return await router_forward.forward(
-            self, host, head, body, out, link, sid=sid, extra=extra, recheck=recheck,
-            flat_timeout=flat_timeout,
-        )  # fmt: skip
 
     def unavailable(self, host: HostRow, why: str) -> bytes:
         return http1.problem(

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
-from tether.fleet import http1, router_access
+from tether.fleet import http1, router_access, router_forward
 from tether.fleet.delegation import row_of, spawn_ownership
 from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.rows import HostRow, Ownership, SessionRow
@@ -164,7 +164,9 @@ async def create_session(
         (b"content-length", str(len(payload)).encode()),
         (b"x-tether-session-id", row.session_id.encode()),
     ]
-    keep, status = await router.forward(host, fwd_head, [payload], out, link, extra=extra)
+    keep, status = await router_forward.forward(
+        router, host, fwd_head, [payload], out, link, extra=extra
+    )
     if created and not 200 <= status < 300:
         await asyncio.to_thread(
             router.table.end_session, row.session_id, f"its host refused to create it ({status})"
