@@ -10,7 +10,9 @@ Modules:
 
 - :mod:`tether.fleet.schema` -- the index's versioned migrations (PostgreSQL);
 - :mod:`tether.fleet.index` -- the index itself: hosts with epochs and heartbeats,
-  fleet-wide idempotent ``ensure``, shipped journal chunks and ``durableSeq``;
+  fleet-wide idempotent ``ensure``, shipped journal chunks and ``durableSeq``
+  (its SQL by concept: ``index_sql``, ``index_hosts``, ``index_sessions``,
+  ``index_journal``);
 - :mod:`tether.fleet.placement` -- a sans-IO choice of host for a new session.
 
 Everything here needs the ``fleet`` extra (``psycopg`` 3); nothing on the single-host

@@ -1,4 +1,5 @@
-"""One request relayed to a host, byte for byte, over a pooled keep-alive connection.
+"""One request relayed to a host, byte for byte, over a pooled keep-alive connection
+(the pool, and where and how a host is reached: :mod:`tether.fleet.relay_pool`).
 
 The router never builds a response object for what a host answers: it writes the
 host's bytes to its client as they arrive, parsing alongside only to know where the
@@ -26,50 +27,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
-from collections import defaultdict, deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
-from urllib.parse import urlsplit
+from typing import Any
 
 import httptools
 
 from tether.fleet import http1
+from tether.fleet.relay_pool import (
+    DEFAULT_CONNECT_TIMEOUT_S,
+    READ_SIZE,
+    Endpoint,
+    HostConnections,
+    HostRefused,
+    HostSilent,
+    HostUntrusted,
+)
+from tether.fleet.relay_watch import ResponseWatch
 
-DEFAULT_CONNECT_TIMEOUT_S = 1.0
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 10.0
-POOL_PER_HOST = 64
-READ_SIZE = 256 * 1024
-
-
-class Endpoint(NamedTuple):
-    """Where a host's advertised URL says to connect, and whether over TLS."""
-
-    host: str
-    port: int
-    tls: bool
-    netloc: bytes  # what the request's Host header says
-
-    @classmethod
-    def of(cls, url: str) -> Endpoint:
-        parts = urlsplit(url)
-        tls = parts.scheme == "https"
-        port = parts.port or (443 if tls else 80)
-        return cls(parts.hostname or "127.0.0.1", port, tls, parts.netloc.encode())
-
-
-class HostRefused(Exception):
-    """Nothing was sent: the host could not be reached."""
-
-
-class HostUntrusted(HostRefused):
-    """Nothing was sent: the TLS handshake with an ``https://`` host failed (its
-    certificate is not one the router trusts, or it does not speak TLS)."""
-
-
-class HostSilent(Exception):
-    """The request was sent; no answer began in time."""
 
 
 class ClientLink:
@@ -97,152 +73,6 @@ class Outcome:
     # The answer, whole, when its status was the one the caller asked to hold (nothing
     # of it was written to the client: the caller decides what the client is told).
     held: bytes | None = None
-
-
-class HostConnections:
-    """Idle keep-alive connections to each host, reused across requests.
-
-    A connection to an ``https://`` host (``tls=True``) is opened with ``tls_context``
-    (:func:`tether.serve.tls.fleet_client_context`: the host's certificate verified and
-    its name checked); the handshake is part of the connect timeout, so a host that
-    accepts and then says nothing cannot hold a request.
-    """
-
-    def __init__(
-        self,
-        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
-        tls_context: ssl.SSLContext | None = None,
-    ) -> None:
-        self.connect_timeout = connect_timeout
-        self.tls_context = tls_context
-        self._idle: dict[tuple[str, int], deque[tuple[asyncio.StreamReader, asyncio.StreamWriter]]]
-        self._idle = defaultdict(deque)
-
-    async def get(
-        self, host: str, port: int, *, tls: bool = False
-    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        idle = self._idle[(host, port)]
-        while idle:
-            reader, writer = idle.pop()
-            if not writer.is_closing() and not reader.at_eof():
-                return reader, writer
-            writer.close()
-        context = None
-        if tls:
-            if self.tls_context is None:  # the system's trust store, loaded once
-                self.tls_context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-            context = self.tls_context
-        try:
-            async with asyncio.timeout(self.connect_timeout):
-                return await asyncio.open_connection(host, port, limit=READ_SIZE, ssl=context)
-        except ssl.SSLError as e:
-            raise HostUntrusted(_tls_failure(host, port, e)) from e
-        except (OSError, TimeoutError) as e:
-            raise HostRefused(f"{host}:{port}: {str(e) or 'connect timed out'}") from e
-
-    def put(
-        self, host: str, port: int, conn: tuple[asyncio.StreamReader, asyncio.StreamWriter]
-    ) -> None:
-        idle = self._idle[(host, port)]
-        if len(idle) < POOL_PER_HOST and not conn[1].is_closing():
-            idle.append(conn)
-        else:
-            conn[1].close()
-
-    def forget(self, host: str, port: int) -> None:
-        """Drop every idle connection to a host (it was found down)."""
-        for _reader, writer in self._idle.pop((host, port), deque()):
-            writer.close()
-
-    async def aclose(self) -> None:
-        writers = [w for idle in self._idle.values() for _r, w in idle]
-        self._idle.clear()
-        for writer in writers:
-            writer.close()
-        for writer in writers:
-            with contextlib.suppress(OSError, ConnectionError):
-                await writer.wait_closed()
-
-
-def _tls_failure(host: str, port: int, e: ssl.SSLError) -> str:
-    """What a failed handshake tells the client: the reason OpenSSL gave, and for an
-    unverified certificate the flag that makes the router trust it."""
-    reason = getattr(e, "verify_message", None) or e.reason or str(e)
-    if isinstance(e, ssl.SSLCertVerificationError) and "mismatch" in str(reason).lower():
-        return (
-            f"{host}:{port}: TLS: the host's certificate does not name it ({reason});"
-            " a host's certificate must name the host of the URL it advertises"
-        )
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return (
-            f"{host}:{port}: TLS: the host's certificate is not trusted ({reason});"
-            " a router trusts hosts' certificates signed by the CA given with --fleet-ca"
-        )
-    return f"{host}:{port}: TLS handshake failed ({reason}); does the host serve HTTPS?"
-
-
-class _ResponseWatch:
-    """httptools callbacks that turn a host's answer into what the client is sent.
-
-    The head is written back as it came (status, headers in order); a body is passed on
-    as it arrives -- re-framed chunk by chunk when chunked, and for an event stream only
-    up to its last complete event, so that whatever happens to the host the client's
-    stream is always well formed and a ``host_lost`` event can follow it.
-    """
-
-    def __init__(self) -> None:
-        self.out: list[bytes] = []
-        self.status = 0
-        self.headers_done = False
-        self.complete = False
-        self.chunked = False
-        self.sse = False
-        self.last_seq: int | None = None
-        self.keep_alive = False
-        self.parser: httptools.HttpResponseParser | None = None
-        self._head: list[bytes] = []
-        self._pending = b""  # an event stream's incomplete last event
-
-    def on_status(self, status: bytes) -> None:
-        self._head.append(status)
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        low = name.lower()
-        if low == b"transfer-encoding" and b"chunked" in value.lower():
-            self.chunked = True
-        elif low == b"content-type" and value.startswith(b"text/event-stream"):
-            self.sse = True
-        self._head += [name, b": ", value, b"\r\n"]
-
-    def head_bytes(self, status: int) -> bytes:
-        reason = self._head[0] if self._head else b""
-        return b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason, b"".join(self._head[1:]))
-
-    def on_headers_complete(self) -> None:
-        self.headers_done = True
-
-    def on_body(self, body: bytes) -> None:
-        if self.sse:
-            data = self._pending + body
-            cut = data.rfind(b"\n\n") + 2
-            self._pending = data[cut:] if cut >= 2 else data
-            if cut < 2:
-                return
-            body = data[:cut]
-            seq = http1.last_event_id(body)
-            if seq is not None:
-                self.last_seq = seq
-        self.out.append(http1.chunk(body) if self.chunked else body)
-
-    def on_message_complete(self) -> None:
-        # Only here: once the message is over, httptools no longer answers it.
-        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
-        if self._pending:
-            self.out.append(http1.chunk(self._pending) if self.chunked else self._pending)
-            self._pending = b""
-        if self.chunked:
-            self.out.append(http1.LAST_CHUNK)
-        self.complete = True
 
 
 STILL_UP_EVERY_S = 1.0  # while an answer is open and silent, ask this often if its host lives
@@ -336,39 +166,16 @@ async def _exchange_on(
     still_up: Callable[[], bool] | None = None,
     hold_status: int | None = None,
 ) -> Outcome:
-    reader, writer = conn
-    try:
-        writer.write(head)
-        async for part in body:
-            writer.write(part)
-            await writer.drain()
-        await writer.drain()
-    except OSError as e:
-        writer.close()
-        raise HostRefused(f"{host}:{port}: {e}") from e
-    watch = _ResponseWatch()
+    writer = conn[1]
+    await _send(writer, head, body, host, port)
+    watch = ResponseWatch()
     parser = httptools.HttpResponseParser(watch)
     watch.parser = parser
     first = True
     lost = False
     held: bytearray | None = None  # the answer so far, while it is being held
     while not watch.complete:
-        try:
-            if first and first_byte_timeout is not None:
-                async with asyncio.timeout(first_byte_timeout):
-                    data = await reader.read(READ_SIZE)
-            else:
-                data = await _next_bytes(reader, still_up)
-        except TimeoutError:
-            writer.close()
-            raise HostSilent(f"{host}:{port}: no answer within {first_byte_timeout} s") from None
-        except _HostGone:
-            if first:
-                writer.close()
-                raise HostSilent(f"{host}:{port}: became unavailable before answering") from None
-            data = b""
-        except OSError:
-            data = b""
+        data = await _read_some(conn, host, port, first, first_byte_timeout, still_up)
         if not data:
             if first:
                 writer.close()
@@ -384,23 +191,99 @@ async def _exchange_on(
         except httptools.HttpParserError:
             lost = True
             break
-        if watch.headers_done and not was_done:
-            status = parser.get_status_code()
-            if status == hold_status and not watch.sse:
-                held = bytearray(watch.head_bytes(status))
-            else:
-                client.write(watch.head_bytes(status))
-        if watch.out:
-            if held is None:
-                client.write(b"".join(watch.out))
-            else:
-                held.extend(b"".join(watch.out))
-            watch.out.clear()
-        if held is not None and len(held) > HOLD_MAX:
-            client.write(bytes(held))  # too large to hold: relayed after all
-            held = None
+        held = _pass_on(watch, parser, client, held, hold_status, was_done)
         if client.transport.get_write_buffer_size() > READ_SIZE:
             await client.drain()
+    return await _finish(pool, host, port, conn, watch, parser, client, lost, held, on_lost)
+
+
+async def _send(
+    writer: asyncio.StreamWriter, head: bytes, body: AsyncIterator[bytes], host: str, port: int
+) -> None:
+    """The request, head and body, written to the host (refused if it cannot be)."""
+    try:
+        writer.write(head)
+        async for part in body:
+            writer.write(part)
+            await writer.drain()
+        await writer.drain()
+    except OSError as e:
+        writer.close()
+        raise HostRefused(f"{host}:{port}: {e}") from e
+
+
+async def _read_some(
+    conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    host: str,
+    port: int,
+    first: bool,
+    first_byte_timeout: float | None,
+    still_up: Callable[[], bool] | None,
+) -> bytes:
+    """The next bytes of the host's answer; ``b""`` once the host connection ended (or
+    its host is known gone after the answer began). No first byte in time, or a host
+    gone before it answered, is :class:`HostSilent`."""
+    reader, writer = conn
+    try:
+        if first and first_byte_timeout is not None:
+            async with asyncio.timeout(first_byte_timeout):
+                return await reader.read(READ_SIZE)
+        return await _next_bytes(reader, still_up)
+    except TimeoutError:
+        writer.close()
+        raise HostSilent(f"{host}:{port}: no answer within {first_byte_timeout} s") from None
+    except _HostGone:
+        if first:
+            writer.close()
+            raise HostSilent(f"{host}:{port}: became unavailable before answering") from None
+        return b""
+    except OSError:
+        return b""
+
+
+def _pass_on(
+    watch: ResponseWatch,
+    parser: httptools.HttpResponseParser,
+    client: asyncio.StreamWriter,
+    held: bytearray | None,
+    hold_status: int | None,
+    was_done: bool,
+) -> bytearray | None:
+    """What was parsed, written to the client -- or added to the held answer, when its
+    status is ``hold_status`` (until it grows past :data:`HOLD_MAX`); returns the held
+    answer so far."""
+    if watch.headers_done and not was_done:
+        status = parser.get_status_code()
+        if status == hold_status and not watch.sse:
+            held = bytearray(watch.head_bytes(status))
+        else:
+            client.write(watch.head_bytes(status))
+    if watch.out:
+        if held is None:
+            client.write(b"".join(watch.out))
+        else:
+            held.extend(b"".join(watch.out))
+        watch.out.clear()
+    if held is not None and len(held) > HOLD_MAX:
+        client.write(bytes(held))  # too large to hold: relayed after all
+        held = None
+    return held
+
+
+async def _finish(
+    pool: HostConnections,
+    host: str,
+    port: int,
+    conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    watch: ResponseWatch,
+    parser: httptools.HttpResponseParser,
+    client: asyncio.StreamWriter,
+    lost: bool,
+    held: bytearray | None,
+    on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None,
+) -> Outcome:
+    """The answer over: the host connection pooled again (or closed), a cut event
+    stream ended with ``host_lost``, and what happened said."""
     whole = watch.complete and not lost
     if held is not None and not whole:
         client.write(bytes(held))  # cut short: relayed, as the host's failure would be
@@ -410,9 +293,9 @@ async def _exchange_on(
     status = parser.get_status_code() if watch.headers_done else 0
     reusable = watch.complete and not lost and watch.keep_alive
     if reusable:
-        pool.put(host, port, (reader, writer))
+        pool.put(host, port, conn)
     else:
-        writer.close()
+        conn[1].close()
     if lost and watch.sse and on_lost is not None:
         extra = await on_lost(watch.last_seq)
         event = http1.sse_event("host_lost", {"lastSeq": watch.last_seq, **extra})
@@ -422,3 +305,16 @@ async def _exchange_on(
             await client.drain()
     kept = None if held is None else bytes(held)
     return Outcome(status, reusable, lost, whole, watch.last_seq, kept)
+
+
+__all__ = (
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "ClientLink",
+    "Endpoint",
+    "HostConnections",
+    "HostRefused",
+    "HostSilent",
+    "HostUntrusted",
+    "Outcome",
+    "exchange",
+)

@@ -4,8 +4,9 @@ Each request for a session (``/v1/sessions/{id}/...``) goes to the host that own
 session, found in a cached host table (and each ACP-over-HTTP request, ``/v1/acp/{id}``,
 to the host that serves its server: :mod:`tether.fleet.router_acp`), and the host's
 answer comes back byte for byte
-(:mod:`tether.fleet.relay`). The router never signals anything and holds nothing a
-replica would need: its cache is rebuilt from the index.
+(:mod:`tether.fleet.relay`; the relay of one request and the answers for sessions it
+cannot relay to are :mod:`tether.fleet.router_forward`). The router never signals
+anything and holds nothing a replica would need: its cache is rebuilt from the index.
 
 The host table is refreshed from the index by a thread every ``refresh_s``; a session's
 host is looked up once and cached. Routing itself reads only memory, so while
@@ -23,27 +24,18 @@ import asyncio
 import contextlib
 import hmac
 import ssl
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from tether.errors import FleetError
-from tether.fleet import http1, router_access
+from tether.fleet import http1, router_access, router_forward
 from tether.fleet.delegation import ASSERTION_HEADER
 from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
-from tether.fleet.relay import (
-    ClientLink,
-    Endpoint,
-    HostConnections,
-    HostRefused,
-    HostSilent,
-    exchange,
-)
+from tether.fleet.relay import ClientLink, Endpoint, HostConnections
 from tether.fleet.requests import RequestBody as _RequestBody
-from tether.fleet.requests import once as _once
 from tether.fleet.requests import serve_connection, serve_listener
-from tether.fleet.rows import HostRow, SessionRow
+from tether.fleet.rows import HostRow
 from tether.policy.visibility import A2APolicy, Visibility
 
 DEFAULT_REFRESH_S = 0.25
@@ -208,7 +200,9 @@ class Router:
             out.write(http1.problem(503, "Service Unavailable", "no host is available",
                                     code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
             return True
-        keep, _status = await self.forward(host, head, _RequestBody(queue), out, link)
+        keep, _status = await router_forward.forward(
+            self, host, head, _RequestBody(queue), out, link
+        )
         return keep
 
     async def probe(self, host: HostRow) -> str | None:
@@ -264,7 +258,7 @@ class Router:
                     return True
         if host_id is None:
             await self._drain_body(queue)
-            out.write(await self._not_open(sid))
+            out.write(await router_forward.not_open(self, sid))
             return True
         host = self.table.host(host_id)
         if host is None:
@@ -275,13 +269,15 @@ class Router:
         why = self.unavailable_reason(host)
         if why is not None:
             await self._drain_body(queue)
-            out.write(await self._offline(sid, head, host, why, recheck=cached is not None))
+            out.write(
+                await router_forward.offline(self, sid, head, host, why, recheck=cached is not None)
+            )
             return True
         # A host's 404 for a session found in the cache is held back: the entry may be
         # stale (the session closed or re-homed since), and the index, read once more,
         # says so with 410 and ``rehomedTo``. Only a 404 costs the re-read.
-        keep, status = await self.forward(
-            host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
+        keep, status = await router_forward.forward(
+            self, host, head, _RequestBody(queue), out, link, sid=sid, recheck=cached is not None
         )
         if head.method == b"DELETE" or head.path.endswith("/terminate") or status == 404:
             # Ended (or about to be, or its host no longer has it): the next request
@@ -289,136 +285,6 @@ class Router:
             # has said so.
             self.table.forget_session(sid)
         return keep
-
-    async def forward(
-        self,
-        host: HostRow,
-        head: http1.RequestHead,
-        body: Any,
-        out: asyncio.StreamWriter,
-        link: ClientLink,
-        *,
-        sid: str | None = None,
-        extra: Sequence[http1.Header] = (),
-        recheck: bool = False,
-        flat_timeout: bool = True,
-    ) -> tuple[bool, int]:
-        """Relay one request to ``host``; answer the client for a host that fails.
-
-        ``body`` is a :class:`_RequestBody` (drained whatever happens) or an iterable of
-        bytes the router made itself. Returns whether the client's connection serves on,
-        and the status the client was answered (the host's, or the router's own).
-        ``recheck``: a 404 of the host is checked against the index before it is
-        relayed (:meth:`_recheck`). ``flat_timeout`` False: the first byte is waited
-        for as long as the host is available (an answer that comes when a turn ends).
-        """
-        at = Endpoint.of(host.url)
-        address, port = at.host, at.port
-        headers = [(b"authorization", self.fleet_auth)] if self.fleet_auth else []
-        headers += [(b"x-tether-router", b"1"), *extra]
-        request = http1.encode_request_head(head, at.netloc, headers)
-
-        async def on_lost(_last: int | None) -> dict[str, Any]:
-            durable = None if sid is None else await asyncio.to_thread(self.table.durable_seq, sid)
-            return {"durableSeq": durable, "hostId": host.host_id}
-
-        parts = body.__aiter__() if isinstance(body, _RequestBody) else _once(body)
-        try:
-            outcome = await exchange(
-                self.pool, address, port, request, parts, out,
-                first_byte_timeout=self.settings.first_byte_timeout_s if flat_timeout else None,
-                on_lost=on_lost, link=link, still_up=lambda: self._still_up(host.host_id),
-                hold_status=404 if recheck else None, tls=at.tls,
-            )  # fmt: skip
-        except HostRefused as e:
-            self.pool.forget(address, port)
-            self.table.mark_refused(host, str(e))
-            if isinstance(body, _RequestBody):
-                await body.drain()
-            answer = (
-                self.unavailable(host, str(e))
-                if sid is None
-                else (await self._offline(sid, head, host, str(e), recheck))
-            )
-            out.write(answer)
-            return True, int(answer[9:12])  # nothing is wrong with the client's connection
-        except HostSilent as e:
-            retry = head.method in (b"GET", b"HEAD")
-            out.write(http1.problem(
-                504, "Gateway Timeout",
-                f"{e}; whether it acted on the request is unknown",
-                code="HOST_TIMEOUT", retryable=retry, hostId=host.host_id, keep_alive=False,
-            ))  # fmt: skip
-            return False, 504
-        self.table.mark_answered(host.host_id)
-        self.routed_total += 1
-        if outcome.held is not None and sid is not None:
-            answer = await self._recheck(sid, outcome.held)
-            out.write(answer)
-            return outcome.client_whole, int(answer[9:12])
-        # A client that got a whole answer keeps its connection, whatever becomes of the
-        # host connection (a host saying `connection: close` said it to the client).
-        return outcome.client_whole, outcome.status
-
-    async def _recheck(self, sid: str, held: bytes) -> bytes:
-        """A host said 404 for a session the router had cached: the index, read once
-        more, decides -- an ended session answers as :meth:`_not_open` does (410 and
-        ``rehomedTo``); one still open there gets the host's own answer."""
-        self.table.forget_session(sid)
-        try:
-            row = await asyncio.to_thread(self.table.session_row, sid)
-        except FleetError:
-            return held  # the index cannot say more than the host did
-        if row is not None and row.state == "open":
-            return held
-        return self._not_open_answer(sid, row)
-
-    async def _not_open(self, sid: str) -> bytes:
-        """404 for a session the fleet never had; 410 for one that ended, naming the
-        session that continues it when it was re-homed."""
-        try:
-            row = await asyncio.to_thread(self.table.session_row, sid)
-        except FleetError:
-            row = None
-        return self._not_open_answer(sid, row)
-
-    @staticmethod
-    def _not_open_answer(sid: str, row: SessionRow | None) -> bytes:
-        if row is None:
-            return http1.problem(404, "Not Found", f"no session {sid} in the fleet",
-                                 code="NO_SESSION", retryable=False)  # fmt: skip
-        detail = f"session {sid} is {row.state}" + (
-            f": re-homed as {row.rehomed_to}" if row.rehomed_to else ""
-        )
-        return http1.problem(410, "Gone", detail, code="SESSION_" + row.state.upper(),
-                             retryable=False, rehomedTo=row.rehomed_to)  # fmt: skip
-
-    async def _offline(
-        self, sid: str, head: http1.RequestHead, host: HostRow, why: str, recheck: bool = False
-    ) -> bytes:
-        """The answer for a session whose host is unavailable: a read is served from the
-        journal the host shipped; anything else is ``503 HOST_UNAVAILABLE`` -- unless the
-        host came from the cache (``recheck``) and the index, read once more, says the
-        session ended since (re-homed off that host, most likely): then ``410``."""
-        from tether.fleet import router_reads
-
-        kind = router_reads.read_kind(head.path)
-        if head.method == b"GET" and kind is not None:
-            return await router_reads.serve_read(self, sid, kind, head, host, why)
-        if recheck:
-            try:
-                row = await asyncio.to_thread(self.table.session_row, sid)
-            except FleetError:
-                row = None  # the index cannot say more: the host's state is the answer
-            if row is not None and row.state != "open":
-                self.table.forget_session(sid)
-                return self._not_open_answer(sid, row)
-        return self.unavailable(host, why)
-
-    def _still_up(self, host_id: str) -> bool:
-        """The host as the table knows it now (not as it was when the answer began)."""
-        host = self.table.host(host_id)
-        return host is not None and self.unavailable_reason(host) is None
 
     def unavailable(self, host: HostRow, why: str) -> bytes:
         return http1.problem(

@@ -3,7 +3,7 @@
 A host serves ACP over HTTP itself (:mod:`tether.serve.acp_api`): ``POST`` a JSON-RPC
 message, ``GET`` the server's event stream, ``DELETE`` it. Through a router, every one of
 those requests reaches the host that serves the server id, byte for byte, by the same
-relay as session routes (:meth:`tether.fleet.router.Router.forward`): an unavailable
+relay as session routes (:func:`tether.fleet.router_forward.forward`): an unavailable
 host answers ``503 HOST_UNAVAILABLE``, a silent one ``504 HOST_TIMEOUT``, and an event
 stream whose host goes away ends with ``event: host_lost``.
 
@@ -31,7 +31,7 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
-from tether.fleet import http1
+from tether.fleet import http1, router_forward
 from tether.fleet.placement import PlacementRequest
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ async def route(
         await body.drain()
         out.write(router.unavailable(host, why))
         return True
-    keep, _status = await router.forward(
-        host, head, body, out, link, flat_timeout=head.method != b"POST"
+    keep, _status = await router_forward.forward(
+        router, host, head, body, out, link, flat_timeout=head.method != b"POST"
     )
     return keep

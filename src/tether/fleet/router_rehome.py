@@ -33,7 +33,7 @@ from tether.state.journal import render
 if TYPE_CHECKING:
     from tether.fleet.requests import RequestBody as _RequestBody
     from tether.fleet.router import Router
-    from tether.fleet.rows import HostRow
+    from tether.fleet.rows import HostRow, SessionRow
 
 REPLAY_MAX_CHARS = 200_000  # the transcript sent as context is cut to its last part past this
 
@@ -65,54 +65,91 @@ def _problem(status: int, detail: str, code: str, retryable: bool = False, **ext
     return http1.problem(status, title, detail, code=code, retryable=retryable, **extra)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Ask:
+    """What a re-home request asks for (its JSON body)."""
+
+    replay: bool
+    force: bool
+    labels: dict[str, str]
+    wanted: str | None
+
+
 async def rehome(router: Router, sid: str, body: _RequestBody, out: Any) -> bool:
+    out.write(await _rehome(router, sid, body))
+    return True
+
+
+async def _rehome(router: Router, sid: str, body: _RequestBody) -> bytes:
+    """The answer to one re-home request: read it, find the session lost (fencing a late
+    host), move it in the index, and have the new host create it."""
+    ask = await _read_ask(body)
+    if isinstance(ask, bytes):
+        return ask
+    found = await _lost_session(router, sid, ask.force)
+    if isinstance(found, bytes):
+        return found
+    row, why = found
+    try:
+        target = _target(router, row.host_id, ask.labels, ask.wanted)
+        new = await asyncio.to_thread(
+            router.table.rehome_session, sid, target.host_id, target.epoch, ask.force
+        )
+    except (HostUnavailable, HostSuperseded) as e:
+        return _problem(503, str(e), "HOST_UNAVAILABLE", True)
+    except FleetError as e:
+        return _problem(409, str(e), "REHOME_REFUSED")
+    return await _create_on(router, target, row, new, ask.replay, why)
+
+
+async def _read_ask(body: _RequestBody) -> _Ask | bytes:
     from tether.fleet.router_sessions import read_json
 
     doc, error = await read_json(body)
     if error is not None:
-        out.write(error)
-        return True
+        return error
     assert doc is not None
-    replay = bool(doc.get("replay", False))
-    force = bool(doc.get("force", False))
     labels = doc.get("labels", {})
     wanted = doc.get("hostId")
     if not isinstance(labels, dict) or (wanted is not None and not isinstance(wanted, str)):
-        out.write(_problem(422, "labels is an object, hostId a string", "BAD_VALUE"))
-        return True
+        return _problem(422, "labels is an object, hostId a string", "BAD_VALUE")
+    return _Ask(bool(doc.get("replay", False)), bool(doc.get("force", False)), labels, wanted)
+
+
+async def _lost_session(
+    router: Router, sid: str, force: bool
+) -> tuple[SessionRow, str | None] | bytes:
+    """The open session to move and why its host is unavailable (None: forced); a host
+    that is only late is fenced first."""
     try:
         row = await asyncio.to_thread(router.table.session_row, sid)
     except FleetError as e:
-        out.write(_problem(503, str(e), "INDEX_UNAVAILABLE", True))
-        return True
+        return _problem(503, str(e), "INDEX_UNAVAILABLE", True)
     if row is None or row.state != "open":
         state = "unknown" if row is None else row.state
-        out.write(_problem(404 if row is None else 409, f"session {sid} is {state}", "NO_SESSION"))
-        return True
+        return _problem(404 if row is None else 409, f"session {sid} is {state}", "NO_SESSION")
     old_host = router.table.host(row.host_id)
     why = None if old_host is None else router.unavailable_reason(old_host)
     if old_host is not None and why is None:
         why = await router.probe(old_host)  # dead since its last beat?
     if old_host is not None and why is None and not force:
-        out.write(_problem(409, f"its host {row.host_id} is up: the session is not lost"
-                           " (give force to move it anyway)", "HOST_AVAILABLE"))  # fmt: skip
-        return True
+        return _problem(409, f"its host {row.host_id} is up: the session is not lost"
+                        " (give force to move it anyway)", "HOST_AVAILABLE")  # fmt: skip
     if old_host is not None and old_host.state != "down" and not force:
         # Late, not known down: fence it first, so its storage's writes stop counting.
         await asyncio.to_thread(
             router.table.fence_host, old_host.host_id, old_host.epoch, f"re-home of {sid}"
         )
-    try:
-        target = _target(router, row.host_id, labels, wanted)
-        new = await asyncio.to_thread(
-            router.table.rehome_session, sid, target.host_id, target.epoch, force
-        )
-    except (HostUnavailable, HostSuperseded) as e:
-        out.write(_problem(503, str(e), "HOST_UNAVAILABLE", True))
-        return True
-    except FleetError as e:
-        out.write(_problem(409, str(e), "REHOME_REFUSED"))
-        return True
+    return row, why
+
+
+async def _create_on(
+    router: Router, target: HostRow, row: SessionRow, new: SessionRow, replay: bool,
+    why: str | None,
+) -> bytes:  # fmt: skip
+    """Have ``target`` create the moved session (undoing the move if it cannot), then
+    send the old transcript as its first prompt if ``replay`` asks."""
+    sid = row.session_id
     restarted = {
         "fromSession": sid,
         "fromHost": row.host_id,
@@ -132,10 +169,9 @@ async def rehome(router: Router, sid: str, body: _RequestBody, out: Any) -> bool
     if not 200 <= status < 300:
         await asyncio.to_thread(router.table.undo_rehome, sid, new.session_id)
         detail = (created or {}).get("detail") if isinstance(created, dict) else None
-        out.write(_problem(502, f"host {target.host_id} could not take the session ({status}):"
-                           f" {detail or 'no detail'}; nothing was moved", "REHOME_FAILED",
-                           True))  # fmt: skip
-        return True
+        return _problem(502, f"host {target.host_id} could not take the session ({status}):"
+                        f" {detail or 'no detail'}; nothing was moved", "REHOME_FAILED",
+                        True)  # fmt: skip
     router.table.remember(new.session_id, target.host_id)
     answer: dict[str, Any] = {
         **(created if isinstance(created, dict) else {}),
@@ -154,8 +190,7 @@ async def rehome(router: Router, sid: str, body: _RequestBody, out: Any) -> bool
         )
         if status == 202 and isinstance(queued, dict):
             answer["replayRequestId"] = queued.get("requestId")
-    out.write(http1.json_response(201, answer))
-    return True
+    return http1.json_response(201, answer)
 
 
 def _target(router: Router, old_host: str, labels: dict[str, str], wanted: str | None) -> HostRow:

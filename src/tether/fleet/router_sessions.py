@@ -22,7 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
-from tether.fleet import http1, router_access
+from tether.fleet import http1, router_access, router_forward
 from tether.fleet.delegation import row_of, spawn_ownership
 from tether.fleet.placement import PlacementRequest, place
 from tether.fleet.rows import HostRow, Ownership, SessionRow
@@ -123,30 +123,12 @@ async def create_session(
     link: ClientLink,
     who: Requester | None = None,
 ) -> bool:
-    doc, error = await read_json(body)
-    if error is not None:
-        out.write(error)
+    doc = await _read_spec(body)
+    if isinstance(doc, bytes):
+        out.write(doc)
         return True
-    assert doc is not None
-    for field in ("agent", "cwd"):
-        if not isinstance(doc.get(field), str) or not doc[field]:
-            out.write(_bad(f"{field} is required (a string)", field))
-            return True
-    name = doc.get("name", "")
-    labels = doc.get("labels", {})
-    parent = doc.get("parentSessionId")
-    if not isinstance(name, str):
-        out.write(_bad("name must be a string", "name"))
-        return True
-    if not isinstance(labels, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
-    ):
-        out.write(_bad("labels must be an object of strings", "labels"))
-        return True
-    if parent is not None and not isinstance(parent, str):
-        out.write(_bad("parentSessionId must be a string", "parentSessionId"))
-        return True
-    ownership = Ownership(parent_session_id=parent, spawned_by=parent)
+    ownership = Ownership(parent_session_id=doc.get("parentSessionId"),
+                          spawned_by=doc.get("parentSessionId"))  # fmt: skip
     if who is not None:
         # A requester's session is its own child, placed next to it unless the labels
         # say otherwise; another agent's needs the agent-to-agent policy.
@@ -155,26 +137,11 @@ async def create_session(
             out.write(router_access.denied(decision, requester=who.session_key))
             return True
         ownership = spawn_ownership(who)
-    try:
-        row, created = await asyncio.to_thread(
-            _place_and_insert, router, doc["agent"], doc["cwd"], name, labels, ownership
-        )
-    except (HostUnavailable, HostSuperseded) as e:
-        out.write(http1.problem(503, "Service Unavailable", str(e), code="HOST_UNAVAILABLE",
-                                retryable=True, hosts=e.fields.get("hosts", {})))  # fmt: skip
+    placed = await _placed(router, doc, ownership)
+    if isinstance(placed, bytes):
+        out.write(placed)
         return True
-    except FleetError as e:
-        out.write(http1.problem(503, "Service Unavailable", str(e), code="INDEX_UNAVAILABLE",
-                                retryable=True))  # fmt: skip
-        return True
-    host = router.table.host(row.host_id)
-    if host is None:
-        await asyncio.to_thread(router.table.refresh)
-        host = router.table.host(row.host_id)
-    if host is None:
-        out.write(http1.problem(503, "Service Unavailable", f"host {row.host_id} is unknown",
-                                code="HOST_UNAVAILABLE", retryable=True))  # fmt: skip
-        return True
+    row, created, host = placed
     if who is not None and not created:
         # An existing session of that identity is ensured only if it is within reach.
         refused = await router_access.target_refused(router, who, row.session_id, head)
@@ -197,13 +164,64 @@ async def create_session(
         (b"content-length", str(len(payload)).encode()),
         (b"x-tether-session-id", row.session_id.encode()),
     ]
-    keep, status = await router.forward(host, fwd_head, [payload], out, link, extra=extra)
+    keep, status = await router_forward.forward(
+        router, host, fwd_head, [payload], out, link, extra=extra
+    )
     if created and not 200 <= status < 300:
         await asyncio.to_thread(
             router.table.end_session, row.session_id, f"its host refused to create it ({status})"
         )
     router.table.remember(row.session_id, row.host_id)
     return keep
+
+
+async def _read_spec(body: _RequestBody) -> dict[str, Any] | bytes:
+    """A new session's JSON body, checked (agent, cwd, name, labels, parentSessionId),
+    or the problem to answer."""
+    doc, error = await read_json(body)
+    if error is not None:
+        return error
+    assert doc is not None
+    for field in ("agent", "cwd"):
+        if not isinstance(doc.get(field), str) or not doc[field]:
+            return _bad(f"{field} is required (a string)", field)
+    labels = doc.get("labels", {})
+    parent = doc.get("parentSessionId")
+    if not isinstance(doc.get("name", ""), str):
+        return _bad("name must be a string", "name")
+    if not isinstance(labels, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+    ):
+        return _bad("labels must be an object of strings", "labels")
+    if parent is not None and not isinstance(parent, str):
+        return _bad("parentSessionId must be a string", "parentSessionId")
+    return doc
+
+
+async def _placed(
+    router: Router, doc: dict[str, Any], ownership: Ownership
+) -> tuple[SessionRow, bool, HostRow] | bytes:
+    """The session of ``doc``'s identity, ensured in the index (placed if new), whether
+    this call created it, and its host; or the problem to answer."""
+    try:
+        row, created = await asyncio.to_thread(
+            _place_and_insert, router, doc["agent"], doc["cwd"], doc.get("name", ""),
+            doc.get("labels", {}), ownership,
+        )  # fmt: skip
+    except (HostUnavailable, HostSuperseded) as e:
+        return http1.problem(503, "Service Unavailable", str(e), code="HOST_UNAVAILABLE",
+                             retryable=True, hosts=e.fields.get("hosts", {}))  # fmt: skip
+    except FleetError as e:
+        return http1.problem(503, "Service Unavailable", str(e), code="INDEX_UNAVAILABLE",
+                             retryable=True)  # fmt: skip
+    host = router.table.host(row.host_id)
+    if host is None:
+        await asyncio.to_thread(router.table.refresh)
+        host = router.table.host(row.host_id)
+    if host is None:
+        return http1.problem(503, "Service Unavailable", f"host {row.host_id} is unknown",
+                             code="HOST_UNAVAILABLE", retryable=True)  # fmt: skip
+    return row, created, host
 
 
 def place_and_insert(

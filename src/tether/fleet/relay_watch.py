@@ -1,0 +1,74 @@
+"""What a host's answer becomes for the router's client, as httptools parses it (no I/O):
+the head written back as it came, a body passed on as it arrives, an event stream cut
+at its last complete event. :mod:`tether.fleet.relay` feeds it and writes ``out``.
+"""
+
+from __future__ import annotations
+
+import httptools
+
+from tether.fleet import http1
+
+
+class ResponseWatch:
+    """httptools callbacks that turn a host's answer into what the client is sent.
+
+    The head is written back as it came (status, headers in order); a body is passed on
+    as it arrives -- re-framed chunk by chunk when chunked, and for an event stream only
+    up to its last complete event, so that whatever happens to the host the client's
+    stream is always well formed and a ``host_lost`` event can follow it.
+    """
+
+    def __init__(self) -> None:
+        self.out: list[bytes] = []
+        self.status = 0
+        self.headers_done = False
+        self.complete = False
+        self.chunked = False
+        self.sse = False
+        self.last_seq: int | None = None
+        self.keep_alive = False
+        self.parser: httptools.HttpResponseParser | None = None
+        self._head: list[bytes] = []
+        self._pending = b""  # an event stream's incomplete last event
+
+    def on_status(self, status: bytes) -> None:
+        self._head.append(status)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        low = name.lower()
+        if low == b"transfer-encoding" and b"chunked" in value.lower():
+            self.chunked = True
+        elif low == b"content-type" and value.startswith(b"text/event-stream"):
+            self.sse = True
+        self._head += [name, b": ", value, b"\r\n"]
+
+    def head_bytes(self, status: int) -> bytes:
+        reason = self._head[0] if self._head else b""
+        return b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason, b"".join(self._head[1:]))
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        if self.sse:
+            data = self._pending + body
+            cut = data.rfind(b"\n\n") + 2
+            self._pending = data[cut:] if cut >= 2 else data
+            if cut < 2:
+                return
+            body = data[:cut]
+            seq = http1.last_event_id(body)
+            if seq is not None:
+                self.last_seq = seq
+        self.out.append(http1.chunk(body) if self.chunked else body)
+
+    def on_message_complete(self) -> None:
+        # Only here: once the message is over, httptools no longer answers it.
+        self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+        if self._pending:
+            self.out.append(http1.chunk(self._pending) if self.chunked else self._pending)
+            self._pending = b""
+        if self.chunked:
+            self.out.append(http1.LAST_CHUNK)
+        self.complete = True
