@@ -75,24 +75,33 @@ def _set_config_option(payload: dict[str, Any]) -> str | None:
     return problem
 
 
+def _close(payload: dict[str, Any]) -> str | None:
+    return _not_bool(payload, "discard")  # session/delete the agent's session too
+
+
+def _set_mode(payload: dict[str, Any]) -> str | None:
+    return _wrong_type(payload, "modeId", str)
+
+
+def _terminate(payload: dict[str, Any]) -> str | None:
+    return _not_object(payload, "by")
+
+
+# The kinds with a payload to check; the others (status, ...) carry none that matters.
+_CHECKS = {
+    "prompt": _prompt,
+    "cancel": _cancel,
+    "watch": _watch,
+    "answer": _answer,
+    "relay_answer": _relay_answer,
+    "close": _close,
+    "set_mode": _set_mode,
+    "terminate": _terminate,
+    "set_config_option": _set_config_option,
+}
+
+
 def payload_problem(kind: str, payload: dict[str, Any]) -> str | None:
     """What is wrong with a request's payload, or None when a ``kind`` request may carry it."""
-    if kind == "prompt":
-        return _prompt(payload)
-    if kind == "cancel":
-        return _cancel(payload)
-    if kind == "watch":
-        return _watch(payload)
-    if kind == "answer":
-        return _answer(payload)
-    if kind == "relay_answer":
-        return _relay_answer(payload)
-    if kind == "close":
-        return _not_bool(payload, "discard")  # session/delete the agent's session too
-    if kind == "set_mode":
-        return _wrong_type(payload, "modeId", str)
-    if kind == "terminate":
-        return _not_object(payload, "by")
-    if kind == "set_config_option":
-        return _set_config_option(payload)
-    return None
+    check = _CHECKS.get(kind)
+    return None if check is None else check(payload)
