@@ -1,4 +1,5 @@
-"""The journal's storage in the state database: append, read, retain, prune.
+"""The journal's storage in the state database: append and read (retention and
+forgetting a session's journal: :mod:`tether.state.journal.retention`).
 
 Functions take a ``sqlite3.Connection`` (a :class:`tether.state.registry.Registry`'s, or the
 writer thread's own), so the owner's writer thread, the owner's replay reads and the
