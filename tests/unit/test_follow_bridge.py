@@ -86,7 +86,7 @@ def test_the_rule_sees_a_bridge_in_either_spelling() -> None:
     )
     assert bridges(ast.parse(code)) == ["Hub", "watch_journal", "start"]
     # And the one bridge there is, is seen where it lives.
-    assert bridges(ast.parse(HOME.read_text())) == ["watch_batches"]
+    assert bridges(ast.parse(HOME.read_text())) == ["_FollowerSide"]
 
 
 def test_only_operations_watching_bridges_a_follower_into_a_loop() -> None:

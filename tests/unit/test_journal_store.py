@@ -11,7 +11,7 @@ import pytest
 
 from tether import paths
 from tether.state.journal import chunks as chunks_mod
-from tether.state.journal import store
+from tether.state.journal import retention, store
 from tether.state.journal.entry import Retention, acp_body, body_of, entry_line, parse_line
 from tether.state.registry import Registry
 from tether.state.schema import MIGRATIONS
@@ -84,7 +84,7 @@ def test_retention_counts_entries_not_seqs_across_a_hole() -> None:
         key = _session(reg)
         store.write_batch(reg._db, key, _rows(1, 50))
         store.write_batch(reg._db, key, _rows(1 << 20, 50))
-        removed = store.apply_retention(reg._db, key, Retention(max_entries=90))
+        removed = retention.apply_retention(reg._db, key, Retention(max_entries=90))
         assert removed == 100 - 81
         seqs = [r[0] for r in store.read(reg._db, key, 1)]
         assert seqs[0] == 19  # the gap record
@@ -92,12 +92,12 @@ def test_retention_counts_entries_not_seqs_across_a_hole() -> None:
         gap = parse_line(store.read(reg._db, key, 1, limit=1)[0][1].decode())
         assert (gap["after"], gap["reason"], gap["entries"]) == (0, "retention", 19)
         # A second cut folds the first gap record into its own: still "after 0".
-        assert store.apply_retention(reg._db, key, Retention(max_entries=60)) > 0
+        assert retention.apply_retention(reg._db, key, Retention(max_entries=60)) > 0
         again = parse_line(store.read(reg._db, key, 1, limit=1)[0][1].decode())
         assert (again["after"], again["reason"]) == (0, "retention")
         assert again["entries"] == 100 - (store.stats(reg._db, key).entries - 1)
         # Nothing over the bound: the gap record is not cut again and again.
-        assert store.apply_retention(reg._db, key, Retention(max_entries=60)) == 0
+        assert retention.apply_retention(reg._db, key, Retention(max_entries=60)) == 0
 
 
 def test_a_failed_batch_leaves_nothing_behind() -> None:
@@ -120,14 +120,14 @@ def test_retention_by_entries_keeps_the_mark() -> None:
     with Registry() as reg:
         key = _session(reg)
         store.write_batch(reg._db, key, _rows(1, 120))
-        removed = store.apply_retention(reg._db, key, Retention(max_entries=100))
+        removed = retention.apply_retention(reg._db, key, Retention(max_entries=100))
         assert removed == 30  # down to 90 % of the bound
         first = store.read(reg._db, key, 1)[0]
         assert first[0] == 30  # the gap record, at the last seq that went
         assert parse_line(first[1].decode())["kind"] == "journal_gap"
         assert store.read(reg._db, key, 31, limit=1)[0][0] == 31
         assert store.last_seq(reg._db, key) == 120
-        store.apply_retention(reg._db, key, Retention(max_entries=1, max_bytes=0, max_age_s=0))
+        retention.apply_retention(reg._db, key, Retention(max_entries=1, max_bytes=0, max_age_s=0))
         assert store.last_seq(reg._db, key) == 120  # every entry may go; the mark stays
 
 
@@ -136,14 +136,14 @@ def test_retention_by_bytes_and_age() -> None:
         key = _session(reg)
         store.write_batch(reg._db, key, _rows(1, 100, size=100))
         total = store.stats(reg._db, key).bytes
-        store.apply_retention(
+        retention.apply_retention(
             reg._db, key, Retention(max_entries=0, max_bytes=total // 2, max_age_s=0)
         )
         assert store.stats(reg._db, key).bytes <= total // 2
         old = time.time() - 100 * 86400
         other = _session(reg, "k2")
         store.write_batch(reg._db, other, _rows(1, 5, at=old) + _rows(6, 5))
-        store.apply_retention(
+        retention.apply_retention(
             reg._db, other, Retention(max_entries=0, max_bytes=0, max_age_s=86400)
         )
         assert [r[0] for r in store.read(reg._db, other, 1)] == [5, 6, 7, 8, 9, 10]
@@ -237,7 +237,7 @@ def test_a_large_batch_is_stored_in_compressed_chunks_and_read_back_exactly() ->
         assert last[0] == 2003
         # a cut inside a chunk keeps exactly the entries from the cut on
         with reg.transaction() as db:
-            assert store.delete_before(db, key, 600) == 599
+            assert retention.delete_before(db, key, 600) == 599
         assert store.read(reg._db, key, 600)[0] == (600, lines[600])
         assert store.read(reg._db, key, 1)[0][0] == 599  # the gap record, then 600 on
         assert store.stats(reg._db, key).entries == 2003 - 599 + 1
@@ -296,7 +296,7 @@ def test_a_v5_journal_migrates_to_chunks_and_keeps_working() -> None:
         assert store.claim(reg._db, "v5") == 6
         store.write_batch(reg._db, "v5", _acp(6, 10))
         assert [s for s, _ in store.read(reg._db, "v5", 4)] == list(range(4, 16))
-        assert store.apply_retention(reg._db, "v5", Retention(max_entries=5)) == 11
+        assert retention.apply_retention(reg._db, "v5", Retention(max_entries=5)) == 11
         assert reg._db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
         tables = {r[0] for r in reg._db.execute("SELECT name FROM sqlite_master")}
         assert "journal" not in tables
@@ -375,7 +375,7 @@ def test_readers_skip_a_damaged_chunk_and_say_which_and_retention_still_runs() -
         from tether.state.journal.damage import damaged_chunks
 
         assert [(k, d[:2]) for k, d in damaged_chunks(reg._db)] == [(key, (4, 6))]
-        assert store.delete_before(reg._db, key, 5) == 6  # 1-3, and 4-6 whole
+        assert retention.delete_before(reg._db, key, 5) == 6  # 1-3, and 4-6 whole
         # What went is named by one retention gap record at the last seq that went.
         rows = store.read(reg._db, key, 1)
         assert [s for s, _ in rows] == [6, 7, 8, 9]

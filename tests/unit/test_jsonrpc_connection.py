@@ -200,7 +200,7 @@ def test_abandoned_reasons_memory_is_bounded() -> None:
     for _ in range(300):
         request_id, _ = conn.send_request("x", now=0.0)
         conn.abandon(request_id, reason="r")
-    assert len(conn._abandoned) == 256
+    assert len(conn._ours._abandoned) == 256  # the table moved to jsonrpc.pending
     assert answer(conn, 0, None) == []
     assert conn.stats.stale_responses == 1
     assert conn.stats.abandoned == 300

@@ -20,26 +20,10 @@ KNOWN_OVERSIZE: dict[str, str] = {
     "errors.py": "the one exception tree (house rule: one errors.py); a table of classes",
     # doors and config (task K)
     "serve/openapi.py:document": "a data literal: the OpenAPI paths table, one entry per route",
-    # the fleet package (task J)
-    "fleet/index.py": "to split (task J)",
-    "fleet/index.py:FleetIndex": "to split (task J)",
-    "fleet/relay.py": "to split (task J)",
-    "fleet/relay.py:_exchange_on": "to split (task J)",
-    "fleet/router.py": "to split (task J)",
-    "fleet/router.py:Router": "to split (task J)",
-    "fleet/router_rehome.py:rehome": "to split (task J)",
-    "fleet/router_sessions.py:create_session": "to split (task J)",
-    # the cores (task L)
-    "ipc/protocol.py": "to split (task L)",
-    "jsonrpc/connection.py": "to split (task L)",
-    "jsonrpc/connection.py:JsonRpcConnection": "to split (task L)",
-    "owner/compose.py": "to split (task L)",
-    "owner/compose.py:Owner": "to split (task L)",
-    "owner/interaction_table.py": "to split (task L)",
-    "owner/interactions.py:Interactions": "to split (task L)",
-    "policy/visibility.py": "to split (task L)",
-    "state/journal/store.py": "to split (task L)",
-    "state/registry.py:Registry": "to split (task L)",
+    # the owner's wiring: the close path and the per-turn cuts both live here this wave;
+    # its split is next (the Owner's collaborators, as AgentProcess was split)
+    "owner/compose.py": "to split: the Owner's wiring (issue 22)",
+    "owner/compose.py:Owner": "to split: the Owner's wiring (issue 22)",
 }
 
 

@@ -60,6 +60,7 @@ and the owner's asyncio server share it.
 from __future__ import annotations
 
 from tether import _fastjson
+from tether.ipc.payloads import payload_problem
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
 if TYPE_CHECKING:
@@ -208,94 +209,6 @@ def encode(obj: dict[str, Any]) -> bytes:
     return (_fastjson.dumps(obj) + "\n").encode()
 
 
-def _require(payload: dict[str, Any], name: str, kind: type | tuple[type, ...], rid: str) -> Any:
-    value = payload.get(name)
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
-        raise IpcRejected(
-            "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
-            f"payload.{name} is missing or of the wrong type",
-            rid,
-        )
-    return value
-
-
-def _optional_bool(payload: dict[str, Any], name: str, rid: str) -> None:
-    if name in payload and not isinstance(payload[name], bool):
-        raise IpcRejected(
-            "QUEUE_PROTOCOL_MALFORMED_MESSAGE", f"payload.{name} must be a boolean", rid
-        )
-
-
-def _validate_payload(kind: str, payload: dict[str, Any], rid: str) -> None:
-    if kind == "prompt":
-        prompt = payload.get("prompt")
-        if (
-            not isinstance(prompt, list)
-            or not prompt
-            or not all(isinstance(b, dict) for b in prompt)
-        ):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE",
-                "payload.prompt must be a non-empty list of content blocks",
-                rid,
-            )
-        if "wait" in payload and not isinstance(payload["wait"], bool):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.wait must be a boolean", rid
-            )
-        _optional_bool(payload, "control", rid)
-        _optional_bool(payload, "updates", rid)
-    elif kind == "cancel":
-        target = payload.get("targetRequestId")
-        if target is not None and not isinstance(target, str):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.targetRequestId must be a string", rid
-            )
-    elif kind == "watch":
-        start = payload.get("fromSeq")
-        if start is not None and (
-            not isinstance(start, int) or isinstance(start, bool) or start < 0
-        ):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.fromSeq must be an integer >= 0", rid
-            )
-        if "follow" in payload and not isinstance(payload["follow"], bool):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.follow must be a boolean", rid
-            )
-        _optional_bool(payload, "control", rid)
-    elif kind == "answer":
-        # A controller's answer to an interaction (a question the agent asked).
-        _require(payload, "interactionId", str, rid)
-        _require(payload, "answer", str, rid)
-        if payload.get("content") is not None and not isinstance(payload["content"], dict):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.content must be an object", rid
-            )
-    elif kind == "relay_answer":
-        # The prompter's answer to an agent request relayed to it (tether.owner.relays).
-        _require(payload, "relayId", str, rid)
-        if payload.get("error") is not None and not isinstance(payload["error"], dict):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.error must be an object", rid
-            )
-    elif kind == "close":
-        _optional_bool(payload, "discard", rid)  # session/delete the agent's session too
-    elif kind == "set_mode":
-        _require(payload, "modeId", str, rid)
-    elif kind == "terminate":
-        if payload.get("by") is not None and not isinstance(payload.get("by"), dict):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.by must be an object", rid
-            )
-    elif kind == "set_config_option":
-        _require(payload, "configId", str, rid)
-        if not isinstance(payload.get("value"), str | bool | int | float):
-            raise IpcRejected(
-                "QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload.value must be a string or boolean", rid
-            )
-
-
 def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Envelope:
     """Validate one request line (without or with its trailing newline).
 
@@ -348,7 +261,9 @@ def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES
     payload = obj.get("payload", {})
     if not isinstance(payload, dict):
         raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", "payload must be an object", rid)
-    _validate_payload(kind, payload, rid)
+    problem = payload_problem(kind, payload)
+    if problem is not None:
+        raise IpcRejected("QUEUE_PROTOCOL_MALFORMED_MESSAGE", problem, rid)
     return Envelope(rid, kind, payload, deadline, generation)
 
 

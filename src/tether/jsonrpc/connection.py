@@ -10,7 +10,7 @@ bytes that the ``send_*`` / ``cancel_turn`` / ``abandon`` calls return. Time is 
 
 Two tables carry all the state:
 
-``_pending`` (our requests, keyed by int id)
+``_ours`` (our requests, keyed by int id: :class:`tether.jsonrpc.pending.Outstanding`)
     An entry is created by ``send_request`` and removed by exactly one of: the peer's
     answer, ``abandon`` (the caller gave up), or ``fail_all`` (the peer died). Ids count up
     from 0 and are never reused, so once an entry is gone its id can never match anything
@@ -35,13 +35,13 @@ could misroute an answer (id types, result *and* error, a method on a response).
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Generic, Literal, TypeVar
+from typing import Any, Final, Literal
 
 from tether.errors import LocalProtocolError
+from tether.jsonrpc import inbound
 from tether.jsonrpc.framing import DEFAULT_MAX_FRAME_BYTES, LineFramer, Oversized
 from tether.jsonrpc.messages import (
     EOF,
@@ -58,6 +58,8 @@ from tether.jsonrpc.messages import (
     encode,
     is_valid_id,
 )
+from tether.jsonrpc.pending import Outstanding, PendingRequest
+from tether.jsonrpc.views import ExactIdView
 
 __all__ = ["JsonRpcConnection", "PendingRequest", "Stats"]
 
@@ -65,83 +67,6 @@ _log = logging.getLogger("tether.jsonrpc")
 
 PROMPT_METHOD: Final = "session/prompt"
 CANCEL_METHOD: Final = "session/cancel"
-
-# We remember why the last few ids were abandoned only to make the stale-drop log line say
-# "late answer to session/prompt abandoned for deadline" instead of just "unknown id". The
-# bound keeps a long-lived connection's memory flat; an id that fell out is still dropped.
-_ABANDONED_MEMORY: Final = 256
-
-
-def _reject_constant(name: str) -> Any:
-    # NaN, Infinity and -Infinity are Python extensions, not JSON; refuse them so we never
-    # hand the caller a value it could not send back.
-    raise ValueError(f"{name} is not valid JSON")
-
-
-# One decoder, built once: json.loads(..., parse_constant=...) would build a new one per call.
-_decode_json = json.JSONDecoder(parse_constant=_reject_constant).decode
-
-
-_K = TypeVar("_K")
-_V = TypeVar("_V")
-
-
-class _ExactIdView(Mapping[_K, _V], Generic[_K, _V]):
-    """A read-only view of an id-keyed table that matches ids by exact JSON type.
-
-    A plain dict (or MappingProxyType) would find id ``1`` under ``True`` or ``1.0``, which
-    are equal to it and hash alike in Python, and would raise TypeError for an unhashable
-    key such as a list taken from a peer's ``$/cancel_request`` params. Callers test ids the
-    peer sent against these views, so both must simply be "not there".
-    """
-
-    __slots__ = ("_is_key", "_table")
-
-    def __init__(self, table: Mapping[_K, _V], is_key: Callable[[object], bool]) -> None:
-        self._table = table
-        self._is_key = is_key
-
-    def __getitem__(self, key: _K) -> _V:
-        if not self._is_key(key):
-            raise KeyError(key)
-        return self._table[key]
-
-    def __contains__(self, key: object) -> bool:
-        return self._is_key(key) and key in self._table
-
-    def __iter__(self) -> Iterator[_K]:
-        return iter(self._table)
-
-    def __len__(self) -> int:
-        return len(self._table)
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}({self._table!r})"
-
-
-def _is_our_id(value: object) -> bool:
-    return type(value) is int
-
-
-@dataclass(slots=True)
-class PendingRequest:
-    """One of our requests that the peer has not answered yet.
-
-    Attributes:
-        id: the JSON-RPC id we sent.
-        method: the method we called.
-        session_id: the ACP session it belongs to, if any.
-        sent_at: ``now`` when it was sent (monotonic seconds).
-        deadline: when the caller wants to give up (monotonic seconds), or None.
-        cancel_sent: whether ``session/cancel`` was already sent for it (prompts only).
-    """
-
-    id: int
-    method: str
-    session_id: str | None
-    sent_at: float
-    deadline: float | None
-    cancel_sent: bool = False
 
 
 @dataclass(slots=True)
@@ -168,11 +93,8 @@ class JsonRpcConnection:
 
     def __init__(self, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._framer = LineFramer(max_frame_bytes)
-        self._next_id = 0
-        self._pending: dict[int, PendingRequest] = {}
+        self._ours = Outstanding()
         self._incoming: dict[RequestId, Request] = {}
-        self._abandoned: dict[int, str] = {}
-        self._late_answered: set[int] = set()
         self.stats = Stats()
 
     @property
@@ -227,25 +149,9 @@ class JsonRpcConnection:
         return ProtocolViolation(reason, detail, frame[:EXCERPT_BYTES], raw)
 
     def _process(self, frame: bytes) -> Event | None:
-        # Decode explicitly as UTF-8: json.loads(bytes) would also guess UTF-16/32, which
-        # ACP does not allow, and we want the two failures told apart.
-        try:
-            text = frame.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            return self._violation("not-utf8", f"line is not valid UTF-8: {exc.reason}", frame)
-        try:
-            obj = _decode_json(text)
-        except (ValueError, RecursionError) as exc:
-            # RecursionError: a few thousand nested brackets are enough to hit it, and a
-            # hostile line must not escape as anything but a violation.
-            detail = str(exc) if isinstance(exc, ValueError) else "nesting too deep"
-            return self._violation("malformed-json", f"line is not JSON: {detail}", frame)
-        if type(obj) is not dict:
-            kind = type(obj).__name__
-            return self._violation("invalid-message", f"expected an object, got {kind}", frame, obj)
-        version = obj.get("jsonrpc", "2.0")
-        if version != "2.0":
-            return self._violation("invalid-message", f"jsonrpc is {version!r}", frame, obj)
+        obj = inbound.decode_object(frame)
+        if isinstance(obj, tuple):
+            return self._violation(*obj[:2], frame, obj[2])
         if "method" in obj:
             return self._process_call(obj, frame)
         if "id" in obj:
@@ -253,57 +159,29 @@ class JsonRpcConnection:
         return self._violation("invalid-message", "neither a method nor an id", frame, obj)
 
     def _process_call(self, obj: dict[str, Any], frame: bytes) -> Event:
-        method = obj["method"]
-        if type(method) is not str:
-            return self._violation("invalid-message", "method is not a string", frame, obj)
-        if "result" in obj or "error" in obj:
-            return self._violation("invalid-message", "a call with result or error", frame, obj)
-        params = obj.get("params")
-        # JSON-RPC says params is structured; we accept null as "absent".
-        if params is not None and type(params) is not dict and type(params) is not list:
-            return self._violation("invalid-message", "params is not an object", frame, obj)
+        problem = inbound.call_problem(obj)
+        if problem is not None:
+            return self._violation(*problem[:2], frame, problem[2])
         if "id" not in obj:
-            return Notification(method, params, obj, frame)
+            return Notification(obj["method"], obj.get("params"), obj, frame)
         request_id = obj["id"]
-        if not is_valid_id(request_id):
-            return self._violation("invalid-message", f"bad id {request_id!r}", frame, obj)
         if request_id in self._incoming:
             # Reusing an id we have not answered yet would make our answer ambiguous.
             detail = f"request id {request_id!r} reused while still unanswered"
             return self._violation("invalid-message", detail, frame, obj)
-        request = Request(request_id, method, params, obj, frame)
+        request = Request(request_id, obj["method"], obj.get("params"), obj, frame)
         self._incoming[request_id] = request
         return request
 
     def _process_response(self, obj: dict[str, Any], frame: bytes) -> Event | None:
+        problem = inbound.response_problem(obj)
+        if problem is not None:
+            return self._violation(*problem[:2], frame, problem[2])
         request_id = obj["id"]
-        if not is_valid_id(request_id):
-            return self._violation("invalid-message", f"bad id {request_id!r}", frame, obj)
         error = obj.get("error")
-        if "result" in obj:
-            # JSON-RPC 1.0 peers send the unused member as null; only both non-null is wrong.
-            if error is not None and obj["result"] is not None:
-                return self._violation("invalid-message", "both result and error", frame, obj)
-        elif error is None:
-            return self._violation("invalid-message", "a response without result", frame, obj)
-        if error is not None and type(error) is not dict:
-            return self._violation("invalid-message", "error is not an object", frame, obj)
-        if request_id is None:
-            if error is not None:
-                # The peer could not even read the id of something we sent.
-                detail = f"peer reported an error with no id: {error.get('message')!r}"
-                return self._violation("peer-error", detail, frame, obj)
-            return self._violation("invalid-message", "a result with a null id", frame, obj)
-        # Our ids are ints; a str id can only be stale (or someone else's).
-        pending = self._pending.pop(request_id, None) if type(request_id) is int else None
+        pending, why = self._ours.resolve(request_id)
         if pending is None:
             self.stats.stale_responses += 1
-            why = self._abandoned.pop(request_id, None) if type(request_id) is int else None
-            if why is not None:
-                # Remember that this abandoned request has now been answered (late): a
-                # caller may wait for that before starting a new turn, so the abandoned
-                # turn's trailing updates cannot bleed into the next one.
-                self._late_answered.add(request_id)
             _log.debug("dropped stale response to id %r (%s)", request_id, why or "not pending")
             return None
         return Response(
@@ -351,14 +229,13 @@ class JsonRpcConnection:
             session_id = candidate if isinstance(candidate, str) else None
         if method == PROMPT_METHOD and session_id is None:
             raise LocalProtocolError("session/prompt needs a sessionId")
-        request_id = self._next_id
+        request_id = self._ours.next_id
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             message["params"] = params
         # Encode before touching the table: a request we could not send must not linger.
         data = self._out(message)
-        self._next_id += 1
-        self._pending[request_id] = PendingRequest(request_id, method, session_id, now, deadline)
+        self._ours.add(method, session_id, now, deadline)
         return request_id, data
 
     def send_notification(self, method: str, params: Any = None) -> bytes:
@@ -432,7 +309,7 @@ class JsonRpcConnection:
         Raises:
             LocalProtocolError: ``request_id`` is pending but is not a ``session/prompt``.
         """
-        pending = self._pending.get(request_id)
+        pending = self._ours.get(request_id)
         if pending is None:
             return b""
         if pending.method != PROMPT_METHOD:
@@ -450,15 +327,10 @@ class JsonRpcConnection:
         Args:
             reason: why (``deadline``, ``ceiling``, ``cancelled``...), for logs.
         """
-        pending = self._pending.pop(request_id, None)
+        pending = self._ours.abandon(request_id, reason)
         if pending is None:
             return b""
         self.stats.abandoned += 1
-        self._abandoned[request_id] = f"{pending.method} abandoned: {reason}"
-        if len(self._abandoned) > _ABANDONED_MEMORY:
-            del self._abandoned[next(iter(self._abandoned))]
-        if len(self._late_answered) > _ABANDONED_MEMORY:
-            self._late_answered.discard(min(self._late_answered))
         _log.debug("abandoned request %d (%s): %s", request_id, pending.method, reason)
         return self._cancel_once(pending)
 
@@ -469,21 +341,18 @@ class JsonRpcConnection:
 
         Only the last few hundred abandoned ids are remembered; older ones report False.
         """
-        return request_id in self._late_answered
+        return self._ours.was_answered_late(request_id)
 
     def expired(self, now: float) -> list[int]:
         """Ids of pending requests whose deadline is at or before ``now``, oldest first.
 
         They stay pending: the caller decides (``cancel_turn``, ``abandon``...).
         """
-        return [
-            p.id for p in self._pending.values() if p.deadline is not None and p.deadline <= now
-        ]
+        return self._ours.expired(now)
 
     def next_deadline(self) -> float | None:
         """The earliest deadline among pending requests, or None if none has one."""
-        deadlines = [p.deadline for p in self._pending.values() if p.deadline is not None]
-        return min(deadlines) if deadlines else None
+        return self._ours.next_deadline()
 
     def fail_all(self) -> list[PendingRequest]:
         """The peer is dead: remove and return every pending request, oldest first.
@@ -491,16 +360,14 @@ class JsonRpcConnection:
         Returns no bytes, since nothing can be written to a dead peer. Unanswered incoming
         requests are left alone; answering them is harmless and the shell stops writing.
         """
-        failed = list(self._pending.values())
-        self._pending.clear()
-        return failed
+        return self._ours.fail_all()
 
     # --- views -------------------------------------------------------------------------
 
     @property
     def pending(self) -> Mapping[int, PendingRequest]:
         """Our unanswered requests by id (a read-only view; only ``int`` keys match)."""
-        return _ExactIdView(self._pending, _is_our_id)
+        return self._ours.view()
 
     def incoming_pending(self) -> Mapping[RequestId, Request]:
         """The peer's requests we have not answered yet, by id.
@@ -508,9 +375,9 @@ class JsonRpcConnection:
         A read-only view that matches ids by exact JSON type: ``True``, ``1.0`` or a list
         taken from peer input are simply not in it (a dict would match or raise).
         """
-        return _ExactIdView(self._incoming, is_valid_id)
+        return ExactIdView(self._incoming, is_valid_id)
 
     @property
     def next_id(self) -> int:
         """The id the next ``send_request`` will use."""
-        return self._next_id
+        return self._ours.next_id

@@ -39,7 +39,7 @@ from collections.abc import AsyncGenerator, Callable
 from typing import Any, Generic, TypeVar
 
 from tether.policy import access
-from tether.state.journal.follow import EmitBlock, Follower, follow_session
+from tether.state.journal.follow import Follower, follow_session
 
 TYPE_CHECKING = False  # asyncio is loaded by the asyncio flavour only: the CLI's watch
 if TYPE_CHECKING:  # follows without it
@@ -193,81 +193,109 @@ async def watch_batches(
 
     loop = asyncio.get_running_loop()
     ready = asyncio.Event()
-    handover: Handover[T] = Handover(loop, ready.set, bound)
-    stop = threading.Event()
-    followers: list[Follower] = []
-    firsts: list[int] = []  # the first seq to be delivered, once the follower started
     ended: asyncio.Future[None] = loop.create_future()
-    counted = count or (lambda _item: 1)
-
-    def emit(seq: int, line: str) -> None:
-        item = entry(seq, line)
-        if item is not None:
-            handover.put(item, counted(item))
-
-    emit_block: EmitBlock | None = None
-    if block is not None:
-        make_block = block
-
-        def emit_block(first: int, last: int, lines: list[bytes]) -> None:
-            item = make_block(first, last, lines)
-            handover.put(item, counted(item))
-
-    def started(follower: Follower) -> None:
-        # Before any entry: a batch taken implies a start seen (and its first seq).
-        firsts.append(follower.cursor)
-        followers.append(follower)
-        handover.poke()  # the reader is told the first seq even if no entry follows
-
-    def work() -> None:
-        error: BaseException | None = None
-        try:
-            if home is not None:
-                from tether import paths
-
-                paths.use_home(home)  # this thread's copy of the caller's context
-            watch(
-                key,
-                emit,
-                check=check,
-                stop=stop,
-                on_start=started,
-                emit_block=emit_block,
-                **kwargs,
-            )
-        except BaseException as exc:  # the reader gets it, after what came before it
-            error = exc
-        finally:
-            handover.finish(error)
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(_resolve, ended)
-
-    context = contextvars.copy_context()
-    thread = threading.Thread(target=context.run, args=(work,), name=f"follow-{key[:8]}")
-    thread.daemon = True
-    thread.start()
+    side = _FollowerSide(Handover(loop, ready.set, bound), entry, block, count)
+    side.start(key, home, check, kwargs, ended)
     try:
         tell = on_start
         while True:
             ready.clear()
-            items, finished = handover.take()
-            if tell is not None and firsts:
-                tell(firsts[0])
+            items, finished = side.handover.take()
+            if tell is not None and side.firsts:
+                tell(side.firsts[0])
                 tell = None
             if items:
                 yield items
                 continue
             if finished:
-                if handover.error is not None:
-                    raise handover.error
+                if side.handover.error is not None:
+                    raise side.handover.error
                 return
             await ready.wait()
     finally:
-        stop.set()
-        handover.close()
-        for follower in followers:
-            follower.interrupt()
+        side.stop_now()
         await _aio.settle(ended, CLEANUP_S)
+
+
+class _FollowerSide(Generic[T]):
+    """The follower's thread of :func:`watch_batches`: it makes the items there and
+    hands them over; :meth:`stop_now` (from the loop) stops it."""
+
+    def __init__(
+        self,
+        handover: Handover[T],
+        entry: Callable[[int, str], T | None],
+        block: Callable[[int, int, list[bytes]], T] | None,
+        count: Callable[[T], int] | None,
+    ) -> None:
+        self.handover = handover
+        self.entry = entry
+        self.block = block
+        self.counted = count or (lambda _item: 1)
+        self.stop = threading.Event()
+        self.followers: list[Follower] = []
+        self.firsts: list[int] = []  # the first seq to be delivered, once started
+
+    def emit(self, seq: int, line: str) -> None:
+        item = self.entry(seq, line)
+        if item is not None:
+            self.handover.put(item, self.counted(item))
+
+    def emit_block(self, first: int, last: int, lines: list[bytes]) -> None:
+        assert self.block is not None
+        item = self.block(first, last, lines)
+        self.handover.put(item, self.counted(item))
+
+    def started(self, follower: Follower) -> None:
+        # Before any entry: a batch taken implies a start seen (and its first seq).
+        self.firsts.append(follower.cursor)
+        self.followers.append(follower)
+        self.handover.poke()  # the reader is told the first seq even if no entry follows
+
+    def start(
+        self,
+        key: str,
+        home: str | None,
+        check: bool,
+        kwargs: dict[str, Any],
+        ended: asyncio.Future[None],
+    ) -> None:
+        """Start the follower's thread; ``ended`` is resolved on its loop once it let go."""
+        loop = ended.get_loop()
+
+        def work() -> None:
+            error: BaseException | None = None
+            try:
+                if home is not None:
+                    from tether import paths
+
+                    paths.use_home(home)  # this thread's copy of the caller's context
+                watch(
+                    key,
+                    self.emit,
+                    check=check,
+                    stop=self.stop,
+                    on_start=self.started,
+                    emit_block=self.emit_block if self.block is not None else None,
+                    **kwargs,
+                )
+            except BaseException as exc:  # the reader gets it, after what came before it
+                error = exc
+            finally:
+                self.handover.finish(error)
+                with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
+                    loop.call_soon_threadsafe(_resolve, ended)
+
+        context = contextvars.copy_context()
+        thread = threading.Thread(target=context.run, args=(work,), name=f"follow-{key[:8]}")
+        thread.daemon = True
+        thread.start()
+
+    def stop_now(self) -> None:
+        self.stop.set()
+        self.handover.close()
+        for follower in self.followers:
+            follower.interrupt()
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -55,6 +55,7 @@ module                    job                                                   
 ``settings``              the owner's settings from the session's options        no
 ``interactions``          questions for a human: offered to controllers, answers yes
 ``interaction_table``     an interaction's table: open -> resolved, first answer no
+``answers``               what an answer means (ACP results); always-answers     no
 ``relays``                the agent's fs/terminal requests relayed to a client   yes
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====

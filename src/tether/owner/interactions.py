@@ -218,36 +218,7 @@ class Interactions:
         return time.monotonic() + self.timeout if self.timeout > 0 else None
 
     def _open(self, item: Interaction, params: dict[str, Any]) -> None:
-        meta: dict[str, Any] = {
-            "id": item.id,
-            "question": item.kind,  # not "kind": that is the journal entry's own
-            "turn": self.current_request(),
-            "openedAt": time.time(),
-            "deadline": time.time() + self.timeout if self.timeout > 0 else None,
-        }
-        if item.kind == "permission":
-            tool = params.get("toolCall")
-            tool = tool if isinstance(tool, dict) else {}
-            meta["toolCall"] = {
-                k: tool[k] for k in ("toolCallId", "title", "kind", "rawInput") if k in tool
-            }
-            meta["options"] = item.options
-        else:
-            meta.update(
-                {
-                    k: params[k]
-                    for k in (
-                        "mode",
-                        "message",
-                        "requestedSchema",
-                        "url",
-                        "elicitationId",
-                        "toolCallId",
-                    )
-                    if k in params
-                }
-            )
-        self._meta[item.id] = meta
+        self._meta[item.id] = question_record(item, params, self.current_request(), self.timeout)
 
     async def _wait(
         self, item: Interaction, *, fallback: dict[str, Any], fallback_answer: str
@@ -389,3 +360,28 @@ def inside_tree(pid: int, roots: tuple[int, ...]) -> bool:
             return True
         seen += 1
     return False
+
+
+def question_record(
+    item: Interaction, params: dict[str, Any], turn: str | None, timeout: float
+) -> dict[str, Any]:
+    """The public record of a question just opened: what controllers are offered and
+    the journal's ``interaction_opened`` holds (its resolution is added once it has one)."""
+    meta: dict[str, Any] = {
+        "id": item.id,
+        "question": item.kind,  # not "kind": that is the journal entry's own
+        "turn": turn,
+        "openedAt": time.time(),
+        "deadline": time.time() + timeout if timeout > 0 else None,
+    }
+    if item.kind == "permission":
+        tool = params.get("toolCall")
+        tool = tool if isinstance(tool, dict) else {}
+        meta["toolCall"] = {
+            k: tool[k] for k in ("toolCallId", "title", "kind", "rawInput") if k in tool
+        }
+        meta["options"] = item.options
+    else:
+        keys = ("mode", "message", "requestedSchema", "url", "elicitationId", "toolCallId")
+        meta.update({k: params[k] for k in keys if k in params})
+    return meta

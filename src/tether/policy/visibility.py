@@ -54,11 +54,8 @@ Decisions taken here, and why:
 Agent-to-agent policy (``[agentToAgent] enabled``, ``allow``): the same agent is always
 allowed; otherwise it must be enabled and *both* agent ids must match the allow
 patterns (an empty list matches every id). A pattern without ``*`` matches exactly and
-case-sensitively; a pattern with ``*`` matches case-insensitively, ``*`` standing for
-any run of characters, by a linear-time matcher (prefix, suffix, then ordered interior
-segments, each found with Knuth-Morris-Pratt) -- never a regular expression, so a
-hostile pattern such as ``*a*a*a*a*b`` cannot make matching backtrack. A blank pattern
-matches nothing (it denies rather than silently allowing everything).
+case-sensitively; one with ``*`` matches case-insensitively by a linear-time matcher,
+never a regular expression; a blank pattern matches nothing (:mod:`tether.policy.globs`).
 """
 
 from __future__ import annotations
@@ -67,6 +64,8 @@ import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
+
+from tether.policy.globs import Pattern, glob_match
 
 __all__ = [
     "A2APolicy",
@@ -160,118 +159,28 @@ class Decision:
 # --- agent-to-agent policy --------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Compiled:
-    kind: str  # "any" | "deny" | "exact" | "glob"
-    exact: str = ""
-    parts: tuple[str, ...] = ()  # lower-cased segments between the *s (first, ..., last)
-
-
-def _compile(pattern: str) -> _Compiled:
-    raw = pattern.strip()
-    if not raw:
-        return _Compiled("deny")
-    if raw == "*":
-        return _Compiled("any")
-    if "*" not in raw:
-        return _Compiled("exact", exact=raw)
-    return _Compiled("glob", parts=tuple(raw.lower().split("*")))
-
-
 @dataclass(frozen=True)
 class A2APolicy:
     """The agent-to-agent policy: ``enabled`` and ``allow`` patterns (see the module doc)."""
 
     enabled: bool = False
     allow: Sequence[str] = ()
-    _compiled: tuple[_Compiled, ...] = field(init=False, repr=False, compare=False)
+    _compiled: tuple[Pattern, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_compiled", tuple(_compile(p) for p in self.allow))
+        object.__setattr__(self, "_compiled", tuple(Pattern.compile(p) for p in self.allow))
 
     def matches(self, agent_id: str) -> bool:
         """Whether ``agent_id`` matches the allow list (an empty list matches every id)."""
         if not self._compiled:
             return True
-        for pat in self._compiled:
-            if pat.kind == "any":
-                return True
-            if pat.kind == "exact" and pat.exact == agent_id:
-                return True
-            if pat.kind == "glob" and _glob(pat.parts, agent_id.lower(), None):
-                return True
-        return False
+        return any(pattern.matches(agent_id) for pattern in self._compiled)
 
     def allows(self, requester_agent: str, target_agent: str) -> bool:
         """Whether a session of ``requester_agent`` may reach one of ``target_agent``."""
         if requester_agent == target_agent:
             return True
         return self.enabled and self.matches(requester_agent) and self.matches(target_agent)
-
-
-def glob_match(pattern: str, text: str, steps: list[int] | None = None) -> bool:
-    """Case-insensitive ``*`` glob match in time linear in ``len(pattern) + len(text)``.
-
-    ``steps``, when given, gets the number of character comparisons made appended to
-    it (the backtracking guard's tests measure work, not time).
-    """
-    return _glob(tuple(pattern.lower().split("*")), text.lower(), steps)
-
-
-def _glob(parts: tuple[str, ...], text: str, steps: list[int] | None) -> bool:
-    counter = [0]
-    try:
-        if len(parts) == 1:
-            counter[0] += len(text)
-            return parts[0] == text
-        first, *interior, last = parts
-        if not text.startswith(first):
-            return False
-        counter[0] += len(first)
-        end = len(text) - len(last)
-        if end < len(first) or not text.endswith(last):
-            return False
-        counter[0] += len(last)
-        pos = len(first)
-        # Greedy leftmost placement of each interior segment is optimal for a pattern
-        # whose only metacharacter is "*": any later placement leaves less room for the
-        # rest. Each search resumes where the last one ended, so the text is scanned once.
-        for part in interior:
-            if not part:
-                continue
-            found = _kmp_find(text, part, pos, end, counter)
-            if found < 0:
-                return False
-            pos = found + len(part)
-        return True
-    finally:
-        if steps is not None:
-            steps.append(counter[0])
-
-
-def _kmp_find(text: str, needle: str, start: int, end: int, counter: list[int]) -> int:
-    """Index of ``needle`` in ``text[start:end]`` (or -1), by Knuth-Morris-Pratt."""
-    fail = [0] * len(needle)
-    k = 0
-    for i in range(1, len(needle)):
-        while k and needle[i] != needle[k]:
-            k = fail[k - 1]
-            counter[0] += 1
-        counter[0] += 1
-        if needle[i] == needle[k]:
-            k += 1
-        fail[i] = k
-    k = 0
-    for i in range(start, end):
-        while k and text[i] != needle[k]:
-            k = fail[k - 1]
-            counter[0] += 1
-        counter[0] += 1
-        if text[i] == needle[k]:
-            k += 1
-            if k == len(needle):
-                return i - k + 1
-    return -1
 
 
 # --- the check --------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from collections.abc import Collection, Iterable
 from contextlib import AbstractContextManager
 from typing import Any
 
+from tether.state.journal import retention as journal_retention
 from tether.state.journal import store as journal_store
 
 
@@ -69,7 +70,7 @@ def _prune(
     removed: list[str] = []
     if older_than is not None:
         for key in scoped(db.execute("SELECT session_key FROM journal_heads").fetchall()):
-            entries += journal_store.drop_older(db, key, older_than)
+            entries += journal_retention.drop_older(db, key, older_than)
         if keys is None:
             events += db.execute("DELETE FROM events WHERE at < ?", (older_than,)).rowcount
         else:
@@ -87,5 +88,5 @@ def _prune(
                 (key,),
             )
             db.execute("DELETE FROM sessions WHERE key = ?", (key,))
-        journal_store.forget_session(db, removed)
+        journal_retention.forget_session(db, removed)
     return {"entriesRemoved": entries, "eventsRemoved": events, "sessionsRemoved": removed}

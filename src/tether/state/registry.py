@@ -33,6 +33,7 @@ from tether import paths
 from tether.errors import StateError, StateLost
 from tether.state._registry_journal import JournalAppends, JournalReader, JournalReads
 from tether.state._registry_members import Member, MemberStore
+from tether.state._registry_owners import OwnerStore
 from tether.state._registry_prune import PruneStore
 from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
 from tether.state._session_row import Session, ownership_fields, session_from_row
@@ -78,7 +79,7 @@ def keep_if_lost(db: sqlite3.Connection) -> bool:
     return True
 
 
-class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
+class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
     """A connection to the state database. Not shared between threads.
 
     Raises (from the constructor and every method):
@@ -310,55 +311,6 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore):
         transaction."""
         with self.transaction() as db:
             apply_metric_ops(db, ops)
-
-    def begin_owner(
-        self,
-        key: str,
-        *,
-        pid: int,
-        starttime: int | None,
-        socket: str,
-        boot_id: str | None = None,
-    ) -> int:
-        """Record a new owner for the session and return its generation (previous + 1).
-
-        Called by an owner right after it acquired the session's flock, so increments are
-        serialised by the lock as well as by the transaction.
-        """
-        now = time.time()
-        with self.transaction() as db:
-            row = db.execute(
-                "SELECT owner_generation FROM sessions WHERE key = ?", (key,)
-            ).fetchone()
-            if row is None:
-                raise KeyError(key)
-            generation = int(row[0]) + 1
-            db.execute(
-                "UPDATE sessions SET owner_pid = ?, owner_starttime = ?, owner_generation = ?,"
-                " owner_socket = ?, owner_started_at = ?, owner_heartbeat_at = ?,"
-                " owner_status = 'starting', queue_depth = 0, current_request = NULL,"
-                " updated_at = ? WHERE key = ?",
-                (pid, starttime, generation, socket, now, now, now, key),
-            )
-            if boot_id is not None:
-                db.execute(
-                    "INSERT OR REPLACE INTO owner_identity"
-                    " (session_key, pid, starttime, boot_id, generation, recorded_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?)",
-                    (key, pid, starttime, boot_id, generation, now),
-                )
-        return generation
-
-    def owner_identity(self, key: str) -> dict[str, Any] | None:
-        """The identity recorded by the session's latest owner: pid, starttime, boot_id,
-        generation (None if no owner recorded one)."""
-        row = self._db.execute(
-            "SELECT pid, starttime, boot_id, generation FROM owner_identity WHERE session_key = ?",
-            (key,),
-        ).fetchone()
-        if row is None:
-            return None
-        return {"pid": row[0], "starttime": row[1], "boot_id": row[2], "generation": row[3]}
 
     # --- events -------------------------------------------------------------------
 

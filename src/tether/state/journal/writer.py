@@ -48,7 +48,7 @@ from typing import Any
 
 from tether import _profile
 from tether.errors import StateError
-from tether.state.journal import gaps, store
+from tether.state.journal import gaps, retention, store
 from tether.state.journal.entry import Retention, acp_body, body_of, entry_line
 from tether.state.translate import translate_error
 
@@ -322,7 +322,7 @@ class JournalWriter:
             if finished or now - last_retention >= RETENTION_EVERY_S:
                 last_retention = now
                 try:
-                    store.apply_retention(self._db, self.key, self.retention)
+                    retention.apply_retention(self._db, self.key, self.retention)
                 except sqlite3.Error as exc:
                     logger.warning("journal retention failed: %s", exc)
             if finished:
