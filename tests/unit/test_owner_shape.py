@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.unit.test_supervise_shape import foreign_writes
+from tests.unit.test_supervise_shape import composition, foreign_writes
 
 import tether.owner
 from tether import _aio
@@ -49,12 +49,8 @@ def test_owner_collaborators_write_only_their_own_fields() -> None:
 
 def test_owner_is_composed_of_its_parts() -> None:
     """Owner has no base class and holds each collaborator as a field."""
-    compose = _tree("compose")
-    cls = next(n for n in compose.body if isinstance(n, ast.ClassDef) and n.name == "Owner")
-    assert cls.bases == []
-    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    built = {ast.unparse(n.value.func) for n in ast.walk(init) if isinstance(n, ast.Assign)
-             and isinstance(n.value, ast.Call)}  # fmt: skip
+    bases, built = composition(_tree("compose"), "Owner")
+    assert bases == []
     assert {"Journaling", "Retirement", "JobWait", "Admission", "AgentSlot"} <= built
 
 
