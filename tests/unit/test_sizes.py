@@ -20,10 +20,6 @@ KNOWN_OVERSIZE: dict[str, str] = {
     "errors.py": "the one exception tree (house rule: one errors.py); a table of classes",
     # doors and config (task K)
     "serve/openapi.py:document": "a data literal: the OpenAPI paths table, one entry per route",
-    # the owner's wiring: the close path and the per-turn cuts both live here this wave;
-    # its split is next (the Owner's collaborators, as AgentProcess was split)
-    "owner/compose.py": "to split: the Owner's wiring (issue 22)",
-    "owner/compose.py:Owner": "to split: the Owner's wiring (issue 22)",
 }
 
 

@@ -104,14 +104,19 @@ def test_agent_process_parts_write_only_their_own_fields() -> None:
     assert found == []
 
 
-def test_agent_process_is_composed_of_its_parts() -> None:
-    """AgentProcess has no base class and holds each collaborator as a field."""
-    runner = _sources()["runner"]
-    cls = next(n for n in runner.body if isinstance(n, ast.ClassDef) and n.name == "AgentProcess")
-    assert cls.bases == []
+def composition(tree: ast.Module, name: str) -> tuple[list[ast.expr], set[str]]:
+    """Class ``name``'s bases, and what its ``__init__`` builds and assigns (``x = C(...)``)."""
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == name)
     init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
     built = {ast.unparse(n.value.func) for n in ast.walk(init) if isinstance(n, ast.Assign)
              and isinstance(n.value, ast.Call)}  # fmt: skip
+    return cls.bases, built
+
+
+def test_agent_process_is_composed_of_its_parts() -> None:
+    """AgentProcess has no base class and holds each collaborator as a field."""
+    bases, built = composition(_sources()["runner"], "AgentProcess")
+    assert bases == []
     assert {"RunLease", "RunIO", "Spawner", "Watchdog", "Finalizer"} <= built
 
 

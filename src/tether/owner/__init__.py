@@ -57,6 +57,10 @@ module                    job                                                   
 ``interaction_table``     an interaction's table: open -> resolved, first answer no
 ``answers``               what an answer means (ACP results); always-answers     no
 ``relays``                the agent's fs/terminal requests relayed to a client   yes
+``dispatch``              one request: answered at once, queued, or refused      yes
+``retirement``            the idle TTL / max lifetime timer (policy: lifecycle)  yes
+``journaling``            the journal this owner writes, and its watchers        yes
+``job_wait``              the FIFO's wait for a request, cut short by shutdown   yes
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
 ========================  =====================================================  =====
 """

@@ -18,6 +18,7 @@ never reach the next caller.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -117,6 +118,16 @@ class AgentSlot:
     @property
     def alive(self) -> bool:
         return self.live is not None and self.live.alive
+
+    def roots(self) -> tuple[int, ...]:
+        """The roots of what we run for the agent, us first: everything below the owner
+        (the run, each terminal's keeper, a dead keeper's orphans) is the agent's side,
+        and the operator, a daemon's stranger, never is (issue 20)."""
+        live = self.live
+        own = (os.getpid(),)
+        if live is None:
+            return own
+        return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
 
     async def ensure(self) -> LiveAgent:
         """The live agent, started if there is none (see the module docstring)."""

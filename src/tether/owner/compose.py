@@ -1,9 +1,13 @@
 """The owner: a thin composition of its rooms. See :mod:`tether.owner` for the story.
 
 :class:`Owner` wires the session lock and socket (:mod:`.lock`), the IPC server
-(:mod:`.server`), the admission queue (:mod:`.queue`), the lifecycle and retirement
-policy (:mod:`.lifecycle`), the agent slot (:mod:`.agent_slot`) and the request runner
-(:mod:`.requests`), and runs the FIFO loop. It decides; the rooms do.
+(:mod:`.server`) and what it does with each request (:mod:`.dispatch`), the admission
+queue (:mod:`.admission`, :mod:`.queue`), the lifecycle (:mod:`.lifecycle`) and its
+retirement timer (:mod:`.retirement`), the agent slot (:mod:`.agent_slot`), the request
+runner (:mod:`.requests`), the journal and its watchers (:mod:`.journaling`), and runs
+the FIFO loop (its wait for the running request: :mod:`.job_wait`). Each collaborator
+is the one owner of its fields; start-up is here, the teardown in :mod:`.teardown`.
+It decides; the rooms do.
 """
 
 from __future__ import annotations
@@ -13,41 +17,40 @@ import logging
 import os
 import signal
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tether import _aio, _log, _os, metrics, owner_lost
-from tether.errors import (
-    GenerationMismatch,
-    OwnerShuttingDown,
-    StateError,
-    TetherError,
-    UsageError,
-)
+from tether.errors import StateError, TetherError, UsageError
 from tether.ipc import protocol
-from tether.owner.admission import Admission, rearm
+from tether.owner.admission import Admission
 from tether.owner.agent_slot import AgentSlot, RunEnd
+from tether.owner.dispatch import admit
 from tether.owner.gate import PeerGate
 from tether.owner.heartbeat import Heartbeat
 from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
-from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, OwnerState, StopReason
+from tether.owner.job_wait import JobWait
+from tether.owner.journaling import Journaling
+from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, StopReason
 from tether.owner.lock import SessionLock
 from tether.owner.memory import MemoryTrim
 from tether.owner.relays import ClientRelays
 from tether.owner.requests import RequestRunner
+from tether.owner.retirement import Retirement
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
 from tether.owner.state_watch import StateWatch, watch_state
 from tether.owner.status import end_event, hello_frame, journal_condition, status_snapshot
-from tether.owner.teardown import Ending, SessionEnd, shut_down, terminate
-from tether.owner.watchers import Fanout, Watch
-from tether.state.journal.writer import JournalWriter
+from tether.owner.teardown import Ending, shut_down
 from tether.state.registry import Registry
 from tether.supervise.members import MemberScan
 
+if TYPE_CHECKING:
+    from tether.owner.watchers import Fanout
+    from tether.state.journal.writer import JournalWriter
+
 __all__ = ["Owner"]
 
-CANCEL_SETTLE_S = 1.0  # on shutdown, how long the active turn may take to end `cancelled`
 logger = logging.getLogger("tether.owner")
 
 
@@ -88,31 +91,37 @@ class Owner:
             self.settings,
             current_prompt=self._current_prompt,
             on_run_end=self._on_run_end,
-            spawn=self._spawn,
+            spawn=self.spawn,
             stopping=lambda: self.stopping,
         )
         self.runner = RequestRunner(key, registry, self.settings, self.slot)
         self.interactions = self.slot.questions = Interactions(
             timeout=self.settings.permission_timeout,
             current_request=lambda: self.active.request_id if self.active else None,
-            agent_tree=self._agent_roots,
+            agent_tree=self.slot.roots,
         )
         self.relays = self.slot.relay = ClientRelays(
             self._current_prompt, timeout=self.settings.permission_timeout
         )
         self.admission = Admission(key, self.settings.queue_max_depth, self.slot)
+        self.journaling = Journaling(registry.path, key)  # open once the lock is ours
         self.memory = MemoryTrim(
             lambda: self.active is None and not self.admission,
-            shrink=self._shrink_journal,
+            shrink=self.journaling.shrink,
             freeze=True,  # this is the owner's own process (tether.owner.memory)
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(
             "running" if self.active is not None else "idle"
         )
-        self._stop_event = asyncio.Event()  # set once, by request_shutdown
+        self.job_wait = JobWait(self.lifecycle)  # the FIFO's wait, cut short by a shutdown
         self.ending = Ending()  # how it ends: set by close / terminate, read by the teardown
-        self._retire_timer: asyncio.TimerHandle | None = None
+        self.retirement = Retirement(
+            self.lifecycle,
+            busy=lambda: len(self.queue) > 0,
+            held=self._held_open,
+            retire=self.request_shutdown,
+        )
         self._tasks: set[asyncio.Task[Any]] = set()
         self._status = "starting"
         self.heartbeat = Heartbeat(
@@ -123,9 +132,16 @@ class Owner:
             scan=lambda reg: member_scan.scan_live(reg, self.slot.live),  # issue 20
         )
         member_scan = MemberScan(key)
-        self.journal: JournalWriter | None = None
-        self.fanout: Fanout | None = None
         self.state_watch: StateWatch | None = None
+
+    @property
+    def journal(self) -> JournalWriter | None:
+        """The session's journal while this owner writes it (None before and after)."""
+        return self.journaling.writer
+
+    @property
+    def fanout(self) -> Fanout | None:
+        return self.journaling.fanout
 
     @property
     def stopping(self) -> bool:
@@ -173,19 +189,19 @@ class Owner:
         self.state_watch = watch_state(self)  # state.db removed under us: stop
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self.set_status("idle")
-        self._schedule_retirement()
+        self.retirement.schedule()
         _log.event(
             "owner_started", session_key=self.key, generation=self.generation, pid=os.getpid()
         )
 
     def _open_journal(self) -> None:
         """Become the journal's writer (we hold the session lock) and wire the rooms in."""
-        journal = JournalWriter(self.registry.path, self.key, retention=self.settings.retention)
-        self.journal = journal
-        journal.on_condition = lambda: journal_condition(self)  # a full disk, and after
-        self.fanout = Fanout(journal)
-        self.admission.record = self.runner.record = self.interactions.record = self.record
-        self.slot.record = self.record
+        journal = self.journaling.open(
+            self.settings.retention, on_condition=lambda: journal_condition(self)
+        )
+        record = self.journaling.record
+        self.admission.record = self.runner.record = self.interactions.record = record
+        self.slot.record = record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
         self.record("owner_started", {"generation": self.generation, "pid": os.getpid()})
@@ -195,38 +211,12 @@ class Owner:
             # before anything else happens in it (never a silent restart).
             self.record("conversation_restarted", dict(restarted))
 
-    def _shrink_journal(self) -> None:
-        if self.journal is not None:
-            self.journal.shrink()
-
     def record(self, kind: str, payload: dict[str, Any], request_id: str | None = None) -> int:
         """Journal one control record; returns its seq (0 before the journal is open)."""
-        if self.journal is None:
-            return 0
-        return self.journal.append(kind, payload, request_id)
+        return self.journaling.record(kind, payload, request_id)
 
-    async def _watch(self, job: Job) -> None:
-        if self.fanout is None or self.journal is None:  # closed meanwhile
-            job.finish(error=OwnerShuttingDown("the owner is shutting down"))
-            return
-        start = job.env.payload.get("fromSeq")
-        cursor = start if isinstance(start, int) and start > 0 else self.journal.next_seq
-        follow = job.env.payload.get("follow", True) is not False
-        if job.env.payload.get("control") is True and follow:
-            self.interactions.attach(job)  # offered every open question, then new ones
-        await self.fanout.attach(Watch(job), cursor, follow=follow)
-
-    def _agent_roots(self) -> tuple[int, ...]:
-        """The roots of what we run for the agent, us first: everything below the owner
-        (the run, each terminal's keeper, a dead keeper's orphans) is the agent's side,
-        and the operator, a daemon's stranger, never is (issue 20)."""
-        live = self.slot.live
-        own = (os.getpid(),)
-        if live is None:
-            return own
-        return own + tuple(p for p in (live.proc.keeper_pid, live.proc.pid) if p)
-
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Any) -> None:
+        """Run ``coro`` as one of the owner's tasks."""
         _aio.spawn(coro, keep=self._tasks)
 
     def set_status(self, status: str) -> None:
@@ -247,28 +237,10 @@ class Owner:
             fields["last_prompt_at"] = self.runner.last_prompt_at
         return fields
 
-    # --- retirement (idle TTL, max lifetime) ----------------------------------------
-
-    def _schedule_retirement(self) -> None:
-        self._retire_timer = rearm(
-            self._retire_timer, self.lifecycle.next_check(), self._check_retire
-        )
-
-    def _check_retire(self) -> None:
-        # A connected caller may be about to send its request: expiring between our hello
-        # and its request would reject work we just greeted. A status poll does not reset
-        # the TTL; we ask again when the last connection closes.
-        held = self._held_open()
-        reason = self.lifecycle.retirement(time.monotonic(), busy=len(self.queue) > 0, held=held)
-        if reason is not None:
-            self.request_shutdown(reason)
-        elif self.lifecycle.state is OwnerState.IDLE and not held:
-            self._schedule_retirement()
-
     def _held_open(self) -> bool:
         """Whether a connection may be about to send work. Watchers never hold the owner:
         they follow the journal across owners, so retiring costs them nothing."""
-        watching = {w.job.outbox for w in self.fanout.watches} if self.fanout else set()
+        watching = self.journaling.watching()
         return any(outbox not in watching for outbox in self.server.connections)
 
     # --- IPC --------------------------------------------------------------------------
@@ -279,64 +251,15 @@ class Owner:
         self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
         if not cancelled:  # (a cancelled turn's questions are answered `cancelled`)
             self.interactions.controller_left()  # none left: open questions to the policy
-        if not self._held_open() and self.lifecycle.state is OwnerState.IDLE:
-            self._check_retire()
+        self.retirement.connection_closed()
 
     def _current_prompt(self) -> Job | None:
         job = self.active
         return job if job is not None and job.kind == "prompt" else None
 
     def admit(self, env: protocol.Envelope, outbox: Outbox) -> None:
-        """Decide what to do with one valid request: answer at once, queue, or refuse."""
-        job = Job(env, outbox, time.monotonic())
-        if env.owner_generation is not None and env.owner_generation != self.generation:
-            job.finish(
-                error=GenerationMismatch(
-                    f"request for owner generation {env.owner_generation},"
-                    f" this is {self.generation}"
-                )
-            )
-            return
-        try:
-            self.gate.check(env, outbox.peer)
-        except TetherError as exc:
-            job.finish(error=exc)  # VisibilityDenied naming the rule: the request never runs
-            return
-        if env.kind == "status":
-            job.ack()
-            job.finish(self.status_snapshot())
-            return
-        if env.kind == "cancel":
-            job.ack()
-            self.admission.cancel_job(job)
-            return
-        if env.kind == "answer":
-            self.interactions.admit_answer(job)
-            return
-        if env.kind == "relay_answer":
-            self.relays.admit_answer(job)
-            return
-        if self.stopping:
-            job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})"))
-            return
-        if env.kind == "watch":
-            if not self.interactions.admit_watch(job):
-                return  # --control from the agent's own tree: refused like its answers
-            job.ack()
-            self._spawn(self._watch(job))
-            return
-        if env.kind == "close":
-            job.ack()
-            self.ending.closer = job
-            discard = env.payload.get("discard") is True
-            self.ending.session = SessionEnd.DISCARDED if discard else SessionEnd.CLOSED
-            self.request_shutdown(StopReason.CLOSE)
-            return
-        if env.kind == "terminate":
-            job.ack()
-            terminate(self, job)
-            return
-        self.admission.enqueue(job)
+        """Decide what to do with one valid request (:func:`.dispatch.admit`)."""
+        admit(self, env, outbox)
 
     def status_snapshot(self) -> dict[str, Any]:
         return status_snapshot(self)
@@ -359,7 +282,7 @@ class Owner:
             self.set_status("running")
             task = _aio.spawn(self.runner.run(job))
             try:
-                await self._await_job(task)
+                await self.job_wait.wait(task)
             except TetherError as exc:
                 job.finish(error=exc)
             except Exception as exc:
@@ -371,33 +294,9 @@ class Owner:
                 self.lifecycle.feed(OwnerInput.JOB_ENDED, time.monotonic())
             await self.slot.end_if_dead()
             if not self.admission:
-                self._schedule_retirement()  # a no-op once stopping (not idle)
+                self.retirement.schedule()  # a no-op once stopping (not idle)
                 self.memory.soon()
         await self.shutdown()
-
-    async def _await_job(self, task: asyncio.Task[None]) -> None:
-        """Wait for the active job; once shutdown is requested, for CANCEL_SETTLE_S more.
-
-        The shutdown already sent ``session/cancel``; an agent that ignores it (a hung or
-        late turn) must not hold `sessions close`, a signal or the idle TTL hostage until
-        the turn ceiling. The job is then abandoned (its task cancelled, which abandons
-        the ACP request) and its caller gets ``QUEUE_OWNER_SHUTTING_DOWN``.
-        """
-        while not task.done() and not self.stopping:
-            stop = _aio.spawn(self._stop_event.wait())
-            try:
-                await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                stop.cancel()
-        if not task.done():
-            await asyncio.wait({task}, timeout=CANCEL_SETTLE_S)
-        if not task.done():
-            task.cancel()
-            await asyncio.wait({task})
-            if not task.cancelled():
-                task.result()  # it finished (or failed) while being cancelled
-            raise OwnerShuttingDown(f"the owner is shutting down ({self.stop_reason})")
-        task.result()
 
     def _on_run_end(self, end: RunEnd) -> None:
         """An agent run ended: record it, tell every connected caller."""
@@ -420,9 +319,9 @@ class Owner:
     def request_shutdown(self, reason: StopReason) -> None:
         if not self.lifecycle.request_stop(reason, time.monotonic()):
             return
-        self._retire_timer = rearm(self._retire_timer, None, self._check_retire)
+        self.retirement.cancel()
         _log.event("owner_stopping", session_key=self.key, reason=reason)
-        self._stop_event.set()
+        self.job_wait.stop()
         # Stop the active turn (the session stays resumable unless closing); a turn that
         # has not reached the agent yet is not sent at all.
         held = self.admission.stop(

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from tether.owner.compose import Owner
     from tether.owner.job import Job
 
-__all__ = ["LAST_FRAMES_S", "Ending", "SessionEnd", "shut_down", "terminate"]
+__all__ = ["LAST_FRAMES_S", "Ending", "SessionEnd", "close", "shut_down", "terminate"]
 
 LAST_FRAMES_S = 5.0  # on shutdown, how long callers get to take their last frames
 logger = logging.getLogger("tether.owner")
@@ -59,6 +59,16 @@ class Ending:
     def closes_session(self) -> bool:
         """The session ends (not just this owner)."""
         return self.session is not SessionEnd.STAYS
+
+
+def close(owner: Owner, job: Job) -> None:
+    """A ``close`` request: the session ends (``discard``: the agent's session too) once
+    the active turn is cancelled and the agent run ended; ``job`` is answered last."""
+    ending = owner.ending
+    ending.closer = job
+    discard = job.env.payload.get("discard") is True
+    ending.session = SessionEnd.DISCARDED if discard else SessionEnd.CLOSED
+    owner.request_shutdown(StopReason.CLOSE)
 
 
 def terminate(owner: Owner, job: Job) -> None:
@@ -140,7 +150,7 @@ async def shut_down(owner: Owner) -> None:
             terminated_by=ending.terminate_by,
             discarded=owner.slot.discarded if discard else None,
         )
-    await _close_journal(owner)
+    await owner.journaling.close(session_ended=ending.closes_session, stop_reason=owner.stop_reason)
     # Last frames (a terminal, session_ended) must reach callers that read slowly
     # behind a stream; bounded, so a caller that never reads cannot hold us.
     await owner.server.close_all(LAST_FRAMES_S)
@@ -152,21 +162,3 @@ async def shut_down(owner: Owner) -> None:
     _log.event(
         "owner_stopped", session_key=owner.key, reason=owner.stop_reason, answered=len(waiting)
     )
-
-
-async def _close_journal(owner: Owner) -> None:
-    """The session's end or the owner's retirement: tell every watcher, store it all.
-
-    The journal is stored before the lock is released, so the next owner continues
-    the sequence from the right place.
-    """
-    if owner.journal is None or owner.fanout is None:
-        return
-    if owner.ending.closes_session:
-        owner.fanout.end_all("session-ended")  # its session_ended is journaled already
-    else:
-        owner.record("owner_stopped", {"reason": owner.stop_reason})
-        owner.fanout.end_all("owner-stopped")
-    journal, owner.journal = owner.journal, None
-    if not await asyncio.to_thread(journal.close):
-        logger.warning("journal: the last batch could not be stored before exit")
