@@ -164,7 +164,7 @@ def test_journaling_before_it_is_open() -> None:
         await journaling.close(session_ended=True, stop_reason="close")
         job = Job(protocol.Envelope("r1", "watch", {}), Outbox(None), admitted_at=0.0)
         # Not open: the watch ends before it would offer questions (none to offer).
-        await journaling.watch(job, interactions=None)  # type: ignore[arg-type]
+        await journaling.watch(job, questions=None)  # type: ignore[arg-type]
         return job
 
     assert asyncio.run(scenario()).done

@@ -11,7 +11,7 @@ from tests.acp_schema import schema_errors
 
 from tether.errors import UsageError
 from tether.events import SessionInfoUpdate, SessionUpdate, UsageUpdate, event_from_frame
-from tether.owner.requests import config_value
+from tether.owner.agent_jobs import config_value
 from tether.owner.session_info import SessionInfoWatch
 
 # Verbatim shapes from tests/realagents/NOTES.md (claude-agent-acp 0.101.0, codex-acp 2.6.0).

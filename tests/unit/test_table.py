@@ -9,8 +9,8 @@ import pytest
 from tether._table import Table
 from tether.acp.turn_state import SessionTurns, TurnInput
 from tether.errors import InvalidTransition
-from tether.owner.interaction_table import IInput, Interaction, IState
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle
+from tether.owner.question_table import IInput, Interaction, IState
 from tether.supervise.lease_state import LeaseInput, LeaseState, next_state
 from tether.supervise.run_state import RunInput, RunLifecycle
 

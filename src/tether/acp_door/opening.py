@@ -5,7 +5,7 @@ joined to the configured ones; the method it authenticated with) and starts its
 agent at once, so the answer carries what the agent's own ``session/new`` said:
 ``modes`` and ``configOptions`` (ACP's NewSessionResponse). ``session/load`` and
 ``session/resume`` answer them too, from the owner's agent (started if it retired):
-the owner keeps them current as modes and options are set (:mod:`tether.owner.requests`).
+the owner keeps them current as modes and options are set (:mod:`tether.owner.agent_jobs`).
 The cost is the agent's start at ``session/new`` rather than at the first prompt;
 the first turn then runs warm.
 """

@@ -43,7 +43,7 @@ module                    job                                                   
 ``queue``                 the FIFO: depth limit, deadlines, cancel, expiry       no
 ``lifecycle``             starting/idle/running/stopping/stopped; TTL, lifetime  no
 ``agent_slot``            ensure the agent, replay mode/config, watch, end a run yes
-``requests``              running prompt / set_mode / set_config_option /        yes
+``agent_jobs``            running prompt / set_mode / set_config_option /        yes
                           start_agent (fork, --resume-session: the agent now)
 ``session_info``          the agent's usage_update / session_info_update        no
 ``heartbeat``             heartbeat, status row and kept metrics, from a thread  yes
@@ -53,8 +53,8 @@ module                    job                                                   
 ``ending``                a session's end: recorded once, broadcast, answered    yes
 ``teardown``              how the owner ends (close/terminate) and its shutdown  yes
 ``settings``              the owner's settings from the session's options        no
-``interactions``          questions for a human: offered to controllers, answers yes
-``interaction_table``     an interaction's table: open -> resolved, first answer no
+``questions``             questions for a human: offered to controllers, answers yes
+``question_table``        a question's table: open -> resolved, first answer   no
 ``answers``               what an answer means (ACP results); always-answers     no
 ``relays``                the agent's fs/terminal requests relayed to a client   yes
 ``dispatch``              one request: answered at once, queued, or refused      yes

@@ -26,8 +26,8 @@ from tether.acp._agent_requests import ClientRelay
 from tether.acp.connection import ClientOptions
 from tether.errors import TetherError
 from tether.live_agent import AgentConfig, LiveAgent, discard_session
-from tether.owner.interactions import Interactions
 from tether.owner.job import Job
+from tether.owner.questions import Questions
 from tether.owner.session_info import SessionInfoWatch
 from tether.owner.settings import OwnerSettings
 from tether.state.registry import Registry
@@ -107,7 +107,7 @@ class AgentSlot:
         # Journal a control record (kind, payload); the owner wires its journal in.
         self.record: Callable[[str, dict[str, Any]], object] = lambda *_: None
         # Questions for a human (permission asks, elicitations); None: the policy alone.
-        self.questions: Interactions | None = None
+        self.questions: Questions | None = None
         # fs/* and terminal/* the prompting client serves itself (tether acp); None: ours.
         self.relay: ClientRelay | None = None
         # usage_update / session_info_update, in a turn or not, for `status`.

@@ -4,7 +4,7 @@ A permission answer is an offered ``optionId`` or a word (``allow``, ``always``,
 ``deny-always``...) mapped onto the option of that kind the agent offered; an
 elicitation answer is ``accept`` (with the form's content), ``decline`` or ``cancel``.
 An "always" answer is remembered for the session (:class:`Memory`). No I/O; used by the
-interaction table (:mod:`tether.owner.interaction_table`), which re-exports these names.
+interaction table (:mod:`tether.owner.question_table`), which re-exports these names.
 """
 
 from __future__ import annotations

@@ -23,19 +23,19 @@ from tether import _aio, _log, _os, metrics, owner_lost
 from tether.errors import StateError, TetherError, UsageError
 from tether.ipc import protocol
 from tether.owner.admission import Admission
+from tether.owner.agent_jobs import RequestRunner
 from tether.owner.agent_slot import AgentSlot, RunEnd
 from tether.owner.dispatch import admit
 from tether.owner.gate import PeerGate
 from tether.owner.heartbeat import Heartbeat
-from tether.owner.interactions import Interactions
 from tether.owner.job import Job, Outbox
 from tether.owner.job_wait import JobWait
 from tether.owner.journaling import Journaling
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, StopReason
 from tether.owner.lock import SessionLock
 from tether.owner.memory import MemoryTrim
+from tether.owner.questions import Questions
 from tether.owner.relays import ClientRelays
-from tether.owner.requests import RequestRunner
 from tether.owner.retirement import Retirement
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
@@ -80,9 +80,7 @@ class Owner:
             admit=self.admit,
             on_disconnect=self._on_disconnect,
             # A controller waits too: for questions (dropping it would hand them over).
-            waiting=lambda outbox: (
-                self.admission.waits(outbox) or self.interactions.controls(outbox)
-            ),
+            waiting=lambda outbox: self.admission.waits(outbox) or self.questions.controls(outbox),
             idle_timeout=self.settings.connection_idle_timeout,
         )
         self.slot = AgentSlot(
@@ -95,7 +93,7 @@ class Owner:
             stopping=lambda: self.stopping,
         )
         self.runner = RequestRunner(key, registry, self.settings, self.slot)
-        self.interactions = self.slot.questions = Interactions(
+        self.questions = self.slot.questions = Questions(
             timeout=self.settings.permission_timeout,
             current_request=lambda: self.active.request_id if self.active else None,
             agent_tree=self.slot.roots,
@@ -200,7 +198,7 @@ class Owner:
             self.settings.retention, on_condition=lambda: journal_condition(self)
         )
         record = self.journaling.record
-        self.admission.record = self.runner.record = self.interactions.record = record
+        self.admission.record = self.runner.record = self.questions.record = record
         self.slot.record = record
         if self.settings.journal_frames:
             self.slot.journal_frame = journal.append_acp
@@ -250,7 +248,7 @@ class Owner:
         cancelled = self.admission.detach(outbox)
         self.relays.detach(outbox)  # relayed agent requests it owed: errors, at once
         if not cancelled:  # (a cancelled turn's questions are answered `cancelled`)
-            self.interactions.controller_left()  # none left: open questions to the policy
+            self.questions.controller_left()  # none left: open questions to the policy
         self.retirement.connection_closed()
 
     def _current_prompt(self) -> Job | None:
@@ -275,7 +273,7 @@ class Owner:
                 break
             self.admission.active = job
             if job.kind == "prompt" and job.env.payload.get("control") is True:
-                self.interactions.attach_prompter(job)  # it answers its own questions
+                self.questions.attach_prompter(job)  # it answers its own questions
             if job.kind == "prompt":
                 journal_condition(self, job)  # a turn on a full disk is told so at once
             self.lifecycle.feed(OwnerInput.JOB_STARTED, time.monotonic())
@@ -329,7 +327,7 @@ class Owner:
         )
         if held is not None:
             self.ending.held.append(held)
-        self.interactions.cancel_all()  # questions still open are answered `cancelled`
+        self.questions.cancel_all()  # questions still open are answered `cancelled`
 
     async def shutdown(self) -> None:
         """Tear everything down; runs once, after the FIFO loop has stopped."""

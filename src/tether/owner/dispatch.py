@@ -51,7 +51,7 @@ def admit(owner: Owner, env: protocol.Envelope, outbox: Outbox) -> None:
         owner.admission.cancel_job(job)
         return
     if env.kind == "answer":
-        owner.interactions.admit_answer(job)
+        owner.questions.admit_answer(job)
         return
     if env.kind == "relay_answer":
         owner.relays.admit_answer(job)
@@ -60,10 +60,10 @@ def admit(owner: Owner, env: protocol.Envelope, outbox: Outbox) -> None:
         job.finish(error=OwnerShuttingDown(f"the owner is shutting down ({owner.stop_reason})"))
         return
     if env.kind == "watch":
-        if not owner.interactions.admit_watch(job):
+        if not owner.questions.admit_watch(job):
             return  # --control from the agent's own tree: refused like its answers
         job.ack()
-        owner.spawn(owner.journaling.watch(job, owner.interactions))
+        owner.spawn(owner.journaling.watch(job, owner.questions))
         return
     if env.kind == "close":
         job.ack()

@@ -20,8 +20,8 @@ from tether.owner.watchers import Fanout, Watch
 from tether.state.journal.writer import JournalWriter
 
 if TYPE_CHECKING:
-    from tether.owner.interactions import Interactions
     from tether.owner.job import Job, Outbox
+    from tether.owner.questions import Questions
     from tether.state.journal.entry import Retention
 
 __all__ = ["Journaling"]
@@ -60,7 +60,7 @@ class Journaling:
         """The connections that only follow the journal."""
         return {w.job.outbox for w in self.fanout.watches} if self.fanout else set()
 
-    async def watch(self, job: Job, interactions: Interactions) -> None:
+    async def watch(self, job: Job, questions: Questions) -> None:
         """Serve one ``watch`` request: replay from its cursor, then follow (if asked)."""
         if self.fanout is None or self.writer is None:  # closed meanwhile
             job.finish(error=OwnerShuttingDown("the owner is shutting down"))
@@ -69,7 +69,7 @@ class Journaling:
         cursor = start if isinstance(start, int) and start > 0 else self.writer.next_seq
         follow = job.env.payload.get("follow", True) is not False
         if job.env.payload.get("control") is True and follow:
-            interactions.attach(job)  # offered every open question, then new ones
+            questions.attach(job)  # offered every open question, then new ones
         await self.fanout.attach(Watch(job), cursor, follow=follow)
 
     async def close(self, *, session_ended: bool, stop_reason: str) -> None:

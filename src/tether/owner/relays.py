@@ -14,7 +14,7 @@ client's ``result`` or JSON-RPC ``error``), and that answer goes to the agent as
 Otherwise (no such prompter, a method it did not list) the agent connection handles
 the request itself, as without a door: policy-confined fs, supervised terminals.
 
-The same promises as the interactions room (:mod:`.interactions`):
+The same promises as the questions room (:mod:`.questions`):
 
 * *Exactly one answer.* A relay is answered once: by the connection it was sent to
   (another connection's ``relay_answer`` is refused), or by a fallback. A late answer

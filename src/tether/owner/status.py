@@ -79,7 +79,7 @@ def status_snapshot(owner: Owner) -> dict[str, Any]:
         "stateError": state_error(owner),
         "watchers": len(owner.fanout.watches) if owner.fanout is not None else 0,
         "attached": attached(owner),  # who: each watcher's and controller's pid, uid, door
-        "interactions": owner.interactions.pending(),
+        "interactions": owner.questions.pending(),
         # Tether's counters are kept for all sessions together (`tether metrics`), not
         # per session: named for what they are, so nobody reads them as this session's.
         "globalCounters": _counters(owner),
@@ -121,7 +121,7 @@ def attached(owner: Owner) -> list[dict[str, Any]]:
     for watch in watches:
         if not watch.ended and not watch.job.outbox.detached:
             add(watch.job, "watcher")
-    for job in owner.interactions.controllers():
+    for job in owner.questions.controllers():
         add(job, "controller")
     return list(parties.values())
 

@@ -1,6 +1,6 @@
 """Questions for a human over HTTP: the agent's pending interactions, listed and answered.
 
-The owner decides who may answer and which answer wins (:mod:`tether.owner.interactions`):
+The owner decides who may answer and which answer wins (:mod:`tether.owner.questions`):
 the first valid answer reaches the agent; a later one is ``409`` (``ALREADY_ANSWERED``),
 an unknown id ``404``, an answer naming nothing the agent offered ``422`` (the question
 stays open). A question waits for an answer only while a controller is attached: an

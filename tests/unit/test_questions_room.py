@@ -11,9 +11,9 @@ import pytest
 
 from tether.errors import AlreadyAnswered, VisibilityDenied
 from tether.ipc import protocol
-from tether.owner.interaction_table import RECENT_KEPT
-from tether.owner.interactions import Interactions, inside_tree
 from tether.owner.job import Job
+from tether.owner.question_table import RECENT_KEPT
+from tether.owner.questions import Questions, inside_tree
 
 OPTIONS = [
     {"optionId": "allow", "name": "Allow", "kind": "allow_once"},
@@ -51,9 +51,9 @@ def controller(rid: str, pid: int) -> tuple[Job, FakeOutbox]:
     return Job(env, outbox, 0.0), outbox  # type: ignore[arg-type]
 
 
-def room(timeout: float = 30.0) -> tuple[Interactions, list[tuple[str, dict[str, Any]]]]:
+def room(timeout: float = 30.0) -> tuple[Questions, list[tuple[str, dict[str, Any]]]]:
     records: list[tuple[str, dict[str, Any]]] = []
-    rooms = Interactions(timeout=timeout, record=lambda k, p, _r: records.append((k, p)))
+    rooms = Questions(timeout=timeout, record=lambda k, p, _r: records.append((k, p)))
     return rooms, records
 
 
@@ -171,7 +171,7 @@ def test_an_answer_from_inside_the_agent_tree_is_refused() -> None:
 
     async def main() -> None:
         here = os.getpid()
-        q = Interactions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
+        q = Questions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
         job, out = controller("w", 1)
         q.attach(job)
         ask = asyncio.ensure_future(q.ask_permission(PARAMS))
@@ -212,7 +212,7 @@ def test_issue20_item4_the_agents_own_tree_cannot_attach_as_controller() -> None
     frame, VISIBILITY_DENIED) and never offered a question: the policy decides at once."""
 
     async def main() -> None:
-        q = Interactions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
+        q = Questions(agent_tree=lambda: (os.getppid(),))  # we stand below the "keeper"
         job, out = controller("w", os.getpid())
         assert q.admit_watch(job) is False
         (error,) = out.of("error")

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tether.errors import AlreadyAnswered, InvalidTransition, UnknownInteraction, UsageError
-from tether.owner.interaction_table import (
+from tether.owner.question_table import (
     Board,
     How,
     IInput,

@@ -2,10 +2,10 @@
 
 Theory of operation
 -------------------
-The agent's connection calls :meth:`Interactions.ask_permission` for every permission
-request the policy leaves undecided (an ``ask``), and :meth:`Interactions.ask_elicitation`
+The agent's connection calls :meth:`Questions.ask_permission` for every permission
+request the policy leaves undecided (an ``ask``), and :meth:`Questions.ask_elicitation`
 for every ``elicitation/create``. The decisions are the sans-IO table's
-(:mod:`tether.owner.interaction_table`); this room carries them out:
+(:mod:`tether.owner.question_table`); this room carries them out:
 
 1. *Remembered.* A tool call answered ``allow_always`` / ``reject_always`` earlier in
    the session is decided at once, as the agent offers it now.
@@ -50,16 +50,16 @@ from typing import Any
 
 from tether.acp import policy
 from tether.errors import TetherError, VisibilityDenied
-from tether.owner.interaction_table import (
+from tether.owner.job import Job
+from tether.owner.question_table import (
     RECENT_KEPT,
     Board,
     IInput,
     Interaction,
     Resolution,
 )
-from tether.owner.job import Job
 
-__all__ = ["DEFAULT_TIMEOUT_S", "Interactions"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Questions"]
 
 DEFAULT_TIMEOUT_S = 300.0  # config permissionTimeout: how long a question waits for a human
 
@@ -67,7 +67,7 @@ _CONTROL = "control its own session (answer its questions)"
 Record = Callable[[str, dict[str, Any], str | None], object]
 
 
-class Interactions:
+class Questions:
     """Open questions of one session and the controllers that may answer them.
 
     Args:
