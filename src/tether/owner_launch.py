@@ -24,11 +24,14 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import Any
 
 from tether import _fdwait, paths
 from tether.errors import FrameTooLarge, NoSession, OwnerUnavailable, error_from_wire
 from tether.ipc.lines import LineReader
+
+TYPE_CHECKING = False  # typing costs every CLI call that may start an owner ~2 ms
+if TYPE_CHECKING:
+    from typing import Any
 
 READY_DEADLINE_S = 15.0  # owner interpreter + registry + socket; generous for loaded CI
 

@@ -51,6 +51,8 @@ def test_warm_paths_import_no_asyncio_or_sqlite(project_dir: Path) -> None:
             modules = imported_modules("--cwd", str(project_dir), "mock", *args, cwd=project_dir)
             bad = modules & set(FORBIDDEN_WARM)
             assert not bad, (args, sorted(bad))
+            if args[0] == "prompt":  # the hottest CLI path: not even typing (issue 23)
+                assert "typing" not in modules, "a warm prompt imports typing"
     finally:
         subprocess.run([*base, "sessions", "close"], capture_output=True, timeout=60)
 
@@ -78,3 +80,27 @@ def test_library_import_is_lazy() -> None:
     code = "import sys, tether; assert 'asyncio' not in sys.modules; tether.Client; print('ok')"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.stdout.strip() == "ok", r.stderr
+
+
+def test_the_installed_tether_script_imports_no_re_before_tether(project_dir: Path) -> None:
+    """The ``tether`` script is our own launcher (scripts/tether), not a generated console
+    script importing ``re`` (and ``enum``) before any of Tether: `--version` through it
+    imports neither (issue 23: ~5 ms of every CLI call)."""
+    script = Path(sys.executable).parent / "tether"
+    r = subprocess.run(
+        [str(script), "--version"],
+        capture_output=True,
+        text=True,
+        cwd=project_dir,
+        env={**os.environ, "PYTHONPROFILEIMPORTTIME": "1"},
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.startswith("tether "), r.stdout
+    modules = {
+        line.rsplit("|", 1)[1].strip()
+        for line in r.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    assert "tether.program" in modules, sorted(modules)[:20]  # the listing was read
+    assert not modules & {"re", "enum"}, sorted(modules & {"re", "enum"})

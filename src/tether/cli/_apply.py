@@ -4,11 +4,10 @@ as it is applied (a bad value is a usage error, exit 2)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from tether.cli._grammar import _SAME
 from tether.errors import UsageError
 
+TYPE_CHECKING = False  # typing (and re, enum) cost a CLI call ms; mypy reads the name
 if TYPE_CHECKING:
     from tether.cli._parse import Invocation
 
