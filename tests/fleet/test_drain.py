@@ -368,7 +368,13 @@ def test_a_rolling_restart_loses_no_acknowledged_entry_and_answers_every_prompt(
     assert not any(c.failures for c in clients), [c.failures for c in clients]
     # Every acknowledged prompt ended with its result, in the journal where it lives now:
     # read from its host, never from the index's copy (behind it by up to a shipping
-    # interval), though this router was refused by the host's old process moments ago.
+    # interval), though this router was refused by the host's old process moments ago --
+    # once its host table shows every host's new registration (refreshed every 0.25 s:
+    # until then the last host back is the drained one, and its reads the index's).
+    wait_for(
+        lambda: all(h["available"] for h in routers[0].http.get("/v1/fleet/hosts").json()["hosts"]),
+        "the router to see every host back",
+    )
     for sid in sids:
         history = routers[0].http.get(f"/v1/sessions/{sid}/history")
         assert history.status_code == 200, history.text

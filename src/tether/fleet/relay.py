@@ -46,6 +46,7 @@ from tether.fleet.relay_pool import (
 from tether.fleet.relay_watch import ResponseWatch
 
 DEFAULT_FIRST_BYTE_TIMEOUT_S = 10.0
+REPLAY_MAX = 1024 * 1024  # a request body up to this size can be sent once more
 
 
 class ClientLink:
@@ -56,6 +57,9 @@ class ClientLink:
     def __init__(self) -> None:
         self.gone = False
         self.upstream: asyncio.StreamWriter | None = None
+        # Whether any of the current request's answer was written to the client: a
+        # failure after that can only cut the connection (requests.serve_connection).
+        self.began = False
 
     def client_gone(self) -> None:
         self.gone = True
@@ -126,23 +130,54 @@ async def exchange(
     docstring). An answer of status ``hold_status`` (not an event stream, at most
     :data:`HOLD_MAX` bytes) is returned in :attr:`Outcome.held` instead of relayed.
     """
-    reader, writer = await pool.get(host, port, tls=tls)
     link = link or ClientLink()
+    req = _Request(pool, host, port, head, client, link, first_byte_timeout, on_lost,
+                   still_up, hold_status)  # fmt: skip
+    conn = pool.take_idle(host, port)
+    # A request sent down a kept-alive connection may meet the host closing it (its
+    # keep-alive timeout, a drain) as it goes out: the connection ends before any
+    # answer begins, and the host never read the request. It is sent once more on a
+    # fresh connection -- whose failure is then the host's -- so its body is kept
+    # while it is sent (up to REPLAY_MAX; a longer one is not sent again).
+    replay = _Replayable(body) if conn is not None else None
+    if conn is None:
+        conn = await pool.open(host, port, tls=tls)
+    try:
+        return await _attempt(req, conn, replay or body)
+    except HostRefused:
+        if replay is None or not replay.whole:
+            raise
+    # The fresh connection proves the host's process lives, and a live host does not
+    # drop a request it read without answering it: nothing was acted on.
+    return await _attempt(req, await pool.open(host, port, tls=tls), replay)
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """What stays the same across the attempts of one :func:`exchange`."""
+
+    pool: HostConnections
+    host: str
+    port: int
+    head: bytes
+    client: asyncio.StreamWriter
+    link: ClientLink
+    first_byte_timeout: float | None
+    on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None
+    still_up: Callable[[], bool] | None
+    hold_status: int | None
+
+
+async def _attempt(
+    req: _Request,
+    conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
+    body: AsyncIterator[bytes] | _Replayable,
+) -> Outcome:
+    """One attempt of :func:`exchange`, over ``conn``."""
+    writer, link = conn[1], req.link
     link.upstream = writer
     try:
-        outcome = await _exchange_on(
-            pool,
-            host,
-            port,
-            (reader, writer),
-            head,
-            body,
-            client,
-            first_byte_timeout,
-            on_lost,
-            still_up,
-            hold_status,
-        )
+        outcome = await _exchange_on(req, conn, body.__aiter__())
     except BaseException:
         writer.close()  # whatever state it is in, it cannot be reused
         raise
@@ -153,21 +188,38 @@ async def exchange(
     return outcome
 
 
+class _Replayable:
+    """A request body sent as it arrives and kept meanwhile, so that it can be sent
+    again: each iteration yields what was kept, then goes on with what is still to
+    come. ``whole`` turns False once it outgrew :data:`REPLAY_MAX` (and is not kept)."""
+
+    def __init__(self, parts: AsyncIterator[bytes]) -> None:
+        self._parts = parts
+        self._kept: list[bytes] = []
+        self._size = 0
+        self.whole = True
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for part in list(self._kept):
+            yield part
+        async for part in self._parts:
+            if self.whole:
+                self._size += len(part)
+                self._kept.append(part)
+                if self._size > REPLAY_MAX:
+                    self.whole = False
+                    self._kept.clear()
+            yield part
+
+
 async def _exchange_on(
-    pool: HostConnections,
-    host: str,
-    port: int,
+    req: _Request,
     conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
-    head: bytes,
     body: AsyncIterator[bytes],
-    client: asyncio.StreamWriter,
-    first_byte_timeout: float | None,
-    on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None,
-    still_up: Callable[[], bool] | None = None,
-    hold_status: int | None = None,
 ) -> Outcome:
+    host, port, client = req.host, req.port, req.client
     writer = conn[1]
-    await _send(writer, head, body, host, port)
+    await _send(writer, req.head, body, host, port)
     watch = ResponseWatch()
     parser = httptools.HttpResponseParser(watch)
     watch.parser = parser
@@ -175,7 +227,7 @@ async def _exchange_on(
     lost = False
     held: bytearray | None = None  # the answer so far, while it is being held
     while not watch.complete:
-        data = await _read_some(conn, host, port, first, first_byte_timeout, still_up)
+        data = await _read_some(conn, host, port, first, req.first_byte_timeout, req.still_up)
         if not data:
             if first:
                 writer.close()
@@ -191,10 +243,11 @@ async def _exchange_on(
         except httptools.HttpParserError:
             lost = True
             break
-        held = _pass_on(watch, parser, client, held, hold_status, was_done)
+        held = _pass_on(watch, parser, client, held, req.hold_status, was_done)
+        req.link.began |= watch.headers_done and held is None
         if client.transport.get_write_buffer_size() > READ_SIZE:
             await client.drain()
-    return await _finish(pool, host, port, conn, watch, parser, client, lost, held, on_lost)
+    return await _finish(req, conn, watch, parser, lost, held)
 
 
 async def _send(
@@ -271,21 +324,19 @@ def _pass_on(
 
 
 async def _finish(
-    pool: HostConnections,
-    host: str,
-    port: int,
+    req: _Request,
     conn: tuple[asyncio.StreamReader, asyncio.StreamWriter],
     watch: ResponseWatch,
     parser: httptools.HttpResponseParser,
-    client: asyncio.StreamWriter,
     lost: bool,
     held: bytearray | None,
-    on_lost: Callable[[int | None], Awaitable[dict[str, Any]]] | None,
 ) -> Outcome:
     """The answer over: the host connection pooled again (or closed), a cut event
     stream ended with ``host_lost``, and what happened said."""
+    client, on_lost = req.client, req.on_lost
     whole = watch.complete and not lost
     if held is not None and not whole:
+        req.link.began = True
         client.write(bytes(held))  # cut short: relayed, as the host's failure would be
         held = None
     with contextlib.suppress(OSError, ConnectionError):
@@ -293,12 +344,13 @@ async def _finish(
     status = parser.get_status_code() if watch.headers_done else 0
     reusable = watch.complete and not lost and watch.keep_alive
     if reusable:
-        pool.put(host, port, conn)
+        req.pool.put(req.host, req.port, conn)
     else:
         conn[1].close()
     if lost and watch.sse and on_lost is not None:
         extra = await on_lost(watch.last_seq)
         event = http1.sse_event("host_lost", {"lastSeq": watch.last_seq, **extra})
+        req.link.began = True
         client.write(http1.chunk(event) + http1.LAST_CHUNK if watch.chunked else event)
         whole = watch.chunked  # a chunked stream ended properly; anything else did not
         with contextlib.suppress(OSError, ConnectionError):

@@ -69,12 +69,27 @@ class HostConnections:
     async def get(
         self, host: str, port: int, *, tls: bool = False
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """An idle connection to ``host:port`` if one is open, else a new one."""
+        return self.take_idle(host, port) or await self.open(host, port, tls=tls)
+
+    def take_idle(
+        self, host: str, port: int
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
+        """An idle kept-alive connection to ``host:port`` that has not seen its end yet
+        (the host may still be closing it: see :func:`tether.fleet.relay.exchange`)."""
         idle = self._idle[(host, port)]
         while idle:
             reader, writer = idle.pop()
             if not writer.is_closing() and not reader.at_eof():
                 return reader, writer
             writer.close()
+        return None
+
+    async def open(
+        self, host: str, port: int, *, tls: bool = False
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A new connection to ``host:port``; :class:`HostRefused` (or
+        :class:`HostUntrusted`) if it cannot be opened within the connect timeout."""
         context = None
         if tls:
             if self.tls_context is None:  # the system's trust store, loaded once

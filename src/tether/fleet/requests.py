@@ -20,7 +20,7 @@ from typing import Any
 
 import httptools
 
-from tether import _aio
+from tether import _aio, _log
 from tether.fleet import http1
 from tether.fleet.relay import ClientLink
 
@@ -127,11 +127,16 @@ async def serve_connection(
             if kind != "head":
                 break  # eof or a malformed request
             on_request()
-            keep = await serve_one(head, queue, writer, link)
+            link.began = False
+            try:
+                keep = await serve_one(head, queue, writer, link)
+            except (OSError, ConnectionError):
+                break  # the client's connection failed: nobody to answer
+            except Exception as e:
+                _answer_failure(head, writer, link, e)
+                break
             if not keep or not head.keep_alive:
                 break
-    except (OSError, ConnectionError):
-        pass
     finally:
         feeder.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -139,6 +144,20 @@ async def serve_connection(
         writer.close()
         with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
             await writer.wait_closed()
+
+
+def _answer_failure(
+    head: http1.RequestHead, writer: asyncio.StreamWriter, link: ClientLink, e: Exception
+) -> None:
+    """A request whose serving failed unexpectedly still gets its one answer -- ``500``,
+    unless part of an answer was already written (then the connection is cut, as the
+    caller's own failure would cut it) -- and the failure is logged, never lost."""
+    what = f"{head.method.decode()} {head.path}"
+    _log.logger.error("serving %s failed", what, exc_info=e)
+    if not link.began:
+        detail = f"serving {what} failed: {type(e).__name__}: {e}"
+        writer.write(http1.problem(500, "Internal Server Error", detail,
+                                   code="INTERNAL_ERROR", retryable=False, keep_alive=False))  # fmt: skip
 
 
 async def serve_listener(

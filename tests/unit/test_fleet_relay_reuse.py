@@ -1,0 +1,223 @@
+"""The relay's kept-alive connections to hosts, with a host that closes one as a request
+goes down it (its keep-alive timeout or a drain racing the router's next request): the
+request is sent once more on a fresh connection, and only a fresh connection's failure is
+the host's. And a request whose serving fails unexpectedly still gets its one answer.
+
+Real sockets on loopback: a scripted host, and a sink standing for the router's client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+pytest.importorskip("httptools", reason="the router's relay needs the serve extra")
+
+from tether.fleet import http1  # noqa: E402
+from tether.fleet.relay import (  # noqa: E402
+    REPLAY_MAX,
+    ClientLink,
+    HostConnections,
+    HostRefused,
+    exchange,
+)
+from tether.fleet.requests import Queue, serve_connection  # noqa: E402
+
+OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
+
+
+class ScriptedHost:
+    """A host on loopback that reads whole requests and, per connection and request
+    number, answers ``OK`` or closes the connection without a byte (``plan``)."""
+
+    def __init__(self, plan: Callable[[int, int], bool]) -> None:
+        self.plan = plan  # (connection no., request no. on it) -> answer it?
+        self.connections = 0
+        self.bodies: list[bytes] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> ScriptedHost:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        conn, n = self.connections, 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                self.bodies.append(await reader.readexactly(length))
+                n += 1
+                if not self.plan(conn, n):
+                    break
+                writer.write(OK)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+    async def stop(self) -> None:
+        assert self.server is not None
+        self.server.close()
+        await self.server.wait_closed()
+
+
+async def _sink() -> tuple[asyncio.StreamWriter, Callable[[], Any], asyncio.Server]:
+    """A writer standing for the router's client, and what reached the other end."""
+    got = bytearray()
+
+    async def on_client(reader: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        while data := await reader.read(65536):
+            got.extend(data)
+        w.close()
+        with contextlib.suppress(ConnectionError):
+            await w.wait_closed()
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0)
+    _r, writer = await asyncio.open_connection("127.0.0.1", server.sockets[0].getsockname()[1])
+    return writer, lambda: bytes(got), server
+
+
+def _request(port: int, body: bytes) -> bytes:
+    head = http1.RequestHead(
+        method=b"POST",
+        target=b"/v1/sessions/s1/prompt",
+        headers=[(b"content-length", str(len(body)).encode())],
+        keep_alive=True,
+    )
+    return http1.encode_request_head(head, f"127.0.0.1:{port}".encode(), [])
+
+
+async def _body(*parts: bytes) -> AsyncIterator[bytes]:
+    for part in parts:
+        yield part
+
+
+def _run(plan: Callable[[int, int], bool], bodies: list[bytes]) -> tuple[list[Any], ScriptedHost]:
+    """Send each body in turn through one pool; each result is the exchange's status or
+    the exception it raised."""
+
+    async def main() -> tuple[list[Any], ScriptedHost]:
+        host = await ScriptedHost(plan).start()
+        client, _got, sink = await _sink()
+        pool = HostConnections(connect_timeout=5.0)
+        results: list[Any] = []
+        try:
+            for body in bodies:
+                head = _request(host.port, body)
+                try:
+                    outcome = await exchange(
+                        pool, "127.0.0.1", host.port, head, _body(body), client,
+                        first_byte_timeout=5.0,
+                    )  # fmt: skip
+                    results.append(outcome.status)
+                except HostRefused as e:
+                    results.append(e)
+                # Let the host's side of a connection it closes reach us, as it would
+                # between two requests of a real router.
+                await asyncio.sleep(0)
+        finally:
+            await pool.aclose()
+            client.close()
+            await client.wait_closed()
+            await host.stop()
+            sink.close()
+            await sink.wait_closed()
+        return results, host
+
+    return asyncio.run(main())
+
+
+def test_a_request_on_a_kept_connection_the_host_closed_is_sent_again_on_a_fresh_one() -> None:
+    # The first connection answers its first request, then closes on its second.
+    results, host = _run(lambda conn, n: not (conn == 1 and n == 2), [b"first", b"second"])
+    assert results == [200, 200]
+    assert host.connections == 2
+    # The body went out whole both times: kept while it was sent, replayed as it was.
+    assert host.bodies == [b"first", b"second", b"second"]
+
+
+def test_a_fresh_connection_closed_without_an_answer_is_the_hosts_failure() -> None:
+    results, host = _run(lambda conn, n: False, [b"only"])
+    assert len(results) == 1 and isinstance(results[0], HostRefused)
+    assert "closed the connection without answering" in str(results[0])
+    assert host.connections == 1  # never tried again
+
+
+def test_a_retry_that_meets_the_same_end_is_not_tried_a_third_time() -> None:
+    # Every connection after the first closes on its first request.
+    results, host = _run(lambda conn, n: conn == 1 and n == 1, [b"first", b"second"])
+    assert results[0] == 200
+    assert isinstance(results[1], HostRefused)
+    assert host.connections == 2  # the kept one, and one fresh: no more
+
+
+def test_a_body_too_long_to_keep_is_not_sent_again() -> None:
+    big = b"x" * (REPLAY_MAX + 1)
+    results, host = _run(lambda conn, n: not (conn == 1 and n == 2), [b"first", big])
+    assert results[0] == 200
+    assert isinstance(results[1], HostRefused)
+    assert host.connections == 1
+
+
+def _serve_failing(began: bool) -> bytes:
+    """What a client reads when its request's ``serve_one`` raises, having written part
+    of an answer (``began``) or none."""
+
+    async def serve_one(
+        head: http1.RequestHead, queue: Queue, out: asyncio.StreamWriter, link: ClientLink
+    ) -> bool:
+        if began:
+            out.write(b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\npart")
+            link.began = True
+        raise RuntimeError("a bug in serving")
+
+    async def main() -> bytes:
+        server = await asyncio.start_server(
+            lambda r, w: serve_connection(r, w, serve_one), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET /v1/anything HTTP/1.1\r\nhost: x\r\n\r\n")
+        await writer.drain()
+        async with asyncio.timeout(10):
+            got = await reader.read()  # to the end: the connection is closed after
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return got
+
+    return asyncio.run(main())
+
+
+def test_a_request_whose_serving_fails_gets_a_500_and_the_failure_is_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("ERROR", logger="tether"):
+        got = _serve_failing(began=False)
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 500 ")
+    assert b"connection: close" in head.lower()
+    doc = json.loads(body)
+    assert doc["code"] == "INTERNAL_ERROR" and doc["retryable"] is False
+    assert "RuntimeError: a bug in serving" in doc["detail"]
+    assert any("serving GET /v1/anything failed" in r.getMessage() for r in caplog.records)
+
+
+def test_a_failure_after_part_of_an_answer_cuts_the_connection_adding_nothing() -> None:
+    got = _serve_failing(began=True)
+    assert got == b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\npart"
