@@ -1048,3 +1048,54 @@ def test_run_record_starting_becomes_running_only_after_the_commit(project_dir: 
             assert row.updated_at >= row.created_at
 
     run(main())
+
+
+def test_a_project_holding_a_tether_package_runs_no_code_in_the_keeper(
+    project_dir: Path,
+) -> None:
+    """The keeper starts in the agent's working directory; a project there with a
+    ``tether`` package of its own (a hostile repository, or Tether's own checkout at
+    another version) must not be what the keeper imports: its interpreter is isolated
+    (no cwd on its path, no PYTHON* variables, no site)."""
+    planted = project_dir / "tether" / "supervise"
+    planted.mkdir(parents=True)
+    hijacked = project_dir / "hijacked"
+    plant = f"open({str(hijacked)!r}, 'w').write('keeper code ran')\n"
+    (project_dir / "tether" / "__init__.py").write_text(plant)
+    (planted / "__init__.py").write_text(plant)
+    (planted / "keeper.py").write_text(plant + "def run():\n    raise SystemExit(0)\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(project_dir),
+        "PYTHONSTARTUP": str(planted / "keeper.py"),
+    }
+
+    async def main() -> None:
+        with Registry() as reg:
+            proc = await spawn_agent(
+                spec([sys.executable, "-I", "-c", "print('bye')"], project_dir, env=env), reg
+            )
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.exit_code == 0
+            assert_clean(proc, report, "exit")
+
+    run(main())
+    assert not hijacked.exists(), "the project's tether package ran in the keeper"
+
+
+def test_the_keeper_imports_no_typing_re_or_enum() -> None:
+    """The keeper is one per session, idle for most of its life: each module it imports
+    is private memory (typing with re ~0.6 MiB, signal's enums ~0.3 MiB)."""
+    from tether.supervise import keeper_launch
+
+    code = keeper_launch._KEEPER_BOOT.replace(
+        "from tether.supervise.keeper import run; run()",
+        "import tether.supervise.keeper; print(' '.join(sorted(sys.modules)))",
+    )
+    out = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", code, keeper_launch._TETHER_ROOT],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout.split()  # fmt: skip
+    assert "tether.supervise.keeper" in out
+    for heavy in ("typing", "re", "enum", "site", "asyncio", "json", "signal"):
+        assert heavy not in out, heavy

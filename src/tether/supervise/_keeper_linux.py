@@ -17,7 +17,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
-import signal
+
+TYPE_CHECKING = False  # mypy reads the name
+if TYPE_CHECKING:
+    import signal
+else:  # the C module: `signal` wraps it in enums (enum, functools, collections)
+    import _signal as signal
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -65,14 +65,19 @@ from __future__ import annotations
 import errno
 import os
 import select
-import signal
 import sys
 import time
-from typing import NoReturn
 
 from tether._fastjson import dumps as _dumps
 from tether._fastjson import loads as _loads
 from tether.supervise.keeper_tree import KeeperTree, read_stat
+
+TYPE_CHECKING = False  # typing, re and enum cost the keeper ~1 MiB; mypy reads the name
+if TYPE_CHECKING:
+    import signal
+    from typing import NoReturn
+else:  # the C module: `signal` wraps it in enums (enum, functools, collections)
+    import _signal as signal
 
 # The platform layer, chosen once at import. It is not tether._os: that package costs
 # more to import than the whole keeper (see _keeper_linux's docstring).
@@ -374,5 +379,12 @@ def _leave(code: int) -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """The keeper process: :func:`main`, then :func:`_leave` (how
+    :mod:`tether.supervise.keeper_launch` starts it)."""
     _leave(main())
+    raise AssertionError("unreachable")  # os._exit returned
+
+
+if __name__ == "__main__":
+    run()

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING
 
 from tether.supervise.keeper_signals import SentSignals
+
+TYPE_CHECKING = False  # typing (and re) cost the keeper ~1 MiB; mypy reads the name
 
 if TYPE_CHECKING:  # the keeper's cold path imports no collections
     from collections.abc import Callable

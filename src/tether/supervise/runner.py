@@ -5,7 +5,7 @@ Theory of operation
 ``spawn_agent()`` is the only way Tether starts an agent. It
 
 1. writes a lease (``open``) naming the keeper *before* the run is announced running;
-2. starts the keeper (``python -m tether.supervise.keeper``) from the event-loop
+2. starts the keeper (:mod:`tether.supervise.keeper`) from the event-loop
    thread -- ``PR_SET_PDEATHSIG`` follows the forking thread, so a worker thread
    would kill the keeper when it ended -- with the agent's pipes as the keeper's stdio
    (or a PTY), the lease marker in the environment, and a socketpair as the control
