@@ -74,7 +74,7 @@ def resolve(token: str, configured: Mapping[str, Any] | None = None) -> list[str
         if isinstance(entry, list):
             return [str(a) for a in entry]
     if token == "mock":
-        return [sys.executable, "-m", "tether.testing.mock_agent"]
+        return [sys.executable, "-P", "-m", "tether.testing.mock_agent"]
     name = _ALIASES.get(token, token)
     if name in _BUILTIN:
         installed, fallback = _BUILTIN[name]

@@ -110,7 +110,7 @@ def bridge_server(session_key: str) -> dict[str, Any]:
     return {
         "name": BRIDGE_NAME,
         "command": sys.executable,
-        "args": ["-m", "tether", "mcp", "--session-key", session_key],
+        "args": ["-P", "-m", "tether", "mcp", "--session-key", session_key],
         "env": [
             {"name": "TETHER_HOME", "value": paths.home()},
             {"name": "TETHER_SESSION_KEY", "value": session_key},

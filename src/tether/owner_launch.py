@@ -52,7 +52,7 @@ def exec_owner(key: str, env: dict[str, str], ready_w: int, err_w: int) -> int |
     try:
         return os.posix_spawn(
             sys.executable,
-            [sys.executable, "-m", "tether.owner", key, str(ready_w)],
+            [sys.executable, "-P", "-m", "tether.owner", key, str(ready_w)],
             env,
             file_actions=[
                 (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

@@ -820,3 +820,36 @@ def test_owner_metrics_and_log_fields(mock: Cli, tether_home: Path) -> None:
         assert line["sessionId"], line
     (cancel,) = [ln for ln in owner_lines if ln.get("event") == "cancel"]
     assert cancel["requestId"] == active["currentRequest"]
+
+
+def test_a_tether_package_in_the_callers_directory_runs_no_code_in_the_owner(
+    project_dir: Path,
+) -> None:
+    """An owner starts in its caller's working directory, most often the project its
+    agent writes to; a ``tether`` package there (planted by an agent, or a checkout of
+    Tether at another version) must not be what the owner runs: the owner's (and the
+    fork server's) interpreter does not put its working directory on the path (-P)."""
+    hijacked = project_dir / "hijacked"
+    plant = f"open({str(hijacked)!r}, 'w').write('owner code ran')\n"
+    for sub in ("tether", "tether/owner"):
+        (project_dir / sub).mkdir()
+        (project_dir / sub / "__init__.py").write_text(plant)
+    (project_dir / "tether" / "owner" / "__main__.py").write_text(plant)
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    base = [sys.executable, "-P", "-m", "tether", "--agent", "mock"]
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*base, *args], cwd=project_dir, env=env, capture_output=True, text=True,
+            timeout=RUN_TIMEOUT, stdin=subprocess.DEVNULL, check=False,
+        )  # fmt: skip
+
+    try:
+        new = run("sessions", "new")
+        assert new.returncode == 0, new.stderr
+        done = run("prompt", "echo hi")
+        assert done.returncode == 0, done.stderr
+        assert "hi" in done.stdout
+    finally:
+        run("sessions", "close")
+    assert not hijacked.exists(), "the caller's directory's tether package ran in the owner"

@@ -110,7 +110,7 @@ class ForkServer:
         env = {**os.environ, "TETHER_HOME": paths.home(), "TETHER_OWNER_OF": OWNER_MARKER}
         try:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "tether.owner.fork_server", str(theirs.fileno())],
+                [sys.executable, "-P", "-m", "tether.owner.fork_server", str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,  # never the gateway's stdout (its announcement)
