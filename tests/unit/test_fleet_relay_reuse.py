@@ -18,15 +18,15 @@ import pytest
 
 pytest.importorskip("httptools", reason="the router's relay needs the serve extra")
 
-from tether.fleet import http1  # noqa: E402
-from tether.fleet.relay import (  # noqa: E402
+from tether.fleet import http1
+from tether.fleet.relay import (
     REPLAY_MAX,
     ClientLink,
     HostConnections,
     HostRefused,
     exchange,
 )
-from tether.fleet.requests import Queue, serve_connection  # noqa: E402
+from tether.fleet.requests import Queue, serve_connection
 
 OK = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok"
 
