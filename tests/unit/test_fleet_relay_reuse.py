@@ -152,7 +152,8 @@ def test_a_request_on_a_kept_connection_the_host_closed_is_sent_again_on_a_fresh
 
 def test_a_fresh_connection_closed_without_an_answer_is_the_hosts_failure() -> None:
     results, host = _run(lambda conn, n: False, [b"only"])
-    assert len(results) == 1 and isinstance(results[0], HostRefused)
+    assert len(results) == 1
+    assert isinstance(results[0], HostRefused)
     assert "closed the connection without answering" in str(results[0])
     assert host.connections == 1  # never tried again
 
@@ -213,7 +214,8 @@ def test_a_request_whose_serving_fails_gets_a_500_and_the_failure_is_logged(
     assert head.startswith(b"HTTP/1.1 500 ")
     assert b"connection: close" in head.lower()
     doc = json.loads(body)
-    assert doc["code"] == "INTERNAL_ERROR" and doc["retryable"] is False
+    assert doc["code"] == "INTERNAL_ERROR"
+    assert doc["retryable"] is False
     assert "RuntimeError: a bug in serving" in doc["detail"]
     assert any("serving GET /v1/anything failed" in r.getMessage() for r in caplog.records)
 

@@ -156,8 +156,10 @@ def _answer_failure(
     _log.logger.error("serving %s failed", what, exc_info=e)
     if not link.began:
         detail = f"serving {what} failed: {type(e).__name__}: {e}"
-        answer = http1.problem(500, "Internal Server Error", detail,
-                               code="INTERNAL_ERROR", retryable=False, keep_alive=False)  # fmt: skip
+        answer = http1.problem(
+            500, "Internal Server Error", detail,
+            code="INTERNAL_ERROR", retryable=False, keep_alive=False,
+        )  # fmt: skip
         writer.write(answer)
 
 
