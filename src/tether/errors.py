@@ -618,6 +618,13 @@ class InternalError(TetherError):
 
     default_detail_code = "INTERNAL_ERROR"
 
+    @classmethod
+    def of(cls, exc: BaseException, where: str) -> InternalError:
+        """What to tell of ``exc``: its type always (a bare ``assert`` has no message),
+        its message when it has one, and ``where`` the details are."""
+        said = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        return cls(f"unexpected error: {said} ({where})")
+
 
 # --- the rest -----------------------------------------------------------------------
 

@@ -1099,3 +1099,21 @@ def test_the_keeper_imports_no_typing_re_or_enum() -> None:
     assert "tether.supervise.keeper" in out
     for heavy in ("typing", "re", "enum", "site", "asyncio", "json", "signal"):
         assert heavy not in out, heavy
+
+
+def test_an_agent_runs_under_uvloop(project_dir: Path) -> None:
+    """A library user's application on uvloop (uvicorn's default loop) spawns agents
+    too: uvloop's pipe transports are not asyncio's classes (an ``isinstance`` check on
+    the agent's stdin failed every spawn)."""
+    uvloop = pytest.importorskip("uvloop", reason="uvloop comes with the serve extra")
+
+    async def main() -> None:
+        with Registry() as reg:
+            argv = [sys.executable, "-c", "import sys; print(sys.stdin.readline().upper())"]
+            proc = await spawn_agent(spec(argv, project_dir), reg)
+            proc.write(b"through uvloop\n")
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.exit_code == 0
+            assert_clean(proc, report, "exit")
+
+    uvloop.run(main())

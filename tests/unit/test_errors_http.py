@@ -110,3 +110,15 @@ def test_sse_framing() -> None:
         SseEvent("message", "7", '{"seq":7}'),
         SseEvent("lagged", None, '{\n"lastSeq": 7}'),
     ]
+
+
+def test_an_internal_error_names_what_failed_even_when_it_says_nothing() -> None:
+    """A bare ``assert`` fails with an empty message: the caller was told
+    ``internal error: `` and nothing more (the owner on an unsupported event loop)."""
+    from tether.errors import InternalError
+
+    bare = InternalError.of(AssertionError(), "details in /x/owner.log")
+    assert str(bare) == "unexpected error: AssertionError (details in /x/owner.log)"
+    said = InternalError.of(ValueError("bad seq"), "details in /x/owner.log")
+    assert str(said) == "unexpected error: ValueError: bad seq (details in /x/owner.log)"
+    assert bare.detail_code == "INTERNAL_ERROR"

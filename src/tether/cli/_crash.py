@@ -35,7 +35,7 @@ def unexpected(exc: BaseException) -> TetherError:
         return paths.state_error(exc, str(exc.filename or paths.home_path()))
     log = write_crash_log(exc)
     where = f"details in {log}" if log else "no log could be written"
-    return InternalError(f"unexpected error: {type(exc).__name__}: {exc} ({where})")
+    return InternalError.of(exc, where)
 
 
 def write_crash_log(exc: BaseException) -> str | None:

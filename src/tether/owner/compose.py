@@ -19,8 +19,8 @@ import signal
 import time
 from typing import TYPE_CHECKING, Any
 
-from tether import _aio, _log, _os, metrics, owner_lost
-from tether.errors import StateError, TetherError, UsageError
+from tether import _aio, _log, _os, metrics, owner_lost, sessions
+from tether.errors import InternalError, StateError, TetherError, UsageError
 from tether.ipc import protocol
 from tether.owner.admission import Admission
 from tether.owner.agent_jobs import RequestRunner
@@ -285,7 +285,8 @@ class Owner:
                 job.finish(error=exc)
             except Exception as exc:
                 logger.exception("request %s failed", job.request_id)
-                job.finish(error=TetherError(f"internal error: {exc}"))
+                where = f"details in {sessions.log_path(self.key)}"
+                job.finish(error=InternalError.of(exc, where))
             finally:
                 self.admission.active = None
                 self.admission.answer_cancels(job)  # a waiting `cancel`: honoured or not
