@@ -36,6 +36,8 @@ PRELOAD = (
     "tether.live_agent",
     "tether.supervise.runner",
     "tether.supervise.adoption",
+    "tether.supervise.reconcile",  # every owner's start reconciles its session's runs
+    "tether.mcp_servers",  # every agent's start: the MCP servers it is given
     "tether.owner.compose",
     "tether.owner.daemon",
 )
