@@ -1083,9 +1083,10 @@ def test_a_project_holding_a_tether_package_runs_no_code_in_the_keeper(
     assert not hijacked.exists(), "the project's tether package ran in the keeper"
 
 
-def test_the_keeper_imports_no_typing_re_or_enum() -> None:
+def test_the_keeper_imports_no_typing_re_enum_or_ctypes() -> None:
     """The keeper is one per session, idle for most of its life: each module it imports
-    is private memory (typing with re ~0.6 MiB, signal's enums ~0.3 MiB)."""
+    is private memory (typing with re ~0.6 MiB, signal's enums ~0.3 MiB, ctypes' Python
+    layer ~0.4 MiB)."""
     from tether.supervise import keeper_launch
 
     code = keeper_launch._KEEPER_BOOT.replace(
@@ -1097,7 +1098,7 @@ def test_the_keeper_imports_no_typing_re_or_enum() -> None:
         capture_output=True, text=True, check=True, timeout=30,
     ).stdout.split()  # fmt: skip
     assert "tether.supervise.keeper" in out
-    for heavy in ("typing", "re", "enum", "site", "asyncio", "json", "signal"):
+    for heavy in ("typing", "re", "enum", "site", "asyncio", "json", "signal", "ctypes"):
         assert heavy not in out, heavy
 
 
