@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tether import _log, metrics
 from tether.cli import main
@@ -186,3 +189,73 @@ def test_bound_logger_carries_owner_context(caplog: pytest.LogCaptureFixture) ->
     formatted = json.loads(_log.JsonFormatter().format(caplog.records[1]))
     assert formatted["event"] == "cancel"
     assert formatted["requestId"] == "r9"
+
+
+_BOUNDS = (0.01, 0.1, 1.0)
+
+
+_OPS = st.one_of(
+    st.tuples(
+        st.just("observe"),
+        st.sampled_from(["a", "b"]),
+        st.floats(0, 3, allow_nan=False),
+        st.sampled_from(["", "x"]),
+    ),
+    st.tuples(
+        st.just("incr"), st.sampled_from(["c", "d"]), st.integers(1, 5), st.sampled_from(["", "x"])
+    ),
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(batches=st.lists(st.lists(_OPS, max_size=12), max_size=6))
+def test_kept_metric_changes_written_in_batches_add_up_as_one_by_one(
+    batches: list[list[tuple[str, str, float, str]]],
+) -> None:
+    """An owner's status writer hands its kept changes over in batches (merged per
+    series, buckets added to in SQL): whatever the batches, the rows say what applying
+    each change alone would -- count, sum, every bucket, every counter."""
+    from tether.state.metric_rows import apply_metric_ops
+
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE TABLE counters (name TEXT, labels TEXT, value INTEGER,"
+               " PRIMARY KEY (name, labels))")  # fmt: skip
+    db.execute("CREATE TABLE histograms (name TEXT, labels TEXT, count INTEGER, sum REAL,"
+               " buckets TEXT, PRIMARY KEY (name, labels))")  # fmt: skip
+    want_hist: dict[tuple[str, str], list[float]] = {}
+    want_count: dict[tuple[str, str], int] = {}
+    for batch in batches:
+        ops: list[metrics.MetricOp] = []
+        for kind, name, value, label in batch:
+            labels = {"k": label} if label else {}
+            key = (name, "k=" + label if label else "")
+            if kind == "observe":
+                ops.append(("observe", name, value, _BOUNDS, labels))
+                want_hist.setdefault(key, []).append(value)
+            else:
+                ops.append(("incr", name, int(value), None, labels))
+                want_count[key] = want_count.get(key, 0) + int(value)
+        apply_metric_ops(db, ops)
+    got_count = {(n, lbl): v for n, lbl, v in db.execute("SELECT * FROM counters")}
+    assert got_count == want_count
+    rows = db.execute("SELECT name, labels, count, sum, buckets FROM histograms").fetchall()
+    assert {(n, lbl) for n, lbl, *_ in rows} == set(want_hist)
+    for name, labels, count, total, buckets in rows:
+        values = want_hist[(name, labels)]
+        assert count == len(values)
+        assert total == pytest.approx(sum(values))
+        expected = [0] * (len(_BOUNDS) + 1)
+        for v in values:
+            expected[next((i for i, e in enumerate(_BOUNDS) if v <= e), len(_BOUNDS))] += 1
+        assert json.loads(buckets) == expected
+
+
+def test_a_histogram_whose_buckets_changed_starts_its_buckets_over(reg: Registry) -> None:
+    """A stored row with another number of buckets (its bounds changed between
+    versions) is not added to bucket by bucket: its buckets start over, count and sum
+    go on."""
+    reg.observe("h", 0.5, (1.0,))  # two buckets
+    reg.observe("h", 0.05, (0.01, 0.1, 1.0))  # four
+    [(name, _labels, count, total, buckets)] = reg.histograms()
+    assert (name, count, buckets) == ("h", 2, [0, 1, 0, 0])
+    assert total == pytest.approx(0.55)

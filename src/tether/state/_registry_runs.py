@@ -14,16 +14,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
+from tether.state.metric_rows import apply_metric_ops
 from tether.supervise.lease_state import LeaseInput, LeaseState, next_state
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from tether.metrics import MetricOp
 
 __all__ = ["ANY_OWNER", "Lease", "RunStore"]
 
@@ -274,7 +271,7 @@ class RunStore:
 
     def incr(self, name: str, by: int = 1, **labels: str) -> None:
         with self.transaction() as db:
-            _incr(db, name, by, labels)
+            apply_metric_ops(db, [("incr", name, by, None, labels)])
 
     def counters(self) -> dict[str, int]:
         rows = self._db.execute("SELECT name, labels, value FROM counters ORDER BY name, labels")
@@ -283,7 +280,7 @@ class RunStore:
     def observe(self, name: str, value: float, bounds: tuple[float, ...], **labels: str) -> None:
         """Add one observation to a histogram (``bounds`` are the buckets' upper edges)."""
         with self.transaction() as db:
-            _observe(db, name, value, bounds, labels)
+            apply_metric_ops(db, [("observe", name, value, bounds, labels)])
 
     def histograms(self) -> list[tuple[str, str, int, float, list[int]]]:
         """Every histogram as ``(name, labels, count, sum, per-bucket counts)``."""
@@ -293,53 +290,3 @@ class RunStore:
         return [
             (str(n), str(lbl), int(c), float(sm), list(json.loads(b))) for n, lbl, c, sm, b in rows
         ]
-
-
-def _label_text(labels: dict[str, str]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
-
-
-def _incr(db: sqlite3.Connection, name: str, by: float, labels: dict[str, str]) -> None:
-    db.execute(
-        "INSERT INTO counters (name, labels, value) VALUES (?, ?, ?)"
-        " ON CONFLICT (name, labels) DO UPDATE SET value = value + excluded.value",
-        (name, _label_text(labels), int(by)),
-    )
-
-
-def _observe(
-    db: sqlite3.Connection,
-    name: str,
-    value: float,
-    bounds: tuple[float, ...],
-    labels: dict[str, str],
-) -> None:
-    label_text = _label_text(labels)
-    row = db.execute(
-        "SELECT count, sum, buckets FROM histograms WHERE name = ? AND labels = ?",
-        (name, label_text),
-    ).fetchone()
-    count, total, buckets = (0, 0.0, [0] * (len(bounds) + 1))
-    if row is not None:
-        count, total = int(row[0]), float(row[1])
-        stored = json.loads(row[2])
-        if isinstance(stored, list) and len(stored) == len(buckets):
-            buckets = [int(b) for b in stored]
-    index = next((i for i, edge in enumerate(bounds) if value <= edge), len(bounds))
-    buckets[index] += 1
-    db.execute(
-        "INSERT INTO histograms (name, labels, count, sum, buckets) VALUES (?, ?, ?, ?, ?)"
-        " ON CONFLICT (name, labels) DO UPDATE SET count = excluded.count,"
-        " sum = excluded.sum, buckets = excluded.buckets",
-        (name, label_text, count + 1, total + value, json.dumps(buckets)),
-    )
-
-
-def apply_metric_ops(db: sqlite3.Connection, ops: Iterable[MetricOp]) -> None:
-    """Write kept metric changes (:class:`tether.metrics.Deferred`) in the caller's
-    transaction."""
-    for kind, name, value, bounds, labels in ops:
-        if kind == "observe" and bounds is not None:
-            _observe(db, name, value, bounds, labels)
-        elif kind == "incr":
-            _incr(db, name, value, labels)

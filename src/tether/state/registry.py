@@ -35,8 +35,9 @@ from tether.state._registry_journal import JournalAppends, JournalReader, Journa
 from tether.state._registry_members import Member, MemberStore
 from tether.state._registry_owners import OwnerStore
 from tether.state._registry_prune import PruneStore
-from tether.state._registry_runs import ANY_OWNER, Lease, RunStore, apply_metric_ops
+from tether.state._registry_runs import ANY_OWNER, Lease, RunStore
 from tether.state._session_row import Session, ownership_fields, session_from_row
+from tether.state.metric_rows import apply_metric_ops
 from tether.state.schema import MIGRATIONS
 from tether.state.translate import translate_error
 
