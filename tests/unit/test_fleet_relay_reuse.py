@@ -223,3 +223,48 @@ def test_a_request_whose_serving_fails_gets_a_500_and_the_failure_is_logged(
 def test_a_failure_after_part_of_an_answer_cuts_the_connection_adding_nothing() -> None:
     got = _serve_failing(began=True)
     assert got == b"HTTP/1.1 200 OK\r\ncontent-length: 10\r\n\r\npart"
+
+
+def test_the_answer_to_a_head_ends_with_its_head_and_its_connection_serves_on() -> None:
+    """A HEAD's answer says how long the body would be, and none comes: the relay
+    waited for it (until the host closed the connection), then cut the client."""
+
+    async def main() -> tuple[int, bool, bytes, int]:
+        connections = 0
+
+        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while await reader.readuntil(b"\r\n\r\n"):
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")
+            writer.close()
+
+        server = await asyncio.start_server(host, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, got, sink = await _sink()
+        pool = HostConnections(connect_timeout=5.0)
+        head = http1.encode_request_head(
+            http1.RequestHead(method=b"HEAD", target=b"/v1/sessions/s1/history",
+                              headers=[], keep_alive=True),
+            f"127.0.0.1:{port}".encode(), [],
+        )  # fmt: skip
+        try:
+            async with asyncio.timeout(5):
+                for _ in range(2):  # the second on the kept connection
+                    outcome = await exchange(pool, "127.0.0.1", port, head, _body(), client)
+            await asyncio.sleep(0.05)  # let the sink read
+        finally:
+            await pool.aclose()
+            client.close()
+            await client.wait_closed()
+            server.close()
+            await server.wait_closed()
+            sink.close()
+            await sink.wait_closed()
+        return outcome.status, outcome.reusable, got(), connections
+
+    status, reusable, got, connections = asyncio.run(main())
+    assert (status, reusable, connections) == (200, True, 1)
+    assert got.count(b"HTTP/1.1 200 OK") == 2
+    assert got.endswith(b"content-length: 5\r\n\r\n")

@@ -220,7 +220,7 @@ async def _exchange_on(
     host, port, client = req.host, req.port, req.client
     writer = conn[1]
     await _send(writer, req.head, body, host, port)
-    watch = ResponseWatch()
+    watch = ResponseWatch(head_only=req.head.startswith(b"HEAD "))
     parser = httptools.HttpResponseParser(watch)
     watch.parser = parser
     first = True

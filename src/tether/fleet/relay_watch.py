@@ -19,7 +19,10 @@ class ResponseWatch:
     stream is always well formed and a ``host_lost`` event can follow it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, head_only: bool = False) -> None:
+        # The answer to a HEAD: its head says how long a body would be, and none comes.
+        # httptools cannot be told (it parses responses without their requests).
+        self.head_only = head_only
         self.out: list[bytes] = []
         self.status = 0
         self.headers_done = False
@@ -49,6 +52,9 @@ class ResponseWatch:
 
     def on_headers_complete(self) -> None:
         self.headers_done = True
+        if self.head_only:
+            self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
+            self.complete = True
 
     def on_body(self, body: bytes) -> None:
         if self.sse:
