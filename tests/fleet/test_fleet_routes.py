@@ -296,3 +296,35 @@ def test_sandbox_agents_client_through_a_router_and_its_server_through_another(
     assert out["sessionId"] in [
         s["id"] for s in procs.hosts[str(host_id)].http.get("/v1/sessions").json()["sessions"]
     ]
+
+
+def test_curl_posting_a_long_prompt_through_a_router_is_answered_at_once(
+    procs: Processes, project_dir: Path
+) -> None:
+    """``Expect: 100-continue`` (curl's with a large body; many HTTP clients', always):
+    the client waits (curl by default one second) for leave to send its body. The
+    router says ``100 Continue`` itself. It passed the header on instead: the host's
+    ``100 Continue`` came back as if it were the answer, the client waited for the real
+    one for ever, and the real one was left in the router's pooled connection for the
+    next request through it -- another client's."""
+    procs.host("h1")
+    router = procs.router()
+    sid = create(router, project_dir, "curl")["id"]
+    prompt = "echo " + "x" * 2000
+    body = json.dumps({"prompt": prompt})
+    done = subprocess.run(
+        # Waiting for leave 30 s, longer than it may take at all (20 s): without the
+        # router's 100 Continue, curl fails.
+        ["curl", "-sS", "--max-time", "20", "--expect100-timeout", "30",
+         "-H", f"Authorization: Bearer {USER_TOKEN}", "-H", "Expect: 100-continue",
+         "-H", "Content-Type: application/json", "--data-binary", "@-", "-w", "\\n%{http_code}",
+         f"{router.url}/v1/sessions/{sid}/prompt?wait=true"],
+        input=body, capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    answer, _, status = done.stdout.rpartition("\n")
+    assert status == "200", done.stdout
+    assert json.loads(answer)["stopReason"] == "end_turn"
+    # The router's pooled connection to the host is in step: the next request gets
+    # its own answer.
+    assert "after" in turn_text(router, sid, "echo after")

@@ -268,3 +268,145 @@ def test_the_answer_to_a_head_ends_with_its_head_and_its_connection_serves_on() 
     assert (status, reusable, connections) == (200, True, 1)
     assert got.count(b"HTTP/1.1 200 OK") == 2
     assert got.endswith(b"content-length: 5\r\n\r\n")
+
+
+def test_an_interim_answer_is_relayed_and_the_final_one_follows_on_the_same_exchange() -> None:
+    """A host may send ``100 Continue`` (uvicorn does when the app reads a body the
+    request said it would wait to send) before its answer. The relay took the interim
+    answer for the whole one: the client waited for ever, and the host's real answer
+    stayed in the pooled connection -- for the *next* request through it, another
+    client's, to be given."""
+
+    async def main() -> tuple[list[int], bytes]:
+        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            n = 0
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while await reader.readuntil(b"\r\n\r\n"):
+                    n += 1
+                    body = b"first" if n == 1 else b"second"
+                    if n == 1:
+                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                        await writer.drain()
+                        await asyncio.sleep(0.01)
+                    writer.write(
+                        b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
+                    )
+            writer.close()
+
+        server = await asyncio.start_server(host, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, got, sink = await _sink()
+        pool = HostConnections(connect_timeout=5.0)
+        statuses = []
+        try:
+            async with asyncio.timeout(5):
+                for _ in range(2):
+                    outcome = await exchange(
+                        pool, "127.0.0.1", port, _request(port, b""), _body(), client
+                    )
+                    statuses.append(outcome.status)
+            await asyncio.sleep(0.05)  # let the sink read
+        finally:
+            await pool.aclose()
+            client.close()
+            await client.wait_closed()
+            server.close()
+            await server.wait_closed()
+            sink.close()
+            await sink.wait_closed()
+        return statuses, got()
+
+    statuses, got = asyncio.run(main())
+    assert statuses == [200, 200]
+    assert got == (
+        b"HTTP/1.1 100 Continue\r\n\r\n"
+        b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
+        b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nsecond"
+    )
+
+
+def test_a_client_waiting_for_100_continue_is_told_to_send_its_body() -> None:
+    """``Expect: 100-continue`` (curl's, for any body over 1 KiB): the router reads every
+    body it is sent, so it says ``100 Continue`` at once -- the client would otherwise wait
+    (curl one second) before sending it -- and the header is not passed on."""
+
+    seen: list[bytes] = []
+
+    async def serve_one(
+        head: http1.RequestHead, queue: Queue, out: asyncio.StreamWriter, link: ClientLink
+    ) -> bool:
+        from tether.fleet.requests import RequestBody
+
+        body = b"".join([part async for part in RequestBody(queue)])
+        seen.append(http1.encode_request_head(head, b"host", []))
+        out.write(http1.response(200, body, b"text/plain", []))
+        return True
+
+    async def main() -> bytes:
+        server = await asyncio.start_server(
+            lambda r, w: serve_connection(r, w, serve_one), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: 4\r\n"
+                     b"expect: 100-continue\r\n\r\n")  # fmt: skip
+        async with asyncio.timeout(5):
+            interim = await reader.readuntil(b"\r\n\r\n")  # before any body byte is sent
+            writer.write(b"ping")
+            final = await reader.readuntil(b"\r\n\r\n")
+            final += await reader.readexactly(4)
+        writer.close()
+        await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return interim + final
+
+    got = asyncio.run(main())
+    assert got.startswith(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\n")
+    assert got.endswith(b"ping")
+    assert b"expect" not in seen[0].lower()
+
+
+def test_a_host_answering_twice_does_not_leave_its_second_answer_for_the_next_request() -> None:
+    """Bytes after the end of an answer (a host out of step with its requests): the
+    connection is not pooled, so the next request -- maybe another client's -- is not
+    answered with them."""
+
+    async def main() -> tuple[list[tuple[int, bool]], int]:
+        connections = 0
+
+        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            mine = connections
+            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+                while await reader.readuntil(b"\r\n\r\n"):
+                    one = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n%d" % mine
+                    writer.write(one + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+            writer.close()
+
+        server = await asyncio.start_server(host, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, _got, sink = await _sink()
+        pool = HostConnections(connect_timeout=5.0)
+        outcomes = []
+        try:
+            async with asyncio.timeout(5):
+                for _ in range(2):
+                    o = await exchange(
+                        pool, "127.0.0.1", port, _request(port, b""), _body(), client
+                    )
+                    outcomes.append((o.status, o.reusable))
+        finally:
+            await pool.aclose()
+            client.close()
+            await client.wait_closed()
+            server.close()
+            await server.wait_closed()
+            sink.close()
+            await sink.wait_closed()
+        return outcomes, connections
+
+    outcomes, connections = asyncio.run(main())
+    assert outcomes == [(200, False), (200, False)]
+    assert connections == 2  # each request on a connection of its own

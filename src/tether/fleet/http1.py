@@ -22,6 +22,7 @@ Header = tuple[bytes, bytes]
 HOP_BY_HOP = frozenset(
     {
         b"x-tether-requester",
+        b"expect",  # answered by the router itself (tether.fleet.requests)
         b"connection",
         b"keep-alive",
         b"proxy-connection",

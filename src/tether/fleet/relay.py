@@ -342,7 +342,7 @@ async def _finish(
     with contextlib.suppress(OSError, ConnectionError):
         await client.drain()
     status = parser.get_status_code() if watch.headers_done else 0
-    reusable = watch.complete and not lost and watch.keep_alive
+    reusable = watch.complete and not lost and watch.keep_alive and not watch.trailing
     if reusable:
         req.pool.put(req.host, req.port, conn)
     else:

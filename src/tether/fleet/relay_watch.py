@@ -34,6 +34,14 @@ class ResponseWatch:
         self.parser: httptools.HttpResponseParser | None = None
         self._head: list[bytes] = []
         self._pending = b""  # an event stream's incomplete last event
+        self._interim = 0  # the status of an interim (1xx) answer being parsed
+        # Bytes came after the answer ended (a host answering twice): the connection
+        # is out of step with its requests and must not serve another.
+        self.trailing = False
+
+    def on_message_begin(self) -> None:
+        if self.complete:
+            self.trailing = True
 
     def on_status(self, status: bytes) -> None:
         self._head.append(status)
@@ -51,6 +59,12 @@ class ResponseWatch:
         return b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason, b"".join(self._head[1:]))
 
     def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code() if self.parser is not None else 0
+        if 100 <= status < 200 and status != 101:
+            # An interim answer (100 Continue, 103 Early Hints): passed on whole when it
+            # ends, and the final answer is parsed after it (on_message_complete).
+            self._interim = status
+            return
         self.headers_done = True
         if self.head_only:
             self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
@@ -70,6 +84,11 @@ class ResponseWatch:
         self.out.append(http1.chunk(body) if self.chunked else body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self.out.append(self.head_bytes(self._interim))
+            self._interim = 0
+            self._head = []
+            return
         # Only here: once the message is over, httptools no longer answers it.
         self.keep_alive = self.parser is not None and self.parser.should_keep_alive()
         if self._pending:

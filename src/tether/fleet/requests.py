@@ -25,6 +25,7 @@ from tether.fleet import http1
 from tether.fleet.relay import ClientLink
 
 HEAD_MAX = 64 * 1024  # a request head larger than this is refused
+CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 READ_SIZE = 256 * 1024
 
 Queue = asyncio.Queue[tuple[str, Any]]
@@ -128,6 +129,10 @@ async def serve_connection(
                 break  # eof or a malformed request
             on_request()
             link.began = False
+            if (head.header(b"expect") or b"").lower() == b"100-continue":
+                # Every body is read (relayed, or drained): the client need not wait for
+                # leave to send it (curl waits one second). Not passed on (HOP_BY_HOP).
+                writer.write(CONTINUE)
             try:
                 keep = await serve_one(head, queue, writer, link)
             except (OSError, ConnectionError):
