@@ -179,7 +179,7 @@ class FleetDoor:
         host, port = self._address
         try:
             outcome = await exchange(
-                pool, host, port, request, body.__aiter__(), out,
+                pool, host, port, request, body.relayed(head), out,
                 first_byte_timeout=FIRST_BYTE_TIMEOUT_S, link=link,
             )  # fmt: skip
         except HostRefused as e:

@@ -69,6 +69,11 @@ class RequestHead:
                 return v
         return None
 
+    @property
+    def chunked(self) -> bool:
+        """Whether the body comes chunked (the head sent on to a host says so too)."""
+        return b"chunked" in (self.header(b"transfer-encoding") or b"").lower()
+
 
 def encode_request_head(head: RequestHead, host: bytes, extra: Iterable[Header] = ()) -> bytes:
     """The head to send a host: the user's headers less hop-by-hop ones, then ours."""

@@ -93,6 +93,20 @@ class RequestBody:
         async for _ in self:
             pass
 
+    async def relayed(self, head: http1.RequestHead) -> AsyncIterator[bytes]:
+        """The body as a host is sent it: as it came, and re-framed in chunks when it
+        came chunked -- httptools hands over a chunked body's content, and the head sent
+        on still says ``transfer-encoding: chunked`` (the host read the content as chunk
+        sizes: a 400, or worse, a request out of step)."""
+        if not head.chunked:
+            async for part in self:
+                yield part
+            return
+        async for part in self:
+            if part:
+                yield http1.chunk(part)
+        yield http1.LAST_CHUNK
+
 
 async def _feed(
     reader: asyncio.StreamReader,

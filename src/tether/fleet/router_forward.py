@@ -56,7 +56,7 @@ async def forward(
         durable = None if sid is None else await asyncio.to_thread(router.table.durable_seq, sid)
         return {"durableSeq": durable, "hostId": host.host_id}
 
-    parts = body.__aiter__() if isinstance(body, _RequestBody) else _once(body)
+    parts = body.relayed(head) if isinstance(body, _RequestBody) else _once(body)
     try:
         outcome = await exchange(
             router.pool, address, port, request, parts, out,
