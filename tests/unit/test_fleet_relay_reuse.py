@@ -410,3 +410,79 @@ def test_a_host_answering_twice_does_not_leave_its_second_answer_for_the_next_re
     outcomes, connections = asyncio.run(main())
     assert outcomes == [(200, False), (200, False)]
     assert connections == 2  # each request on a connection of its own
+
+
+def _serve_raw(serve_one: Callable[..., Any], send: Callable[[asyncio.StreamWriter], Any]) -> bytes:
+    """What a client gets from :func:`serve_connection` for what ``send`` writes."""
+
+    async def main() -> bytes:
+        server = await asyncio.start_server(
+            lambda r, w: serve_connection(r, w, serve_one), "127.0.0.1", 0
+        )
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with asyncio.timeout(20):
+            sent = asyncio.ensure_future(send(writer))
+            got = await reader.read()  # to the end: the router closes
+            with contextlib.suppress(ConnectionError):
+                await sent
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+        server.close()
+        await server.wait_closed()
+        return got
+
+    return asyncio.run(main())
+
+
+def test_a_head_without_end_is_refused_431_before_anyone_is_asked() -> None:
+    """An endless header (a hostile or broken client, unauthenticated) grew the
+    router's memory without bound: past HEAD_MAX it is answered 431 and cut."""
+    from tether.fleet.requests import HEAD_MAX
+
+    served: list[bytes] = []
+
+    async def serve_one(head: http1.RequestHead, *_: Any) -> bool:
+        served.append(head.target)
+        return False
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"GET /v1/health HTTP/1.1\r\nhost: x\r\nx-junk: ")
+        for _ in range(4 * HEAD_MAX // 65536):
+            writer.write(b"a" * 65536)
+            await writer.drain()
+
+    got = _serve_raw(serve_one, send)
+    assert got.startswith(b"HTTP/1.1 431 Request Header Fields Too Large\r\n")
+    assert b'"code":"HEAD_TOO_LARGE"' in got
+    assert served == []
+
+
+def test_a_body_sent_faster_than_it_is_read_is_held_back_not_buffered() -> None:
+    """The client's bytes are read no further ahead of the body's reader than
+    QUEUED_MAX parts: a fast upload to a slow host is held back by TCP, not kept in the
+    router's memory. The body still arrives whole."""
+    from tether.fleet.requests import QUEUED_MAX, RequestBody
+
+    size = 8 * 1024 * 1024
+    seen: dict[str, int] = {"max_queued": 0, "bytes": 0}
+
+    async def serve_one(head: http1.RequestHead, queue: Queue, out: Any, link: Any) -> bool:
+        async for part in RequestBody(queue):
+            seen["max_queued"] = max(seen["max_queued"], queue.qsize())
+            seen["bytes"] += len(part)
+            await asyncio.sleep(0.001)  # a slow reader
+        out.write(http1.response(200, b"ok", b"text/plain", [], keep_alive=False))
+        return False
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        writer.write(b"POST /v1/x HTTP/1.1\r\nhost: x\r\ncontent-length: %d\r\n\r\n" % size)
+        for _ in range(size // 65536):
+            writer.write(b"b" * 65536)
+            await writer.drain()
+
+    got = _serve_raw(serve_one, send)
+    assert got.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert seen["bytes"] == size
+    assert seen["max_queued"] <= QUEUED_MAX + 2, seen

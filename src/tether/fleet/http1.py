@@ -45,6 +45,7 @@ REASONS = {
     410: b"Gone",
     422: b"Unprocessable Content",
     413: b"Content Too Large",
+    431: b"Request Header Fields Too Large",
     501: b"Not Implemented",
     502: b"Bad Gateway",
     503: b"Service Unavailable",

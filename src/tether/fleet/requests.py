@@ -24,13 +24,38 @@ from tether import _aio, _log
 from tether.fleet import http1
 from tether.fleet.relay import ClientLink
 
-HEAD_MAX = 64 * 1024  # a request head larger than this is refused
+# A request head larger than this is refused (431), counted at each read of the
+# connection: at the latest once it passed HEAD_MAX + READ_SIZE.
+HEAD_MAX = 64 * 1024
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 READ_SIZE = 256 * 1024
+QUEUED_MAX = 8  # body parts (each at most READ_SIZE) read ahead of their reader
 
-Queue = asyncio.Queue[tuple[str, Any]]
+
+class RequestQueue(asyncio.Queue[tuple[str, Any]]):
+    """A connection's parsed requests (heads, body parts, their ends), in order; ``room``
+    is set while it holds no more than :data:`QUEUED_MAX` items (the reading of the
+    client's bytes waits for it)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.room = asyncio.Event()
+        self.room.set()
+
+    def _get(self) -> tuple[str, Any]:
+        item = super()._get()
+        if self.qsize() <= QUEUED_MAX:
+            self.room.set()
+        return item
+
+
+Queue = RequestQueue
 # serve_one(head, queue of its body, client, link) -> whether the connection serves on
 ServeOne = Callable[[http1.RequestHead, Queue, asyncio.StreamWriter, ClientLink], Awaitable[bool]]
+
+
+class HeadTooLarge(Exception):
+    """A request head grew past :data:`HEAD_MAX` (answered ``431``, connection closed)."""
 
 
 class RequestWatch:
@@ -40,12 +65,28 @@ class RequestWatch:
         self._queue = queue
         self._url = b""
         self._headers: list[http1.Header] = []
+        # Bytes of the head so far: bounded before anyone is asked. httptools keeps a
+        # header's text to itself until the header ends, so the bytes fed while a head
+        # is being read are counted too (grow(), by the reader of the connection).
+        self._head_size = 0
+        self.reading_head = False
         self.parser: httptools.HttpRequestParser | None = None
 
+    def grow(self, n: int) -> None:
+        self._head_size += n
+        if self._head_size > HEAD_MAX:
+            raise HeadTooLarge(f"a request head over {HEAD_MAX} bytes")
+
+    def on_message_begin(self) -> None:
+        self.reading_head = True
+        self._head_size = 0
+
     def on_url(self, url: bytes) -> None:
+        self.grow(len(url))
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self.grow(len(name) + len(value) + 4)
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
@@ -57,7 +98,7 @@ class RequestWatch:
             keep_alive=self.parser.should_keep_alive(),
         )
         self._queue.put_nowait(("head", head))
-        self._url, self._headers = b"", []
+        self._url, self._headers, self.reading_head = b"", [], False
 
     def on_body(self, body: bytes) -> None:
         self._queue.put_nowait(("body", body))
@@ -110,13 +151,28 @@ class RequestBody:
 
 async def _feed(
     reader: asyncio.StreamReader,
-    parser: httptools.HttpRequestParser,
+    watch: RequestWatch,
     queue: Queue,
     link: ClientLink,
 ) -> None:
+    assert watch.parser is not None
     try:
         while data := await reader.read(READ_SIZE):
-            parser.feed_data(data)
+            in_head = watch.reading_head
+            watch.parser.feed_data(data)
+            if in_head and watch.reading_head:
+                watch.grow(len(data))  # all of it went to a head not ended yet
+            # Whoever reads the body (a host, through the relay) is behind: read no more
+            # of it until they catch up, so a client sending faster than a host reads
+            # is held back by TCP rather than buffered here without end.
+            while queue.qsize() > QUEUED_MAX:
+                queue.room.clear()
+                await queue.room.wait()
+    except HeadTooLarge:
+        queue.put_nowait(("too_large", None))
+    except httptools.HttpParserCallbackError as e:  # raised in a callback of ours
+        too_large = isinstance(e.__context__, HeadTooLarge)
+        queue.put_nowait(("too_large" if too_large else "eof", None))
     except (httptools.HttpParserError, OSError, ConnectionError):
         pass
     queue.put_nowait(("eof", None))
@@ -130,15 +186,21 @@ async def serve_connection(
     on_request: Callable[[], None] = lambda: None,
 ) -> None:
     """Serve one client connection's requests in turn until it ends or may not go on."""
-    queue: Queue = asyncio.Queue()
+    queue = RequestQueue()
     watch = RequestWatch(queue)
     parser = httptools.HttpRequestParser(watch)
     watch.parser = parser
     link = ClientLink()
-    feeder = _aio.spawn(_feed(reader, parser, queue, link))
+    feeder = _aio.spawn(_feed(reader, watch, queue, link))
     try:
         while True:
             kind, head = await queue.get()
+            if kind == "too_large":
+                writer.write(http1.problem(431, "Request Header Fields Too Large",
+                                           f"a request head over {HEAD_MAX} bytes",
+                                           code="HEAD_TOO_LARGE", retryable=False,
+                                           keep_alive=False))  # fmt: skip
+                break
             if kind != "head":
                 break  # eof or a malformed request
             on_request()

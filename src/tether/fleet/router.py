@@ -34,7 +34,7 @@ from tether.fleet.host_table import HostTable
 from tether.fleet.index import FleetIndex
 from tether.fleet.relay import ClientLink, Endpoint, HostConnections
 from tether.fleet.requests import RequestBody as _RequestBody
-from tether.fleet.requests import serve_connection, serve_listener
+from tether.fleet.requests import RequestQueue, serve_connection, serve_listener
 from tether.fleet.rows import HostRow
 from tether.policy.visibility import A2APolicy, Visibility
 
@@ -87,7 +87,7 @@ class Router:
 
         await serve_connection(reader, writer, self._serve_one, counted)
 
-    async def _drain_body(self, queue: asyncio.Queue[tuple[str, Any]]) -> None:
+    async def _drain_body(self, queue: RequestQueue) -> None:
         await _RequestBody(queue).drain()
 
     # --- one request -------------------------------------------------------------------
@@ -106,7 +106,7 @@ class Router:
     async def _serve_one(
         self,
         head: http1.RequestHead,
-        queue: asyncio.Queue[tuple[str, Any]],
+        queue: RequestQueue,
         out: asyncio.StreamWriter,
         link: ClientLink,
     ) -> bool:
@@ -188,7 +188,7 @@ class Router:
     async def _any_host(
         self,
         head: http1.RequestHead,
-        queue: asyncio.Queue[tuple[str, Any]],
+        queue: RequestQueue,
         out: asyncio.StreamWriter,
         link: ClientLink,
     ) -> bool:
@@ -239,7 +239,7 @@ class Router:
         self,
         sid: str,
         head: http1.RequestHead,
-        queue: asyncio.Queue[tuple[str, Any]],
+        queue: RequestQueue,
         out: asyncio.StreamWriter,
         link: ClientLink,
     ) -> bool:
