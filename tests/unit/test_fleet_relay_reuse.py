@@ -424,8 +424,9 @@ def _serve_raw(serve_one: Callable[..., Any], send: Callable[[asyncio.StreamWrit
         async with asyncio.timeout(20):
             sent = asyncio.ensure_future(send(writer))
             got = await reader.read()  # to the end: the router closes
-            with contextlib.suppress(ConnectionError):
-                await sent
+        sent.cancel()  # whatever it still meant to send
+        with contextlib.suppress(ConnectionError, asyncio.CancelledError):
+            await sent
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
@@ -486,3 +487,30 @@ def test_a_body_sent_faster_than_it_is_read_is_held_back_not_buffered() -> None:
     assert got.startswith(b"HTTP/1.1 200 OK\r\n")
     assert seen["bytes"] == size
     assert seen["max_queued"] <= QUEUED_MAX + 2, seen
+
+
+@pytest.mark.parametrize("begun", [False, True])
+def test_a_connection_waiting_too_long_for_a_head_is_let_go(
+    monkeypatch: pytest.MonkeyPatch, begun: bool
+) -> None:
+    """A connection idle past WAIT_FOR_HEAD_S is closed; one whose head began and never
+    ended (a slowloris client) is answered 408 and closed. Before, both were held for
+    ever: a task and a socket each, and no one authenticated."""
+    from tether.fleet import requests
+
+    monkeypatch.setattr(requests, "WAIT_FOR_HEAD_S", 0.3)
+
+    async def serve_one(head: http1.RequestHead, *_: Any) -> bool:
+        raise AssertionError("no request was whole")
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        if begun:
+            writer.write(b"GET /v1/health HTTP/1.1\r\nhost: x\r\nx-slow: a")
+        await asyncio.sleep(30)  # never more: the router must end it
+
+    got = _serve_raw(serve_one, send)
+    if begun:
+        assert got.startswith(b"HTTP/1.1 408 Request Timeout\r\n")
+        assert b'"code":"HEAD_TIMEOUT"' in got
+    else:
+        assert got == b""

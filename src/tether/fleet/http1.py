@@ -41,6 +41,7 @@ REASONS = {
     401: b"Unauthorized",
     404: b"Not Found",
     405: b"Method Not Allowed",
+    408: b"Request Timeout",
     409: b"Conflict",
     410: b"Gone",
     422: b"Unprocessable Content",

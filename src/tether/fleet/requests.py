@@ -27,6 +27,11 @@ from tether.fleet.relay import ClientLink
 # A request head larger than this is refused (431), counted at each read of the
 # connection: at the latest once it passed HEAD_MAX + READ_SIZE.
 HEAD_MAX = 64 * 1024
+# How long a connection may wait for its next request's whole head: an idle kept-alive
+# connection is closed then, and one whose head has begun is answered 408 -- each
+# connection holds a task and a socket, and a client that never finishes (or never
+# starts) must not hold them for ever. HTTP clients let their idle connections go sooner.
+WAIT_FOR_HEAD_S = 60.0
 CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 READ_SIZE = 256 * 1024
 QUEUED_MAX = 8  # body parts (each at most READ_SIZE) read ahead of their reader
@@ -194,7 +199,16 @@ async def serve_connection(
     feeder = _aio.spawn(_feed(reader, watch, queue, link))
     try:
         while True:
-            kind, head = await queue.get()
+            try:
+                async with asyncio.timeout(WAIT_FOR_HEAD_S):
+                    kind, head = await queue.get()
+            except TimeoutError:
+                if watch.reading_head:  # begun, never ended: a slow or stuck client
+                    writer.write(http1.problem(408, "Request Timeout",
+                                               f"no whole request head in {WAIT_FOR_HEAD_S:g} s",
+                                               code="HEAD_TIMEOUT", retryable=True,
+                                               keep_alive=False))  # fmt: skip
+                break  # idle that long: the connection is let go
             if kind == "too_large":
                 writer.write(http1.problem(431, "Request Header Fields Too Large",
                                            f"a request head over {HEAD_MAX} bytes",
