@@ -1,9 +1,12 @@
-"""The relay's kept-alive connections to hosts, with a host that closes one as a request
-goes down it (its keep-alive timeout or a drain racing the router's next request): the
-request is sent once more on a fresh connection, and only a fresh connection's failure is
-the host's. And a request whose serving fails unexpectedly still gets its one answer.
+"""HTTP/1.1 one step beside the tested paths, at the router's two ends (its relay to
+hosts, :mod:`tether.fleet.relay`, and its serving of clients and agents,
+:mod:`tether.fleet.requests`): a host closing a kept-alive connection as a request goes
+down it, a host's interim or doubled answer, the answer to a HEAD, ``Expect:
+100-continue``, a chunked body, a head without end or without hurry, a body faster
+than its reader, and a failure of the router's own -- each request answered once.
 
-Real sockets on loopback: a scripted host, and a sink standing for the router's client.
+Real sockets on loopback: scripted hosts and clients, and a sink standing for the
+router's client.
 """
 
 from __future__ import annotations
