@@ -86,7 +86,7 @@ def test_an_unreadable_database_still_closes_the_session_through_its_owner() -> 
 def test_the_family_is_read_without_the_registry_the_same_way() -> None:
     """The close's family links (sqlite3 alone, issue 23) give the registry's close order."""
     from tether.policy import ownership
-    from tether.state.family import open_links
+    from tether.state.family import open_rows
 
     _family()
     with Registry() as reg:
@@ -100,9 +100,9 @@ def test_the_family_is_read_without_the_registry_the_same_way() -> None:
         )
         reg.update_session("b", state="closed")
         expected = ownership.close_order("root", reg.sessions(include_closed=False))
-    links = open_links()
-    assert links is not None
-    assert ownership.family_close_order("root", links) == expected == ["a1", "a2", "a"]
+    rows = open_rows()
+    assert rows is not None
+    assert ownership.close_order("root", rows) == expected == ["a1", "a2", "a"]
 
 
 def test_the_family_reader_leaves_other_schemas_to_the_registry() -> None:
@@ -110,11 +110,11 @@ def test_the_family_reader_leaves_other_schemas_to_the_registry() -> None:
     import sqlite3
 
     from tether import paths
-    from tether.state.family import open_links
+    from tether.state.family import open_rows
 
-    assert open_links() is None  # no database yet: the registry creates it
+    assert open_rows() is None  # no database yet: the registry creates it
     _family()
     db = sqlite3.connect(paths.state_db())
     db.execute("PRAGMA user_version = 1")
     db.close()
-    assert open_links() is None
+    assert open_rows() is None

@@ -38,11 +38,11 @@ MAX_PASSES = 3
 
 
 def _descendants(key: str) -> list[str]:
-    from tether.state.family import open_links
+    from tether.state.family import open_rows
 
-    links = open_links()  # sqlite3 alone: the registry's import cost more than the query
-    if links is not None:
-        return ownership.family_close_order(key, links)
+    rows = open_rows()  # sqlite3 alone: the registry's import cost more than the query
+    if rows is not None:
+        return ownership.close_order(key, rows)
     from tether.state.registry import Registry
 
     with Registry() as reg:

@@ -14,15 +14,30 @@ from __future__ import annotations
 TYPE_CHECKING = False  # typing costs the CLI's close milliseconds; mypy reads the name
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Mapping, Sequence
-    from typing import Any
+    from typing import Any, Protocol
 
     from tether.policy.visibility import Row
     from tether.state.registry import Session as _SessionLike
 
+    class _Linked(Protocol):
+        """What the ownership forest reads of a row: the registry's ``Session``, or the
+        family reader's lighter row (:mod:`tether.state.family`)."""
+
+        @property
+        def key(self) -> str: ...
+        @property
+        def state(self) -> str: ...
+        @property
+        def parent_session_key(self) -> str | None: ...
+        @property
+        def spawned_by(self) -> str | None: ...
+        @property
+        def owner_session_key(self) -> str | None: ...
+
+
 __all__ = [
     "close_order",
     "descends_from",
-    "family_close_order",
     "ownership_json",
     "parent_of",
     "row_of",
@@ -60,7 +75,7 @@ def ownership_json(session: _SessionLike, instance_id: str) -> dict[str, Any]:
     }
 
 
-def parent_of(session: _SessionLike) -> str | None:
+def parent_of(session: _Linked) -> str | None:
     """The key this row hangs under in the ownership forest (None: operator-owned)."""
     return session.parent_session_key or session.spawned_by or session.owner_session_key
 
@@ -131,20 +146,14 @@ def tree_lines(records: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def close_order(root: str, sessions: Iterable[_SessionLike]) -> list[str]:
+def close_order(root: str, sessions: Iterable[_Linked]) -> list[str]:
     """Every open descendant of ``root`` (transitively), children before their parents.
 
     ``root`` itself is not included: the caller closes it last. Cycles in hand-edited
     rows are cut (each key appears once).
     """
-    return family_close_order(root, ((s.key, parent_of(s), s.state) for s in sessions))
-
-
-def family_close_order(root: str, links: Iterable[tuple[str, str | None, str]]) -> list[str]:
-    """:func:`close_order` of ``(key, parent, state)`` links (the parent as
-    :func:`parent_of` gives it), as :mod:`tether.state.family` reads them."""
     _roots, children = _children_map(
-        (key, parent) for key, parent, state in links if state != "closed" or key == root
+        (s.key, parent_of(s)) for s in sessions if s.state != "closed" or s.key == root
     )
     order: list[str] = []
     seen = {root}

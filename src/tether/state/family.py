@@ -1,7 +1,7 @@
 """The open sessions' family links, read without the registry (issue 23).
 
 ``sessions close`` first closes the session's open descendants (:mod:`tether.policy.cascade`),
-which needs one query: every open session's key, parent and state. Importing the
+which needs one query: every open session's key, family columns and state. Importing the
 registry for it -- its dataclasses, the journal's storage, the migrations -- cost the
 CLI's close more than everything else it imports; this module reads the same rows with
 ``sqlite3`` alone. It only reads, and only a database at the current schema version:
@@ -18,7 +18,7 @@ import sqlite3
 from tether import paths
 from tether.state.schema import MIGRATIONS
 
-__all__ = ["open_links"]
+__all__ = ["OpenRow", "open_rows"]
 
 _QUERY = (
     "SELECT key, parent_session_key, spawned_by, owner_session_key, state"
@@ -26,9 +26,24 @@ _QUERY = (
 )
 
 
-def open_links() -> list[tuple[str, str | None, str]] | None:
-    """``(key, parent, state)`` of every open session, oldest first; None: ask the
-    registry. The parent is :func:`tether.policy.ownership.parent_of`'s."""
+class OpenRow:
+    """An open session's family columns, as :func:`tether.policy.ownership.parent_of`
+    reads them (which of them makes the parent is that module's to say)."""
+
+    __slots__ = ("key", "owner_session_key", "parent_session_key", "spawned_by", "state")
+
+    def __init__(
+        self, key: str, parent: str | None, spawner: str | None, owner: str | None, state: str
+    ) -> None:
+        self.key = key
+        self.parent_session_key = parent
+        self.spawned_by = spawner
+        self.owner_session_key = owner
+        self.state = state
+
+
+def open_rows() -> list[OpenRow] | None:
+    """Every open session's family columns, oldest first; None: ask the registry."""
     path = paths.state_db()
     if not os.path.exists(path):
         return None
@@ -42,7 +57,7 @@ def open_links() -> list[tuple[str, str | None, str]] | None:
         if db.execute("PRAGMA user_version").fetchone()[0] != len(MIGRATIONS):
             return None
         return [
-            (str(key), parent or spawner or owner or None, str(state))
+            OpenRow(str(key), parent, spawner, owner, str(state))
             for key, parent, spawner, owner, state in db.execute(_QUERY)
         ]
     except sqlite3.Error:
