@@ -57,58 +57,59 @@ def _apply_session_option(inv: Invocation, flag: str, value: str) -> None:
 
 
 def apply_global(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in ("--model", "--allowed-tools", "--max-turns") or flag.endswith("system-prompt"):
+    if flag in _GLOBAL_SWITCHES:
+        setattr(inv, _GLOBAL_SWITCHES[flag], True)
+    elif flag in _GLOBAL_VALUES:
+        setattr(inv, _GLOBAL_VALUES[flag], value)
+    elif flag in _GLOBAL_NON_EMPTY:
+        if not value:
+            raise UsageError(f"{flag} needs a non-empty value")
+        setattr(inv, _GLOBAL_NON_EMPTY[flag], value)
+    elif flag in _GLOBAL_CHOICES:
+        field, choices = _GLOBAL_CHOICES[flag]
+        if value not in choices:
+            raise UsageError(f"{flag} takes {', '.join(choices[:-1])} or {choices[-1]}")
+        setattr(inv, field, value)
+    elif flag in ("--model", "--allowed-tools", "--max-turns") or flag.endswith("system-prompt"):
         _apply_session_option(inv, flag, value or "")
-    elif flag == "--auth-policy":
-        if value not in ("skip", "fail"):
-            raise UsageError("--auth-policy takes skip or fail")
-        inv.auth_policy = value
     elif flag == "--prompt-retries":
         inv.prompt_retries = _count(flag, value or "", 0)
-    elif flag == "--suppress-reads":
-        inv.suppress_reads = True
-    elif flag == "--no-terminal":
-        inv.no_terminal = True
     elif flag in ("--approve-all", "--approve-reads", "--deny-all"):
         mode = flag[2:]
         if inv.permissions and inv.permissions != mode:
             raise UsageError("--approve-all, --approve-reads and --deny-all are mutually exclusive")
         inv.permissions = mode
-    elif flag in ("--permission-policy", "--policy"):
-        inv.permission_policy = value
-    elif flag == "--agent":
-        inv.agent_cmd = value
-    elif flag == "--cwd":
-        inv.cwd = value
-    elif flag == "--non-interactive-permissions":
-        if value not in ("deny", "fail"):
-            raise UsageError("--non-interactive-permissions takes deny or fail")
-        inv.non_interactive = value
-    elif flag == "--format":
-        if value not in ("text", "json", "quiet"):
-            raise UsageError("--format takes text, json or quiet")
-        inv.format = value
     elif flag == "--timeout":
         inv.timeout = _number(flag, value or "")
         if inv.timeout == 0:  # as `timeout = 0` in the config: no time at all is no timeout
             raise UsageError("--timeout must be more than 0 seconds (leave it out for none)")
     elif flag == "--ttl":
         inv.ttl = _number(flag, value or "")
-    elif flag == "--verbose":
-        inv.verbose = True
-    elif flag == "--json-strict":
-        inv.json_strict = True
-    elif flag == "--no-fs":
-        inv.no_fs = True
-    elif flag == "--mcp-bridge":
-        inv.mcp_bridge = True
-    elif flag == "--mcp-config":
-        inv.mcp_config = value
-    elif flag in ("--server", "--token-file"):
-        if not value:
-            raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, flag[2:].replace("-", "_"), value)
 
+
+# Global options that only set a field: to True, to their value, to a value that must
+# not be empty, or to one of a few words.
+_GLOBAL_SWITCHES = {
+    "--suppress-reads": "suppress_reads",
+    "--no-terminal": "no_terminal",
+    "--verbose": "verbose",
+    "--json-strict": "json_strict",
+    "--no-fs": "no_fs",
+    "--mcp-bridge": "mcp_bridge",
+}
+_GLOBAL_VALUES = {
+    "--permission-policy": "permission_policy",
+    "--policy": "permission_policy",
+    "--agent": "agent_cmd",
+    "--cwd": "cwd",
+    "--mcp-config": "mcp_config",
+}
+_GLOBAL_NON_EMPTY = {"--server": "server", "--token-file": "token_file"}
+_GLOBAL_CHOICES = {
+    "--auth-policy": ("auth_policy", ("skip", "fail")),
+    "--non-interactive-permissions": ("non_interactive", ("deny", "fail")),
+    "--format": ("format", ("text", "json", "quiet")),
+}
 
 # Command options that only set a field: to True, or to their value.
 _SWITCHES = {
