@@ -56,16 +56,29 @@ def _apply_session_option(inv: Invocation, flag: str, value: str) -> None:
         inv.append_system_prompt = value
 
 
-def apply_global(inv: Invocation, flag: str, value: str | None) -> None:
-    if flag in _GLOBAL_SWITCHES:
-        setattr(inv, _GLOBAL_SWITCHES[flag], True)
-    elif flag in _GLOBAL_VALUES:
-        setattr(inv, _GLOBAL_VALUES[flag], value)
-    elif flag in _GLOBAL_NON_EMPTY:
+def _set_by_table(
+    inv: Invocation, flag: str, value: str | None, tables: tuple[dict[str, str], ...]
+) -> bool:
+    """Set the field an option of ``tables`` (switches, values, non-empty values) names;
+    False: it is none of theirs."""
+    switches, values, non_empty = tables
+    if flag in switches:
+        setattr(inv, switches[flag], True)
+    elif flag in values:
+        setattr(inv, values[flag], value)
+    elif flag in non_empty:
         if not value:
             raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, _GLOBAL_NON_EMPTY[flag], value)
-    elif flag in _GLOBAL_CHOICES:
+        setattr(inv, non_empty[flag], value)
+    else:
+        return False
+    return True
+
+
+def apply_global(inv: Invocation, flag: str, value: str | None) -> None:
+    if _set_by_table(inv, flag, value, _GLOBAL_TABLES):
+        return
+    if flag in _GLOBAL_CHOICES:
         field, choices = _GLOBAL_CHOICES[flag]
         if value not in choices:
             raise UsageError(f"{flag} takes {', '.join(choices[:-1])} or {choices[-1]}")
@@ -105,6 +118,7 @@ _GLOBAL_VALUES = {
     "--mcp-config": "mcp_config",
 }
 _GLOBAL_NON_EMPTY = {"--server": "server", "--token-file": "token_file"}
+_GLOBAL_TABLES = (_GLOBAL_SWITCHES, _GLOBAL_VALUES, _GLOBAL_NON_EMPTY)
 _GLOBAL_CHOICES = {
     "--auth-policy": ("auth_policy", ("skip", "fail")),
     "--non-interactive-permissions": ("non_interactive", ("deny", "fail")),
@@ -154,19 +168,14 @@ _NON_EMPTY = {
     "--unix": "unix",
     "--token": "token",
 }
+_COMMAND_TABLES = (_SWITCHES, _VALUES, _NON_EMPTY)
 
 
 def apply_command(inv: Invocation, flag: str, value: str | None) -> None:
     flag = _SAME.get(flag, flag)
-    if flag in _SWITCHES:
-        setattr(inv, _SWITCHES[flag], True)
-    elif flag in _VALUES:
-        setattr(inv, _VALUES[flag], value)
-    elif flag in _NON_EMPTY:
-        if not value:
-            raise UsageError(f"{flag} needs a non-empty value")
-        setattr(inv, _NON_EMPTY[flag], value)
-    elif flag == "--key":
+    if _set_by_table(inv, flag, value, _COMMAND_TABLES):
+        return
+    if flag == "--key":
         if not value:
             raise UsageError("--key needs a session key (or a unique prefix of one)")
         inv.key = value
