@@ -11,25 +11,26 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable
 
-__all__ = ["give_back"]
+from tether import _libc
 
-_TRIM: list[Callable[[int], int] | None] = []  # looked up once, on the first trim
+__all__ = ["give_back", "one_arena"]
+
+M_ARENA_MAX = -8  # glibc's mallopt parameter
+
+_TRIM: list[Callable[..., int] | None] = []  # looked up once, on the first trim
 
 
-def _libc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where there is none (musl, other platforms).
+def one_arena() -> None:
+    """Have every thread of this process allocate from one malloc arena (glibc's
+    ``mallopt(M_ARENA_MAX, 1)``; a no-op without it). Call it before any thread starts.
 
-    Looked up in the process's own symbols (libc is loaded): ``ctypes.util.find_library``
-    would run ``ldconfig`` and cost tens of milliseconds. Imported here, on the first
-    trim, not at the process's start.
-    """
-    import ctypes
-
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return trim
+    glibc gives threads arenas of their own as they contend; an owner's few threads
+    (journal writer, status writer, lease heartbeat, state watch) allocate little and
+    seldom at once, and their arenas together kept ~0.1 MiB of an idle owner's memory
+    (``bench/idle_memory.py``)."""
+    mallopt = _libc.function("mallopt")
+    if mallopt is not None:
+        mallopt(M_ARENA_MAX, 1)
 
 
 def give_back(*, freeze: bool = False) -> None:
@@ -47,7 +48,9 @@ def give_back(*, freeze: bool = False) -> None:
     if freeze:
         gc.freeze()
     if not _TRIM:
-        _TRIM.append(_libc_trim())
+        # Looked up in the process's own symbols (libc is loaded): ctypes.util's
+        # find_library would run ldconfig and cost tens of milliseconds.
+        _TRIM.append(_libc.function("malloc_trim"))
     trim = _TRIM[0]
     if trim is not None:
         trim(0)

@@ -118,6 +118,9 @@ def serve(key: str, ready_fd: int) -> int:
     from tether.supervise.adoption import become_last_resort
 
     become_last_resort()
+    from tether import _memory
+
+    _memory.one_arena()  # before any thread of ours starts
     # Our environment as exec'd still names us (/proc/PID/environ: the requester hint, see
     # tether.policy.access); our children -- keepers, agents -- need not inherit it.
     os.environ.pop("TETHER_OWNER_OF", None)

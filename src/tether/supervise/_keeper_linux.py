@@ -17,10 +17,11 @@ from __future__ import annotations
 import errno
 import os
 
+from tether._libc import function
+
 TYPE_CHECKING = False  # mypy reads the name
 if TYPE_CHECKING:
     import signal
-    from collections.abc import Callable
 else:  # the C module: `signal` wraps it in enums (enum, functools, collections)
     import _signal as signal
 
@@ -28,36 +29,13 @@ PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def _find_prctl() -> Callable[[int, int], int]:
-    """``prctl(option, arg, 0, 0, 0)`` of the C library, through ``_ctypes`` alone where
-    it can: ctypes' Python layer (its classes, struct) costs every keeper ~0.4 MiB of
-    private memory for two calls. Elsewhere, ctypes itself."""
-    try:
-        import _ctypes
-
-        # None: the running program and its libraries (typeshed wants a path).
-        address = _ctypes.dlsym(_ctypes.dlopen(None, os.RTLD_NOW), "prctl")  # type: ignore[arg-type]
-        call = getattr(_ctypes, "call_function")  # noqa: B009 - not in typeshed
-
-        def prctl(option: int, arg: int) -> int:
-            return int(call(address, (option, arg, 0, 0, 0)))
-
-    except (ImportError, AttributeError, OSError):
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-
-        def prctl(option: int, arg: int) -> int:
-            return int(libc.prctl(option, arg, 0, 0, 0))
-
-    return prctl
-
-
-_libc_prctl = _find_prctl()
+_libc_prctl = function("prctl")
 
 
 def _prctl(option: int, arg: int) -> None:
-    if _libc_prctl(option, arg) != 0:
+    if _libc_prctl is None:
+        raise OSError(errno.ENOSYS, "prctl is not in this C library")
+    if _libc_prctl(option, arg, 0, 0, 0) != 0:
         # _ctypes alone cannot read errno; the kernel refuses these two only for an
         # option it does not know (EINVAL).
         raise OSError(errno.EINVAL, f"prctl({option}) failed")
