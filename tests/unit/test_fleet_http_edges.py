@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -27,6 +27,7 @@ from tether.fleet.relay import (
     ClientLink,
     HostConnections,
     HostRefused,
+    Outcome,
     exchange,
 )
 from tether.fleet.requests import Queue, serve_connection
@@ -42,15 +43,8 @@ class ScriptedHost:
         self.plan = plan  # (connection no., request no. on it) -> answer it?
         self.connections = 0
         self.bodies: list[bytes] = []
-        self.server: asyncio.Server | None = None
-        self.port = 0
 
-    async def start(self) -> ScriptedHost:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self.server.sockets[0].getsockname()[1]
-        return self
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         conn, n = self.connections, 0
         try:
@@ -71,11 +65,6 @@ class ScriptedHost:
         writer.close()
         with contextlib.suppress(ConnectionError):
             await writer.wait_closed()
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
-        await self.server.wait_closed()
 
 
 async def _sink() -> tuple[asyncio.StreamWriter, Callable[[], Any], asyncio.Server]:
@@ -109,39 +98,55 @@ async def _body(*parts: bytes) -> AsyncIterator[bytes]:
         yield part
 
 
-def _run(plan: Callable[[int, int], bool], bodies: list[bytes]) -> tuple[list[Any], ScriptedHost]:
-    """Send each body in turn through one pool; each result is the exchange's status or
-    the exception it raised."""
+Host = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
-    async def main() -> tuple[list[Any], ScriptedHost]:
-        host = await ScriptedHost(plan).start()
-        client, _got, sink = await _sink()
+
+def _exchanges(
+    host: Host, requests: Callable[[int], list[tuple[bytes, bytes]]]
+) -> tuple[list[Any], bytes]:
+    """Each ``(head, body)`` of ``requests(port)`` sent in turn through one pool to the
+    scripted ``host`` on loopback; each result is the exchange's :class:`Outcome` or the
+    :class:`HostRefused` it raised, then all the router's client was sent."""
+
+    async def main() -> tuple[list[Any], bytes]:
+        server = await asyncio.start_server(host, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client, got, sink = await _sink()
         pool = HostConnections(connect_timeout=5.0)
         results: list[Any] = []
         try:
-            for body in bodies:
-                head = _request(host.port, body)
-                try:
-                    outcome = await exchange(
-                        pool, "127.0.0.1", host.port, head, _body(body), client,
-                        first_byte_timeout=5.0,
-                    )  # fmt: skip
-                    results.append(outcome.status)
-                except HostRefused as e:
-                    results.append(e)
-                # Let the host's side of a connection it closes reach us, as it would
-                # between two requests of a real router.
-                await asyncio.sleep(0)
+            async with asyncio.timeout(10):
+                for head, body in requests(port):
+                    try:
+                        results.append(await exchange(
+                            pool, "127.0.0.1", port, head, _body(body), client,
+                            first_byte_timeout=5.0,
+                        ))  # fmt: skip
+                    except HostRefused as e:
+                        results.append(e)
+                    # Let the host's side of a connection it closes reach us, as it
+                    # would between two requests of a real router.
+                    await asyncio.sleep(0)
+                await asyncio.sleep(0.05)  # let the sink read
         finally:
             await pool.aclose()
             client.close()
             await client.wait_closed()
-            await host.stop()
+            server.close()
+            await server.wait_closed()
             sink.close()
             await sink.wait_closed()
-        return results, host
+        return results, got()
 
     return asyncio.run(main())
+
+
+def _run(plan: Callable[[int, int], bool], bodies: list[bytes]) -> tuple[list[Any], ScriptedHost]:
+    """Send each body in turn to a :class:`ScriptedHost`; each result is the exchange's
+    status or the exception it raised."""
+    host = ScriptedHost(plan)
+    results, _got = _exchanges(host.serve, lambda port: [(_request(port, b), b) for b in bodies])
+    return [r.status if isinstance(r, Outcome) else r for r in results], host
 
 
 def test_a_request_on_a_kept_connection_the_host_closed_is_sent_again_on_a_fresh_one() -> None:
@@ -231,44 +236,24 @@ def test_a_failure_after_part_of_an_answer_cuts_the_connection_adding_nothing() 
 def test_the_answer_to_a_head_ends_with_its_head_and_its_connection_serves_on() -> None:
     """A HEAD's answer says how long the body would be, and none comes: the relay
     waited for it (until the host closed the connection), then cut the client."""
+    connections = 0
 
-    async def main() -> tuple[int, bool, bytes, int]:
-        connections = 0
+    async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")
+        writer.close()
 
-        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal connections
-            connections += 1
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                while await reader.readuntil(b"\r\n\r\n"):
-                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\n")
-            writer.close()
+    def head(port: int) -> bytes:
+        asked = http1.RequestHead(b"HEAD", b"/v1/sessions/s1/history", [], keep_alive=True)
+        return http1.encode_request_head(asked, f"127.0.0.1:{port}".encode(), [])
 
-        server = await asyncio.start_server(host, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client, got, sink = await _sink()
-        pool = HostConnections(connect_timeout=5.0)
-        head = http1.encode_request_head(
-            http1.RequestHead(method=b"HEAD", target=b"/v1/sessions/s1/history",
-                              headers=[], keep_alive=True),
-            f"127.0.0.1:{port}".encode(), [],
-        )  # fmt: skip
-        try:
-            async with asyncio.timeout(5):
-                for _ in range(2):  # the second on the kept connection
-                    outcome = await exchange(pool, "127.0.0.1", port, head, _body(), client)
-            await asyncio.sleep(0.05)  # let the sink read
-        finally:
-            await pool.aclose()
-            client.close()
-            await client.wait_closed()
-            server.close()
-            await server.wait_closed()
-            sink.close()
-            await sink.wait_closed()
-        return outcome.status, outcome.reusable, got(), connections
-
-    status, reusable, got, connections = asyncio.run(main())
-    assert (status, reusable, connections) == (200, True, 1)
+    # The second on the kept connection.
+    outcomes, got = _exchanges(host, lambda port: [(head(port), b"")] * 2)
+    assert [(o.status, o.reusable) for o in outcomes] == [(200, True)] * 2
+    assert connections == 1
     assert got.count(b"HTTP/1.1 200 OK") == 2
     assert got.endswith(b"content-length: 5\r\n\r\n")
 
@@ -280,47 +265,21 @@ def test_an_interim_answer_is_relayed_and_the_final_one_follows_on_the_same_exch
     stayed in the pooled connection -- for the *next* request through it, another
     client's, to be given."""
 
-    async def main() -> tuple[list[int], bytes]:
-        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            n = 0
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                while await reader.readuntil(b"\r\n\r\n"):
-                    n += 1
-                    body = b"first" if n == 1 else b"second"
-                    if n == 1:
-                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                        await writer.drain()
-                        await asyncio.sleep(0.01)
-                    writer.write(
-                        b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body)
-                    )
-            writer.close()
+    async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        n = 0
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                n += 1
+                body = b"first" if n == 1 else b"second"
+                if n == 1:
+                    writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    await writer.drain()
+                    await asyncio.sleep(0.01)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: %d\r\n\r\n%s" % (len(body), body))
+        writer.close()
 
-        server = await asyncio.start_server(host, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client, got, sink = await _sink()
-        pool = HostConnections(connect_timeout=5.0)
-        statuses = []
-        try:
-            async with asyncio.timeout(5):
-                for _ in range(2):
-                    outcome = await exchange(
-                        pool, "127.0.0.1", port, _request(port, b""), _body(), client
-                    )
-                    statuses.append(outcome.status)
-            await asyncio.sleep(0.05)  # let the sink read
-        finally:
-            await pool.aclose()
-            client.close()
-            await client.wait_closed()
-            server.close()
-            await server.wait_closed()
-            sink.close()
-            await sink.wait_closed()
-        return statuses, got()
-
-    statuses, got = asyncio.run(main())
-    assert statuses == [200, 200]
+    outcomes, got = _exchanges(host, lambda port: [(_request(port, b""), b"")] * 2)
+    assert [o.status for o in outcomes] == [200, 200]
     assert got == (
         b"HTTP/1.1 100 Continue\r\n\r\n"
         b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nfirst"
@@ -374,45 +333,22 @@ def test_a_host_answering_twice_does_not_leave_its_second_answer_for_the_next_re
     """Bytes after the end of an answer (a host out of step with its requests): the
     connection is not pooled, so the next request -- maybe another client's -- is not
     answered with them."""
+    connections = 0
 
-    async def main() -> tuple[list[tuple[int, bool]], int]:
-        connections = 0
+    async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        mine = connections
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while await reader.readuntil(b"\r\n\r\n"):
+                one = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n%d" % mine
+                writer.write(one + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
+        writer.close()
 
-        async def host(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            nonlocal connections
-            connections += 1
-            mine = connections
-            with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
-                while await reader.readuntil(b"\r\n\r\n"):
-                    one = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\n%d" % mine
-                    writer.write(one + b"HTTP/1.1 200 OK\r\ncontent-length: 5\r\n\r\nstale")
-            writer.close()
-
-        server = await asyncio.start_server(host, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        client, _got, sink = await _sink()
-        pool = HostConnections(connect_timeout=5.0)
-        outcomes = []
-        try:
-            async with asyncio.timeout(5):
-                for _ in range(2):
-                    o = await exchange(
-                        pool, "127.0.0.1", port, _request(port, b""), _body(), client
-                    )
-                    outcomes.append((o.status, o.reusable))
-        finally:
-            await pool.aclose()
-            client.close()
-            await client.wait_closed()
-            server.close()
-            await server.wait_closed()
-            sink.close()
-            await sink.wait_closed()
-        return outcomes, connections
-
-    outcomes, connections = asyncio.run(main())
-    assert outcomes == [(200, False), (200, False)]
+    outcomes, got = _exchanges(host, lambda port: [(_request(port, b""), b"")] * 2)
+    assert [(o.status, o.reusable) for o in outcomes] == [(200, False), (200, False)]
     assert connections == 2  # each request on a connection of its own
+    assert b"stale" not in got
 
 
 def _serve_raw(serve_one: Callable[..., Any], send: Callable[[asyncio.StreamWriter], Any]) -> bytes:

@@ -44,9 +44,13 @@ class ResponseWatch:
             self.trailing = True
 
     def on_status(self, status: bytes) -> None:
+        if self.trailing:
+            return  # not this answer's: nothing of it is passed on
         self._head.append(status)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self.trailing:
+            return
         low = name.lower()
         if low == b"transfer-encoding" and b"chunked" in value.lower():
             self.chunked = True
@@ -59,6 +63,8 @@ class ResponseWatch:
         return b"HTTP/1.1 %d %s\r\n%s\r\n" % (status, reason, b"".join(self._head[1:]))
 
     def on_headers_complete(self) -> None:
+        if self.trailing:
+            return
         status = self.parser.get_status_code() if self.parser is not None else 0
         if 100 <= status < 200 and status != 101:
             # An interim answer (100 Continue, 103 Early Hints): passed on whole when it
@@ -71,6 +77,8 @@ class ResponseWatch:
             self.complete = True
 
     def on_body(self, body: bytes) -> None:
+        if self.trailing:
+            return
         if self.sse:
             data = self._pending + body
             cut = data.rfind(b"\n\n") + 2
@@ -84,6 +92,8 @@ class ResponseWatch:
         self.out.append(http1.chunk(body) if self.chunked else body)
 
     def on_message_complete(self) -> None:
+        if self.trailing:
+            return
         if self._interim:
             self.out.append(self.head_bytes(self._interim))
             self._interim = 0
