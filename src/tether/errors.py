@@ -607,6 +607,13 @@ class StateLost(StateError):
     default_detail_code = "STATE_LOST"
 
 
+class StateBusy(StateError):
+    """A write waited out its busy timeout: another process holds the database's write
+    lock (the message names it, and says if it is stopped); nothing was changed."""
+
+    default_detail_code = "STATE_BUSY"
+
+
 class StatePermission(StateError):
     """The state directory (or a file in it) belongs to another user or is not writable."""
 

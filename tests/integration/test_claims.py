@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 from tests._cli import run_tether
-from tests.integration.test_owner import Cli, signal_descendant
+from tests.integration.test_owner import Cli, signal_descendant, stop_outside_writes
 from tests.integration.test_supervise_real import (
     GRACE,
     Lines,
@@ -259,7 +259,7 @@ def test_a_stolen_run_s_end_is_reported_once_and_truly(cli: Callable[..., Cli]) 
     owner, agent = before["ownerPid"], before["agentPid"]
     lease_id = _lease_of(agent)
     agent_ident = (agent, starttime_of(agent))
-    signal_descendant(owner, signal.SIGSTOP)
+    stop_outside_writes(owner)
     try:
         wait_expired(lease_id)
         reaped = run_tether("--format", "json", "reap", cwd=c.project)

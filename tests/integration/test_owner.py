@@ -76,6 +76,56 @@ def signal_descendant(pid: int, sig: signal.Signals) -> None:
         os.close(fd)
 
 
+def stop_outside_writes(pid: int) -> None:
+    """SIGSTOP ``pid`` (one of ours) at a moment it holds no write lock on the state
+    database: stopped inside a write, it would block every writer on the host (what
+    `STATE_BUSY` reports) -- a test that stops an owner to make it *silent* means the
+    owner, not the host's database, to stop. Bounded: 200 tries."""
+    from tether import paths
+    from tether.state.lock_holders import holder_pids
+
+    stat = Path(f"/proc/{pid}/stat")
+    for _ in range(200):
+        signal_descendant(pid, signal.SIGSTOP)
+        wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+        if pid not in holder_pids(paths.state_db()):
+            return
+        signal_descendant(pid, signal.SIGCONT)
+        time.sleep(0.01)
+    pytest.fail(f"pid {pid} held the state database's write lock at every stop")
+
+
+def stop_inside_a_write(pid: int, within: float = 30.0) -> int:
+    """SIGSTOP ``pid`` (one of ours) while it holds the state database's write lock --
+    the stop that wedges every writer on the host. Its writes last tens of microseconds,
+    so this watches ``/proc/locks`` and stops it the moment one shows, until a stop lands
+    inside one (then it is left stopped); returns the stops it took."""
+    from tether import paths
+    from tether.state.lock_holders import holder_pids
+
+    db = paths.state_db()
+    stat = Path(f"/proc/{pid}/stat")
+    before = _proctree.descendants().get(pid)
+    assert before is not None, f"pid {pid} is not a descendant of the test"
+    fd = os.pidfd_open(pid)  # pins the process: checked once, then signalled fast
+    try:
+        assert _proctree.descendants().get(pid, ("", -1))[1] == before[1]
+        stops = 0
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            if pid not in holder_pids(db):
+                continue
+            signal.pidfd_send_signal(fd, signal.SIGSTOP)
+            stops += 1
+            wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+            if pid in holder_pids(db):
+                return stops
+            signal.pidfd_send_signal(fd, signal.SIGCONT)
+    finally:
+        os.close(fd)
+    pytest.fail(f"no stop of pid {pid} landed inside a write in {within} s")
+
+
 class Cli:
     """``tether --cwd PROJECT [--agent CMD | mock] ...`` as subprocesses."""
 

@@ -11,6 +11,7 @@ import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tests.integration.test_owner import (
@@ -21,6 +22,7 @@ from tests.integration.test_owner import (
     finish,
     mock,
     signal_descendant,
+    stop_inside_a_write,
     wait_for,
 )
 
@@ -254,6 +256,33 @@ def test_issue9_item5_a_silent_owner_is_fenced_and_replaced(
     c.run("prompt", "echo one")
     before = c.status()
     signal_descendant(before["ownerPid"], signal.SIGSTOP)
+    after = _fenced_and_replaced(c, before)
+    assert after["globalCounters"].get("owner_takeover_total") == 1
+
+
+def test_an_owner_stopped_inside_a_write_is_fenced_and_the_host_writes_again(
+    cli: Callable[..., Cli], tether_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worst stop: inside one of the owner's writes, so it holds the state database's
+    write lock and every writer on the host waits for it. Reads go on (status answers from
+    the registry, naming it unresponsive), and the next caller of its session fences it
+    once it has been silent ownerUnresponsiveAfter -- which releases the lock -- and a new
+    owner serves the prompt. Nothing is left of the old owner's run."""
+    monkeypatch.setenv("TETHER_LEASE_HEARTBEAT_S", "0.05")  # frequent writes to land in
+    (tether_home / "config.toml").write_text("ownerUnresponsiveAfter = 1\n")
+    c = cli()
+    c.run("sessions", "new")
+    c.run("prompt", "echo one")
+    before = c.status()
+    stop_inside_a_write(before["ownerPid"])
+    status = c.status()
+    assert status["status"] == "unresponsive", status
+    _fenced_and_replaced(c, before)
+
+
+def _fenced_and_replaced(c: Cli, before: dict[str, Any]) -> dict[str, Any]:
+    """The next prompt fenced the silent owner (one takeover, naming it), its agent tree
+    ended, and a new generation served the prompt; the new status."""
     out = c.run("prompt", "echo two").stdout
     assert "two" in out
     after = c.status()
@@ -262,7 +291,7 @@ def test_issue9_item5_a_silent_owner_is_fenced_and_replaced(
     wait_for(lambda: not alive(before["agentPid"]), "the old agent tree to end")
     takeovers = c.history("owner_takeover")
     assert [t["payload"]["ownerPid"] for t in takeovers] == [before["ownerPid"]]
-    assert after["globalCounters"].get("owner_takeover_total") == 1
+    return after
 
 
 def test_issue9_item5_a_busy_owner_is_never_fenced(

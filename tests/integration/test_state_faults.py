@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -53,8 +55,6 @@ def _damage(db: Path, how: str) -> None:
 
 def _populated_db(project_dir: Path, tether_home: Path) -> Path:
     """A real state database with enough rows that page damage hits a table."""
-    import sqlite3
-
     assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
     db = tether_home / "state.db"
     with sqlite3.connect(db) as conn:
@@ -87,6 +87,56 @@ def test_damaged_database_is_one_line_and_left_untouched(
     r = tether("--format", "json", "mock", "sessions", "list", cwd=project_dir)
     assert json.loads(r.stdout)["error"]["data"]["detailCode"] == "STATE_CORRUPT"
     assert db.read_bytes() == before
+
+
+_HOLD_AND_STOP = """
+import os, signal, sqlite3, sys
+db = sqlite3.connect(sys.argv[1], isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("BEGIN IMMEDIATE")
+db.execute("INSERT INTO meta (key, value) VALUES ('held', '1')")
+print("holding", flush=True)
+os.kill(os.getpid(), signal.SIGSTOP)
+db.execute("ROLLBACK")
+"""
+
+
+def test_a_stopped_process_holding_the_write_lock_is_named(
+    project_dir: Path, tether_home: Path
+) -> None:
+    """A process that took the state database's write lock and was stopped (SIGSTOP, a
+    frozen cgroup) blocks every writer on the host. Reads go on (opening the database
+    writes nothing once it is current); a command that must write waits out the busy
+    timeout once, then says which pid holds the lock and that it is stopped (SQLite's
+    own word was only "database is locked"), exit 1, and leaves no agent behind."""
+    assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
+    db = tether_home / "state.db"
+    with subprocess.Popen(
+        [sys.executable, "-c", _HOLD_AND_STOP, str(db)], stdout=subprocess.PIPE, text=True
+    ) as holder:
+        assert holder.stdout is not None
+        try:
+            assert holder.stdout.readline() == "holding\n"
+            stat = Path(f"/proc/{holder.pid}/stat")
+            wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+            r = tether("mock", "sessions", "list", cwd=project_dir)
+            assert (r.returncode, r.stdout) == (0, "no sessions\n"), r.stderr
+            r = tether("--format", "json", "mock", "exec", "echo hi", cwd=project_dir)
+            assert r.returncode == 1, r.stdout + r.stderr
+            assert "Traceback" not in r.stderr, r.stderr
+            error = json.loads(r.stdout.strip().splitlines()[-1])["error"]
+            assert error["data"]["detailCode"] == "STATE_BUSY", error
+            assert f"held by pid {holder.pid} (python" in error["message"], error
+            assert "stopped" in error["message"], error
+        finally:
+            holder.send_signal(signal.SIGCONT)  # our own child, by its Popen handle
+            assert holder.wait(timeout=10) == 0
+    # Once it continued (and rolled back), writers go on; nothing it held was kept.
+    r = tether("mock", "exec", "echo hi", cwd=project_dir)
+    assert (r.returncode, "hi" in r.stdout) == (0, True), r.stderr
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'held'").fetchall() == []
+    conn.close()
 
 
 def test_doctor_finds_the_damage_and_repair_moves_it_aside(

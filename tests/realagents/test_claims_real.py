@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_claims import wait_expired
-from tests.integration.test_owner import signal_descendant
+from tests.integration.test_owner import signal_descendant, stop_outside_writes
 from tests.realagents.fake_gemini import FakeGemini
 from tests.realagents.test_owner_real import Cli, alive_of, owner_session, record_tree, tether_env
 from tether.state.registry import Registry
@@ -58,7 +58,7 @@ def test_npm_agent_stale_lease_is_stolen_and_its_tree_ended(
         # The premise: the shim exec'd, so the live argv is not the one recorded.
         live_argv = [a for a in _proc(agent, "cmdline").split(b"\0") if a]
         assert recorded.command_hash != command_hash(live_argv)
-        signal_descendant(owner, signal.SIGSTOP)
+        stop_outside_writes(owner)
         try:
             wait_expired(lease_id)
             reaped = cli.ok("--format", "json", "reap").json_last()

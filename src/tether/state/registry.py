@@ -63,6 +63,15 @@ SCHEMA_VERSION = len(MIGRATIONS)
 _LOST: str | None = None
 _KEPT_OPEN: list[sqlite3.Connection] = []
 
+BUSY_TIMEOUT_MS = 10_000
+# After one write in this process waited out the whole busy timeout (another process
+# holds the write lock and is not letting go: stopped, frozen), the next ones wait this
+# long until one gets in: a command failing on a held database says so in ~10 s, not
+# once per write of its cleanup (an `exec` took 58 s).
+BUSY_AGAIN_MS = 1_000
+_busy_streak = False
+_BUSY_NAMES = ("SQLITE_BUSY", "SQLITE_LOCKED")
+
 
 def state_lost() -> str | None:
     """Why this process's state database was lost, or None."""
@@ -113,7 +122,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
                 os.chmod(self.path, 0o600)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=NORMAL")
-                self._db.execute("PRAGMA busy_timeout=10000")
+                self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
                 self._migrate()
                 self.instance_id = self._ensure_instance_id()
             except BaseException:
@@ -172,7 +181,7 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
     def transaction(self) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` … ``COMMIT``; any failure rolls back (nothing half-written)."""
         with self._translated():
-            self._db.execute("BEGIN IMMEDIATE")
+            self._begin()
             try:
                 yield self._db
                 self._db.execute("COMMIT")
@@ -182,7 +191,30 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
                         self._db.execute("ROLLBACK")
                 raise
 
+    # Opening writes nothing once the schema is current and the instance id exists: a
+    # reader (status, a silent owner's fence, doctor) must get in while another process
+    # holds the write lock -- above all one stopped while holding it, which only a
+    # fence (a reader first) can end.
+
+    def _begin(self) -> None:
+        global _busy_streak
+        streak = _busy_streak
+        if streak:
+            self._db.execute(f"PRAGMA busy_timeout={BUSY_AGAIN_MS}")
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            if str(getattr(exc, "sqlite_errorname", "")).startswith(_BUSY_NAMES):
+                _busy_streak = True
+            raise
+        finally:
+            if streak:
+                self._db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        _busy_streak = False
+
     def _migrate(self) -> None:
+        if self._db.execute("PRAGMA user_version").fetchone()[0] >= SCHEMA_VERSION:
+            return
         with self.transaction() as db:
             version = db.execute("PRAGMA user_version").fetchone()[0]
             for index in range(version, SCHEMA_VERSION):
@@ -192,6 +224,9 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
                 db.execute(f"PRAGMA user_version = {index + 1}")
 
     def _ensure_instance_id(self) -> str:
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'instance_id'").fetchone()
+        if row:
+            return str(row[0])
         with self.transaction() as db:
             row = db.execute("SELECT value FROM meta WHERE key = 'instance_id'").fetchone()
             if row:

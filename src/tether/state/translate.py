@@ -11,10 +11,18 @@ from __future__ import annotations
 import os
 
 from tether import paths
-from tether.errors import StateCorrupt, StateError, StateFull, StatePermission, TetherError
+from tether.errors import (
+    StateBusy,
+    StateCorrupt,
+    StateError,
+    StateFull,
+    StatePermission,
+    TetherError,
+)
 
 _CORRUPT = frozenset({"SQLITE_NOTADB", "SQLITE_CORRUPT"})
 _FULL = frozenset({"SQLITE_FULL"})
+_BUSY = frozenset({"SQLITE_BUSY", "SQLITE_LOCKED"})
 _DENIED = frozenset({"SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_AUTH"})
 _LOW_SPACE_BYTES = 1 << 20  # an I/O error with less than 1 MiB free is a full disk
 
@@ -34,7 +42,9 @@ def translate_error(exc: BaseException, path: str) -> TetherError:
     NOTADB/CORRUPT → :class:`StateCorrupt` (recovery: ``tether doctor --repair``);
     FULL, and an IOERR on a file system with almost no space left → :class:`StateFull`;
     CANTOPEN/READONLY/PERM where we lack access → :class:`StatePermission`, naming the
-    owner. Anything else is a plain :class:`StateError` with SQLite's message.
+    owner; BUSY/LOCKED (the busy timeout ran out) → :class:`StateBusy`, naming the
+    process that holds the write lock. Anything else is a plain :class:`StateError`
+    with SQLite's message.
     """
     if isinstance(exc, TetherError):
         return exc
@@ -50,6 +60,8 @@ def translate_error(exc: BaseException, path: str) -> TetherError:
             " aside and start a fresh one.",
             path=path,
         )
+    if primary in _BUSY:
+        return _busy(detail, path)
     free = _free_bytes(path)
     if primary in _FULL or (
         primary == "SQLITE_IOERR" and (free is None or free < _LOW_SPACE_BYTES)
@@ -72,3 +84,15 @@ def translate_error(exc: BaseException, path: str) -> TetherError:
             path=path,
         )
     return StateError(f"the state database {path} failed: {detail}", path=path)
+
+
+def _busy(detail: str, path: str) -> StateBusy:
+    from tether.state.lock_holders import describe_holders  # /proc reads: only here
+
+    holders = describe_holders(path)
+    held = f"held by {holders}" if holders else "its holder is not listed in /proc/locks"
+    return StateBusy(
+        f"the state database {path} stayed locked ({detail}): {held}; nothing was"
+        " changed. Retry once that process continues or ends.",
+        path=path,
+    )

@@ -87,6 +87,12 @@ class Spawner:
         self.keeper_pidfd = self._table.child_handle(self.keeper.pid)
         keeper_st = self._table.stat(self.keeper.pid)
         boot_id = self._table.boot_id()
+        # The channel and the exit watch come before the lease's write: if that write
+        # fails (a held or full database), the teardown that follows asks the keeper to
+        # end the agent it already started and sees it exit, instead of waiting out
+        # its timeouts on a channel nobody reads (it did: 8 s).
+        loop.add_reader(self.keeper_pidfd, on_exit)
+        self._control = KeeperChannel(control_sock, lambda msg: self._on_event(msg, on_event))
         self._lease.create(
             time.time(),
             run_state=RunState.STARTING.value,
@@ -104,8 +110,6 @@ class Spawner:
             cwd=spec.cwd,
         )
         metrics.incr("run_spawn_total")
-        loop.add_reader(self.keeper_pidfd, on_exit)
-        self._control = KeeperChannel(control_sock, lambda msg: self._on_event(msg, on_event))
         return master_fd, boot_id
 
     async def wait_spawned(self) -> dict[str, Any]:
