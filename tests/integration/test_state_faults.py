@@ -108,7 +108,8 @@ def test_a_stopped_process_holding_the_write_lock_is_named(
     frozen cgroup) blocks every writer on the host. Reads go on (opening the database
     writes nothing once it is current); a command that must write waits out the busy
     timeout once, then says which pid holds the lock and that it is stopped (SQLite's
-    own word was only "database is locked"), exit 1, and leaves no agent behind."""
+    own word was only "database is locked"), exit 1, and leaves no agent behind;
+    `doctor` names it too."""
     assert tether("mock", "sessions", "list", cwd=project_dir).returncode == 0
     db = tether_home / "state.db"
     with subprocess.Popen(
@@ -121,6 +122,11 @@ def test_a_stopped_process_holding_the_write_lock_is_named(
             wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
             r = tether("mock", "sessions", "list", cwd=project_dir)
             assert (r.returncode, r.stdout) == (0, "no sessions\n"), r.stderr
+            r = tether("--format", "json", "doctor", cwd=project_dir)
+            assert r.returncode == 1, r.stdout + r.stderr
+            (lock,) = [c for c in json.loads(r.stdout)["checks"] if "lock" in c["name"]]
+            assert lock["status"] == "fail", lock
+            assert f"held by pid {holder.pid} (python" in lock["detail"], lock
             r = tether("--format", "json", "mock", "exec", "echo hi", cwd=project_dir)
             assert r.returncode == 1, r.stdout + r.stderr
             assert "Traceback" not in r.stderr, r.stderr
@@ -134,6 +140,7 @@ def test_a_stopped_process_holding_the_write_lock_is_named(
     # Once it continued (and rolled back), writers go on; nothing it held was kept.
     r = tether("mock", "exec", "echo hi", cwd=project_dir)
     assert (r.returncode, "hi" in r.stdout) == (0, True), r.stderr
+    assert tether("doctor", cwd=project_dir).returncode == 0
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT value FROM meta WHERE key = 'held'").fetchall() == []
     conn.close()

@@ -125,7 +125,22 @@ def _database(report: Report, path: str) -> bool:
         return False
     status, detail = database_problem(path)
     report.add("state database", status, detail)
+    _stopped_writer(report, path)
     return status == "fail" and ("damaged" in detail or "not a database" in detail)
+
+
+def _stopped_writer(report: Report, path: str) -> None:
+    """A process stopped while holding the write lock wedges every writer on the host."""
+    from tether.state.lock_holders import describe_holders
+
+    stopped = describe_holders(path, stopped_only=True)
+    if stopped is not None:
+        report.add(
+            "state database lock",
+            "fail",
+            f"held by {stopped}: every write on this host waits for it (STATE_BUSY);"
+            " continue or end it",
+        )
 
 
 def _live_sockets(directory: str) -> tuple[list[str], list[str]]:

@@ -62,7 +62,8 @@ def _file_key(path: str) -> FileKey | None:
     return (os.major(st.st_dev), os.minor(st.st_dev), st.st_ino)
 
 
-def _describe(pid: int) -> str:
+def _describe(pid: int) -> tuple[str, bool]:
+    """``(how to name pid, whether it is stopped)``."""
     from tether import _os  # only on this rare path
 
     try:
@@ -70,12 +71,12 @@ def _describe(pid: int) -> str:
     except (OSError, NotImplementedError):
         stat = None
     if stat is None:
-        return f"pid {pid}"
+        return f"pid {pid}", False
     name = stat.comm.decode(errors="replace")
     if stat.state in ("T", "t"):
         # Stopped: it keeps the lock until it is continued (SIGCONT) or ends.
-        return f"pid {pid} ({name}, stopped: it holds the lock until it continues or ends)"
-    return f"pid {pid} ({name}, state {stat.state})"
+        return f"pid {pid} ({name}, stopped: it holds the lock until it continues or ends)", True
+    return f"pid {pid} ({name}, state {stat.state})", False
 
 
 def holder_pids(db_path: str) -> list[int]:
@@ -92,7 +93,9 @@ def holder_pids(db_path: str) -> list[int]:
     return write_holders(text, keys, exclude=os.getpid())
 
 
-def describe_holders(db_path: str) -> str | None:
+def describe_holders(db_path: str, *, stopped_only: bool = False) -> str | None:
     """``"pid 1234 (python3, stopped: …)"`` for each other process holding a write lock
-    on the database or its ``-shm``; ``None`` if none is listed."""
-    return ", ".join(map(_describe, holder_pids(db_path))) or None
+    on the database or its ``-shm`` (``stopped_only``: each stopped one -- a running
+    holder is a writer at work); ``None`` if none is listed."""
+    named = [_describe(pid) for pid in holder_pids(db_path)]
+    return ", ".join(name for name, stopped in named if stopped or not stopped_only) or None
