@@ -111,6 +111,19 @@ def state_error(exc: OSError, path: str) -> TetherError:
 _home_override: ContextVar[str | None] = ContextVar("tether_home", default=None)
 
 
+FileId = tuple[int, int]  # (st_dev, st_ino): which file is at a path
+
+
+def file_id(path: str) -> FileId | None:
+    """Which file is at ``path`` now, or None if none is. Other errors propagate: an
+    unreadable path is no verdict."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
 def use_home(path: str | None) -> Token[str | None]:
     """Make ``path`` the home for this context (the library's ``Client(home=...)``)."""
     return _home_override.set(os.path.abspath(os.path.expanduser(path)) if path else None)

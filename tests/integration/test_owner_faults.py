@@ -325,3 +325,62 @@ def test_closing_after_the_owner_was_killed_clears_its_stale_record(mock: Cli) -
     assert [(s["state"], s["ownerPid"], s["ownerStatus"]) for s in listed] == [
         ("closed", None, "stopped")
     ]
+
+
+# --- files removed from under a live owner ------------------------------------------
+
+
+def test_an_owner_whose_socket_was_removed_puts_it_back(mock: Cli) -> None:
+    """A cleared `run/` (or a tmp cleaner) removes a live owner's socket: it binds it
+    again (it still holds the lock), the next prompt reaches it, and `close` ends it
+    through it -- never "closed, no owner was running" with the owner and its agent
+    left running."""
+    from tether import sessions
+
+    mock.run("prompt", "echo one")
+    before = mock.status()
+    socket_path = Path(sessions.socket_path(before["sessionKey"]))
+    socket_path.unlink()
+    assert "two" in mock.run("prompt", "echo two").stdout
+    after = mock.status()
+    assert (after["ownerPid"], after["agentPid"]) == (before["ownerPid"], before["agentPid"])
+    socket_path.unlink()
+    closed = json.loads(mock.run("sessions", "close", fmt="json").stdout.strip().splitlines()[-1])
+    assert "no owner was running" not in json.dumps(closed), closed
+    assert not alive(before["ownerPid"])
+    wait_for(lambda: not alive(before["agentPid"]), "the agent tree to end")
+
+
+def test_an_old_owner_leaving_removes_only_its_own_socket(
+    cli: Callable[..., Cli], tether_home: Path
+) -> None:
+    """TETHER_HOME removed under a live owner, and the same session started again at
+    once: the old owner stops (its state lost) and on its way out removes its socket --
+    only its own, not the new owner's at the same path, which stays reachable and is
+    closed through its socket."""
+    import shutil
+
+    from tether import sessions
+
+    c = cli()
+    c.run("sessions", "new")
+    old = c.status()
+    old_socket = Path(sessions.socket_path(old["sessionKey"]))
+    # Stopped meanwhile, so that it notices only once the new owner listens.
+    signal_descendant(old["ownerPid"], signal.SIGSTOP)
+    try:
+        shutil.rmtree(tether_home)
+        # The sockets live in the home when its path is short; this one's is long.
+        old_socket.unlink(missing_ok=True)
+        tether_home.mkdir()
+        c.run("sessions", "new")
+        new = c.status()
+    finally:
+        signal_descendant(old["ownerPid"], signal.SIGCONT)
+    assert new["ownerPid"] != old["ownerPid"]
+    wait_for(lambda: not alive(old["ownerPid"]), "the old owner to stop")
+    assert "two" in c.run("prompt", "echo two").stdout
+    assert c.status()["ownerPid"] == new["ownerPid"]
+    c.run("sessions", "close")
+    assert not alive(new["ownerPid"])
+    wait_for(lambda: not alive(old["agentPid"]), "the old agent tree to end")

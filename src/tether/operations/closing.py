@@ -19,6 +19,7 @@ TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads th
 if TYPE_CHECKING:
     from typing import Any
 OWNER_EXIT_WAIT_S = 10.0  # after its close answer, an owner releases its lock and exits
+RELISTEN_WAIT_S = 3.0  # an owner whose socket was removed binds it again within ~1 s
 
 
 def close_session(key: str, *, discard: bool = False) -> dict[str, Any]:
@@ -54,10 +55,9 @@ def _close_one(
     then reap) and mark it closed. ``cascade_from``: this close is part of closing that
     session's family; its owner checks our authority over that session instead.
     """
-    try:
-        conn = OwnerConnection.connect(sessions.socket_path(key))
-    except OwnerUnavailable:
-        conn = None
+    conn = _connect(key)
+    if conn is None:
+        conn = _reach_lock_holder(key)
     if conn is None and discard:
         conn = _owner_to_discard(key)
     if conn is not None:
@@ -82,6 +82,46 @@ def _close_one(
         "unproven": unproven_of(decisions),  # claimants of its runs: never signalled
         "reconciled": decisions,
     }
+
+
+def _connect(key: str) -> OwnerConnection | None:
+    try:
+        return OwnerConnection.connect(sessions.socket_path(key))
+    except OwnerUnavailable:
+        return None
+
+
+def _reach_lock_holder(key: str) -> OwnerConnection | None:
+    """No owner answered at the socket: None if none holds the session's lock either.
+
+    One that holds the lock is alive, and its socket was removed from under it (a
+    cleared ``run/``, a tmp cleaner): it binds it again within a second
+    (:meth:`tether.owner.lock.SessionLock.relisten`), and we close through it. Saying
+    "closed, no owner was running" instead would leave it running, with its agent.
+
+    Raises:
+        OwnerUnavailable: it holds the lock but still does not answer; nothing changed.
+    """
+    fd = sessions.try_lock(key)
+    if fd is not None:
+        os.close(fd)
+        return None
+    deadline = time.monotonic() + RELISTEN_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        conn = _connect(key)
+        if conn is not None:
+            return conn
+        fd = sessions.try_lock(key)
+        if fd is not None:  # it ended meanwhile
+            os.close(fd)
+            return None
+    raise OwnerUnavailable(
+        f"an owner holds the session's lock but does not answer at"
+        f" {sessions.socket_path(key)} (waited {RELISTEN_WAIT_S:g} s); nothing was changed."
+        " Retry; `tether status` shows its pid",
+        session_key=key,
+    )
 
 
 def _owner_to_discard(key: str) -> OwnerConnection | None:

@@ -8,6 +8,18 @@ and exits).
 Holding the lock makes the socket path ours: a socket file found there belongs to a
 dead owner and is replaced. On the way out we remove the socket first, then release the
 lock, so a caller never finds our socket while another owner already holds the lock.
+
+Files can go from under a live owner: an operator clears ``TETHER_HOME/run`` (or the
+whole home), a tmp cleaner removes an old socket in ``/tmp``. Two rules keep that from
+stranding a session:
+
+* we remove only the socket *we* bound (the same inode at the path): after the home was
+  removed and a new owner of the same session started, the old owner on its way out
+  (its state lost) used to unlink the new owner's socket -- which then lived on, holding
+  the lock and its agent, reachable by nobody;
+* while we hold the lock on the lock file that is at its path, a socket missing or not
+  ours is put back (:meth:`SessionLock.relisten`, from the owner's file watch): callers
+  reach us again within a second.
 """
 
 from __future__ import annotations
@@ -17,7 +29,8 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 
-from tether import _os, sessions
+from tether import _os, paths, sessions
+from tether.paths import FileId
 
 __all__ = ["SessionLock"]
 
@@ -30,8 +43,11 @@ class SessionLock:
     def __init__(self, key: str) -> None:
         self.key = key
         self.socket_path = str(sessions.socket_path(key))
+        self._lock_path = str(sessions.lock_path(key))
         self._fd = -1
         self._server: asyncio.AbstractServer | None = None
+        self._serving: tuple[ConnectionHandler, int] | None = None
+        self._bound: FileId | None = None  # the socket we bound, to remove only it
 
     @property
     def held(self) -> bool:
@@ -39,7 +55,7 @@ class SessionLock:
 
     def acquire(self) -> bool:
         """Take the lock without waiting; False if another owner holds it."""
-        fd = _os.current().try_lock_exclusive(str(sessions.lock_path(self.key)))
+        fd = _os.current().try_lock_exclusive(self._lock_path)
         if fd is None:
             return False
         self._fd = fd
@@ -48,11 +64,42 @@ class SessionLock:
     async def listen(self, handler: ConnectionHandler, *, limit: int) -> None:
         """Bind the session's socket (0600, in a 0700 directory) and serve ``handler``."""
         assert self.held, "bind only while holding the session lock"
+        self._serving = (handler, limit)
+        await self._bind()
+
+    async def _bind(self) -> None:
+        handler, limit = self._serving or (None, 0)
+        assert handler is not None
         # We hold the lock, so a socket file here is a dead owner's: safe to replace.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         self._server = await asyncio.start_unix_server(handler, path=self.socket_path, limit=limit)
         os.chmod(self.socket_path, 0o600)
+        self._bound = _file_id(self.socket_path)
+
+    def socket_lost(self) -> bool:
+        """Whether we serve, hold the lock file that is at its path, and the socket at
+        its path is missing or not ours: :meth:`relisten` puts it back. (Any thread.)"""
+        if self._fd < 0 or self._server is None or not self._server.is_serving():
+            return False
+        if _file_id(self.socket_path) == self._bound:
+            return False
+        try:
+            held = os.fstat(self._fd)
+        except OSError:
+            return False
+        # Our lock's file no longer at its path (removed, replaced): the path is not
+        # ours to take; the owner's state watch decides what becomes of us.
+        return _file_id(self._lock_path) == (held.st_dev, held.st_ino)
+
+    async def relisten(self) -> None:
+        """Bind the session's socket again (see the module); the connections open stay."""
+        if not self.socket_lost():
+            return
+        old = self._server
+        await self._bind()
+        if old is not None:
+            old.close()  # its path was already gone: closing it unlinks nothing of ours
 
     def stop_listening(self) -> None:
         """Accept no new connections (the ones open stay open)."""
@@ -64,8 +111,17 @@ class SessionLock:
         self.stop_listening()
         if self._fd < 0:
             return
-        # The socket is ours while we hold the lock: remove it, then let the lock go.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        # Remove our socket (only ours: see the module), then let the lock go.
+        if self._bound is not None and _file_id(self.socket_path) == self._bound:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
         os.close(self._fd)
         self._fd = -1
+
+
+def _file_id(path: str) -> FileId | None:
+    """:func:`tether.paths.file_id`, with an unreadable path as no file (never ours)."""
+    try:
+        return paths.file_id(path)
+    except OSError:
+        return None

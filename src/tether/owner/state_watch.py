@@ -29,6 +29,9 @@ every later call fails fast, a lock wait on the loop is interrupted), the runnin
 ends with :class:`tether.errors.StateLost`, the owner shuts down as for a signal (the
 agent's tree proven gone; records it cannot write are logged, not waited for), and a
 ``state-lost-<time>-<pid>.log`` note is left in ``logs/`` for ``tether doctor``.
+
+Each look that finds the database in place also looks at the owner's socket: one
+removed from under it is bound again (:meth:`tether.owner.lock.SessionLock.relisten`).
 """
 
 from __future__ import annotations
@@ -63,7 +66,8 @@ CHECK_S = 1.0  # how often the files are looked at: two stat calls
 MIN_DB_BYTES = 512  # a database is at least one page, and pages are at least 512 bytes
 logger = logging.getLogger("tether.owner")
 
-FileId = tuple[int, int]  # (st_dev, st_ino)
+FileId = paths.FileId
+_file_id = paths.file_id
 
 
 class Files(NamedTuple):
@@ -92,14 +96,6 @@ def remember(seen: Files, now: Files) -> Files:
     return seen if seen.wal is not None else seen._replace(wal=now.wal)
 
 
-def _file_id(path: str) -> FileId | None:
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
 def snapshot(path: str) -> Files:
     """Look at ``path`` and its ``-wal``: two ``stat`` calls, nothing opened.
 
@@ -118,11 +114,17 @@ class StateWatch:
     under us (see the module docstring). Start it once the owner's connections are open."""
 
     def __init__(
-        self, path: str, on_lost: Callable[[str], None], *, interval: float = CHECK_S
+        self,
+        path: str,
+        on_lost: Callable[[str], None],
+        *,
+        interval: float = CHECK_S,
+        each_look: Callable[[], None] | None = None,
     ) -> None:
         self.path = path
         self.on_lost = on_lost
         self.interval = interval
+        self._each_look = each_look  # the owner's other files: its socket (owner.lock)
         self._stop = threading.Event()
         self._seen = snapshot(path)
         self._thread = threading.Thread(target=self._run, name="tether-state-watch", daemon=True)
@@ -143,6 +145,8 @@ class StateWatch:
             why = lost_reason(self._seen, now)
             if why is None:
                 self._seen = remember(self._seen, now)
+                if self._each_look is not None:
+                    self._each_look()
                 continue
             self.on_lost(f"the state database {self.path} {why} while this owner ran")
             return
@@ -157,9 +161,21 @@ def watch_state(owner: Owner) -> StateWatch:
         owner.heartbeat.lose()  # and its thread writes nothing more to that path
         loop.call_soon_threadsafe(_state_lost, owner, why)
 
-    watch = StateWatch(owner.registry.path, on_lost)
+    def socket_check() -> None:  # on the watch thread
+        if owner.lock.socket_lost():
+            loop.call_soon_threadsafe(_relisten, owner)
+
+    watch = StateWatch(owner.registry.path, on_lost, each_look=socket_check)
     watch.start()
     return watch
+
+
+def _relisten(owner: Owner) -> None:
+    """On the loop: put the session's socket back (:meth:`SessionLock.relisten`)."""
+    if owner.ending.done:
+        return
+    _log.event("socket_restored", logging.WARNING, session_key=owner.key)
+    owner.spawn(owner.lock.relisten())
 
 
 def _state_lost(owner: Owner, why: str) -> None:
