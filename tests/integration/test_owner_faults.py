@@ -23,6 +23,7 @@ from tests.integration.test_owner import (
     mock,
     signal_descendant,
     stop_inside_a_write,
+    stop_outside_writes,
     wait_for,
 )
 
@@ -384,3 +385,67 @@ def test_an_old_owner_leaving_removes_only_its_own_socket(
     c.run("sessions", "close")
     assert not alive(new["ownerPid"])
     wait_for(lambda: not alive(old["agentPid"]), "the old agent tree to end")
+
+
+def _remove_run_dir(tether_home: Path, socket: Path) -> None:
+    """`rm -rf TETHER_HOME/run` (its locks, its sockets when the home's path is short;
+    this one's is long, so its socket goes too)."""
+    import shutil
+
+    shutil.rmtree(tether_home / "run")
+    socket.unlink(missing_ok=True)
+
+
+def test_an_owner_whose_lock_file_was_removed_takes_it_again(mock: Cli, tether_home: Path) -> None:
+    """`run/` cleared under a live owner: it takes its lock file again and binds its
+    socket again, so the next caller reaches it -- not a second owner of the session
+    beside it, with a second agent and the same journal."""
+    from tether import sessions
+
+    mock.run("prompt", "echo one")
+    before = mock.status()
+    key = before["sessionKey"]
+    lock, socket = Path(sessions.lock_path(key)), Path(sessions.socket_path(key))
+    _remove_run_dir(tether_home, socket)
+    wait_for(lambda: lock.exists() and socket.exists(), "the owner to take its files back")
+    assert "two" in mock.run("prompt", "echo two").stdout
+    after = mock.status()
+    assert (after["ownerPid"], after["agentPid"]) == (before["ownerPid"], before["agentPid"])
+    mock.run("sessions", "close")
+    assert not alive(before["ownerPid"])
+    assert sessions.try_lock(key) is not None  # nobody holds the session's lock
+
+
+def test_an_owner_superseded_while_its_lock_file_was_gone_stops(
+    mock: Cli, tether_home: Path
+) -> None:
+    """The owner was stopped while `run/` was cleared, and a caller started a second
+    owner meanwhile: once it continues, the first finds its lock file taken and stops
+    (`lock-lost`), ending its agent by proof; the second serves on alone."""
+    from tether import sessions
+
+    mock.run("prompt", "echo one")
+    first = mock.status()
+    key = first["sessionKey"]
+    stop_outside_writes(first["ownerPid"])
+    try:
+        _remove_run_dir(tether_home, Path(sessions.socket_path(key)))
+        assert "two" in mock.run("prompt", "echo two").stdout
+        second = mock.status()
+    finally:
+        signal_descendant(first["ownerPid"], signal.SIGCONT)
+    assert second["ownerPid"] != first["ownerPid"]
+    wait_for(lambda: not alive(first["ownerPid"]), "the superseded owner to stop")
+    wait_for(lambda: not alive(first["agentPid"]), "its agent tree to end")
+    assert "three" in mock.run("prompt", "echo three").stdout
+    assert mock.status()["ownerPid"] == second["ownerPid"]
+    # It said why where every party may write, and left the journal -- the second
+    # owner's now -- alone: read whole, its seqs in order, nothing of the first's after.
+    from tether.state.registry import Registry
+
+    with Registry() as reg:
+        superseded = [e["payload"] for e in reg.events(key, kind="owner_superseded")]
+    assert [(p["ownerPid"], p["reason"]) for p in superseded] == [(first["ownerPid"], "lock-lost")]
+    seqs = [e["seq"] for e in mock.journal()]
+    assert seqs == sorted(set(seqs)), seqs
+    assert "three" in mock.run("sessions", "history").stdout

@@ -133,6 +133,7 @@ def test_stop_reasons_are_the_words_on_the_wire() -> None:
         "idle-ttl",
         "max-lifetime",
         "state-lost",
+        "lock-lost",
         "fatal-error",
         "signal-SIGTERM",
         "signal-SIGINT",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tether.errors import OwnerShuttingDown
+from tether.owner.lifecycle import StopReason
 from tether.owner.watchers import Fanout, Watch
 from tether.state.journal.writer import JournalWriter
 
@@ -79,6 +80,18 @@ class Journaling:
         the sequence from the right place.
         """
         if self.writer is None or self.fanout is None:
+            return
+        if stop_reason == StopReason.LOCK_LOST:
+            # Another owner holds the session now: its journal is not ours to write.
+            self.fanout.end_all("owner-stopped")
+            writer, self.writer = self.writer, None
+            given_up = await asyncio.to_thread(writer.abandon)
+            logger.error(
+                "journal: another owner took the session; %d unstored entries given up"
+                " (seqs after %d)",
+                given_up,
+                writer.stored_seq,
+            )
             return
         if session_ended:
             self.fanout.end_all("session-ended")  # its session_ended is journaled already

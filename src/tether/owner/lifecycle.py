@@ -76,6 +76,7 @@ class StopReason(enum.StrEnum):
     IDLE_TTL = "idle-ttl"
     MAX_LIFETIME = "max-lifetime"
     STATE_LOST = "state-lost"  # state.db went away under us
+    LOCK_LOST = "lock-lost"  # our lock file was removed, and another owner took its path
     FATAL_ERROR = "fatal-error"
     SIGTERM = "signal-SIGTERM"
     SIGINT = "signal-SIGINT"

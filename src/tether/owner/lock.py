@@ -19,7 +19,11 @@ stranding a session:
   the lock and its agent, reachable by nobody;
 * while we hold the lock on the lock file that is at its path, a socket missing or not
   ours is put back (:meth:`SessionLock.relisten`, from the owner's file watch): callers
-  reach us again within a second.
+  reach us again within a second;
+* a lock file removed from under us is taken again at its path (:meth:`SessionLock.retake`)
+  -- else a caller finding no socket would start a second owner of the session beside
+  us, with its own agent and the same journal. If another owner got there first, we
+  are superseded and stop (``lock-lost``), ending our agent by proof.
 """
 
 from __future__ import annotations
@@ -70,12 +74,37 @@ class SessionLock:
     async def _bind(self) -> None:
         handler, limit = self._serving or (None, 0)
         assert handler is not None
+        sessions.socket_path(self.key)  # makes its directory again if it was removed
         # We hold the lock, so a socket file here is a dead owner's: safe to replace.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
         self._server = await asyncio.start_unix_server(handler, path=self.socket_path, limit=limit)
         os.chmod(self.socket_path, 0o600)
         self._bound = _file_id(self.socket_path)
+
+    def lock_moved(self) -> bool:
+        """Whether the file we hold the lock on is no longer the one at the lock path
+        (removed or replaced): :meth:`retake`. (Any thread.)"""
+        if self._fd < 0:
+            return False
+        try:
+            held = os.fstat(self._fd)
+        except OSError:
+            return False
+        return _file_id(self._lock_path) != (held.st_dev, held.st_ino)
+
+    def retake(self) -> bool:
+        """Take the lock on the file now at the lock path (creating it); True if we hold
+        it now, False if another owner does (we are superseded). Our old lock goes."""
+        if self._fd < 0:
+            return False
+        # sessions.lock_path makes run/ again if it went with the file.
+        fd = _os.current().try_lock_exclusive(str(sessions.lock_path(self.key)))
+        if fd is None:
+            return False
+        os.close(self._fd)  # its file is gone from the path: nobody else can lock it
+        self._fd = fd
+        return True
 
     def socket_lost(self) -> bool:
         """Whether we serve, hold the lock file that is at its path, and the socket at
@@ -92,14 +121,16 @@ class SessionLock:
         # ours to take; the owner's state watch decides what becomes of us.
         return _file_id(self._lock_path) == (held.st_dev, held.st_ino)
 
-    async def relisten(self) -> None:
-        """Bind the session's socket again (see the module); the connections open stay."""
+    async def relisten(self) -> bool:
+        """Bind the session's socket again if it was lost (see the module); True if it
+        was. The connections open stay."""
         if not self.socket_lost():
-            return
+            return False
         old = self._server
         await self._bind()
         if old is not None:
             old.close()  # its path was already gone: closing it unlinks nothing of ours
+        return True
 
     def stop_listening(self) -> None:
         """Accept no new connections (the ones open stay open)."""

@@ -30,8 +30,10 @@ ends with :class:`tether.errors.StateLost`, the owner shuts down as for a signal
 agent's tree proven gone; records it cannot write are logged, not waited for), and a
 ``state-lost-<time>-<pid>.log`` note is left in ``logs/`` for ``tether doctor``.
 
-Each look that finds the database in place also looks at the owner's socket: one
-removed from under it is bound again (:meth:`tether.owner.lock.SessionLock.relisten`).
+Each look that finds the database in place also looks at the owner's lock file and
+socket: a lock file removed from under it is taken again (or, taken by another owner
+meanwhile, the owner stops), a socket removed is bound again
+(:meth:`tether.owner.lock.SessionLock.retake`, :meth:`~tether.owner.lock.SessionLock.relisten`).
 """
 
 from __future__ import annotations
@@ -161,21 +163,50 @@ def watch_state(owner: Owner) -> StateWatch:
         owner.heartbeat.lose()  # and its thread writes nothing more to that path
         loop.call_soon_threadsafe(_state_lost, owner, why)
 
-    def socket_check() -> None:  # on the watch thread
-        if owner.lock.socket_lost():
+    def files_check() -> None:  # on the watch thread
+        if owner.lock.lock_moved():
+            loop.call_soon_threadsafe(_retake, owner)
+        elif owner.lock.socket_lost():
             loop.call_soon_threadsafe(_relisten, owner)
 
-    watch = StateWatch(owner.registry.path, on_lost, each_look=socket_check)
+    watch = StateWatch(owner.registry.path, on_lost, each_look=files_check)
     watch.start()
     return watch
+
+
+def _retake(owner: Owner) -> None:
+    """On the loop: our lock file was removed; take the one at its path, or stop."""
+    if owner.ending.done or not owner.lock.lock_moved():
+        return
+    try:
+        retaken = owner.lock.retake()
+    except OSError as exc:  # no verdict (a full disk, a permission): the next look retries
+        _log.event("lock_retake_failed", logging.WARNING, session_key=owner.key, error=str(exc))
+        return
+    if retaken:
+        _log.event("lock_restored", logging.WARNING, session_key=owner.key)
+        owner.spawn(_bind_again(owner))
+        return
+    _log.event("lock_lost", logging.ERROR, session_key=owner.key)
+    owner.heartbeat.lose()  # the session's row is the new owner's now
+    owner.request_shutdown(StopReason.LOCK_LOST)
 
 
 def _relisten(owner: Owner) -> None:
     """On the loop: put the session's socket back (:meth:`SessionLock.relisten`)."""
     if owner.ending.done:
         return
-    _log.event("socket_restored", logging.WARNING, session_key=owner.key)
-    owner.spawn(owner.lock.relisten())
+    owner.spawn(_bind_again(owner))
+
+
+async def _bind_again(owner: Owner) -> None:
+    try:
+        restored = await owner.lock.relisten()
+    except OSError as exc:  # no verdict: the next look tries again
+        _log.event("socket_restore_failed", logging.WARNING, session_key=owner.key, error=str(exc))
+        return
+    if restored:
+        _log.event("socket_restored", logging.WARNING, session_key=owner.key)
 
 
 def _state_lost(owner: Owner, why: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -90,6 +91,32 @@ def terminate(owner: Owner, job: Job) -> None:
     ending.terminating = _aio.spawn(owner.slot.terminate())
 
 
+def _record_stop(owner: Owner, closing: bool) -> None:
+    """The session's row says the owner stopped (and the session closed, if it did)."""
+    if owner.stop_reason == StopReason.LOCK_LOST:
+        # Another owner holds the session: its row is not ours to write. Say why we
+        # stopped where every party may write (the registry's event log).
+        owner.registry.add_event(
+            owner.key,
+            "owner_superseded",
+            {"ownerPid": os.getpid(), "ownerGeneration": owner.generation,
+             "reason": StopReason.LOCK_LOST.value},
+        )  # fmt: skip
+        return
+    fields: dict[str, Any] = {
+        "owner_status": "stopped",
+        "owner_pid": None,
+        "owner_socket": None,
+        "queue_depth": 0,
+        "current_request": None,
+    }
+    if closing:
+        fields.update(state="closed", closed_at=time.time())
+    if owner.runner.last_prompt_at is not None:
+        fields["last_prompt_at"] = owner.runner.last_prompt_at
+    owner.registry.update_session(owner.key, metric_ops=owner.heartbeat.take_kept(), **fields)
+
+
 async def shut_down(owner: Owner) -> None:
     """Tear everything down; runs once, after the FIFO loop has stopped."""
     ending = owner.ending
@@ -115,22 +142,11 @@ async def shut_down(owner: Owner) -> None:
         end = await owner.slot.end_current(reason=reason, close_session=closing, discard=discard)
     if discard and end is None:
         await owner.slot.discard_offline()
-    fields: dict[str, Any] = {
-        "owner_status": "stopped",
-        "owner_pid": None,
-        "owner_socket": None,
-        "queue_depth": 0,
-        "current_request": None,
-    }
-    if closing:
-        fields.update(state="closed", closed_at=time.time())
-    if owner.runner.last_prompt_at is not None:
-        fields["last_prompt_at"] = owner.runner.last_prompt_at
     # The status writer stops first, so nothing it writes can land after "stopped"; the
     # metrics it kept go into this last write.
     owner.heartbeat.stop()
     try:
-        owner.registry.update_session(owner.key, metric_ops=owner.heartbeat.take_kept(), **fields)
+        _record_stop(owner, closing)
     except StateError as exc:
         # A full or failing disk must not cost the callers their answers or leave
         # this process behind: the tree is already proven gone; say what was lost.

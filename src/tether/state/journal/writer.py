@@ -112,6 +112,8 @@ class JournalWriter:
         self.stalls = 0  # times the loop waited for the writer (a slow disk)
         self.dropped = 0  # entries given up after a stall (a failing disk): a seq gap
         self._closing = False
+        self._abandoned = 0  # entries never stored because the session went to another owner
+        self._abandoning = False
         self._kick_handle: asyncio.TimerHandle | None = None  # the writer's BATCH_S wake-up
         # (direction, request id) -> the bytes of an acp entry's line after its seq and at
         self._acp_heads: dict[tuple[str, str | None], bytes] = {}
@@ -277,6 +279,24 @@ class JournalWriter:
                 self._db.close()
         return done
 
+    def abandon(self, timeout: float = 5.0) -> int:
+        """Stop the thread, storing nothing more and releasing nothing: another owner
+        holds the session now (``lock-lost``), and its journal and reservation are its
+        own. Returns how many entries were given up (the caller logs them).
+
+        Blocking: call it from a thread (``asyncio.to_thread``) on a running loop.
+        """
+        with self._lock:
+            self._abandoning = True
+            self._closing = True
+            self._abandoned += len(self._pending)
+            self._pending, self._pending_bytes = [], 0
+        self._wake.set()
+        self._thread.join(timeout)
+        if not self._thread.is_alive():
+            self._db.close()
+        return self._abandoned
+
     # --- the writer thread -----------------------------------------------------------
 
     def _run(self) -> None:
@@ -286,6 +306,10 @@ class JournalWriter:
             self._wake.wait()
             self._wake.clear()
             with self._lock:
+                if self._abandoning:
+                    self._abandoned += len(self._pending)
+                    self._pending = []
+                    return
                 batch, self._pending = self._pending, []
                 batch_bytes, self._pending_bytes = self._pending_bytes, 0
             if batch:
