@@ -105,6 +105,13 @@ def state_error(exc: OSError, path: str) -> TetherError:
             " retry; nothing was half-written.",
             path=path,
         )
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        # makedirs says "File exists" of a file where a directory (or its parent) goes
+        return StateError(
+            f"cannot use the state directory: {path} (or a directory above it) exists and"
+            " is not a directory. Set TETHER_HOME to a directory.",
+            path=path,
+        )
     return StateError(f"cannot use the state directory: {reason}: {path}", path=path)
 
 

@@ -146,6 +146,24 @@ def test_a_stopped_process_holding_the_write_lock_is_named(
     conn.close()
 
 
+@pytest.mark.parametrize("below", [False, True])
+def test_a_tether_home_that_is_a_file_is_one_line(
+    project_dir: Path, tmp_path: Path, below: bool
+) -> None:
+    """TETHER_HOME naming a file (or a path below one): one line saying so, exit 1, the
+    file untouched -- not makedirs' bare "File exists"."""
+    a_file = tmp_path / "not-a-dir"
+    a_file.write_text("keep me")
+    home = a_file / "home" if below else a_file
+    r = tether(
+        "mock", "sessions", "list", cwd=project_dir, env=dict(os.environ, TETHER_HOME=str(home))
+    )
+    assert (r.returncode, r.stdout) == (1, ""), r.stderr
+    line = _one_error_line(r.stderr)
+    assert f"{home} (or a directory above it) exists and is not a directory" in line, line
+    assert a_file.read_text() == "keep me"
+
+
 def test_doctor_finds_the_damage_and_repair_moves_it_aside(
     project_dir: Path, tether_home: Path
 ) -> None:
