@@ -76,6 +76,12 @@ def signal_descendant(pid: int, sig: signal.Signals) -> None:
         os.close(fd)
 
 
+def wait_stopped(pid: int) -> None:
+    """Wait until ``pid`` is in the stopped state (``T``): a stop signal lands later."""
+    stat = Path(f"/proc/{pid}/stat")
+    wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+
+
 def stop_outside_writes(pid: int) -> None:
     """SIGSTOP ``pid`` (one of ours) at a moment it holds no write lock on the state
     database: stopped inside a write, it would block every writer on the host (what
@@ -84,10 +90,9 @@ def stop_outside_writes(pid: int) -> None:
     from tether import paths
     from tether.state.lock_holders import holder_pids
 
-    stat = Path(f"/proc/{pid}/stat")
     for _ in range(200):
         signal_descendant(pid, signal.SIGSTOP)
-        wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+        wait_stopped(pid)
         if pid not in holder_pids(paths.state_db()):
             return
         signal_descendant(pid, signal.SIGCONT)
@@ -104,7 +109,6 @@ def stop_inside_a_write(pid: int, within: float = 30.0) -> int:
     from tether.state.lock_holders import holder_pids
 
     db = paths.state_db()
-    stat = Path(f"/proc/{pid}/stat")
     before = _proctree.descendants().get(pid)
     assert before is not None, f"pid {pid} is not a descendant of the test"
     fd = os.pidfd_open(pid)  # pins the process: checked once, then signalled fast
@@ -117,7 +121,7 @@ def stop_inside_a_write(pid: int, within: float = 30.0) -> int:
                 continue
             signal.pidfd_send_signal(fd, signal.SIGSTOP)
             stops += 1
-            wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+            wait_stopped(pid)
             if pid in holder_pids(db):
                 return stops
             signal.pidfd_send_signal(fd, signal.SIGCONT)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 from tests._cli import run_tether
-from tests.integration.test_owner import Cli, alive, cli, finish, wait_for
+from tests.integration.test_owner import Cli, alive, cli, finish, wait_for, wait_stopped
 
 pytestmark = pytest.mark.integration
 
@@ -118,8 +118,7 @@ def test_a_stopped_process_holding_the_write_lock_is_named(
         assert holder.stdout is not None
         try:
             assert holder.stdout.readline() == "holding\n"
-            stat = Path(f"/proc/{holder.pid}/stat")
-            wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "T", "the stop")
+            wait_stopped(holder.pid)
             r = tether("mock", "sessions", "list", cwd=project_dir)
             assert (r.returncode, r.stdout) == (0, "no sessions\n"), r.stderr
             r = tether("--format", "json", "doctor", cwd=project_dir)

@@ -12,7 +12,7 @@ import time
 from tether import sessions
 from tether.errors import NoSession, OwnerUnavailable
 from tether.ipc.client import OwnerConnection
-from tether.operations.connecting import connect_or_start
+from tether.operations.connecting import connect_or_start, owner_or_lock
 from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
@@ -55,9 +55,7 @@ def _close_one(
     then reap) and mark it closed. ``cascade_from``: this close is part of closing that
     session's family; its owner checks our authority over that session instead.
     """
-    conn = _connect(key)
-    if conn is None:
-        conn = _reach_lock_holder(key)
+    conn = _owner_if_any(key)
     if conn is None and discard:
         conn = _owner_to_discard(key)
     if conn is not None:
@@ -84,44 +82,33 @@ def _close_one(
     }
 
 
-def _connect(key: str) -> OwnerConnection | None:
-    try:
-        return OwnerConnection.connect(sessions.socket_path(key))
-    except OwnerUnavailable:
-        return None
+def _owner_if_any(key: str) -> OwnerConnection | None:
+    """The session's owner, or None when none holds its lock.
 
-
-def _reach_lock_holder(key: str) -> OwnerConnection | None:
-    """No owner answered at the socket: None if none holds the session's lock either.
-
-    One that holds the lock is alive, and its socket was removed from under it (a
-    cleared ``run/``, a tmp cleaner): it binds it again within a second
-    (:meth:`tether.owner.lock.SessionLock.relisten`), and we close through it. Saying
-    "closed, no owner was running" instead would leave it running, with its agent.
+    One that holds the lock but does not answer may be stopping, or binding its socket
+    again after it was removed from under it (a cleared ``run/``, a tmp cleaner): we wait
+    for it and close through it. Saying "closed, no owner was running" instead would
+    leave it running, with its agent.
 
     Raises:
         OwnerUnavailable: it holds the lock but still does not answer; nothing changed.
     """
-    fd = sessions.try_lock(key)
-    if fd is not None:
-        os.close(fd)
+    try:
+        return OwnerConnection.connect(sessions.socket_path(key))  # stopping ones too
+    except OwnerUnavailable:
+        pass
+    found = owner_or_lock(key, RELISTEN_WAIT_S)
+    if isinstance(found, int):
+        os.close(found)  # no owner: the offline close takes the lock again to write
         return None
-    deadline = time.monotonic() + RELISTEN_WAIT_S
-    while time.monotonic() < deadline:
-        time.sleep(0.05)
-        conn = _connect(key)
-        if conn is not None:
-            return conn
-        fd = sessions.try_lock(key)
-        if fd is not None:  # it ended meanwhile
-            os.close(fd)
-            return None
-    raise OwnerUnavailable(
-        f"an owner holds the session's lock but does not answer at"
-        f" {sessions.socket_path(key)} (waited {RELISTEN_WAIT_S:g} s); nothing was changed."
-        " Retry; `tether status` shows its pid",
-        session_key=key,
-    )
+    if found is None:
+        raise OwnerUnavailable(
+            f"an owner holds the session's lock but does not answer at"
+            f" {sessions.socket_path(key)} (waited {RELISTEN_WAIT_S:g} s); nothing was"
+            " changed. Retry; `tether status` shows its pid",
+            session_key=key,
+        )
+    return found
 
 
 def _owner_to_discard(key: str) -> OwnerConnection | None:

@@ -35,6 +35,24 @@ def connect(key: str, *, timeout: float = CONNECT_TIMEOUT_S) -> OwnerConnection 
     return _try_connect(sessions.socket_path(key), timeout)[0]
 
 
+def owner_or_lock(key: str, wait_s: float) -> OwnerConnection | int | None:
+    """The session's serving owner (a connection), or else its lock (an open descriptor,
+    to close: no owner runs). While an owner holds the lock without serving -- stopping,
+    or binding its removed socket again (:meth:`tether.owner.lock.SessionLock.relisten`)
+    -- look again every 50 ms for up to ``wait_s``; None once that ran out."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        conn = connect(key, timeout=min(CONNECT_TIMEOUT_S, deadline - time.monotonic()))
+        if conn is not None:
+            return conn
+        fd = sessions.try_lock(key)
+        if fd is not None:
+            return fd
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
 def _try_connect(path: str, timeout: float) -> tuple[OwnerConnection | None, bool]:
     """(a serving owner's connection or None, whether an owner is there but silent)."""
     try:

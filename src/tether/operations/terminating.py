@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import time
 
-from tether import sessions
 from tether.errors import (
     NoSession,
     OwnerShuttingDown,
@@ -13,7 +12,7 @@ from tether.errors import (
 )
 from tether.ipc.client import OwnerConnection
 from tether.operations.closing import OWNER_EXIT_WAIT_S
-from tether.operations.connecting import START_DEADLINE_S
+from tether.operations.connecting import START_DEADLINE_S, owner_or_lock
 from tether.policy import access
 
 TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads the name
@@ -63,28 +62,21 @@ def _terminate_one(
 ) -> dict[str, Any]:
     deadline = time.monotonic() + deadline_s
     while True:
-        try:
-            conn: OwnerConnection | None = OwnerConnection.connect(sessions.socket_path(key))
-        except OwnerUnavailable:
-            conn = None
-        if conn is not None and not conn.hello.get("stopping"):
-            try:
-                return _terminate_live(conn, by, cascade_from)
-            except OwnerShuttingDown:
-                pass  # it began stopping meanwhile (a close, the idle TTL)
-        elif conn is not None:
-            conn.close()
-        lock_fd = sessions.try_lock(key)
-        if lock_fd is not None:
-            try:
-                return _terminate_offline(key, by or {})
-            finally:
-                os.close(lock_fd)
-        if time.monotonic() >= deadline:
+        # An owner that is stopping: wait for its lock, then look again.
+        found = owner_or_lock(key, max(0.0, deadline - time.monotonic()))
+        if found is None:
             raise OwnerUnavailable(
                 f"the session's owner did not let go within {deadline_s:g} s", session_key=key
             )
-        time.sleep(0.05)  # an owner is stopping: wait for its lock, then look again
+        if isinstance(found, int):
+            try:
+                return _terminate_offline(key, by or {})
+            finally:
+                os.close(found)
+        try:
+            return _terminate_live(found, by, cascade_from)
+        except OwnerShuttingDown:
+            pass  # it began stopping meanwhile (a close, the idle TTL)
 
 
 def _terminate_live(

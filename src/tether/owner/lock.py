@@ -50,7 +50,7 @@ class SessionLock:
         self._lock_path = str(sessions.lock_path(key))
         self._fd = -1
         self._server: asyncio.AbstractServer | None = None
-        self._serving: tuple[ConnectionHandler, int] | None = None
+        self._serving: tuple[ConnectionHandler, int] | None = None  # listen()'s, to bind again
         self._bound: FileId | None = None  # the socket we bound, to remove only it
 
     @property
@@ -72,9 +72,9 @@ class SessionLock:
         await self._bind()
 
     async def _bind(self) -> None:
-        handler, limit = self._serving or (None, 0)
-        assert handler is not None
-        sessions.socket_path(self.key)  # makes its directory again if it was removed
+        assert self._serving is not None
+        handler, limit = self._serving
+        paths.socket_dir()  # made again if it was removed
         # We hold the lock, so a socket file here is a dead owner's: safe to replace.
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.socket_path)
@@ -82,16 +82,21 @@ class SessionLock:
         os.chmod(self.socket_path, 0o600)
         self._bound = _file_id(self.socket_path)
 
-    def lock_moved(self) -> bool:
-        """Whether the file we hold the lock on is no longer the one at the lock path
-        (removed or replaced): :meth:`retake`. (Any thread.)"""
+    def _held_at_path(self) -> bool | None:
+        """Whether the file we hold the lock on is the one at the lock path; None if we
+        hold none (or cannot tell)."""
         if self._fd < 0:
-            return False
+            return None
         try:
             held = os.fstat(self._fd)
         except OSError:
-            return False
-        return _file_id(self._lock_path) != (held.st_dev, held.st_ino)
+            return None
+        return _file_id(self._lock_path) == (held.st_dev, held.st_ino)
+
+    def lock_moved(self) -> bool:
+        """Whether the file we hold the lock on is no longer the one at the lock path
+        (removed or replaced): :meth:`retake`. (Any thread.)"""
+        return self._held_at_path() is False
 
     def retake(self) -> bool:
         """Take the lock on the file now at the lock path (creating it); True if we hold
@@ -109,17 +114,13 @@ class SessionLock:
     def socket_lost(self) -> bool:
         """Whether we serve, hold the lock file that is at its path, and the socket at
         its path is missing or not ours: :meth:`relisten` puts it back. (Any thread.)"""
-        if self._fd < 0 or self._server is None or not self._server.is_serving():
+        if self._server is None or not self._server.is_serving():
             return False
         if _file_id(self.socket_path) == self._bound:
             return False
-        try:
-            held = os.fstat(self._fd)
-        except OSError:
-            return False
         # Our lock's file no longer at its path (removed, replaced): the path is not
-        # ours to take; the owner's state watch decides what becomes of us.
-        return _file_id(self._lock_path) == (held.st_dev, held.st_ino)
+        # ours to take until retake() made it ours again.
+        return self._held_at_path() is True
 
     async def relisten(self) -> bool:
         """Bind the session's socket again if it was lost (see the module); True if it

@@ -68,16 +68,13 @@ CHECK_S = 1.0  # how often the files are looked at: two stat calls
 MIN_DB_BYTES = 512  # a database is at least one page, and pages are at least 512 bytes
 logger = logging.getLogger("tether.owner")
 
-FileId = paths.FileId
-_file_id = paths.file_id
-
 
 class Files(NamedTuple):
     """What the state database's files look like at one moment."""
 
-    db: FileId | None  # None: no file at the path
+    db: paths.FileId | None  # None: no file at the path
     db_size_ok: bool  # at least one page long (shorter: truncated)
-    wal: FileId | None  # None: no WAL file
+    wal: paths.FileId | None  # None: no WAL file
 
 
 def lost_reason(seen: Files, now: Files) -> str | None:
@@ -107,8 +104,8 @@ def snapshot(path: str) -> Files:
     try:
         st = os.stat(path)
     except FileNotFoundError:
-        return Files(None, False, _file_id(path + "-wal"))
-    return Files((st.st_dev, st.st_ino), st.st_size >= MIN_DB_BYTES, _file_id(path + "-wal"))
+        return Files(None, False, paths.file_id(path + "-wal"))
+    return Files((st.st_dev, st.st_ino), st.st_size >= MIN_DB_BYTES, paths.file_id(path + "-wal"))
 
 
 class StateWatch:
