@@ -5,8 +5,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from tether._os import ProcStat, cgroup_writable, find_cgroup2_mount, parse_stat
+from tether._os import (
+    ProcStat,
+    cgroup_writable,
+    environ_lookup,
+    find_cgroup2_mount,
+    parse_stat,
+)
 
 
 def _stat_line(comm: bytes, state: bytes = b"S", starttime: int = 4242) -> bytes:
@@ -104,3 +112,48 @@ def test_cgroup_writable_on_this_host() -> None:
     if not ok:
         pytest.skip(f"cgroup2 not writable here: {reason}")
     assert set(Path(mount).iterdir()) == before
+
+
+def _environ_lookup_by_split(raw: bytes, key: bytes) -> bytes | None:
+    """The obvious reading of getenv's rule, kept as the reference."""
+    for entry in raw.split(b"\0"):
+        if entry.startswith(key + b"="):
+            return entry[len(key) + 1 :]
+    return None
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        pytest.param(b"TETHER_RUN=a\0PATH=/bin\0", b"a", id="first-entry"),
+        pytest.param(b"PATH=/bin\0TETHER_RUN=b\0", b"b", id="later-entry"),
+        pytest.param(b"PATH=/bin\0TETHER_RUN=c", b"c", id="no-final-nul"),
+        pytest.param(b"TETHER_RUN=1\0TETHER_RUN=2\0", b"1", id="first-occurrence-wins"),
+        pytest.param(b"XTETHER_RUN=x\0", None, id="a-longer-name-is-another-key"),
+        pytest.param(b"A=TETHER_RUN=v\0", None, id="inside-a-value-is-not-an-entry"),
+        pytest.param(b"TETHER_RUN\0", None, id="no-equals"),
+        pytest.param(b"TETHER_RUN=\0", b"", id="empty-value"),
+        pytest.param(b"", None, id="empty-block"),
+    ],
+)
+def test_environ_lookup_follows_getenv(raw: bytes, expected: bytes | None) -> None:
+    """The marker scan's lookup: whole entry names only, the first occurrence wins."""
+    assert environ_lookup(raw, b"TETHER_RUN") == expected
+    assert _environ_lookup_by_split(raw, b"TETHER_RUN") == expected
+
+
+@given(
+    entries=st.lists(
+        st.one_of(
+            st.binary(max_size=12).filter(lambda b: b"\0" not in b),
+            st.sampled_from([b"K=v", b"K=", b"KK=w", b"K", b"=K=", b"XK=y"]),
+        ),
+        max_size=8,
+    ),
+    trailing_nul=st.booleans(),
+)
+def test_environ_lookup_agrees_with_the_split_reading(
+    entries: list[bytes], trailing_nul: bool
+) -> None:
+    raw = b"\0".join(entries) + (b"\0" if trailing_nul and entries else b"")
+    assert environ_lookup(raw, b"K") == _environ_lookup_by_split(raw, b"K")

@@ -44,6 +44,7 @@ __all__ = [
     "Unreadable",
     "cgroup_writable",
     "current",
+    "environ_lookup",
     "find_cgroup2_mount",
     "identity_of",
     "parse_stat",
@@ -255,6 +256,27 @@ def parse_stat(pid: int, raw: bytes) -> ProcStat:
         starttime=int(fields[19]),
         comm=comm,
     )
+
+
+def environ_lookup(raw: bytes, key: bytes) -> bytes | None:
+    """The value of ``key`` in the bytes of ``/proc/<pid>/environ``, or None if absent.
+
+    getenv's rule: the first ``key=`` entry wins, and only a whole entry's name counts
+    (``XKEY=`` is not ``KEY=``). Found with two ``find`` calls rather than a split into
+    every entry: the close's marker scan reads the environment of every process on the
+    host, and a split made that scan's Python work grow with every entry of every
+    process (issue 23).
+    """
+    prefix = key + b"="
+    if raw.startswith(prefix):
+        start = len(prefix)
+    else:
+        at = raw.find(b"\0" + prefix)
+        if at < 0:
+            return None
+        start = at + 1 + len(prefix)
+    end = raw.find(b"\0", start)
+    return raw[start:] if end < 0 else raw[start:end]
 
 
 def identity_of(

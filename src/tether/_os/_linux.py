@@ -21,7 +21,14 @@ import fcntl
 import os
 import signal
 
-from tether._os import UNREADABLE, ProcStat, ProcUnreadable, Unreadable, parse_stat
+from tether._os import (
+    UNREADABLE,
+    ProcStat,
+    ProcUnreadable,
+    Unreadable,
+    environ_lookup,
+    parse_stat,
+)
 
 _BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
 
@@ -92,13 +99,8 @@ class LinuxProcessTable:
             # EACCES (another uid without ptrace access), ENOENT/ESRCH (gone mid-read):
             # all mean "cannot confirm", which callers treat as fail-closed.
             return UNREADABLE
-        prefix = key + b"="
-        # getenv semantics: the first occurrence wins. We look at one key only and
-        # drop the rest immediately: the block holds secrets.
-        for entry in raw.split(b"\0"):
-            if entry.startswith(prefix):
-                return entry[len(prefix) :]
-        return None
+        # One key only; the rest of the block (it holds secrets) is dropped at once.
+        return environ_lookup(raw, key)
 
     def cmdline(self, pid: int) -> list[bytes] | None:
         try:
