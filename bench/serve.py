@@ -19,7 +19,8 @@ mock agent:
   next to the prompting CLI's own rate, and the gateway's CPU seconds for it), and the
   same 100,000 entries replayed from the journal (the gateway's own relay capacity);
 * N sessions (100; --quick 20) with one prompt each at once: POST to turn end, p50/p99
-  (and the same with ``?wait=true``),
+  (and the same with ``?wait=true``, and the same N prompts sent by the bench straight
+  to the owners, without HTTP or the gateway: ``owners_alone``, the owners' share),
   next to the same N prompts at once through the CLI (N processes). Sessions created and
   warmed first; both servers with ``bench/rawhttp.py`` (httpx's own CPU was most of it);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
@@ -219,6 +220,35 @@ def relay(gw: Gw, sid: str, home: Path, cwd: Path, chunks: int) -> tuple[float, 
 async def concurrent(gw: Gw, sids: list[str]) -> list[float]:
     """One prompt on each session at once, POST to turn end (``rawhttp``, as the peer's)."""
     return await rawhttp.timed(rawhttp.tether_prompt(gw.url, gw.headers, s) for s in sids)
+
+
+async def owners_alone(home: Path, keys: list[str]) -> list[float]:
+    """The same N prompts at once sent from this process straight to the sessions' owners,
+    on the gateway's own path for a waited prompt (:class:`tether.serve.submit.Prompter`:
+    connect, hello, the prompt, its frames to the turn's end), with no HTTP and no
+    gateway: what the owners (and their agents) cost alone, next to the same prompts
+    through the gateway."""
+    from tether import operations
+    from tether.serve.prompt_wait import TurnSummary
+    from tether.serve.submit import Prompter
+
+    os.environ["TETHER_HOME"] = str(home)  # where the owners' sockets are
+    blocks = [{"type": "text", "text": "echo hi"}]
+    payload = operations.prompt_payload(blocks, client="http", wait=False)
+    prompter = Prompter(None)  # type: ignore[arg-type]  # no hub: the hello has the cursor
+    t0 = time.perf_counter()
+
+    async def one(key: str) -> float:
+        turn = TurnSummary(key)
+        ack = await prompter.prompt(key, payload, None, 1 << 24, turn)
+        if ack is None or (turn.terminal or {}).get("type") != "result":
+            raise RuntimeError(f"the owner of {key} did not answer the turn: {turn.terminal}")
+        return time.perf_counter() - t0
+
+    try:
+        return list(await asyncio.gather(*(one(k) for k in keys)))
+    finally:
+        prompter.close_all()
 
 
 def cli_concurrent(home: Path, cwd: Path, n: int) -> list[float]:
@@ -459,6 +489,9 @@ def main() -> int:
             lat = asyncio.run(rawhttp.timed(calls))
             report[f"concurrent_{n_sessions}_wait_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
             report[f"concurrent_{n_sessions}_wait_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
+            lat = asyncio.run(owners_alone(home, sids))
+            report[f"concurrent_{n_sessions}_owners_alone_p50_ms"] = round(pct(lat, 0.5) * 1000, 1)
+            report[f"concurrent_{n_sessions}_owners_alone_p99_ms"] = round(pct(lat, 0.99) * 1000, 1)
             cli_lat = cli_concurrent(home, cwd, n_sessions)
             report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
             report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)

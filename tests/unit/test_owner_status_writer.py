@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 from typing import Any
@@ -119,3 +120,38 @@ def test_the_beat_needs_no_database_write_and_callers_see_it(
     assert info is not None
     assert info["heartbeatAgeS"] < 60, info  # the row says an hour; the owner is alive
     assert not owner_fence.fence_if_silent(key)
+
+
+def test_the_member_scan_keeps_the_beat_s_cadence_not_each_poke() -> None:
+    """A poke (a status change, several per turn) writes the row at once, but the member
+    scan (a /proc walk of the agent's tree) comes at most once per beat interval -- and
+    at least that often, however often the owner is poked (README: "at its heartbeat")."""
+    with Registry() as reg:
+        key = _session(reg)
+    scans: list[float] = []
+    status = {"owner_status": "idle"}
+    beat = Heartbeat(
+        key,
+        unresponsive_after=0.9,  # a beat interval of 0.3 s
+        fields=lambda: dict(status),
+        scan=lambda _reg: scans.append(time.monotonic()),
+    )
+    assert beat.interval == pytest.approx(0.3)
+    beat.start()
+    started = time.monotonic()
+    try:
+        for i in range(60):  # 1.2 s of pokes every 20 ms: more often than the interval
+            status["owner_status"] = f"s{i}"
+            beat.poke()
+            time.sleep(0.02)
+    finally:
+        beat.stop()
+    elapsed = time.monotonic() - started
+    with Registry() as reg:
+        row = reg.session(key)
+    assert row is not None
+    assert row.owner_status.startswith("s")  # the pokes were written
+    assert len(scans) >= 2, scans  # the cadence holds under constant pokes
+    assert len(scans) <= elapsed / 0.3 + 1, (len(scans), elapsed)
+    gaps = [b - a for a, b in itertools.pairwise(scans)]
+    assert all(g >= 0.29 for g in gaps), gaps

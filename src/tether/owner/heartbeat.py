@@ -57,6 +57,7 @@ class Heartbeat:
     ) -> None:
         self.key = key
         self._scan = scan  # each beat: record the live runs' members (issue 20)
+        self._scanned_at = -float("inf")  # the first write scans
         self.interval = max(0.05, min(HEARTBEAT_S, unresponsive_after / 3))
         self._fields = fields  # the status columns as they are now (read under the GIL)
         self.kept = kept
@@ -92,6 +93,19 @@ class Heartbeat:
     def take_kept(self) -> list[metrics.MetricOp]:
         return self.kept.take() if self.kept is not None else []
 
+    def scan_due(self, now: float) -> bool:
+        """Whether this write also scans the live runs' members: once per ``interval``.
+
+        The README promises a scan every ``HEARTBEAT_S`` at most, at the beat; a poke
+        (a status change: three per quick turn) is not a beat. Scanning at each one put
+        a ``/proc`` walk of the agent's tree into every turn's cost -- with a hundred
+        sessions taking turns at once, each on cold caches (issue 23).
+        """
+        if self._scan is None or now - self._scanned_at < self.interval:
+            return False
+        self._scanned_at = now
+        return True
+
     def _run(self) -> None:
         registry: Registry | None = None
         try:
@@ -116,7 +130,7 @@ class Heartbeat:
                 except Exception:  # a missed beat is not fatal; silence is
                     if self.kept is not None:
                         self.kept.give_back(ops)
-                if self._scan is not None:
+                if self._scan is not None and self.scan_due(time.monotonic()):
                     with contextlib.suppress(Exception):  # a missed scan loses no run
                         self._scan(registry)
         except Exception:  # no database: the owner's own writes will fail loudly
