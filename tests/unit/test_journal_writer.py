@@ -169,3 +169,115 @@ def test_a_turns_entries_wait_for_company_and_its_end_is_stored_at_once(
     woken_early, stored, end = asyncio.run(main())
     assert not woken_early
     assert stored == end
+
+
+def _session_row(key: str) -> Any:
+    with Registry() as reg:
+        return reg.session(key)
+
+
+def _wait_for(check: Any, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.01)
+
+
+def test_a_commit_carries_the_owner_s_changed_status_in_its_own_transaction() -> None:
+    """Issue 23: a quick turn's entries and its owner's status share one commit. The
+    row is written with the batch (not by the heartbeat's thread, which never starts
+    here), with the kept metrics, and ``settle`` hears that it was."""
+    from tether import metrics
+    from tether.owner.heartbeat import Heartbeat
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    kept = metrics.Deferred()
+    status = {"owner_status": "running", "queue_depth": 1}
+    beat = Heartbeat("k", unresponsive_after=300.0, fields=lambda: dict(status), kept=kept)
+    journal = writer.JournalWriter(paths.state_db(), "k")
+    journal.carry = beat.carry
+    try:
+        kept.incr("cancel_total", outcome="success")
+        beat.changed(carried=True)
+        journal.append("turn_ended", {"stopReason": "end_turn"})  # urgent: committed now
+        _wait_for(lambda: _session_row("k").owner_status == "running", "no row carried")
+        assert _session_row("k").queue_depth == 1
+        with Registry() as reg:
+            assert reg.counters()["cancel_total{outcome=success}"] == 1
+        assert not beat.dirty
+        assert kept.take() == []
+        # Nothing changed since: the next commit carries no row.
+        status["owner_status"] = "unwritten"  # (not marked changed: nobody writes it)
+        journal.append("turn_ended", {"stopReason": "end_turn"})
+        _wait_for(lambda: journal.stored_seq == journal.last_seq, "not stored")
+        assert _session_row("k").owner_status == "running"
+    finally:
+        assert journal.close()
+
+
+def test_a_row_that_fails_never_costs_the_batch_and_is_marked_for_the_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The carried row is under a savepoint: its failure leaves the entries stored, the
+    metrics are given back, and the row is marked changed again (the heartbeat's thread
+    writes it)."""
+    from tether import metrics
+    from tether.owner.heartbeat import Heartbeat
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+
+    def broken(*_: Any) -> None:
+        raise sqlite3.OperationalError("no such column: owner_status")
+
+    monkeypatch.setattr(store, "write_session_fields", broken)
+    kept = metrics.Deferred()
+    beat = Heartbeat("k", unresponsive_after=300.0, fields=lambda: {"owner_status": "x"}, kept=kept)
+    journal = writer.JournalWriter(paths.state_db(), "k")
+    journal.carry = beat.carry
+    try:
+        kept.incr("owner_spawn_total")
+        beat.changed(carried=True)
+        seq = journal.append("turn_ended", {"stopReason": "end_turn"})
+        _wait_for(lambda: journal.stored_seq >= seq, "the batch was not stored")
+        _wait_for(lambda: beat.dirty, "the row was not given back")
+        assert [op[1] for op in kept.take()] == ["owner_spawn_total"]
+    finally:
+        assert journal.close()
+    with Registry() as reg:
+        assert [r[0] for r in store.read(reg._db, "k", 1)][-1] == seq
+
+
+def test_no_carried_row_lands_after_the_heartbeat_stopped() -> None:
+    """The teardown stops the heartbeat, then writes the final status itself: a commit
+    after that carries nothing, and ``stop`` waits for a carried row in flight."""
+    import time
+
+    from tether.owner.heartbeat import Heartbeat
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    beat = Heartbeat("k", unresponsive_after=300.0, fields=lambda: {"owner_status": "stopping"})
+    carried = beat.carry  # in flight: taken, not yet settled
+    beat.changed(carried=True)
+    taken = carried()
+    assert taken is not None
+    settled_at: list[float] = []
+
+    def settle_later() -> None:
+        time.sleep(0.2)
+        settled_at.append(time.monotonic())
+        taken[2](True)
+
+    thread = threading.Thread(target=settle_later)
+    thread.start()
+    beat.stop()
+    stopped_at = time.monotonic()
+    thread.join()
+    assert settled_at
+    assert settled_at[0] <= stopped_at  # stop waited for the row in flight
+    beat.changed(carried=True)
+    assert beat.carry() is None  # and no commit carries one after it

@@ -197,6 +197,7 @@ class Owner:
         journal = self.journaling.open(
             self.settings.retention, on_condition=lambda: journal_condition(self)
         )
+        journal.carry = self.heartbeat.carry  # a commit carries the status that changed
         record = self.journaling.record
         self.admission.record = self.runner.record = self.questions.record = record
         self.slot.record = record
@@ -218,10 +219,12 @@ class Owner:
         _aio.spawn(coro, keep=self._tasks)
 
     def set_status(self, status: str) -> None:
-        """The owner's status changed: its writer thread records it (the loop never waits
-        on the database for it)."""
+        """The owner's status changed: a thread records it (the loop never waits on the
+        database for it) -- the journal writer's next commit when entries are waiting
+        for one (a turn's are), else the heartbeat's."""
         self._status = status
-        self.heartbeat.poke()
+        writer = self.journaling.writer
+        self.heartbeat.changed(carried=writer is not None and writer.will_commit())
 
     def _status_fields(self) -> dict[str, Any]:
         """The status columns as they are now (called from the heartbeat's thread)."""

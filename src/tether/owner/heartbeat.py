@@ -37,6 +37,10 @@ from typing import Any
 from tether import _profile, metrics, sessions
 from tether.state.registry import Registry
 
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.state.journal.writer import Carry
+
 __all__ = ["HEARTBEAT_S", "Heartbeat"]
 
 HEARTBEAT_S = 5.0  # as acpx
@@ -68,6 +72,12 @@ class Heartbeat:
         # nothing more is written to whatever is at its path now -- a write there would
         # damage a fresh database, or the one an operator put in its place.
         self.lost = False
+        # The status changed since it was last written (set on the loop, cleared by
+        # whichever thread writes the row next: this one, or the journal writer's
+        # commit through :meth:`carry`). One lock orders the two writers' snapshots
+        # and writes, so an older snapshot never lands after a newer one.
+        self.dirty = False
+        self._row_lock = threading.Lock()
         run = _profile.target("heartbeat", self._run)  # bench/turn_cpu.py --profile only
         self._thread = threading.Thread(target=run, name="tether-heartbeat", daemon=True)
 
@@ -76,15 +86,57 @@ class Heartbeat:
 
     def poke(self) -> None:
         """The status changed: write it now (coalesced with any write pending)."""
+        self.dirty = True
         self._wake.set()
 
+    def changed(self, *, carried: bool) -> None:
+        """The status changed; ``carried``: the journal writer's next commit writes it
+        (:meth:`carry`), so this thread is not woken for it."""
+        self.dirty = True
+        if not carried:
+            self._wake.set()
+
+    def carry(self) -> Carry | None:
+        """From the journal writer's thread, as it commits a batch: the status row and
+        kept metrics to write in the same transaction, if any changed.
+
+        The returned ``settle`` must be called once the commit is done: a row that was
+        not written is marked changed again and this thread writes it.
+        """
+        if not self._row_lock.acquire(blocking=False):
+            return None  # this thread is writing the row: it writes any change after
+        if self._stop.is_set() or self.lost:
+            self._row_lock.release()
+            return None
+        dirty, self.dirty = self.dirty, False
+        ops = self.take_kept()
+        if not dirty and not ops:
+            self._row_lock.release()
+            return None
+        fields = self._fields()
+
+        def settle(written: bool) -> None:
+            try:
+                if not written:
+                    if self.kept is not None:
+                        self.kept.give_back(ops)
+                    self.dirty = True
+                    self._wake.set()
+            finally:
+                self._row_lock.release()
+
+        return fields, ops, settle
+
     def stop(self) -> None:
-        """Stop beating (and wait for the thread, briefly). Idempotent. After it, the
-        caller writes the final status itself (with :meth:`take_kept`)."""
+        """Stop beating (and wait for the thread, and for a row the journal writer
+        carries, briefly). Idempotent. After it, the caller writes the final status
+        itself (with :meth:`take_kept`): nothing either thread writes lands after it."""
         self._stop.set()
         self._wake.set()
         if self._thread.is_alive():
             self._thread.join(timeout=1.0)
+        if self._row_lock.acquire(timeout=1.0):
+            self._row_lock.release()
 
     def lose(self) -> None:
         """Stop writing to the state database (thread-safe; the beat itself goes on)."""
@@ -106,6 +158,23 @@ class Heartbeat:
         self._scanned_at = now
         return True
 
+    def _write_row(self, registry: Registry) -> None:
+        """The beat's row: the heartbeat time, the status as it is now, kept metrics."""
+        with self._row_lock:
+            self.dirty = False
+            ops = self.take_kept()
+            try:
+                registry.update_session(
+                    self.key, metric_ops=ops, owner_heartbeat_at=time.time(), **self._fields()
+                )
+            except Exception:  # a missed beat is not fatal; silence is
+                if self.kept is not None:
+                    self.kept.give_back(ops)
+                self.dirty = True  # the next beat tries again (not at once: a full disk)
+                return
+        if self.dirty and not self._stop.is_set():
+            self._wake.set()  # changed while we wrote, and no commit could take it: again
+
     def _run(self) -> None:
         registry: Registry | None = None
         try:
@@ -122,14 +191,7 @@ class Heartbeat:
                     os.utime(self._beat_path)
                 if self.lost:
                     continue  # the beat that needs no disk space goes on; no writes
-                ops = self.take_kept()
-                try:
-                    registry.update_session(
-                        self.key, metric_ops=ops, owner_heartbeat_at=time.time(), **self._fields()
-                    )
-                except Exception:  # a missed beat is not fatal; silence is
-                    if self.kept is not None:
-                        self.kept.give_back(ops)
+                self._write_row(registry)
                 if self._scan is not None and self.scan_due(time.monotonic()):
                     with contextlib.suppress(Exception):  # a missed scan loses no run
                         self._scan(registry)

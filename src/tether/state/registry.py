@@ -39,6 +39,7 @@ from tether.state._registry_runs import ANY_OWNER, Lease, RunStore
 from tether.state._session_row import Session, ownership_fields, session_from_row
 from tether.state.metric_rows import apply_metric_ops
 from tether.state.schema import MIGRATIONS
+from tether.state.session_fields import write_session_fields
 from tether.state.translate import translate_error
 
 TYPE_CHECKING = False
@@ -333,14 +334,8 @@ class Registry(RunStore, MemberStore, JournalAppends, PruneStore, OwnerStore):
     ) -> None:
         """Set columns of a session's row; ``metric_ops`` (kept metric changes) are
         written in the same transaction."""
-        for name in ("desired_config", "options", "last_end"):
-            if name in fields and not isinstance(fields[name], str) and fields[name] is not None:
-                fields[name] = json.dumps(fields[name])
-        fields["updated_at"] = time.time()
-        sets = ", ".join(f"{k} = ?" for k in fields)
         with self.transaction() as db:
-            db.execute(f"UPDATE sessions SET {sets} WHERE key = ?", (*fields.values(), key))  # noqa: S608 -- column names are ours
-            apply_metric_ops(db, metric_ops)
+            write_session_fields(db, key, fields, metric_ops)
 
     def record_metrics(self, ops: Iterable[MetricOp]) -> None:
         """Write kept metric changes (:class:`tether.metrics.Deferred`), in one

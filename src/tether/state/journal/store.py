@@ -29,10 +29,16 @@ from tether.state.journal.entry import (
     body_of,
     entry_line,
 )
+from tether.state.session_fields import write_session_fields
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
+
+    from tether.metrics import MetricOp
+
+    # A session row to write with a batch: (its changed columns, kept metric changes).
+    SessionRow = tuple[dict[str, Any], list[MetricOp]]
 
 # A control record's indexed columns: (kind, request_id, body).
 Mark = tuple[str, "str | None", str]
@@ -122,14 +128,23 @@ def insert_items(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> N
         )
 
 
-def write_batch(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> None:
+def write_batch(
+    db: sqlite3.Connection,
+    key: str,
+    items: Sequence[Stored],
+    session_row: SessionRow | None = None,
+) -> bool:
     """Store entries whose ``seq`` the writer assigned, in one transaction.
 
     The seqs must increase and continue past what is stored; a batch that does not is
     refused whole (``IntegrityError``), entries and mark alike.
+
+    ``session_row`` (the session's changed columns and kept metrics) rides in the same
+    transaction, under a savepoint: if it fails, the entries are stored all the same,
+    and it returns False (the caller writes the row another way). True: written.
     """
     if not items:
-        return
+        return False
     if any(items[i][0] <= items[i - 1][0] for i in range(1, len(items))):
         raise sqlite3.IntegrityError("journal batch: seqs out of order")
     db.execute("BEGIN IMMEDIATE")
@@ -143,10 +158,25 @@ def write_batch(db: sqlite3.Connection, key: str, items: Sequence[Stored]) -> No
             " reserved = max(reserved, excluded.reserved)",
             (key, items[-1][0], items[-1][0] + RESERVE // 2),
         )
+        row_written = session_row is not None and _write_row(db, key, session_row)
     except BaseException:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
+    return row_written
+
+
+def _write_row(db: sqlite3.Connection, key: str, row: SessionRow) -> bool:
+    """The session row under a savepoint: its failure never costs the journal its batch."""
+    db.execute("SAVEPOINT session_row")
+    try:
+        write_session_fields(db, key, row[0], row[1])
+    except sqlite3.Error:
+        db.execute("ROLLBACK TO session_row")
+        db.execute("RELEASE session_row")
+        return False
+    db.execute("RELEASE session_row")
+    return True
 
 
 def stored(seq: int, at: float, kind: str, request_id: str | None, body: str) -> tuple[Stored, str]:
