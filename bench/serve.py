@@ -263,8 +263,8 @@ def bursts(run: Any, count: int) -> dict[str, Any]:
         lat = run()
         per.append((round(pct(lat, 0.5) * 1000, 1), round(pct(lat, 0.99) * 1000, 1)))
     return {
-        "p50_ms": statistics.median(b[0] for b in per),
-        "p99_ms": statistics.median(b[1] for b in per),
+        "p50_ms": round(statistics.median(b[0] for b in per), 1),
+        "p99_ms": round(statistics.median(b[1] for b in per), 1),
         "bursts": per,
     }
 

@@ -281,3 +281,23 @@ def test_no_carried_row_lands_after_the_heartbeat_stopped() -> None:
     assert settled_at[0] <= stopped_at  # stop waited for the row in flight
     beat.changed(carried=True)
     assert beat.carry() is None  # and no commit carries one after it
+
+
+def test_turns_back_to_back_leave_the_row_to_the_heartbeat_once_per_coalesce_window() -> None:
+    """A row written a moment ago is not written again with the next commit: back to
+    back turns (a commit each) would pay a row each. The heartbeat's thread is woken to
+    write the latest once, COALESCE_S later, as before."""
+    from tether.owner import heartbeat as hb
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    beat = hb.Heartbeat("k", unresponsive_after=300.0, fields=lambda: {"owner_status": "idle"})
+    beat.changed(carried=True)
+    first = beat.carry()
+    assert first is not None
+    first[2](True)
+    assert not beat._wake.is_set()
+    beat.changed(carried=True)  # the next turn, a moment later
+    assert beat.carry() is None
+    assert beat.dirty
+    assert beat._wake.is_set()  # the heartbeat writes it, coalesced

@@ -78,6 +78,7 @@ class Heartbeat:
         # and writes, so an older snapshot never lands after a newer one.
         self.dirty = False
         self._row_lock = threading.Lock()
+        self._row_written_at = -float("inf")  # monotonic: the row's last write, either way
         run = _profile.target("heartbeat", self._run)  # bench/turn_cpu.py --profile only
         self._thread = threading.Thread(target=run, name="tether-heartbeat", daemon=True)
 
@@ -108,6 +109,12 @@ class Heartbeat:
         if self._stop.is_set() or self.lost:
             self._row_lock.release()
             return None
+        if self.dirty and time.monotonic() - self._row_written_at < COALESCE_S:
+            # Turns back to back: the row was written a moment ago. This thread writes
+            # the latest within COALESCE_S, once for all of them, as it did before.
+            self._row_lock.release()
+            self._wake.set()
+            return None
         dirty, self.dirty = self.dirty, False
         ops = self.take_kept()
         if not dirty and not ops:
@@ -117,7 +124,9 @@ class Heartbeat:
 
         def settle(written: bool) -> None:
             try:
-                if not written:
+                if written:
+                    self._row_written_at = time.monotonic()
+                else:
                     if self.kept is not None:
                         self.kept.give_back(ops)
                     self.dirty = True
@@ -167,6 +176,7 @@ class Heartbeat:
                 registry.update_session(
                     self.key, metric_ops=ops, owner_heartbeat_at=time.time(), **self._fields()
                 )
+                self._row_written_at = time.monotonic()
             except Exception:  # a missed beat is not fatal; silence is
                 if self.kept is not None:
                     self.kept.give_back(ops)
