@@ -301,3 +301,40 @@ def test_turns_back_to_back_leave_the_row_to_the_heartbeat_once_per_coalesce_win
     assert beat.carry() is None
     assert beat.dirty
     assert beat._wake.is_set()  # the heartbeat writes it, coalesced
+
+
+def test_a_status_that_cannot_be_read_leaves_the_row_to_the_heartbeat() -> None:
+    """A carry whose status snapshot raises hands everything back and holds no lock:
+    the heartbeat's own write (which takes the same lock) still goes through."""
+    from tether import metrics
+    from tether.owner.heartbeat import Heartbeat
+
+    with Registry() as reg:
+        reg.upsert_session(key="k", name="", agent_command=["m"], agent_label="m", cwd="/")
+    broken = {"now": True}
+
+    def fields() -> dict[str, Any]:
+        if broken["now"]:
+            raise RuntimeError("mid-change")
+        return {"owner_status": "idle"}
+
+    kept = metrics.Deferred()
+    beat = Heartbeat("k", unresponsive_after=300.0, fields=fields, kept=kept)
+    kept.incr("owner_spawn_total")
+    beat.changed(carried=True)
+    with pytest.raises(RuntimeError):
+        beat.carry()
+    assert beat.dirty
+    broken["now"] = False
+
+    def write() -> None:
+        with Registry() as reg:
+            beat._write_row(reg)
+
+    writing = threading.Thread(target=write, daemon=True)
+    writing.start()
+    writing.join(timeout=5)
+    assert not writing.is_alive(), "the heartbeat's write waits on a lock left held"
+    with Registry() as reg:
+        assert reg.counters()["owner_spawn_total"] == 1
+    assert _session_row("k").owner_status == "idle"

@@ -120,7 +120,15 @@ class Heartbeat:
         if not dirty and not ops:
             self._row_lock.release()
             return None
-        fields = self._fields()
+        try:
+            fields = self._fields()
+        except BaseException:
+            # Never leave the lock held: this thread's next beat would wait on it forever.
+            if self.kept is not None:
+                self.kept.give_back(ops)
+            self.dirty = True
+            self._row_lock.release()
+            raise
 
         def settle(written: bool) -> None:
             try:
