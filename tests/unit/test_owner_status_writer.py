@@ -73,7 +73,7 @@ def test_the_writer_thread_records_each_change_and_stops_for_good() -> None:
 
         state.update(owner_status="running", queue_depth=1)
         kept.incr("owner_spawn_total")
-        beat.poke()  # the interval is 5 s: only the poke can make this quick
+        beat.changed()  # the interval is 5 s: only the poke can make this quick
         wait_for(lambda: row().owner_status == "running")
         assert row().queue_depth == 1
         with Registry() as reg:
@@ -81,7 +81,7 @@ def test_the_writer_thread_records_each_change_and_stops_for_good() -> None:
     finally:
         beat.stop()
     state["owner_status"] = "after-stop"
-    beat.poke()
+    beat.changed()
     time.sleep(0.1)
     assert row().owner_status == "running"  # nothing lands after stop
 
@@ -142,7 +142,7 @@ def test_the_member_scan_keeps_the_beat_s_cadence_not_each_poke() -> None:
     try:
         for i in range(60):  # 1.2 s of pokes every 20 ms: more often than the interval
             status["owner_status"] = f"s{i}"
-            beat.poke()
+            beat.changed()
             time.sleep(0.02)
     finally:
         beat.stop()

@@ -12,9 +12,11 @@ The same thread writes the owner's status row (status, queue depth, current requ
 last prompt time) and the metrics the owner kept (:class:`tether.metrics.Deferred`):
 the loop changes them in memory and *pokes* the thread, which writes whatever is
 current in one transaction. A turn used to cost its owner's loop half a dozen write
-transactions; with a hundred owners at once they queued on SQLite's write lock. The
-row trails the truth by at most ``COALESCE_S`` plus one write (live status comes from
-the owner itself, over IPC).
+transactions; with a hundred owners at once they queued on SQLite's write lock. While a
+turn's entries wait for the journal writer's commit, that commit carries the row
+instead (:meth:`Heartbeat.carry`): one transaction and one thread woken per turn, not
+two. The row trails the truth by at most ``COALESCE_S`` plus one write (live status
+comes from the owner itself, over IPC).
 
 The beat comes at least three times per ``unresponsive_after`` (and at most every
 ``HEARTBEAT_S``), so one late beat never makes a live owner look dead.
@@ -85,14 +87,10 @@ class Heartbeat:
     def start(self) -> None:
         self._thread.start()
 
-    def poke(self) -> None:
-        """The status changed: write it now (coalesced with any write pending)."""
-        self.dirty = True
-        self._wake.set()
-
-    def changed(self, *, carried: bool) -> None:
-        """The status changed; ``carried``: the journal writer's next commit writes it
-        (:meth:`carry`), so this thread is not woken for it."""
+    def changed(self, *, carried: bool = False) -> None:
+        """The status changed: this thread writes it soon (coalesced with any write
+        pending) -- unless ``carried``: the journal writer's next commit writes it
+        (:meth:`carry`), and this thread is not woken for it."""
         self.dirty = True
         if not carried:
             self._wake.set()
@@ -162,7 +160,7 @@ class Heartbeat:
     def take_kept(self) -> list[metrics.MetricOp]:
         return self.kept.take() if self.kept is not None else []
 
-    def scan_due(self, now: float) -> bool:
+    def _scan_due(self, now: float) -> bool:
         """Whether this write also scans the live runs' members: once per ``interval``.
 
         The README promises a scan every ``HEARTBEAT_S`` at most, at the beat; a poke
@@ -170,7 +168,7 @@ class Heartbeat:
         a ``/proc`` walk of the agent's tree into every turn's cost -- with a hundred
         sessions taking turns at once, each on cold caches (issue 23).
         """
-        if self._scan is None or now - self._scanned_at < self.interval:
+        if now - self._scanned_at < self.interval:
             return False
         self._scanned_at = now
         return True
@@ -210,7 +208,7 @@ class Heartbeat:
                 if self.lost:
                     continue  # the beat that needs no disk space goes on; no writes
                 self._write_row(registry)
-                if self._scan is not None and self.scan_due(time.monotonic()):
+                if self._scan is not None and self._scan_due(time.monotonic()):
                     with contextlib.suppress(Exception):  # a missed scan loses no run
                         self._scan(registry)
         except Exception:  # no database: the owner's own writes will fail loudly
