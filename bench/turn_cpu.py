@@ -134,20 +134,31 @@ def threads_cpu_s(pid: int) -> dict[str, float]:
     return out
 
 
+def minor_faults(pid: int) -> int:
+    """Pages ``pid`` faulted in so far (a page it touched that was not mapped: after a
+    trim gave it back, the next turn maps it again)."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[7])
+
+
 def measure(gw: Gw, pids: dict[str, int], run: Any, n: int) -> dict[str, Any]:
-    """CPU ms per turn of each pid (and of the owner's threads) across ``run()`` (N
-    turns), and the latency p50."""
+    """CPU ms per turn of each pid (and of the owner's and the gateway's threads) across
+    ``run()`` (N turns), and the latency p50."""
     before = {name: cpu_s(pid) for name, pid in pids.items()}
-    threads = threads_cpu_s(pids["owner"])
+    split = [name for name in ("owner", "gateway") if name in pids]
+    threads = {name: threads_cpu_s(pids[name]) for name in split}
+    faults = minor_faults(pids["owner"])
     lat = run()
     out: dict[str, Any] = {
         f"{name}_cpu_ms_per_turn": round((cpu_s(pid) - before[name]) * 1000 / n, 3)
         for name, pid in pids.items()
     }
-    after = threads_cpu_s(pids["owner"])
-    out["owner_threads_cpu_ms_per_turn"] = {
-        name: round((t - threads.get(name, 0.0)) * 1000 / n, 3) for name, t in after.items()
-    }
+    for name in split:
+        after, was = threads_cpu_s(pids[name]), threads[name]
+        out[f"{name}_threads_cpu_ms_per_turn"] = {
+            thread: round((t - was.get(thread, 0.0)) * 1000 / n, 3) for thread, t in after.items()
+        }
+    out["owner_page_faults_per_turn"] = round((minor_faults(pids["owner"]) - faults) / n, 1)
     out["latency_ms_p50"] = round(statistics.median(lat) * 1000, 2)
     return out
 

@@ -15,10 +15,11 @@ from hypothesis import strategies as st
 
 from tether.ipc.client import OwnerConnection
 from tether.ipc.lines import LineReader
-from tether.operations.watching import Handover
+from tether.operations.handover import Handover
 from tether.serve import stream, stream_clients
 from tether.serve.sse import Chunk
 from tether.state.journal.follow import Follower
+from tether.state.journal.live_frames import block_taker, entry_taker
 
 RID = "r-0123456789abcdef"
 PREFIX = b'{"type":"entry","requestId":"' + RID.encode() + b'","entry":'
@@ -64,7 +65,7 @@ def test_a_run_of_entries_is_taken_whole_with_its_seqs() -> None:
     sink = Sink()
     f = follower(sink, cursor=3)
     block = b"".join(frame(s) for s in range(3, 8))
-    assert f._raw_block(PREFIX)(block) == len(block)
+    assert block_taker(f, PREFIX)(block) == len(block)
     assert sink.blocks == 1
     assert sink.got == [(s, entry(s)) for s in range(3, 8)]
     assert f.cursor == 8
@@ -75,16 +76,16 @@ def test_entries_before_another_frame_are_taken_and_the_frame_is_left() -> None:
     sink = Sink()
     f = follower(sink, cursor=3)
     entries = frame(3) + frame(4)
-    assert f._raw_block(PREFIX)(entries + other() + frame(5)) == len(entries)
+    assert block_taker(f, PREFIX)(entries + other() + frame(5)) == len(entries)
     assert sink.got == [(3, entry(3)), (4, entry(4))]
-    assert f._raw_block(PREFIX)(other() + frame(5)) == 0  # not an entry: line by line
+    assert block_taker(f, PREFIX)(other() + frame(5)) == 0  # not an entry: line by line
 
 
 def test_an_overlap_or_a_gap_goes_line_by_line_without_duplicates() -> None:
     sink = Sink()
     f = follower(sink, cursor=5)
     block = b"".join(frame(s) for s in (3, 4, 5, 6, 8))
-    assert f._raw_block(PREFIX)(block) == len(block)
+    assert block_taker(f, PREFIX)(block) == len(block)
     assert sink.blocks == 0
     assert [s for s, _ in sink.got] == [5, 6, 8]
     assert f.cursor == 9
@@ -93,7 +94,7 @@ def test_an_overlap_or_a_gap_goes_line_by_line_without_duplicates() -> None:
 def test_session_ended_at_the_end_of_a_block_ends_the_follower() -> None:
     sink = Sink()
     f = follower(sink, cursor=1)
-    assert f._raw_block(PREFIX)(frame(1) + frame(2, "session_ended"))
+    assert block_taker(f, PREFIX)(frame(1) + frame(2, "session_ended"))
     assert f.ended
 
 
@@ -151,8 +152,8 @@ def test_any_chunking_delivers_every_entry_once_in_order(
         conn.wait(
             RID,
             on_frame=frames.append,
-            on_raw=f._raw_entry(PREFIX),
-            on_block=f._raw_block(PREFIX),
+            on_raw=entry_taker(f, PREFIX),
+            on_block=block_taker(f, PREFIX),
         )
         == {}
     )

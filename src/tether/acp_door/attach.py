@@ -2,9 +2,9 @@
 
 While a client is attached (``session/new``, ``session/load``, ``session/resume``) the
 door follows the session's journal from the attach point on
-(:func:`tether.operations.watch_batches`: the follower in a thread of its own -- the
-database, then the live owner's ``watch``, across owner restarts -- bridged to the
-event loop), and hands every entry to its handler on the loop. Two kinds
+(:func:`tether.operations.watch_batches`: the follower -- the database in a thread of
+its own, then the live owner's ``watch`` on the loop, across owner restarts), and hands
+every entry to its handler on the loop. Two kinds
 of entry matter to the client:
 
 * ``session_ended`` -- the session ended, however (closed, terminated, offline): the
@@ -111,7 +111,7 @@ class Attachment:
 
 
 def _relevant(seq: int, line: str) -> tuple[int, dict[str, Any] | None]:
-    """In the follower's thread: only what the client can use is decoded -- the
+    """Where the follower reads: only what the client can use is decoded -- the
     session's end, and ACP frames (of which the handler keeps the other parties')."""
     if is_session_end(line) or '"kind":"acp"' in line[:120]:
         return seq, parse_line(line)

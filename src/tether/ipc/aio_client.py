@@ -15,9 +15,22 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from tether import _fastjson
-from tether.errors import OwnerLost, OwnerUnavailable, RemoteProtocolError, error_from_wire
+from tether.errors import (
+    OwnerLost,
+    OwnerUnavailable,
+    RemoteProtocolError,
+    TetherError,
+    error_from_wire,
+)
 from tether.ipc import protocol
-from tether.ipc.client import OwnerConnection, check_size, new_request_id
+from tether.ipc.client import (
+    OwnerConnection,
+    check_hello,
+    check_size,
+    new_request_id,
+    no_hello,
+    no_owner,
+)
 from tether.ipc.lines import LineReader
 
 __all__ = ["AsyncOwnerConnection"]
@@ -51,6 +64,43 @@ class AsyncOwnerConnection:
         reader, writer = await asyncio.open_unix_connection(sock=sock)
         return cls(reader, writer, conn.lines, conn.hello)
 
+    @classmethod
+    async def connect(
+        cls, path: str, *, timeout: float, limit: int = READ_CHUNK
+    ) -> AsyncOwnerConnection:
+        """Connect on the loop and read the owner's ``hello`` (what
+        :meth:`OwnerConnection.connect` does, without a thread).
+
+        Raises:
+            OwnerUnavailable: nobody listens there, or it did not say a hello we speak.
+            OwnerUnresponsive: it accepted us but said nothing within ``timeout``.
+        """
+        try:
+            reader, writer = await asyncio.open_unix_connection(path, limit=limit)
+        except OSError as exc:
+            raise no_owner(path, exc) from exc
+        conn = cls(reader, writer, LineReader(), {})
+        try:
+            conn.hello = check_hello(await asyncio.wait_for(conn.read(), timeout), path)
+        except (OSError, TetherError) as exc:  # TimeoutError among them
+            conn.close()
+            raise no_hello(path, exc, timeout) from exc
+        conn.lines.max_bytes = protocol.caller_line_bound(conn.hello, conn.lines.max_bytes)
+        return conn
+
+    async def fill(self, size: int = READ_CHUNK) -> None:
+        """Wait for the owner and add what it sent (EOF, or a reset, as ``b""``) to
+        ``lines`` (for :func:`tether.ipc.client.pump`)."""
+        try:
+            chunk = await self.reader.read(size)
+        except ConnectionError:
+            chunk = b""  # reset: the owner is gone, like EOF
+        self.lines.feed(chunk)
+
+    def close(self) -> None:
+        """Close now, without waiting (a follower leaving on the loop's way out)."""
+        self.writer.close()
+
     async def read(self) -> dict[str, Any] | None:
         lines = self.lines
         while True:
@@ -59,11 +109,7 @@ class AsyncOwnerConnection:
                 break
             if lines.at_eof:
                 return None
-            try:
-                chunk = await self.reader.read(READ_CHUNK)
-            except ConnectionError:
-                chunk = b""  # reset: the owner is gone, like EOF
-            lines.feed(chunk)
+            await self.fill()
         try:
             frame = _fastjson.loads(line.decode("utf-8"))
         except ValueError:

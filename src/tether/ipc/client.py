@@ -90,35 +90,14 @@ class OwnerConnection:
             sock.connect(path)
         except OSError as exc:
             sock.close()
-            raise OwnerUnavailable(
-                f"no owner at {path}: {exc.strerror or exc}", socket=path
-            ) from exc
+            raise no_owner(path, exc) from exc
         conn = cls(sock)
         try:
-            hello = conn._read_frame()
-        except TimeoutError:
-            # Someone holds the socket and accepted us, but says nothing: an owner that
-            # is stopped (SIGSTOP), hung, or starved. Not the same as "no owner".
+            conn.hello = check_hello(conn._read_frame(), path)
+        except (OSError, TetherError) as exc:  # TimeoutError among them
             conn.close()
-            raise OwnerUnresponsive(
-                f"the owner at {path} did not say hello within {timeout:g} s", socket=path
-            ) from None
-        except (OSError, TetherError) as exc:
-            conn.close()
-            raise OwnerUnavailable(
-                f"the owner at {path} did not say hello: {exc}", socket=path
-            ) from exc
-        if hello is None or hello.get("type") != "hello":
-            conn.close()
-            raise OwnerUnavailable(f"the owner at {path} did not say hello", socket=path)
-        if hello.get("v") != protocol.VERSION:
-            conn.close()
-            raise OwnerUnavailable(
-                f"the owner speaks IPC v{hello.get('v')}, this client v{protocol.VERSION}",
-                socket=path,
-            )
-        conn.hello = hello
-        conn.lines.max_bytes = protocol.caller_line_bound(hello, conn.lines.max_bytes)
+            raise no_hello(path, exc, timeout) from exc
+        conn.lines.max_bytes = protocol.caller_line_bound(conn.hello, conn.lines.max_bytes)
         sock.settimeout(None)
         return conn
 
@@ -252,16 +231,18 @@ class OwnerConnection:
         if deadline_ms is not None:
             self.sock.settimeout(deadline_ms / 1000 + DEADLINE_SLACK_S)
         while True:
+            result = pump(
+                self.lines,
+                tracker,
+                on_frame=on_frame,
+                until_ack=until_ack,
+                on_raw=on_raw,
+                on_block=on_block,
+            )
+            if result is not None:
+                return result
             try:
-                if on_block is not None and tracker.acked and self._take_block(on_block):
-                    continue
-                if on_raw is None:
-                    frame = self._read_frame()
-                else:
-                    line = self._readline()
-                    if line and tracker.acked and on_raw(line):
-                        continue
-                    frame = self._decode_line(line)
+                self._fill()
             except TimeoutError:
                 raise CallTimeout(
                     "the owner did not answer within the deadline; the outcome is unknown",
@@ -269,55 +250,7 @@ class OwnerConnection:
                     phase="waiting for the owner's answer",
                 ) from None
             except OSError:
-                frame = None  # reset or broken socket: the owner is gone, like EOF
-            if frame is None:
-                if tracker.acked:
-                    raise OwnerLost(
-                        "the owner went away before the request finished; the outcome is "
-                        "unknown, do not resubmit automatically",
-                        request_id=request_id,
-                    )
-                raise OwnerUnavailable("the owner went away before acknowledging the request")
-            try:
-                mine = tracker.feed(frame)
-            except ValueError as exc:
-                raise RemoteProtocolError(f"the owner broke IPC ordering: {exc}") from None
-            if mine is None:
-                continue
-            kind = frame.get("type")
-            if kind == "ack" and until_ack:
-                return frame
-            if kind == "result":
-                result = frame.get("result")
-                return result if isinstance(result, dict) else {}
-            if kind == "lagged":
-                last = frame.get("lastSeq")
-                raise WatchLagged(
-                    "this connection fell behind and was dropped; resume from the journal",
-                    request_id=request_id,
-                    last_seq=last if isinstance(last, int) else None,
-                )
-            if kind == "error":
-                err = frame.get("error")
-                raise error_from_wire(
-                    err if isinstance(err, dict) else {"message": "unknown error"}
-                )
-            if on_frame is not None and kind != "ack":
-                on_frame(frame)
-
-    def _take_block(self, on_block: BlockHandler) -> bool:
-        """Offer the complete lines received (reading first if there are none) to
-        ``on_block``; whether it consumed any."""
-        lines = self.lines
-        block = lines.peek_block()
-        if block is None and not lines.buffered and not lines.at_eof:
-            self._fill()  # here, so that the first line of what arrives joins the block
-            block = lines.peek_block()
-        if block is None:
-            return False
-        used = on_block(block)
-        lines.skip(used)
-        return used > 0
+                self.lines.feed(b"")  # reset or broken socket: the owner is gone, like EOF
 
     def request(
         self,
@@ -329,6 +262,109 @@ class OwnerConnection:
     ) -> dict[str, Any]:
         rid = self.send(kind, payload, deadline_ms=deadline_ms)
         return self.wait(rid, on_frame=on_frame, deadline_ms=deadline_ms)
+
+
+def no_owner(path: str, exc: OSError) -> OwnerUnavailable:
+    """Nobody listens at ``path`` (no socket, or refused)."""
+    return OwnerUnavailable(f"no owner at {path}: {exc.strerror or exc}", socket=path)
+
+
+def no_hello(path: str, exc: BaseException, timeout: float) -> OwnerUnavailable:
+    """Why the owner at ``path`` gave no hello we speak. Nothing within ``timeout``:
+    someone holds the socket and accepted us but says nothing -- an owner that is
+    stopped (SIGSTOP), hung, or starved, not the same as no owner."""
+    if isinstance(exc, TimeoutError):
+        return OwnerUnresponsive(
+            f"the owner at {path} did not say hello within {timeout:g} s", socket=path
+        )
+    if isinstance(exc, OwnerUnavailable):
+        return exc
+    return OwnerUnavailable(f"the owner at {path} did not say hello: {exc}", socket=path)
+
+
+def check_hello(hello: dict[str, Any] | None, path: str) -> dict[str, Any]:
+    """The owner's first frame, if it is a hello we speak; else ``OwnerUnavailable``."""
+    if hello is None or hello.get("type") != "hello":
+        raise OwnerUnavailable(f"the owner at {path} did not say hello", socket=path)
+    if hello.get("v") != protocol.VERSION:
+        raise OwnerUnavailable(
+            f"the owner speaks IPC v{hello.get('v')}, this client v{protocol.VERSION}",
+            socket=path,
+        )
+    return hello
+
+
+def pump(
+    lines: LineReader,
+    tracker: protocol.ResponseTracker,
+    *,
+    on_frame: FrameHandler | None = None,
+    until_ack: bool = False,
+    on_raw: RawHandler | None = None,
+    on_block: BlockHandler | None = None,
+) -> dict[str, Any] | None:
+    """Handle the frames of ``tracker``'s request that ``lines`` holds (no I/O): the one
+    reading of a request's answer, under the blocking ``wait`` and the asyncio follower.
+
+    Returns the ``result`` payload once the terminal frame came (the ack frame with
+    ``until_ack``); None when it needs more bytes (feed ``lines``, then call again).
+    ``on_raw``/``on_block``: see :meth:`OwnerConnection.wait`.
+
+    Raises:
+        TetherError subclasses: the owner's terminal error, re-raised as its class.
+        WatchLagged: the owner dropped this watch for falling behind.
+        OwnerUnavailable / OwnerLost: the bytes ended before the ack / the terminal.
+        RemoteProtocolError: a malformed, oversized or out-of-order frame.
+    """
+    request_id = tracker.request_id
+    while True:
+        if on_block is not None and tracker.acked:
+            block = lines.peek_block()
+            if block is not None:
+                used = on_block(block)
+                lines.skip(used)
+                if used:
+                    continue
+        line = lines.next_line()
+        if line is None:
+            if not lines.at_eof:
+                return None
+            line = b""
+        elif on_raw is not None and tracker.acked and on_raw(line):
+            continue
+        frame = OwnerConnection._decode_line(line)
+        if frame is None:
+            if tracker.acked:
+                raise OwnerLost(
+                    "the owner went away before the request finished; the outcome is "
+                    "unknown, do not resubmit automatically",
+                    request_id=request_id,
+                )
+            raise OwnerUnavailable("the owner went away before acknowledging the request")
+        try:
+            mine = tracker.feed(frame)
+        except ValueError as exc:
+            raise RemoteProtocolError(f"the owner broke IPC ordering: {exc}") from None
+        if mine is None:
+            continue
+        kind = frame.get("type")
+        if kind == "ack" and until_ack:
+            return frame
+        if kind == "result":
+            result = frame.get("result")
+            return result if isinstance(result, dict) else {}
+        if kind == "lagged":
+            last = frame.get("lastSeq")
+            raise WatchLagged(
+                "this connection fell behind and was dropped; resume from the journal",
+                request_id=request_id,
+                last_seq=last if isinstance(last, int) else None,
+            )
+        if kind == "error":
+            err = frame.get("error")
+            raise error_from_wire(err if isinstance(err, dict) else {"message": "unknown error"})
+        if on_frame is not None and kind != "ack":
+            on_frame(frame)
 
 
 def connect_with_retry(path: str, *, deadline: float) -> OwnerConnection:

@@ -11,9 +11,9 @@ does this for every door: a blocking caller (``tether prompt``) through
 :meth:`TurnRest.read`, over :func:`tether.operations.watch` in its own thread; an
 asyncio one (the ACP door, the gateway's ``?wait=true``, the library's
 ``Session.prompt``) through :meth:`TurnRest.frames`, over
-:func:`tether.operations.watch_batches` (the follower in a thread of its own: it blocks
-on the database and the owner's socket), where what of each entry matters to the turn is
-picked out in that thread and the turn's incoming ACP frames reach the event loop in
+:func:`tether.operations.watch_batches` (the follower: the database read in a thread of
+its own, the live owner on the loop), where what of each entry matters to the turn is
+picked out as it is read and the turn's incoming ACP frames reach the event loop in
 order.
 """
 
@@ -121,7 +121,7 @@ class TurnRest:
             )
 
     def _item(self, seq: int, line: str) -> tuple[int, str, dict[str, Any]] | None:
-        """In the follower's thread: what of an entry matters to the turn, decoded."""
+        """Where the follower reads: what of an entry matters to the turn, decoded."""
         if self.mark in line[:200]:
             entry = parse_line(line)
             kind = entry.get("kind")

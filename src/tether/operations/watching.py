@@ -13,18 +13,27 @@ into an event loop -- the gateway's SSE hubs, the ACP door's attachments, the li
 
 * The follower runs in a thread of its own (a daemon thread, not the loop's executor: a
   follow lasts as long as its reader stays, and the executor's few workers are for
-  short blocking calls), in the caller's context (its ``TETHER_HOME``).
-* What it delivers is made into items *in that thread* (``entry``/``block``: the
-  gateway turns a block of live entries into SSE bytes there, off the loop) and handed
-  over through one bounded :class:`Handover`: one wakeup of the loop per batch, not per
-  entry. Back-pressure: while ``bound`` entries wait for the loop, the thread waits (the
-  owner, never slowed by a follower, drops it with ``lagged`` if it falls far behind,
-  and the follower re-reads from the database) -- a slow reader holds back only its
-  own follower, and memory stays bounded.
+  short blocking calls), in the caller's context (its ``TETHER_HOME``). There it reads
+  the *stored* entries (the database is never read on the loop), makes them into items
+  (``entry``) and hands them over through one bounded
+  :class:`~tether.operations.handover.Handover`: one wakeup of the loop per batch, not
+  per entry; while ``bound`` entries wait for the loop, the thread waits.
+* The *live* owner is followed on the loop itself (the follower's ``attach``: the same
+  ``watch`` request and frame handlers as the blocking flavour, through
+  :func:`tether.ipc.client.pump`), while the thread waits, idle, until the owner lets
+  go. So a live entry never crosses a thread: the gateway's SSE hub makes a run of them
+  into SSE bytes (``block``) where it relays them, and a warm turn costs no thread
+  wakeup, no GIL hand-over and no self-pipe write (issue 23: a third of the gateway's
+  CPU per streamed turn, and a hundred such threads contending in a burst).
+  Back-pressure: the live phase reads the owner's socket only while fewer than
+  ``bound`` entries wait (the owner, never slowed by a follower, drops it with
+  ``lagged`` if it falls far behind, and the follower re-reads from the database) -- a
+  slow reader holds back only its own follower, and memory stays bounded.
 * The follower's error reaches the reader after everything it handed over.
 * Leaving the iteration (the end, ``break``, an error, a cancellation) stops the
-  follower, wakes a blocked read and a blocked hand-over, and waits for the thread a
-  bounded time (:func:`tether._aio.settle`, through further cancellations).
+  follower, cancels its live phase (closing the owner's socket), wakes a blocked read
+  and a blocked hand-over, and waits for the thread a bounded time
+  (:func:`tether._aio.settle`, through further cancellations).
 
 ``tests/unit/test_follow_bridge.py`` fails on a bridge from a follower into a loop
 anywhere else.
@@ -38,8 +47,10 @@ import threading
 from collections.abc import AsyncGenerator, Callable
 from typing import Any, Generic, TypeVar
 
+from tether.errors import OwnerUnavailable
+from tether.operations.handover import BOUND, Handover
 from tether.policy import access
-from tether.state.journal.follow import Follower, follow_session
+from tether.state.journal.follow import Emit, EmitBlock, Follower, follow_session
 
 TYPE_CHECKING = False  # asyncio is loaded by the asyncio flavour only: the CLI's watch
 if TYPE_CHECKING:  # follows without it
@@ -49,9 +60,10 @@ __all__ = ["Handover", "watch", "watch_async", "watch_batches"]
 
 T = TypeVar("T")
 
-BOUND = 8192  # entries handed over and not yet taken by the loop, before the thread waits
 CLEANUP_S = 5.0  # how long a reader that leaves waits for the follower thread to let go
-HANDOVER_WAIT_S = 0.1  # a waiting hand-over looks again this often (bounded by ``close``)
+# How often the follower's thread, idle while the loop follows the live owner, checks
+# that the loop is still there (a loop closed under it resolves nothing).
+LIVE_CHECK_S = 5.0
 
 
 def watch(key: str, emit: Callable[[int, str], None], *, check: bool = True, **kwargs: Any) -> int:
@@ -74,77 +86,6 @@ def watch(key: str, emit: Callable[[int, str], None], *, check: bool = True, **k
     if check:
         access.authorize(key, "watch")
     return int(follow_session(key, emit, **kwargs))
-
-
-class Handover(Generic[T]):
-    """Items from one producer thread to the event loop, bounded, one wakeup per batch.
-
-    The thread calls :meth:`put` (waiting while ``bound`` entries are untaken) and
-    :meth:`finish`; the loop calls :meth:`take`, and is woken through ``wake`` (called
-    on the loop) whenever there is something to take.
-    """
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, wake: Callable[[], None], bound: int = BOUND
-    ) -> None:
-        self.loop = loop
-        self.bound = bound
-        self._wake = wake
-        self._cond = threading.Condition()
-        self._items: list[T] = []
-        self._count = 0  # entries the untaken items stand for
-        self._scheduled = False  # a wakeup is on its way to the loop
-        self._closed = False  # the reader left: nothing waits any more
-        self.finished = False  # the producer is done (and ``error`` is its outcome)
-        self.error: BaseException | None = None
-
-    def put(self, item: T, count: int = 1) -> None:
-        """Hand ``item`` (standing for ``count`` entries) over (the producer's thread)."""
-        with self._cond:
-            while self._count >= self.bound and not self._closed:
-                self._cond.wait(HANDOVER_WAIT_S)
-            self._items.append(item)
-            self._count += count
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._schedule()
-
-    def finish(self, error: BaseException | None) -> None:
-        """The producer is done, with ``error`` if it failed (the producer's thread)."""
-        with self._cond:
-            self.finished = True
-            self.error = error
-            self._scheduled = True
-        self._schedule()
-
-    def poke(self) -> None:
-        """Wake the reader with nothing handed over (the producer's thread)."""
-        with self._cond:
-            if self._scheduled:
-                return
-            self._scheduled = True
-        self._schedule()
-
-    def _schedule(self) -> None:
-        with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads
-            self.loop.call_soon_threadsafe(self._wake)
-
-    def take(self) -> tuple[list[T], bool]:
-        """Everything handed over so far, and whether the producer has finished (then
-        nothing more comes): on the loop. A waiting producer goes on."""
-        with self._cond:
-            items, self._items = self._items, []
-            self._count = 0
-            self._scheduled = False
-            self._cond.notify_all()
-            return items, self.finished
-
-    def close(self) -> None:
-        """The reader left: a waiting :meth:`put` returns (what it hands over is dropped)."""
-        with self._cond:
-            self._closed = True
-            self._cond.notify_all()
 
 
 async def watch_batches(
@@ -235,16 +176,97 @@ class _FollowerSide(Generic[T]):
         self.stop = threading.Event()
         self.followers: list[Follower] = []
         self.firsts: list[int] = []  # the first seq to be delivered, once started
+        self.live: asyncio.Task[bool] | None = None  # following the live owner, on the loop
 
-    def emit(self, seq: int, line: str) -> None:
-        item = self.entry(seq, line)
-        if item is not None:
-            self.handover.put(item, self.counted(item))
+    def sinks(self, put: Callable[[T, int], None]) -> tuple[Emit, EmitBlock | None]:
+        """The follower's ``emit`` and ``emit_block``: each makes its item where the
+        follower reads and hands it to ``put`` (``Handover.put`` in the follower's thread,
+        ``Handover.put_now`` on the loop)."""
+        entry, block, counted = self.entry, self.block, self.counted
 
-    def emit_block(self, first: int, last: int, lines: list[bytes]) -> None:
-        assert self.block is not None
-        item = self.block(first, last, lines)
-        self.handover.put(item, self.counted(item))
+        def emit(seq: int, line: str) -> None:
+            item = entry(seq, line)
+            if item is not None:
+                put(item, counted(item))
+
+        def emit_block(first: int, last: int, lines: list[bytes]) -> None:
+            assert block is not None
+            item = block(first, last, lines)
+            put(item, counted(item))
+
+        return emit, (emit_block if block is not None else None)
+
+    def attach_live(self, follower: Follower) -> bool:
+        """The follower's :attr:`~Follower.attach`, from its thread: follow the live
+        owner on the loop (``_live``), so that a live entry never crosses a thread; this
+        thread waits, idle, until the owner lets go. Whether an owner served."""
+        import asyncio
+        import concurrent.futures
+
+        from tether import sessions
+
+        if self.stop.is_set():
+            return True
+        loop = self.handover.loop
+        path = sessions.socket_path(follower.key)  # here: this thread has the caller's home
+        try:
+            future = asyncio.run_coroutine_threadsafe(self._live(follower, path), loop)
+        except RuntimeError:  # the loop closed: nobody reads
+            self.stop.set()
+            return True
+        while True:
+            try:
+                return future.result(LIVE_CHECK_S)
+            except concurrent.futures.CancelledError:
+                return True  # the reader left (stop_now cancelled it)
+            except concurrent.futures.TimeoutError:
+                if loop.is_closed():  # no stop_now will come
+                    self.stop.set()
+                    return True
+
+    async def _live(self, follower: Follower, path: str) -> bool:
+        """On the loop: one live attachment, from the follower's cursor until the owner
+        lets go (its entries made into items here and handed over without a thread)."""
+        import asyncio
+
+        from tether.ipc import protocol
+        from tether.ipc.aio_client import AsyncOwnerConnection
+        from tether.ipc.client import pump
+        from tether.state.journal.follow import BLOCK_RECV, HELLO_TIMEOUT_S, LIVE_ENDS
+
+        self.live = asyncio.current_task()
+        if self.stop.is_set():
+            return True
+        try:
+            conn = await AsyncOwnerConnection.connect(
+                path, timeout=HELLO_TIMEOUT_S, limit=BLOCK_RECV
+            )
+        except OwnerUnavailable:
+            return False
+        if conn.hello.get("stopping"):
+            conn.close()
+            return False
+        follower.deliver_to(*self.sinks(self.handover.put_now))  # ``room`` bounds them
+        try:
+            rid, payload, prefix = follower.watch_request()
+            await conn.send("watch", payload, None, request_id=rid)
+            tracker = protocol.ResponseTracker(rid)
+            on_frame, on_raw, on_block = follower.live_handlers(prefix)
+            while True:
+                result = pump(
+                    conn.lines, tracker, on_frame=on_frame, on_raw=on_raw, on_block=on_block
+                )
+                if result is not None:
+                    follower.live_ended(result)
+                    return True
+                await self.handover.room()  # back-pressure: the reader takes first
+                await conn.fill(BLOCK_RECV)
+        except LIVE_ENDS:
+            return True  # back to the database from the cursor; the entries are all there
+        finally:
+            conn.close()
+            follower.deliver_to(*self.sinks(self.handover.put))
+            self.live = None
 
     def started(self, follower: Follower) -> None:
         # Before any entry: a batch taken implies a start seen (and its first seq).
@@ -270,13 +292,15 @@ class _FollowerSide(Generic[T]):
                     from tether import paths
 
                     paths.use_home(home)  # this thread's copy of the caller's context
+                emit, emit_block = self.sinks(self.handover.put)
                 watch(
                     key,
-                    self.emit,
+                    emit,
                     check=check,
                     stop=self.stop,
                     on_start=self.started,
-                    emit_block=self.emit_block if self.block is not None else None,
+                    emit_block=emit_block,
+                    attach=self.attach_live,
                     **kwargs,
                 )
             except BaseException as exc:  # the reader gets it, after what came before it
@@ -292,8 +316,11 @@ class _FollowerSide(Generic[T]):
         thread.start()
 
     def stop_now(self) -> None:
+        """On the loop: the reader left."""
         self.stop.set()
         self.handover.close()
+        if self.live is not None:
+            self.live.cancel()  # the follower's thread, waiting for it, goes on and ends
         for follower in self.followers:
             follower.interrupt()
 

@@ -4,8 +4,8 @@ Theory of operation
 -------------------
 The journal is the source of truth; the gateway keeps nothing it could not read back.
 For each session that has SSE clients it runs one **hub**: a task reading
-:func:`tether.operations.watch_batches` (the one follower, in its thread: live from the
-owner, back to the database across owner restarts, bridged to the loop) that appends
+:func:`tether.operations.watch_batches` (the one follower: the database read in its
+thread, the live owner read on the loop, across owner restarts) that appends
 every entry to a bounded in-memory **ring** (entries and bytes). Each client keeps its own cursor:
 
 * a cursor older than the ring (a replay, ``Last-Event-ID`` or ``?from=``) is served
@@ -26,10 +26,11 @@ reconnecting). With nothing to send, a comment line (``: heartbeat``) goes out e
 ``heartbeat`` seconds so proxies keep the connection open.
 
 The hot path has no work per entry in Python: the follower hands over each run of live
-entries it read as one block (:meth:`tether.state.journal.follow.Follower._raw_block`), the
-follower's thread turns it into SSE bytes (:func:`tether.serve.sse.sse_block`) and wakes
-the event loop once per hand-over; the ring holds such chunks, and a client takes what it
-is behind by a window at a time (a chunk wanted whole is written as it is, not copied).
+entries it read as one block (:func:`tether.state.journal.live_frames.block_taker`), which
+is turned into SSE bytes (:func:`tether.serve.sse.sse_block`) where it was read -- on the
+loop, with no thread between the owner's socket and the ring; the ring holds such
+chunks, and a client takes what it is behind by a window at a time (a chunk wanted
+whole is written as it is, not copied).
 After a burst the gateway gives freed memory back (:mod:`tether.serve.memory`). A hub
 outlives its last client by ``LINGER_S``, so the stream a client opens after each prompt
 finds the session followed already.
@@ -62,14 +63,14 @@ from tether.state.journal.follow import SESSION_END, is_session_end
 RING_ENTRIES: Final = 4096  # per session hub (env TETHER_SERVE_RING); sandbox-agent keeps 1024
 RING_BYTES: Final = 8 * 1024 * 1024
 SEND_BYTES: Final = 16 * 1024  # at most this much per write to one client (see slice_from)
-PENDING_MAX: Final = 8192  # entries the follower thread may hand over before the loop takes them
+PENDING_MAX: Final = 8192  # entries the follower may hand over before the hub takes them
 HEARTBEAT_S: Final = 15.0
 LINGER_S: Final = 30.0  # a hub outlives its last client this long: the next stream is warm
 _FOLLOWING: set[asyncio.Task[None]] = set()  # hubs' follow tasks, held until they end
 
 
 class Hub:
-    """One session's live tail: a follower thread feeding a bounded ring of chunks."""
+    """One session's live tail: a journal follower feeding a bounded ring of chunks."""
 
     def __init__(
         self,
@@ -110,7 +111,7 @@ class Hub:
 
     async def _follow(self) -> None:
         """Follow the session (:func:`tether.operations.watch_batches`: the visibility
-        check, then the follower in its thread, whose chunks are made there) into the ring."""
+        check, then the follower, whose chunks are made where it reads) into the ring."""
         error: TetherError | None = None
         try:
             batches = operations.watch_batches(
@@ -133,7 +134,7 @@ class Hub:
         finally:
             self._finish(error)
 
-    # --- the follower thread ------------------------------------------------------------
+    # --- where the follower reads (its thread for stored entries, the loop for live) ----
 
     @staticmethod
     def _chunk(seq: int, line: str) -> Chunk:
@@ -142,7 +143,7 @@ class Hub:
 
     @staticmethod
     def _chunk_block(first: int, last: int, entries: list[bytes]) -> Chunk:
-        """A run of live entries, converted in the follower's thread, in bulk."""
+        """A run of live entries, converted in bulk (on the loop, as they are read)."""
         end = SESSION_END in entries[-1][:120]
         return Chunk(first, last, sse_block(first, entries), end)
 

@@ -8,13 +8,14 @@ database from the last ``seq`` it delivered, then to whichever owner serves the 
 next -- so it sees every entry across owner restarts with no gap and no duplicate,
 until the session ends (its ``session_ended`` entry) or the caller stops it.
 
-Blocking and standard-library based, like the CLI's IPC client; the library runs it
-in a thread.
+Blocking and standard-library based, like the CLI's IPC client. The asyncio flavour
+(:mod:`tether.operations.watching`) runs it in a thread too, but follows a live owner on
+its loop through :attr:`Follower.attach`, with the same request
+(:meth:`Follower.watch_request`) and frame handlers (:meth:`Follower.live_handlers`).
 """
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -27,9 +28,16 @@ from tether.errors import (
     RemoteProtocolError,
     WatchLagged,
 )
-from tether.ipc.client import OwnerConnection, new_request_id
-from tether.state.journal import store
-from tether.state.journal.entry import ENTRY_HEAD, FRAME_END, entry_frame_prefix
+from tether.ipc.client import (
+    BlockHandler,
+    FrameHandler,
+    OwnerConnection,
+    RawHandler,
+    new_request_id,
+)
+from tether.state.journal import live_frames, store
+from tether.state.journal.entry import entry_frame_prefix
+from tether.state.journal.live_frames import SESSION_END as SESSION_END
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -42,10 +50,21 @@ HELLO_TIMEOUT_S = 2.0
 Emit = Callable[[int, str], None]
 # (first seq, last seq, the public lines of first..last, without newlines) -> None
 EmitBlock = Callable[[int, int, list[bytes]], None]
-SESSION_END = b'"kind":"session_ended"'
 BLOCK_RECV = 1 << 18  # bytes per read from a live owner when relaying blocks
 # Frames of the live owner other than entries (a controller's questions) -> None
 OnFrame = Callable[[dict[str, Any]], object]
+# Follows the live owner for a follower; whether one served (see Follower.attach).
+Attach = Callable[["Follower"], bool]
+# What ends a live attachment and sends the follower back to the database from its
+# cursor: the entries it missed are all stored there.
+LIVE_ENDS = (
+    WatchLagged,
+    OwnerLost,
+    OwnerUnavailable,
+    OwnerShuttingDown,  # it began stopping after its hello: what it stored is there
+    RemoteProtocolError,
+    OSError,
+)
 
 
 class SinkFailed(Exception):
@@ -96,6 +115,7 @@ class Follower:
         emit_block: EmitBlock | None = None,
         door: str | None = None,
         on_damage: store.OnDamage | None = None,
+        attach: Attach | None = None,
     ) -> None:
         self.journal = journal  # the state layer's journal reads (a Registry)
         self.door = door  # which front door watches (cli, http...): the owner lists it
@@ -115,8 +135,11 @@ class Follower:
         self.stop = stop or threading.Event()
         self.ended = False  # the session's end was delivered
         self.conn: OwnerConnection | None = None
+        # Set: follows the live owner instead of :meth:`_attach` (the asyncio flavour:
+        # on the loop, while this thread waits), and says whether one served.
+        self.attach = attach
 
-    def _deliver(self, seq: int, line: str) -> None:
+    def deliver(self, seq: int, line: str) -> None:
         if seq < self.cursor:
             return  # already delivered (a replay overlapping what we had)
         self.cursor = seq + 1
@@ -129,7 +152,7 @@ class Follower:
         for seq, line in lines:
             if self.stop.is_set():
                 break
-            self._deliver(seq, line)
+            self.deliver(seq, line)
         self.cursor = max(self.cursor, self._passed)
         if self.flush is not None:
             self.flush()
@@ -163,6 +186,8 @@ class Follower:
 
     def _attach(self) -> bool:
         """Follow the live owner until it lets go; False if no owner serves now."""
+        if self.attach is not None:
+            return self.attach(self)
         try:
             conn = OwnerConnection.connect(sessions.socket_path(self.key), timeout=HELLO_TIMEOUT_S)
         except OwnerUnavailable:
@@ -175,102 +200,48 @@ class Follower:
         try:
             if self.stop.is_set():
                 return True  # interrupted while we connected: it saw no connection to wake
-            payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
-            if self.control is not None:
-                payload["control"] = True
-            if self.door:
-                payload["client"] = self.door  # as a prompt names its door
-            rid = new_request_id()
-            prefix = entry_frame_prefix(rid)
+            rid, payload, prefix = self.watch_request()
             conn.send("watch", payload, request_id=rid)
-            on_block = None
-            if self.emit_block is not None:
+            on_frame, on_raw, on_block = self.live_handlers(prefix)
+            if on_block is not None:
                 conn.recv_size = BLOCK_RECV
-                on_block = self._raw_block(prefix)
-            result = conn.wait(
-                rid,
-                on_frame=self._on_frame,
-                on_raw=self._raw_entry(prefix),
-                on_block=on_block,
-            )
-            if result.get("reason") == "session-ended":
-                self.ended = True
-        except (
-            WatchLagged,
-            OwnerLost,
-            OwnerUnavailable,
-            OwnerShuttingDown,  # it began stopping after its hello: what it stored is there
-            RemoteProtocolError,
-            OSError,
-        ):
+            result = conn.wait(rid, on_frame=on_frame, on_raw=on_raw, on_block=on_block)
+            self.live_ended(result)
+        except LIVE_ENDS:
             pass  # back to the database from our cursor; the entries are all there
         finally:
             self.conn = None
             conn.close()
         return True
 
-    def _raw_entry(self, prefix: bytes) -> Callable[[bytes], bool]:
-        """Take an ``entry`` frame's line as it came: its seq read off its head, no JSON
-        decoded or encoded (a follower of a 10,000-update turn is on a hot path)."""
-        start = len(prefix)
-        past_head = start + len(ENTRY_HEAD)
+    # --- one live attachment, read by either flavour -----------------------------------
 
-        def take(line: bytes) -> bool:
-            # {"type":"entry","requestId":"R","entry":{"seq":N,...}}
-            if not line.startswith(prefix) or line[start:past_head] != ENTRY_HEAD:
-                return False
-            comma = line.find(b",", past_head)
-            try:
-                seq = int(line[past_head:comma])
-            except ValueError:
-                return False
-            self._deliver(seq, line[start:-1].decode())
-            return True
+    def watch_request(self) -> tuple[str, dict[str, object], bytes]:
+        """The ``watch`` request from our cursor: its id, payload and entry prefix."""
+        payload: dict[str, object] = {"fromSeq": self.cursor, "follow": True}
+        if self.control is not None:
+            payload["control"] = True
+        if self.door:
+            payload["client"] = self.door  # as a prompt names its door
+        rid = new_request_id()
+        return rid, payload, entry_frame_prefix(rid)
 
-        return take
+    def live_handlers(self, prefix: bytes) -> tuple[FrameHandler, RawHandler, BlockHandler | None]:
+        """``on_frame``, ``on_raw`` and ``on_block`` for the watch's answer
+        (:func:`tether.ipc.client.pump`)."""
+        block = None if self.emit_block is None else live_frames.block_taker(self, prefix)
+        return self._on_frame, live_frames.entry_taker(self, prefix), block
 
-    def _raw_block(self, prefix: bytes) -> Callable[[bytes], int]:
-        """Take the leading run of ``entry`` frames of a block of received lines.
+    def live_ended(self, result: dict[str, Any]) -> None:
+        """The watch's terminal result: the owner let go (it retired), or the session ended."""
+        if result.get("reason") == "session-ended":
+            self.ended = True
 
-        The common case -- every line an entry, seqs consecutive from the cursor -- is
-        cut into its entries by one ``split`` (at a frame's closing brace, newline and
-        the next frame's head) and handed to ``emit_block`` whole: no work per entry in
-        Python. Anything else goes line by line, as ``_raw_entry`` does.
-        """
-        head = prefix + ENTRY_HEAD
-        joint = FRAME_END + prefix
-        start = len(prefix)
-        take_line = self._raw_entry(prefix)
-        run: list[Callable[[bytes], re.Match[bytes] | None]] = []
-
-        def take(block: bytes) -> int:
-            if not block.startswith(head):
-                return 0
-            entries = block.split(joint)
-            # All entries: the splits took every newline but the block's last one.
-            if block.count(b"\n") != len(entries) or not block.endswith(b"\n"):
-                # Other frames follow the entries (or an entry lacks its seq): the
-                # leading run of entries only.
-                if not run:
-                    run.append(re.compile(b"(?:" + re.escape(head) + rb"[^\n]*\n)+").match)
-                found = run[0](block)
-                block = found.group() if found is not None else b""
-                entries = block.split(joint)
-            count = len(entries)
-            last_at = block.rfind(b"\n", 0, -1) + 1
-            first = _seq_at(block, start)
-            last = _seq_at(block, last_at + start)
-            if first is None or last is None or first < self.cursor or last - first + 1 != count:
-                return _line_by_line(block, take_line)
-            entries[0] = entries[0][start:]
-            entries[-1] = entries[-1][: -len(FRAME_END)]
-            self.cursor = last + 1
-            self.ended = SESSION_END in block[last_at : last_at + start + 120]
-            assert self.emit_block is not None
-            self.emit_block(first, last, entries)
-            return len(block)
-
-        return take
+    def deliver_to(self, emit: Emit, emit_block: EmitBlock | None) -> None:
+        """Deliver to these from now on (the asyncio flavour's live phase delivers on
+        the loop, its stored phase in the follower's thread)."""
+        self.emit = _guarded(emit)
+        self.emit_block = None if emit_block is None else _guarded(emit_block)
 
     def _on_frame(self, frame: dict[str, object]) -> None:
         if frame.get("type") != "entry":
@@ -283,7 +254,7 @@ class Follower:
             if isinstance(seq, int):
                 from tether import _fastjson
 
-                self._deliver(seq, _fastjson.dumps(entry))
+                self.deliver(seq, _fastjson.dumps(entry))
 
     def interrupt(self) -> None:
         """Stop from another thread: wakes a blocked read."""
@@ -296,26 +267,6 @@ class Follower:
                 conn.sock.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
-
-
-def _seq_at(block: bytes, at: int) -> int | None:
-    """The seq of the entry whose JSON starts at ``at`` (``{"seq":N,``), or None."""
-    comma = block.find(b",", at + 7, at + 40)
-    try:
-        return int(block[at + 7 : comma]) if comma > 0 else None
-    except ValueError:
-        return None
-
-
-def _line_by_line(block: bytes, take_line: Callable[[bytes], bool]) -> int:
-    """Feed ``block``'s lines to ``take_line`` until one is refused; the bytes used."""
-    used = 0
-    while used < len(block):
-        end = block.index(b"\n", used)
-        if not take_line(block[used:end]):
-            break
-        used = end + 1
-    return used
 
 
 def follow_session(
@@ -332,6 +283,7 @@ def follow_session(
     emit_block: EmitBlock | None = None,
     door: str | None = None,
     on_damage: store.OnDamage | None = None,
+    attach: Attach | None = None,
 ) -> int:
     """Follow session ``key`` of the current home: the one implementation every door uses.
 
@@ -341,6 +293,7 @@ def follow_session(
     ``interaction_resolved``) go to it. ``emit_block``: see :class:`Follower`. ``door``:
     which front door watches (``cli``, ``http``, ``acp``, ``library``), shown in status.
     ``on_damage``: told of each damaged stored chunk skipped (:func:`store.read`).
+    ``attach``: follows the live owner instead (see :attr:`Follower.attach`).
 
     Raises:
         NoSession: no such session.
@@ -364,6 +317,7 @@ def follow_session(
             emit_block=emit_block,
             door=door,
             on_damage=on_damage,
+            attach=attach,
         )
         if on_start is not None:
             on_start(follower)
