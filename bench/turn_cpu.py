@@ -19,7 +19,12 @@ the server's):
 * ``wait``: ``POST …/prompt?wait=true`` on a kept connection, answered at the turn's
   end (no stream), where the gateway has that route -- measured first, before any
   stream has made the gateway follow the session;
-* ``cli``: the owner's CPU per ``tether prompt`` (the CLI's own process not counted).
+* ``cli``: the owner's CPU per ``tether prompt`` (the CLI's own process not counted);
+* ``sparse`` (``--sparse-turns``): ``wait`` turns ``--gap`` seconds apart (a session
+  prompted now and then: what the pauses cost -- cold caches, the trims after each
+  turn -- lands on its turns);
+* ``idle`` (``--idle S``): the gateway's and the idle owner's CPU per second and
+  wakeups per second over S seconds of nothing, from ``schedstat`` (exact).
 
 ``--prompt TEXT`` prompts another mock verb (``"stream 50 x"``: 50 chunks a turn).
 
@@ -163,7 +168,38 @@ def measure(gw: Gw, pids: dict[str, int], run: Any, n: int) -> dict[str, Any]:
     return out
 
 
-def figures(home: Path, cwd: Path, n: int, cli_n: int, sparse_n: int = 0) -> dict[str, Any]:
+def run_ns_and_wakes(pid: int) -> tuple[int, int]:
+    """Nanoseconds ``pid``'s live threads have run and how many times they were put on a
+    CPU (``/proc/PID/task/TID/schedstat``: exact, where ``stat``'s ticks are 10 ms)."""
+    ran = wakes = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        ran += int(fields[0])
+        wakes += int(fields[2])
+    return ran, wakes
+
+
+def idle(pids: dict[str, int], seconds: float) -> dict[str, Any]:
+    """What the gateway and the owner cost per second while nothing happens (after a
+    settling pause: the trims after the last turn are not counted)."""
+    time.sleep(3.0)
+    before = {name: run_ns_and_wakes(pids[name]) for name in ("gateway", "owner")}
+    time.sleep(seconds)
+    out: dict[str, Any] = {"seconds": seconds}
+    for name, (ran, wakes) in before.items():
+        ran2, wakes2 = run_ns_and_wakes(pids[name])
+        out[f"{name}_cpu_ms_per_s"] = round((ran2 - ran) / 1e6 / seconds, 3)
+        out[f"{name}_wakeups_per_s"] = round((wakes2 - wakes) / seconds, 1)
+    return out
+
+
+def figures(
+    home: Path, cwd: Path, n: int, cli_n: int, sparse_n: int = 0, idle_s: float = 0.0
+) -> dict[str, Any]:
     """Each path's CPU per turn on a fresh gateway and session (``n`` 0: HTTP skipped)."""
     gw = Gw(home)
     report: dict[str, Any] = {}
@@ -192,6 +228,8 @@ def figures(home: Path, cwd: Path, n: int, cli_n: int, sparse_n: int = 0) -> dic
             cli_pids = {"owner": pids["owner"], "agent": pids["agent"]}
             cli_turns(home, cwd, 3)
             report["cli"] = measure(gw, cli_pids, lambda: cli_turns(home, cwd, cli_n), cli_n)
+        if idle_s:
+            report["idle"] = idle(pids, idle_s)
     finally:
         gw.stop()
     return report
@@ -247,6 +285,9 @@ def main() -> int:
     parser.add_argument("--prompt", default="echo hi", help="the mock agent's verb (echo hi)")
     parser.add_argument("--sparse-turns", type=int, default=0, help="``wait`` turns --gap apart")
     parser.add_argument("--gap", type=float, default=1.2, help="seconds between sparse turns")
+    parser.add_argument(
+        "--idle", type=float, default=10.0, help="seconds of the idle figure (0: none)"
+    )
     parser.add_argument("--profile", type=int, metavar="TOP", default=0)
     parser.add_argument(
         "--profile-cli", action="store_true", help="profile CLI turns instead of HTTP ones"
@@ -260,7 +301,7 @@ def main() -> int:
         home.mkdir()
         cwd = Path(tmp) / "project"
         cwd.mkdir()
-        report.update(figures(home, cwd, args.turns, args.cli_turns, args.sparse_turns))
+        report.update(figures(home, cwd, args.turns, args.cli_turns, args.sparse_turns, args.idle))
         if args.profile:
             http_n, cli_n = (0, args.cli_turns) if args.profile_cli else (args.turns, 0)
             report["profile"] = profiled(
