@@ -70,7 +70,7 @@ class Attachment:
         # from the next entry we have not delivered.
         while True:
             batches = operations.watch_batches(
-                self.key, _relevant, check=False, from_seq=self.cursor, door="acp"
+                self.key, self._relevant, check=False, from_seq=self.cursor, door="acp"
             )
             try:
                 async with contextlib.aclosing(batches):
@@ -85,6 +85,20 @@ class Attachment:
             except Exception:  # a task has nobody to raise to: log, then go on
                 logger.exception("following session %s failed; following on", self.key)
                 await asyncio.sleep(RETRY_S)
+
+    def _relevant(self, seq: int, line: str) -> tuple[int, dict[str, Any] | None]:
+        """Where the follower reads (the loop, for a live owner): only what the client
+        can use is decoded -- the session's end, and the ACP frames of other parties'
+        turns. This door's own turns are relayed from their IPC stream: their entries
+        pass undecoded (each frame of a turn decoded twice was the door's cost)."""
+        if is_session_end(line):
+            return seq, parse_line(line)
+        head = line[:200]
+        if '"kind":"acp"' not in head[:120]:
+            return seq, None
+        if self.own_requests and _request_id(head) in self.own_requests:
+            return seq, None
+        return seq, parse_line(line)
 
     async def caught_up(self, through: int, timeout: float = CATCH_UP_S) -> None:
         """Wait (bounded) until every entry up to ``through`` has reached the loop.
@@ -110,12 +124,17 @@ class Attachment:
             await _aio.settle(task, STOP_S)
 
 
-def _relevant(seq: int, line: str) -> tuple[int, dict[str, Any] | None]:
-    """Where the follower reads: only what the client can use is decoded -- the
-    session's end, and ACP frames (of which the handler keeps the other parties')."""
-    if is_session_end(line) or '"kind":"acp"' in line[:120]:
-        return seq, parse_line(line)
-    return seq, None
+def _request_id(head: str) -> str | None:
+    """The ``requestId`` of an entry line's head, undecoded (ids are plain tokens)."""
+    at = head.find(_REQUEST_ID)
+    if at < 0:
+        return None
+    start = at + len(_REQUEST_ID)
+    end = head.find('"', start)
+    return head[start:end] if end > 0 else None
+
+
+_REQUEST_ID = '"requestId":"'
 
 
 def last_seq_of_open(key: str, action: str) -> int:
