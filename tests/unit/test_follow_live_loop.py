@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import json
 import threading
+import time
 from typing import Any
+
+import pytest
 
 from tether import sessions
 from tether.ipc import protocol
@@ -167,3 +171,42 @@ def test_a_small_bound_holds_the_owner_back_and_loses_nothing() -> None:
     got, biggest = asyncio.run(main())
     assert got == list(range(1, 302))
     assert biggest < 300  # handed over as it came, not held until the end
+
+
+# The test abandons the reader's task and the live phase with the loop: Python reports
+# the coroutines and the socket it could no longer close as it collects them.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_loop_closed_under_a_live_follower_lets_its_thread_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A loop closed with the live phase pending (no ``asyncio.run`` to cancel it)
+    resolves nothing; the follower's thread sees the loop gone at its next check."""
+    monkeypatch.setattr(watching, "LIVE_CHECK_S", 0.05)
+    _session()
+    owner = StandInOwner(last=3, plan=["hold"])
+    loop = asyncio.new_event_loop()
+
+    tasks: list[asyncio.Task[None]] = []
+
+    async def start() -> None:
+        server = await _serving(owner)
+        third = asyncio.Event()
+
+        async def read() -> None:
+            async for batch in watching.watch_batches(KEY, lambda s, _l: s, check=False):
+                if 3 in batch:
+                    third.set()
+
+        tasks.append(loop.create_task(read()))
+        await third.wait()
+        server.close()
+
+    loop.run_until_complete(start())
+    assert len(_followers()) == 1
+    loop.close()  # the reader's task and the live phase never ran to their ends
+    deadline = time.monotonic() + 5.0
+    while _followers() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _followers() == []
+    tasks.clear()
+    gc.collect()  # here, under this test's filter: what the closed loop left behind

@@ -99,7 +99,8 @@ class AsyncOwnerConnection:
 
     def close(self) -> None:
         """Close now, without waiting (a follower leaving on the loop's way out)."""
-        self.writer.close()
+        with contextlib.suppress(RuntimeError):  # the loop closed under us: nothing to close on
+            self.writer.close()
 
     async def read(self) -> dict[str, Any] | None:
         lines = self.lines

@@ -62,8 +62,11 @@ T = TypeVar("T")
 
 CLEANUP_S = 5.0  # how long a reader that leaves waits for the follower thread to let go
 # How often the follower's thread, idle while the loop follows the live owner, checks
-# that the loop is still there (a loop closed under it resolves nothing).
-LIVE_CHECK_S = 5.0
+# that the loop is still there. A loop that ends the usual way (``asyncio.run``)
+# cancels the live phase and the thread goes on at once; only a loop closed with its
+# tasks pending resolves nothing. Rare, so rarely: a gateway following a thousand
+# sessions wakes ~17 times a second for it, not 200.
+LIVE_CHECK_S = 60.0
 
 
 def watch(key: str, emit: Callable[[int, str], None], *, check: bool = True, **kwargs: Any) -> int:
