@@ -8,6 +8,7 @@ import socket
 
 from tether import paths
 from tether.ipc import protocol
+from tether.owner import watchers
 from tether.owner.job import Job, Outbox
 from tether.owner.watchers import Fanout, Watch
 from tether.state.journal import store, writer
@@ -57,6 +58,18 @@ async def _frames(reader: asyncio.StreamReader) -> list[dict[str, object]]:
         frames.append(frame)
         if frame["type"] in ("result", "lagged", "error"):
             return frames
+
+
+class Recording(Outbox):
+    """An outbox with no socket: every write is recorded instead."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.detached = False  # no socket: every write is recorded instead
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
 
 
 def test_watchers_replay_from_the_database_then_go_live() -> None:
@@ -145,15 +158,6 @@ def test_a_watcher_attaching_inside_the_ring_gets_its_replay_as_one_write() -> N
     (issue 23: thousands of per-entry writes took the streaming turn's loop time)."""
     key = _key()
 
-    class Recording(Outbox):
-        def __init__(self) -> None:
-            super().__init__(None)
-            self.detached = False  # no socket: every write is recorded instead
-            self.writes: list[bytes] = []
-
-        def write(self, data: bytes) -> None:
-            self.writes.append(data)
-
     async def main() -> None:
         journal = writer.JournalWriter(paths.state_db(), key)
         fanout = Fanout(journal)
@@ -168,5 +172,52 @@ def test_a_watcher_attaching_inside_the_ring_gets_its_replay_as_one_write() -> N
         assert [f["entry"]["seq"] for f in frames] == list(range(4, 11))
         assert replay == b"".join(watch.frame(line) for seq, line in journal.ring if seq >= 4)
         assert json.loads(result)["result"]["reason"] == "caught-up"
+
+    asyncio.run(main())
+
+
+def test_a_turns_frames_wait_for_its_end_and_go_out_with_it_as_one_write() -> None:
+    """A warm turn's entries span several loop passes: handed to a watcher once per pass
+    they were ~3 writes (and as many wakeups of a gateway's follower) per turn. Its
+    frames now wait up to WATCH_BATCH_S for company; its end goes at the end of its
+    pass with all of them. A frame with no end after it still goes, WATCH_BATCH_S on,
+    and a turn that outlives its window streams once per pass, as before."""
+    key = _key()
+
+    async def main() -> None:
+        journal = writer.JournalWriter(paths.state_db(), key)
+        fanout = Fanout(journal)
+        outbox = Recording()
+        watch = Watch(Job(protocol.Envelope("w", "watch", {"follow": True}), outbox, 0.0))
+        await fanout.attach(watch, 1, follow=True)
+        journal.append("prompt_queued", {}, "r1")
+        journal.append("turn_started", {}, "r1")
+        await asyncio.sleep(0)  # a loop pass: nothing goes yet
+        journal.append_acp("in", b'{"jsonrpc":"2.0","method":"session/update"}', "r1")
+        await asyncio.sleep(0)
+        assert outbox.writes == []
+        journal.append("turn_ended", {"stopReason": "end_turn"}, "r1")
+        await asyncio.sleep(0)
+        (turn,) = outbox.writes  # the whole turn, in one write, at the end's pass
+        kinds = [json.loads(line)["entry"]["kind"] for line in turn.splitlines()]
+        assert kinds == ["prompt_queued", "turn_started", "acp", "turn_ended"]
+        journal.append_acp("in", b'{"jsonrpc":"2.0","method":"session/update"}', "r2")
+        await asyncio.sleep(0)
+        assert len(outbox.writes) == 1
+        await asyncio.sleep(watchers.WATCH_BATCH_S * 5)
+        assert len(outbox.writes) == 2  # a lone frame: WATCH_BATCH_S later, not never
+        # The turn outlived its window: it streams, and its frames go once per pass.
+        journal.append_acp("in", b'{"jsonrpc":"2.0","method":"session/update"}', "r2")
+        await asyncio.sleep(0)
+        assert len(outbox.writes) == 3
+        journal.append("turn_ended", {"stopReason": "end_turn"}, "r2")
+        await asyncio.sleep(0)
+        assert len(outbox.writes) == 4
+        # The next turn's frames wait for company again.
+        journal.append("turn_started", {}, "r3")
+        await asyncio.sleep(0)
+        assert len(outbox.writes) == 4
+        fanout.end_all("session-ended")
+        assert await asyncio.to_thread(journal.close)
 
     asyncio.run(main())

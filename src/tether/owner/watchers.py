@@ -13,10 +13,14 @@ is journaled, in ``seq`` order, with no gap and no duplicate:
 2. *Switch to live.* Once the cursor is inside the ring, the rest of the ring is sent
    and the watcher joins the listeners -- in one step of the event loop, so no entry
    can fall between the two.
-3. *Live.* Each entry goes through the watcher's connection :class:`~.job.Outbox`,
-   flushed once per loop pass. A watcher never slows the turn: when its unsent bytes
-   pass the outbox's bound it gets a terminal ``lagged`` frame carrying the last
-   ``seq`` it was given and is dropped; it resumes from the journal at ``lastSeq + 1``.
+3. *Live.* Each entry goes through the watcher's connection :class:`~.job.Outbox`:
+   a turn's end (and any record but a prompt's queueing, start and frames) at the end
+   of its loop pass, with everything before it; a turn's first frames at most
+   ``WATCH_BATCH_S`` later, with its next entries (a short turn is one write); a turn
+   that streams on past that, once per loop pass. A watcher never slows the turn: when
+   its unsent bytes pass the outbox's bound it gets a terminal ``lagged`` frame
+   carrying the last ``seq`` it was given and is dropped; it resumes from the journal
+   at ``lastSeq + 1``.
 
 The session's end and the owner's retirement end every watch with a terminal
 ``result`` naming why (``session-ended`` / ``owner-stopped``) and the last ``seq``.
@@ -29,10 +33,24 @@ import asyncio
 from tether.ipc import protocol
 from tether.owner.job import Job
 from tether.state.journal.entry import FRAME_END, entry_frame_prefix
-from tether.state.journal.writer import JournalWriter
+from tether.state.journal.writer import BATCHED_KINDS, JournalWriter
 from tether.state.registry import JournalReader
 
 __all__ = ["Fanout", "Watch"]
+
+# How long a turn's frames may wait for company before they go to the watchers. A warm
+# turn journals its entries (queued, started, its frames, ended) over several loop
+# passes within about a millisecond; handed over once per pass, each was a write to
+# every watcher and a wakeup of each follower (a gateway's SSE hub: ~3 per turn). Its
+# end -- any record but these kinds -- goes at the end of its pass, with everything
+# before it: so a warm turn is one write. A turn still running when its window is over
+# streams: its frames go once per pass again (batching a stream's frames longer cost
+# three watchers a tenth of its rate), until its end. So a frame reaches a watcher at
+# most WATCH_BATCH_S later than it did. The same kinds the journal writer batches.
+WATCH_BATCH_S = 0.002
+_ACP = b'"kind":"acp"'
+_MAY_WAIT = tuple(b'"kind":"' + kind.encode() + b'"' for kind in sorted(BATCHED_KINDS))
+_KIND_WITHIN = 96  # an entry's kind follows its seq and time: {"seq":N,"at":T,"kind":…
 
 
 class Watch:
@@ -91,11 +109,14 @@ class Fanout:
     def __init__(self, journal: JournalWriter) -> None:
         self.journal = journal
         self.watches: set[Watch] = set()
-        # Entries of this loop pass, handed to every watcher together at its end: a
+        # Entries not yet handed to the watchers, handed to every watcher together: a
         # streamed turn journals many per pass, and per entry per watcher the Python
         # work was most of what watching cost the owner.
         self._run: list[bytes] = []
         self._run_first = 0
+        self._soon = False  # handed over at the end of this loop pass
+        self._timer: asyncio.TimerHandle | None = None  # or WATCH_BATCH_S after the first
+        self._streaming = False  # this turn outlived its window: once per pass again
         journal.listeners.append(self._on_entry)
 
     def _on_entry(self, seq: int, line: bytes) -> None:
@@ -107,10 +128,35 @@ class Fanout:
             run = self._run
         if not run:
             self._run_first = seq
-            asyncio.get_running_loop().call_soon(self._flush)
         run.append(line)
+        if self._soon:
+            return
+        loop = asyncio.get_running_loop()
+        # A stream's entries are frames: one find for them (per entry, on a hot path).
+        may_wait = line.find(_ACP, 0, _KIND_WITHIN) > 0 or any(
+            line.find(kind, 0, _KIND_WITHIN) > 0 for kind in _MAY_WAIT
+        )
+        if may_wait and not self._streaming:
+            if self._timer is None:
+                self._timer = loop.call_later(WATCH_BATCH_S, self._window_over)
+            return
+        if not may_wait:
+            self._streaming = False  # a turn's end (or any record): the next turn waits again
+        self._soon = True  # at the end of this pass
+        loop.call_soon(self._flush)
+
+    def _window_over(self) -> None:
+        """The turn outlived its window: it streams, so its frames go once per pass (as
+        they come: a stream's watchers keep its pace), until its end."""
+        self._timer = None
+        self._streaming = True
+        self._flush()
 
     def _flush(self) -> None:
+        self._soon = False
+        if self._timer is not None:
+            self._timer.cancel()  # (harmless when it is the timer that fired)
+            self._timer = None
         run, self._run = self._run, []
         if not run:
             return
