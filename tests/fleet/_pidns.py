@@ -66,6 +66,7 @@ class NamespacedHost:
 
     def __init__(self, outer: subprocess.Popen[str]) -> None:
         self.outer = outer  # unshare: waits for the host and exits with its status
+        self.killed = False  # SIGKILLed by us (it may not have finished dying)
         self.stdout: IO[str] | None = outer.stdout
         deadline = time.monotonic() + STARTUP_TIMEOUT_S
         children: list[int] = []
@@ -110,6 +111,10 @@ class NamespacedHost:
                 pass  # gone meanwhile
 
     def kill(self) -> None:
+        # Dying takes a while: the namespace's pid 1 ends only once every process in it
+        # has, while its sockets close at once. Someone who saw it stop answering must
+        # not take "unshare has not exited yet" for "it was never killed".
+        self.killed = True
         self.send_signal(signal.SIGKILL)
 
     def terminate(self) -> None:

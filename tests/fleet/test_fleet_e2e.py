@@ -80,7 +80,7 @@ class Processes:
             router.stop()
         for host_id, gw in self.hosts.items():
             try:
-                if gw.proc.poll() is not None:
+                if gw.proc.poll() is not None or getattr(gw.proc, "killed", False):
                     # A host the test killed comes back on its storage to close what its
                     # owners still run (owners outlive a gateway, as they should; in a
                     # pid namespace of its own, its death ended them with it).
