@@ -29,7 +29,7 @@ import logging
 from collections.abc import Awaitable, Coroutine
 from typing import Any, TypeVar
 
-__all__ = ["cleanup", "settle", "shielded", "spawn"]
+__all__ = ["cleanup", "resolve", "settle", "shielded", "spawn"]
 
 T = TypeVar("T")
 
@@ -134,3 +134,10 @@ async def cleanup(aw: Awaitable[T], *, timeout: float | None = None, what: str =
     except Exception as exc:  # we are already leaving: the cleanup's failure is no news
         logger.debug("cleanup %s failed: %r", what or aw, exc)
         return None
+
+
+def resolve(future: asyncio.Future[None]) -> None:
+    """Wake whoever awaits ``future`` (a timer's or another thread's callback), unless
+    something already did."""
+    if not future.done():
+        future.set_result(None)

@@ -71,8 +71,10 @@ class Handover(Generic[T]):
 
     def _make_room(self) -> None:
         room, self._room = self._room, None
-        if room is not None and not room.done():
-            room.set_result(None)
+        if room is not None:
+            from tether import _aio  # (on the loop: asyncio is loaded)
+
+            _aio.resolve(room)
 
     def put(self, item: T, count: int = 1) -> None:
         """Hand ``item`` (standing for ``count`` entries) over (the producer's thread)."""

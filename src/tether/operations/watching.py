@@ -286,6 +286,8 @@ class _FollowerSide(Generic[T]):
         ended: asyncio.Future[None],
     ) -> None:
         """Start the follower's thread; ``ended`` is resolved on its loop once it let go."""
+        from tether import _aio
+
         loop = ended.get_loop()
 
         def work() -> None:
@@ -311,7 +313,7 @@ class _FollowerSide(Generic[T]):
             finally:
                 self.handover.finish(error)
                 with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                    loop.call_soon_threadsafe(_resolve, ended)
+                    loop.call_soon_threadsafe(_aio.resolve, ended)
 
         context = contextvars.copy_context()
         thread = threading.Thread(target=context.run, args=(work,), name=f"follow-{key[:8]}")
@@ -326,11 +328,6 @@ class _FollowerSide(Generic[T]):
             self.live.cancel()  # the follower's thread, waiting for it, goes on and ends
         for follower in self.followers:
             follower.interrupt()
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 async def watch_async(

@@ -48,8 +48,8 @@ __all__ = ["Fanout", "Watch"]
 # three watchers a tenth of its rate), until its end. So a frame reaches a watcher at
 # most WATCH_BATCH_S later than it did. The same kinds the journal writer batches.
 WATCH_BATCH_S = 0.002
-_ACP = b'"kind":"acp"'
-_MAY_WAIT = tuple(b'"kind":"' + kind.encode() + b'"' for kind in sorted(BATCHED_KINDS))
+_ACP = b'"kind":"acp"'  # looked for first: a stream's entries are frames
+_MAY_WAIT = tuple(b'"kind":"' + k.encode() + b'"' for k in sorted(BATCHED_KINDS - {"acp"}))
 _KIND_WITHIN = 96  # an entry's kind follows its seq and time: {"seq":N,"at":T,"kind":…
 
 
@@ -132,7 +132,6 @@ class Fanout:
         if self._soon:
             return
         loop = asyncio.get_running_loop()
-        # A stream's entries are frames: one find for them (per entry, on a hot path).
         may_wait = line.find(_ACP, 0, _KIND_WITHIN) > 0 or any(
             line.find(kind, 0, _KIND_WITHIN) > 0 for kind in _MAY_WAIT
         )

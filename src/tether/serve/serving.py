@@ -14,6 +14,8 @@ from typing import Any
 
 import uvicorn
 
+from tether import _aio
+
 
 class Release:
     """What a stopping server gives back; ``__call__`` may run more than once."""
@@ -71,7 +73,7 @@ class Server(uvicorn.Server):
         wake = self._exit_wake
         if value and wake is not None:
             with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits
-                wake.get_loop().call_soon_threadsafe(_resolve, wake)
+                wake.get_loop().call_soon_threadsafe(_aio.resolve, wake)
 
     async def main_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -80,7 +82,7 @@ class Server(uvicorn.Server):
         while not should_exit:
             counter = (counter + 10) % 864000  # on_tick's chores run when it is a multiple of 10
             wake = self._exit_wake = loop.create_future()
-            tick = loop.call_later(TICK_S, _resolve, wake)
+            tick = loop.call_later(TICK_S, _aio.resolve, wake)
             if not self.should_exit:
                 await wake
             tick.cancel()
@@ -116,8 +118,3 @@ class Server(uvicorn.Server):
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self.gateway.stop)
         super().handle_exit(sig, frame)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
