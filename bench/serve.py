@@ -26,6 +26,9 @@ mock agent:
   warmed first; both servers with ``bench/rawhttp.py`` (httpx's own CPU was most of it);
 * gateway RSS: idle, after the concurrent prompts (peak, VmHWM), with the idle streams;
 * idle SSE connections held (1,000; --quick 200): all connected, counted by the gateway.
+* ``--session-hosts N``: the gateway runs its owners N to a session host
+  (``serve.sessionHosts``; tether.sessionhost) instead of one process each;
+  ``--only turns``: only the warm round trips and the bursts (for A/B runs of that);
 * ``--memory``: only the gateway's RSS around one 2,000-chunk turn relayed to 300 and to
   1,000 idle streams (clients that never read): with the streams open, the peak (VmHWM),
   and after the streams closed (issue 21: no copy of the turn per stream, memory back).
@@ -377,6 +380,7 @@ def peer_figures(
     n_sessions: int,
     n_streams: int,
     n_bursts: int = 1,
+    only: str = "all",
 ) -> dict[str, Any]:
     """The same figures for sandbox-agent (see bench/serve_peer.py for what differs).
 
@@ -421,6 +425,8 @@ def peer_figures(
             if figures:
                 report_bursts(out, f"concurrent_{n_sessions}", figures)
             out["rss_after_load_kib"] = rss_kib(peer.proc.pid)
+            if only == "turns":
+                return out
             held = stage(
                 "idle_streams",
                 lambda: serve_peer.idle_streams(peer, [s for s, _ in pairs[:10]], n_streams),
@@ -452,6 +458,41 @@ def leftovers() -> list[int]:
     return found
 
 
+def relay_figures(report: dict[str, Any], gw: Gw, sid: str, home: Path, cwd: Path) -> None:
+    """The SSE relay: a 100,000-chunk turn live, then the same entries replayed."""
+    before = gw.http.get(f"/v1/sessions/{sid}").json()["status"]["journalSeq"]
+    cpu0 = cpu_s(gw.proc.pid)
+    sse_rate, cli_rate = relay(gw, sid, home, cwd, 100_000)
+    report["gateway_cpu_s_per_100k_live"] = round(cpu_s(gw.proc.pid) - cpu0, 2)
+    report["sse_live_updates_per_s"] = round(sse_rate)
+    report["cli_prompt_updates_per_s"] = round(cli_rate)
+    report["sse_replay_updates_per_s"] = round(replay(gw, sid, before + 1, 100_000))
+
+
+def rest(
+    report: dict[str, Any],
+    gw: Gw,
+    home: Path,
+    cwd: Path,
+    sids: list[str],
+    n_sessions: int,
+    n_streams: int,
+) -> None:
+    """The CLI at once, the gateway's memory, the idle streams."""
+    cli_lat = cli_concurrent(home, cwd, n_sessions)
+    report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
+    report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)
+    report["rss_after_load_kib"] = rss_kib(gw.proc.pid)
+    report["rss_peak_kib"] = rss_kib(gw.proc.pid, "VmHWM")
+    held, rss = idle_streams(gw, sids[:10], n_streams)
+    report[f"idle_streams_{n_streams}_held"] = held
+    report[f"rss_with_{n_streams}_streams_kib"] = rss
+
+
+def owner_pid(gw: Gw, sid: str) -> int:
+    return int(gw.http.get(f"/v1/sessions/{sid}").json()["status"]["ownerPid"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true")
@@ -461,6 +502,19 @@ def main() -> int:
         help="also measure sandbox-agent 0.4.2 (its Linux binary) on the same mock agent",
     )
     parser.add_argument("--memory", action="store_true", help="only the memory figures")
+    parser.add_argument(
+        "--session-hosts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the gateway's owners N to a session host (serve.sessionHosts; 0: off)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "turns"),
+        default="all",
+        help="turns: only the warm round trips and the bursts",
+    )
     parser.add_argument(
         "--bursts",
         type=int,
@@ -480,6 +534,10 @@ def main() -> int:
         home.mkdir()
         cwd = Path(tmp) / "project"
         cwd.mkdir()
+        if args.session_hosts:
+            (home / "config.toml").write_text(f"[serve]\nsessionHosts = {args.session_hosts}\n")
+            os.chmod(home / "config.toml", 0o600)
+            report["session_hosts"] = args.session_hosts
         if args.memory:
             report = memory_only(home, cwd)
             time.sleep(2)
@@ -497,7 +555,7 @@ def main() -> int:
             cpu0 = cpu_s(gw.proc.pid)  # CPU time: the machine is shared, wall time is noisy
             fresh, kept = round_trips(gw, sid, runs)
             report["gateway_cpu_ms_per_rtt"] = round((cpu_s(gw.proc.pid) - cpu0) * 500 / runs, 2)
-            cli = cli_warm(home, cwd, runs)
+            cli = cli_warm(home, cwd, runs) if args.only == "all" else [0.0]
             report["http_rtt_ms_p50"] = round(statistics.median(fresh) * 1000, 1)
             report["http_rtt_kept_stream_ms_p50"] = round(statistics.median(kept) * 1000, 1)
             calls = (rawhttp.tether_prompt(gw.url, gw.headers, sid) for _ in range(runs))
@@ -509,14 +567,9 @@ def main() -> int:
             cpu_ms = (cpu_s(gw.proc.pid) - cpu0) * 1000 / runs
             report["http_rtt_wait_ms_p50"] = round(statistics.median(waited) * 1000, 1)
             report["gateway_cpu_ms_per_wait_prompt"] = round(cpu_ms, 2)
-            report["cli_warm_prompt_ms_p50"] = round(statistics.median(cli) * 1000, 1)
-            before = gw.http.get(f"/v1/sessions/{sid}").json()["status"]["journalSeq"]
-            cpu0 = cpu_s(gw.proc.pid)
-            sse_rate, cli_rate = relay(gw, sid, home, cwd, 100_000)
-            report["gateway_cpu_s_per_100k_live"] = round(cpu_s(gw.proc.pid) - cpu0, 2)
-            report["sse_live_updates_per_s"] = round(sse_rate)
-            report["cli_prompt_updates_per_s"] = round(cli_rate)
-            report["sse_replay_updates_per_s"] = round(replay(gw, sid, before + 1, 100_000))
+            if args.only == "all":
+                report["cli_warm_prompt_ms_p50"] = round(statistics.median(cli) * 1000, 1)
+                relay_figures(report, gw, sid, home, cwd)
             sids = [gw.ensure(cwd, name=f"s{i}") for i in range(n_sessions)]
             asyncio.run(concurrent(gw, sids))  # cold: owners start their agents
             cpu0 = cpu_s(gw.proc.pid)
@@ -532,19 +585,21 @@ def main() -> int:
             report_bursts(report, f"concurrent_{n_sessions}_wait", bursts(waited, args.bursts))
             alone = bursts(lambda: asyncio.run(owners_alone(home, sids)), args.bursts)
             report_bursts(report, f"concurrent_{n_sessions}_owners_alone", alone)
-            cli_lat = cli_concurrent(home, cwd, n_sessions)
-            report[f"cli_concurrent_{n_sessions}_p50_ms"] = round(pct(cli_lat, 0.5) * 1000, 1)
-            report[f"cli_concurrent_{n_sessions}_p99_ms"] = round(pct(cli_lat, 0.99) * 1000, 1)
-            report["rss_after_load_kib"] = rss_kib(gw.proc.pid)
-            report["rss_peak_kib"] = rss_kib(gw.proc.pid, "VmHWM")
-            held, rss = idle_streams(gw, sids[:10], n_streams)
-            report[f"idle_streams_{n_streams}_held"] = held
-            report[f"rss_with_{n_streams}_streams_kib"] = rss
+            report["owner_processes"] = len({owner_pid(gw, s) for s in sids})
+            if args.only == "all":
+                rest(report, gw, home, cwd, sids, n_sessions, n_streams)
         finally:
             gw.stop()
         if args.sandbox_agent:
             report["sandbox_agent"] = peer_figures(
-                args.sandbox_agent, Path(tmp), cwd, runs, n_sessions, n_streams, args.bursts
+                args.sandbox_agent,
+                Path(tmp),
+                cwd,
+                runs,
+                n_sessions,
+                n_streams,
+                args.bursts,
+                args.only,
             )
         time.sleep(2)
     left = leftovers()

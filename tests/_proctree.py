@@ -23,14 +23,32 @@ def become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
+def _fields(pid: int) -> list[bytes] | None:
+    """The fields of ``/proc/PID/stat`` after the command name (state first)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             raw = f.read()
     except OSError:
         return None
-    fields = raw[raw.rindex(b")") + 2 :].split()
-    return fields[0].decode(), int(fields[19])
+    return raw[raw.rindex(b")") + 2 :].split()
+
+
+def _stat(pid: int) -> tuple[str, int] | None:
+    fields = _fields(pid)
+    return None if fields is None else (fields[0].decode(), int(fields[19]))
+
+
+def proc_stat(pid: int) -> tuple[int, int, int] | None:
+    """(parent pid, session id, start time) of ``pid``; None once it is gone or a zombie."""
+    fields = _fields(pid)
+    if fields is None or fields[0] == b"Z":
+        return None
+    return int(fields[1]), int(fields[3]), int(fields[19])
+
+
+def cmdline(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\0") if a]
 
 
 def _children(pid: int) -> list[int]:

@@ -13,6 +13,7 @@ library users can route it like any other log. Call sites use ``event()``, or a
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import sys
@@ -40,10 +41,35 @@ def bind_process(**fields: Any) -> None:
             _process_context[key] = value
 
 
+#: Context of the current task and what it starts (a session host's owners, several in
+#: one process, each bind their own: :func:`bind_task`). Threads start with none.
+_task_context: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "tether_log_context", default=None
+)
+
+
+def bind_task(**fields: Any) -> None:
+    """Add ``fields`` to every later line of this task and the tasks it starts (``None``
+    removes a field); the task's own copy, never another's."""
+    merged = dict(_task_context.get() or {})
+    for key, value in fields.items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    _task_context.set(merged)
+
+
+def context() -> dict[str, Any]:
+    """The context a line logged here and now carries: the process's, then the task's."""
+    task = _task_context.get()
+    return {**_process_context, **task} if task else _process_context
+
+
 def event(name: str, level: int = logging.INFO, **fields: Any) -> None:
     """Log one structured event; fields are JSON-serialised by the formatter."""
     if logger.isEnabledFor(level):
-        logger.log(level, name, extra={"tether_fields": {**_process_context, **fields}})
+        logger.log(level, name, extra={"tether_fields": {**context(), **fields}})
 
 
 class Bound:
@@ -65,7 +91,7 @@ class Bound:
     def event(self, name: str, level: int = logging.INFO, **fields: Any) -> None:
         """Log one structured event with the bound context and ``fields``."""
         if logger.isEnabledFor(level):
-            merged = {**_process_context, **self.fields, **fields}
+            merged = {**context(), **self.fields, **fields}
             logger.log(level, name, extra={"tether_fields": merged})
 
 
@@ -98,15 +124,22 @@ class JsonFormatter(logging.Formatter):
         }
         fields = getattr(record, "tether_fields", None)
         # Lines logged without event() (logger.exception) still carry the context.
-        data.update(fields if isinstance(fields, dict) else _process_context)
+        data.update(fields if isinstance(fields, dict) else context())
         if record.exc_info:
             data["exc"] = self.formatException(record.exc_info)
         return json.dumps(data, default=str, separators=(",", ":"))
 
 
-def configure(stream: TextIO | None = None, *, level: int = logging.INFO) -> None:
-    """Send Tether's logs to ``stream`` (default stderr) as JSON lines."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+def configure(
+    stream: TextIO | None = None,
+    *,
+    level: int = logging.INFO,
+    handler: logging.Handler | None = None,
+) -> None:
+    """Send Tether's logs to ``stream`` (default stderr) as JSON lines (or to
+    ``handler``, which is given the JSON formatter)."""
+    if handler is None:
+        handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger("tether")
     for old in list(root.handlers):

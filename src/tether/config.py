@@ -70,6 +70,12 @@ _SERVE = {
     "ownerForkServer": flag(
         True, "the gateway forks owners from one preloaded process (small idle sessions)"
     ),
+    "sessionHosts": integer(
+        0,
+        "owners per session host: the gateway runs up to N sessions' owners in one process"
+        " (0: off, an owner process per session)",
+        minimum=0,
+    ),
 }
 _AGENT_TO_AGENT = {
     "enabled": flag(False, "let sessions reach other agents' sessions (visibility = all)"),

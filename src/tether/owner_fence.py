@@ -87,26 +87,43 @@ def fence_if_silent(key: str) -> bool:
             return False
         if not _kill_verified(ident["pid"], ident["starttime"], ident["boot_id"]):
             return False
-        registry.incr("owner_takeover_total")
+        # A session host's owners share its process (tether.sessionhost): each of its
+        # sessions lost its owner with it, and each is told so, here and now.
+        keys = registry.sessions_owned_by(ident["pid"], ident["starttime"], ident["boot_id"])
         payload = {
             "ownerPid": ident["pid"],
-            "ownerGeneration": ident["generation"],
             "heartbeatAgeS": info["heartbeatAgeS"],
             "unresponsiveAfterS": info["unresponsiveAfterS"],
             "by": os.getpid(),
         }
-        registry.add_event(key, "owner_takeover", payload)
-        # The fenced owner's lock went with it: while no new owner holds it, we are the
-        # journal's writer, and the session's history says what happened.
-        lock_fd = sessions.try_lock(key)
-        if lock_fd is not None:
-            try:
-                registry.journal_append(key, "owner_takeover", payload)
-                owner_lost.correct_offline(registry, key)  # its turn ends owner-lost
-            finally:
-                os.close(lock_fd)
+        for each in [key] + [k for k in keys if k != key and _ran_in(registry, k, ident)]:
+            _record_takeover(registry, each, payload)
     _log.event("owner_takeover", session_key=key, **payload)
     return True
+
+
+def _ran_in(registry: Registry, key: str, ident: dict[str, Any]) -> bool:
+    """Whether session ``key``'s owner was still running in the fenced process (one that
+    ended there earlier recorded its stop: no pid)."""
+    session = registry.session(key)
+    return session is not None and session.owner_pid == ident["pid"]
+
+
+def _record_takeover(registry: Registry, key: str, payload: dict[str, Any]) -> None:
+    """Session ``key``'s owner was fenced: say so in its history, and end its turn
+    ``owner-lost`` (its lock went with the owner: while no new owner holds it, we are
+    the journal's writer)."""
+    ident = registry.owner_identity(key)
+    payload = {**payload, "ownerGeneration": ident["generation"] if ident else None}
+    registry.incr("owner_takeover_total")
+    registry.add_event(key, "owner_takeover", payload)
+    lock_fd = sessions.try_lock(key)
+    if lock_fd is not None:
+        try:
+            registry.journal_append(key, "owner_takeover", payload)
+            owner_lost.correct_offline(registry, key)  # its turn ends owner-lost
+        finally:
+            os.close(lock_fd)
 
 
 def _kill_verified(pid: int, starttime: int | None, boot_id: str) -> bool:

@@ -71,6 +71,25 @@ def exec_owner(key: str, env: dict[str, str], ready_w: int, err_w: int) -> int |
 _launcher: Launcher = exec_owner
 
 
+def or_exec(
+    start: Callable[[], bool],
+    failed: Callable[[OwnerUnavailable], None],
+    key: str,
+    env: dict[str, str],
+    ready_w: int,
+    err_w: int,
+) -> int | None:
+    """A launcher's own way (``start``: True once it started the owner, False when the
+    start is not its to serve), else :func:`exec_owner` -- quietly when refused, after
+    ``failed`` (counted, logged) when ``start`` raised. The pid to collect, or None."""
+    try:
+        started = start()
+    except OwnerUnavailable as exc:
+        failed(exc)
+        return exec_owner(key, env, ready_w, err_w)
+    return None if started else exec_owner(key, env, ready_w, err_w)
+
+
 def set_launcher(launcher: Launcher | None) -> None:
     """Start owners with ``launcher`` from now on (None: :func:`exec_owner` again)."""
     global _launcher

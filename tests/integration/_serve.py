@@ -7,6 +7,7 @@ agents end), then SIGTERMs the process we started and reaps it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -144,9 +145,10 @@ def spawn_gateway(
     return Gateway(proc, announced["url"], token, home)
 
 
-@pytest.fixture
-def gateway(tether_home: Path) -> Iterator[Gateway]:
-    gw = spawn_gateway(tether_home)
+@contextlib.contextmanager
+def running_gateway(home: Path, *args: str) -> Iterator[Gateway]:
+    """A gateway for the ``with`` block: its sessions closed and it stopped after."""
+    gw = spawn_gateway(home, *args)
     try:
         yield gw
     finally:
@@ -154,6 +156,12 @@ def gateway(tether_home: Path) -> Iterator[Gateway]:
             gw.close_all()
         finally:
             gw.stop()
+
+
+@pytest.fixture
+def gateway(tether_home: Path) -> Iterator[Gateway]:
+    with running_gateway(tether_home) as gw:
+        yield gw
 
 
 def mock_with_modes_config(home: Path) -> None:

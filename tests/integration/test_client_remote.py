@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from tests.conftest import python_env
-from tests.integration._serve import Gateway, spawn_gateway
+from tests.integration._serve import Gateway, running_gateway, spawn_gateway
 
 import tether
 from tether.errors import HostUnavailable, UsageError
@@ -94,14 +94,8 @@ class CuttingProxy:
 @pytest.fixture
 def open_gateway(tether_home: Path) -> Iterator[Gateway]:
     """A gateway answering any Host (the proxy's port is not its own)."""
-    gw = spawn_gateway(tether_home, "--allowed-host", "*")
-    try:
+    with running_gateway(tether_home, "--allowed-host", "*") as gw:
         yield gw
-    finally:
-        try:
-            gw.close_all()
-        finally:
-            gw.stop()
 
 
 def test_a_cut_event_stream_resumes_without_gap_or_duplicate(

@@ -11,29 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests._proctree import cmdline
+from tests._proctree import proc_stat as stat
 from tests.integration._serve import Gateway, gateway, spawn_gateway
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
 pytestmark = pytest.mark.integration
 __all__ = ["gateway"]
-
-
-def stat(pid: int) -> tuple[int, int, int] | None:
-    """(parent pid, session id, start time) of ``pid``; None once it is gone or a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            raw = f.read()
-    except OSError:
-        return None
-    fields = raw[raw.rfind(b")") + 2 :].split()
-    if fields[0] == b"Z":
-        return None
-    return int(fields[1]), int(fields[3]), int(fields[19])
-
-
-def cmdline(pid: int) -> list[str]:
-    with open(f"/proc/{pid}/cmdline", "rb") as f:
-        return [a.decode() for a in f.read().split(b"\0") if a]
 
 
 def fd_targets(pid: int) -> set[str]:

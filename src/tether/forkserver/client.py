@@ -27,7 +27,7 @@ from typing import Any
 from tether import paths
 from tether.errors import OwnerUnavailable
 from tether.forkserver import MAX_REQUEST, OWNER_MARKER, REPLY_TIMEOUT_S
-from tether.owner_launch import exec_owner
+from tether.owner_launch import or_exec
 
 __all__ = ["ForkServer"]
 
@@ -69,18 +69,21 @@ class ForkServer:
         Returns: None (the fork server collects its own), or the exec'd child's pid.
         Raises: OwnerUnavailable: the exec failed too.
         """
-        try:
-            forked = self._request(key, env, ready_w, err_w)
-        except OwnerUnavailable as exc:
+        return or_exec(
+            lambda: self._fork(key, env, ready_w, err_w), self._failed, key, env, ready_w, err_w
+        )
+
+    def _fork(self, key: str, env: dict[str, str], ready_w: int, err_w: int) -> bool:
+        forked = self._request(key, env, ready_w, err_w)
+        if forked:
             with self._lock:
-                self.fallbacks += 1
-            self._log(f"owner fork server: {exc}; starting this owner by exec")
-            return exec_owner(key, env, ready_w, err_w)
-        if not forked:  # this request is not the fork server's to serve: exec, quietly
-            return exec_owner(key, env, ready_w, err_w)
+                self.forks += 1
+        return forked
+
+    def _failed(self, exc: OwnerUnavailable) -> None:
         with self._lock:
-            self.forks += 1
-        return None
+            self.fallbacks += 1
+        self._log(f"owner fork server: {exc}; starting this owner by exec")
 
     def status(self) -> dict[str, Any]:
         """For ``/v1/health``: the running fork server's pid (or None) and counts."""

@@ -2,9 +2,14 @@
 
 A ``close`` or ``terminate`` returns only once the session's owner process is gone
 (its lock released, its tree reaped): the caller takes a pidfd of its peer before
-asking, then waits on it. Light on purpose -- the CLI's close path imports it, and
-nothing here needs more than ``os``, ``poll`` (:mod:`tether._fdwait`: a pidfd may be
-numbered past select's 1024) and the socket's credentials.
+asking, then waits on it. An owner in a session host (:mod:`tether.sessionhost`; its
+hello says ``hosted``) shares its process with other sessions' owners: it is gone when
+its lock is released, which it does before it closes its connections, so the caller
+waits for the end of its connection instead (:func:`wait_owner_gone`).
+
+Light on purpose -- the CLI's close path imports it, and nothing here needs more than
+``os``, ``poll`` (:mod:`tether._fdwait`: a pidfd may be numbered past select's 1024)
+and the socket's credentials.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ TYPE_CHECKING = False  # typing (and re) cost ms on the thin path; mypy reads th
 if TYPE_CHECKING:
     from typing import Any
 
-__all__ = ["peer_pidfd", "wait_exit"]
+__all__ = ["peer_pidfd", "wait_exit", "wait_owner_gone"]
 
 
 def peer_pidfd(sock: Any) -> int | None:
@@ -42,3 +47,27 @@ def wait_exit(pidfd: int | None, timeout: float) -> bool | None:
         return _fdwait.readable(pidfd, timeout)
     finally:
         os.close(pidfd)
+
+
+def wait_owner_gone(sock: Any, hosted: bool, pidfd: int | None, timeout: float) -> bool | None:
+    """Wait until the owner at the other end of ``sock`` is gone: its process exited
+    (``pidfd``), or -- ``hosted`` -- it closed our connection, its lock already let go
+    (the host process lives on with its other sessions). Closes ``pidfd``."""
+    if not hosted:
+        return wait_exit(pidfd, timeout)
+    if pidfd is not None:
+        os.close(pidfd)
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:  # whatever it still sends (its last broadcasts) is not ours to read
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not _fdwait.readable(sock.fileno(), remaining):
+            return False
+        try:
+            if not sock.recv(65536):
+                return True
+        except BlockingIOError:
+            continue
+        except OSError:  # reset: gone as well
+            return True

@@ -127,7 +127,7 @@ def _close_live(
     conn: OwnerConnection, *, discard: bool = False, cascade_from: str | None = None
 ) -> dict[str, Any]:
     """Close through the owner on ``conn``; return once that owner process is gone."""
-    from tether.ipc.peer import peer_pidfd, wait_exit
+    from tether.ipc.peer import peer_pidfd, wait_owner_gone
 
     with conn:
         pidfd = peer_pidfd(conn.sock)
@@ -135,9 +135,12 @@ def _close_live(
         if cascade_from:
             payload["cascadeFrom"] = cascade_from
         result = conn.request("close", payload)
-    # Return only once the owner is gone (its lock released): scripts that look for
-    # leftover processes, or remove TETHER_HOME, right after `close` see none.
-    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+        # Return only once the owner is gone (its lock released): scripts that look for
+        # leftover processes, or remove TETHER_HOME, right after `close` see none.
+        hosted = conn.hello.get("hosted") is True
+        result["ownerExited"] = wait_owner_gone(conn.sock, hosted, pidfd, OWNER_EXIT_WAIT_S)
+    if hosted:
+        result["ownerHosted"] = True  # its session host lives on (tether.sessionhost)
     return result
 
 

@@ -83,7 +83,7 @@ def _terminate_live(
     conn: OwnerConnection, by: dict[str, Any] | None, cascade_from: str | None = None
 ) -> dict[str, Any]:
     """Terminate through the owner on ``conn``; return once that owner process is gone."""
-    from tether.ipc.peer import peer_pidfd, wait_exit
+    from tether.ipc.peer import peer_pidfd, wait_owner_gone
 
     payload: dict[str, Any] = {"by": by} if by else {}
     if cascade_from:
@@ -91,7 +91,10 @@ def _terminate_live(
     with conn:
         pidfd = peer_pidfd(conn.sock)
         result = conn.request("terminate", payload)
-    result["ownerExited"] = wait_exit(pidfd, OWNER_EXIT_WAIT_S)
+        hosted = conn.hello.get("hosted") is True
+        result["ownerExited"] = wait_owner_gone(conn.sock, hosted, pidfd, OWNER_EXIT_WAIT_S)
+    if hosted:
+        result["ownerHosted"] = True  # its session host lives on (tether.sessionhost)
     return result
 
 

@@ -57,9 +57,12 @@ logger = logging.getLogger("tether.owner")
 class Owner:
     """The owner of one session. See the package docstring."""
 
-    def __init__(self, key: str, registry: Registry) -> None:
+    def __init__(self, key: str, registry: Registry, *, hosted: bool = False) -> None:
         self.key = key
         self.registry = registry
+        # One of several owners in a session host's process (tether.owner.host): the
+        # process, its signals and its log are the host's, not this owner's.
+        self.hosted = hosted
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise UsageError("no open session for this key", session_key=key)
@@ -106,7 +109,9 @@ class Owner:
         self.memory = MemoryTrim(
             lambda: self.active is None and not self.admission,
             shrink=self.journaling.shrink,
-            freeze=True,  # this is the owner's own process (tether.owner.memory)
+            # Freezing is for a process that is this owner's alone (tether.owner.memory):
+            # in a host it would also freeze other sessions' objects mid-turn.
+            freeze=not hosted,
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(
@@ -170,19 +175,22 @@ class Owner:
             socket=self.lock.socket_path,
             boot_id=table.boot_id(),  # so a caller can verify us before fencing us
         )
-        # Seed 001: every owner line carries sessionId, ownerPid and ownerGeneration.
-        _log.bind_process(sessionId=self.key, ownerPid=os.getpid(), ownerGeneration=self.generation)
+        # Seed 001: every owner line carries sessionId, ownerPid and ownerGeneration (in
+        # a host, the lines of this owner's tasks: the host routes them to its log).
+        bind = _log.bind_task if self.hosted else _log.bind_process
+        bind(sessionId=self.key, ownerPid=os.getpid(), ownerGeneration=self.generation)
         metrics.incr("owner_spawn_total")
         self._open_journal()
         await self.lock.listen(self.server.serve, limit=256 * 1024)
         # Leftovers of a previous owner of this session (SIGKILL, OOM): verify and reap;
         # if it was lost, its turn and run end owner-lost in the journal.
         owner_lost.at_owner_start(self.registry, self.key, self.journal, self.record)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            loop.add_signal_handler(
-                sig, self.request_shutdown, StopReason(f"signal-{signal.Signals(sig).name}")
-            )
+        if not self.hosted:  # a host's signals stop each of its owners (tether.owner.host)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                loop.add_signal_handler(
+                    sig, self.request_shutdown, StopReason(f"signal-{signal.Signals(sig).name}")
+                )
         self.heartbeat.start()
         self.state_watch = watch_state(self)  # state.db removed under us: stop
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())

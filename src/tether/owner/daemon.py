@@ -22,7 +22,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from tether import _log, metrics, sessions
 from tether.errors import TetherError, UsageError
@@ -38,56 +38,76 @@ Ready = Callable[[dict[str, Any]], None]
 
 
 async def _amain(key: str, ready: Ready) -> int:
+    # The owner's metrics are written by its status writer (owner.heartbeat), with its
+    # status, never one transaction per change on the event loop.
+    metrics.attach(metrics.Deferred())
+    return await run_owner(key, ready)
+
+
+async def run_owner(
+    key: str,
+    ready: Ready,
+    *,
+    hosted: bool = False,
+    started: Callable[[Owner], None] | None = None,
+) -> int:
+    """Take session ``key``, say readiness through ``ready`` once, serve until the owner
+    ends; the exit code. The one start of an owner, in its own process (:func:`serve`)
+    or one of several in a session host's (``hosted``; ``started`` is told of it).
+
+    Raises what ended the owner abnormally, after its shutdown ran (the tree ended).
+    """
     try:
         registry = Registry()
     except TetherError as exc:  # a damaged, full or foreign state directory: say which
         ready({"ready": False, "error": str(exc), "errorWire": exc.to_wire()})
         return 1
-    # The owner's metrics are written by its status writer (owner.heartbeat), with its
-    # status, never one transaction per change on the event loop.
-    kept = metrics.Deferred()
-    metrics.attach(kept)
+    kept = metrics.kept()
     try:
-        owner = Owner(key, registry)
-    except UsageError as exc:
-        ready({"ready": False, "noSession": True, "error": str(exc)})
-        return 4
-    if not owner.lock.acquire():
-        ready({"ready": False, "busy": True})
-        return 0
-    try:
-        await owner.start()
-    except BaseException as exc:
-        metrics.incr("owner_spawn_failure_total")
-        owner.heartbeat.stop()
-        _write_kept(registry, kept)
-        wire = exc.to_wire() if isinstance(exc, TetherError) else None
-        ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
-        raise
-    ready(
-        {
-            "ready": True,
-            "generation": owner.generation,
-            "socket": owner.lock.socket_path,
-            "pid": os.getpid(),
-        }
-    )
-    try:
-        await owner.run()
-    except BaseException:
-        logger.exception("owner loop failed")
-        if not owner.stopping:
-            owner.request_shutdown(StopReason.FATAL_ERROR)
-        await owner.shutdown()
-        raise
+        try:
+            owner = Owner(key, registry, hosted=hosted)
+        except UsageError as exc:
+            ready({"ready": False, "noSession": True, "error": str(exc)})
+            return 4
+        if not owner.lock.acquire():
+            ready({"ready": False, "busy": True})
+            return 0
+        if started is not None:
+            started(owner)
+        try:
+            await owner.start()
+        except BaseException as exc:
+            metrics.incr("owner_spawn_failure_total")
+            owner.heartbeat.stop()
+            _write_kept(registry, kept)
+            wire = exc.to_wire() if isinstance(exc, TetherError) else None
+            ready({"ready": False, "error": f"owner start failed: {exc}", "errorWire": wire})
+            raise
+        ready(
+            {
+                "ready": True,
+                "generation": owner.generation,
+                "socket": owner.lock.socket_path,
+                "pid": os.getpid(),
+            }
+        )
+        try:
+            await owner.run()
+        except BaseException:
+            logger.exception("owner loop failed")
+            if not owner.stopping:
+                owner.request_shutdown(StopReason.FATAL_ERROR)
+            await owner.shutdown()
+            raise
+        finally:
+            _write_kept(registry, kept)  # anything counted after the teardown's last write
     finally:
-        _write_kept(registry, kept)  # anything counted after the teardown's last write
         registry.close()
     return 0
 
 
-def _write_kept(registry: Registry, kept: metrics.Deferred) -> None:
-    ops = kept.take()
+def _write_kept(registry: Registry, kept: metrics.Deferred | None) -> None:
+    ops = kept.take() if kept is not None else None
     if ops:
         with contextlib.suppress(Exception):  # a metrics failure never breaks a lifecycle path
             registry.record_metrics(ops)
@@ -105,13 +125,12 @@ def main(argv: list[str] | None = None) -> int:
     return serve(key, ready_fd)
 
 
-def serve(key: str, ready_fd: int) -> int:
+def serve(key: str, ready_fd: int) -> NoReturn:
     """Run the owner of session ``key`` in this detached process; never returns.
 
     ``ready_fd``: the readiness pipe's write end. The owner fork server
     (:mod:`tether.forkserver`) calls this in a process it forked and detached.
     """
-    import json
 
     # The subreaper of last resort for our runs: what a killed keeper leaves is re-parented
     # to us, and ended (tether.supervise.adoption). Not inherited across fork: set it here.
@@ -134,10 +153,7 @@ def serve(key: str, ready_fd: int) -> int:
         nonlocal ready_fd
         if ready_fd < 0:
             return
-        with contextlib.suppress(OSError):
-            os.write(ready_fd, (json.dumps(message) + "\n").encode())
-        with contextlib.suppress(OSError):
-            os.close(ready_fd)
+        say_readiness(ready_fd, message)
         ready_fd = -1
         os.dup2(log_fd, 2)
 
@@ -149,6 +165,21 @@ def serve(key: str, ready_fd: int) -> int:
     finally:
         dump_profile()
         ready({"ready": False, "error": "owner exited"})
+    exit_process(code)
+
+
+def say_readiness(fd: int, message: dict[str, Any]) -> None:
+    """Say the one readiness line on the starter's pipe ``fd``, and close it."""
+    import json
+
+    with contextlib.suppress(OSError):  # the starter gave up waiting: nobody to tell
+        os.write(fd, (json.dumps(message) + "\n").encode())
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def exit_process(code: int) -> NoReturn:
+    """End an owner's (or a session host's) process once its owners have ended."""
     from tether.state.registry import state_lost
 
     if state_lost() is not None:
@@ -158,7 +189,7 @@ def serve(key: str, ready_fd: int) -> int:
         logging.shutdown()
         os._exit(code)
     # Everything the owner wrote is written: its journal writer, heartbeat and lock were
-    # closed inside _amain. What is left is the interpreter's own teardown (every
+    # closed by its teardown. What is left is the interpreter's own teardown (every
     # module's objects freed one by one, ~10 ms for an owner's ~250 modules), which a
     # closer waiting for this process to be gone would pay for nothing. Wait for any
     # thread still finishing its work, as a normal exit would, then leave.

@@ -44,6 +44,9 @@ def hello_frame(owner: Owner) -> dict[str, Any]:
         "frameMaxBytes": owner.settings.agent_frame_bytes,
         # What is journaled so far: a door orders its own turn after these (acp_door).
         "journalSeq": owner.journal.last_seq if owner.journal is not None else None,
+        # One of a session host's owners (tether.sessionhost): gone when its lock is let
+        # go and our connection closed, while its process serves other sessions on.
+        **({"hosted": True} if owner.hosted else {}),
     }
 
 

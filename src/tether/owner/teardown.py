@@ -117,6 +117,14 @@ def _record_stop(owner: Owner, closing: bool) -> None:
     owner.registry.update_session(owner.key, metric_ops=owner.heartbeat.take_kept(), **fields)
 
 
+def _let_go(owner: Owner) -> None:
+    """The owner's threads stop, its socket and lock go (idempotent)."""
+    owner.heartbeat.stop()
+    if owner.state_watch is not None:
+        owner.state_watch.stop()
+    owner.lock.release()
+
+
 async def shut_down(owner: Owner) -> None:
     """Tear everything down; runs once, after the FIFO loop has stopped."""
     ending = owner.ending
@@ -167,13 +175,14 @@ async def shut_down(owner: Owner) -> None:
             discarded=owner.slot.discarded if discard else None,
         )
     await owner.journaling.close(session_ended=ending.closes_session, stop_reason=owner.stop_reason)
+    if owner.hosted:
+        # Its process lives on: a closer waits for its connection to end, not for the
+        # process (tether.ipc.peer.wait_owner_gone), so the session is let go first.
+        _let_go(owner)
     # Last frames (a terminal, session_ended) must reach callers that read slowly
     # behind a stream; bounded, so a caller that never reads cannot hold us.
     await owner.server.close_all(LAST_FRAMES_S)
-    owner.heartbeat.stop()
-    if owner.state_watch is not None:
-        owner.state_watch.stop()
-    owner.lock.release()
+    _let_go(owner)
     owner.lifecycle.feed(OwnerInput.STOPPED, time.monotonic())
     _log.event(
         "owner_stopped", session_key=owner.key, reason=owner.stop_reason, answered=len(waiting)

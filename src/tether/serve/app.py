@@ -76,6 +76,8 @@ class Gateway:
         self.fleet_host: Any = None
         # The owner fork server (tether.forkserver.client.ForkServer), or None (off).
         self.fork_server: Any = None
+        # The session hosts' pool (tether.sessionhost.client.HostPool), or None (off).
+        self.session_hosts: Any = None
 
     def stop(self) -> None:
         """End every stream (from the loop): the server is shutting down."""

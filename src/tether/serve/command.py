@@ -199,7 +199,7 @@ def _run_gateway(
     gateway = _gateway(ctx, acp, token, sock)
     unix_path = os.path.abspath(inv.unix) if inv.unix else None
     release = Release(sock, unix_path, _profile.start("gateway"))  # profile: bench only
-    release.stop_fork_server = _stop_fork_server
+    release.stop_launcher = _stop_launcher
     url = _url(sock, https=tls_files is not None)
     dashboard = f"{url}/ui/" if url.startswith("http") else None
     fleet_host: Any = None
@@ -224,8 +224,11 @@ def _run_gateway(
     server.drainer = drainer
     if drainer is not None:
         drainer.server = server
-    if _fork_server_enabled(ctx.config):  # after the fleet host: its id is in our env
-        release.fork_server = gateway.fork_server = _start_fork_server()
+    per_host = _session_hosts(ctx.config)
+    if per_host:  # after the fleet host: its id is in our env (and so in the owners')
+        release.launcher = gateway.session_hosts = _start_session_hosts(per_host)
+    elif _fork_server_enabled(ctx.config):
+        release.launcher = gateway.fork_server = _start_fork_server()
     try:
         _announce(ctx, url, dashboard, token_file, token, role="host" if fleet else "gateway")
         server.run(sockets=[sock])
@@ -274,25 +277,41 @@ def _fork_server_enabled(config: dict[str, Any]) -> bool:
     return (config.get("serve") or {}).get("ownerForkServer", True) is not False
 
 
+def _session_hosts(config: dict[str, Any]) -> int:
+    """The config's ``serve.sessionHosts``: owners per session host (0, the default: off)."""
+    return int((config.get("serve") or {}).get("sessionHosts") or 0)
+
+
+def _say(line: str) -> None:
+    print(f"tether serve: {line}", file=sys.stderr, flush=True)
+
+
 def _start_fork_server() -> Any:
     """Start the owner fork server and make it this process's owner launcher."""
     from tether import owner_launch
     from tether.forkserver.client import ForkServer
 
-    def log(line: str) -> None:
-        print(f"tether serve: {line}", file=sys.stderr, flush=True)
-
-    fork_server = ForkServer(log)
+    fork_server = ForkServer(_say)
     fork_server.start()
     owner_launch.set_launcher(fork_server.launch)
     return fork_server
 
 
-def _stop_fork_server(fork_server: Any) -> None:
+def _start_session_hosts(per_host: int) -> Any:
+    """Make a pool of session hosts (started as owners are asked for) the launcher."""
+    from tether import owner_launch
+    from tether.sessionhost.client import HostPool
+
+    pool = HostPool(per_host, _say)
+    owner_launch.set_launcher(pool.launch)
+    return pool
+
+
+def _stop_launcher(launcher: Any) -> None:
     from tether import owner_launch
 
     owner_launch.set_launcher(None)
-    fork_server.stop()
+    launcher.stop()
 
 
 def _drain_grace(flag: float | None, config: dict[str, Any]) -> float:

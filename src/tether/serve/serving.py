@@ -25,16 +25,18 @@ class Release:
         self.unix_path = unix_path
         self.ours = os.stat(unix_path) if unix_path else None
         self.dump_profile = dump
-        self.fork_server: Any = None
-        self.stop_fork_server: Callable[[Any], None] = lambda _server: None
+        # The owner launcher started with the gateway (the fork server, or the session
+        # hosts' pool), and how to stop it.
+        self.launcher: Any = None
+        self.stop_launcher: Callable[[Any], None] = lambda _launcher: None
 
     def __call__(self) -> None:
         """Close the listening socket; remove a Unix socket file if it is still ours;
-        end the owner fork server."""
+        stop the owner launcher (the fork server ends; session hosts are offered no more)."""
         self.dump_profile()
         self.sock.close()
-        if self.fork_server is not None:
-            self.stop_fork_server(self.fork_server)
+        if self.launcher is not None:
+            self.stop_launcher(self.launcher)
         if self.unix_path is not None and self.ours is not None:
             with contextlib.suppress(OSError):
                 now = os.lstat(self.unix_path)

@@ -75,6 +75,8 @@ async def health(request: Request) -> Response:
     }
     if gateway.fork_server is not None:  # owners forked, not exec'd (tether.forkserver)
         doc["forkServer"] = gateway.fork_server.status()
+    if gateway.session_hosts is not None:  # owners in shared hosts (tether.sessionhost)
+        doc["sessionHosts"] = gateway.session_hosts.status()
     if gateway.fleet_host is not None:
         # A fleet host: its membership (hostId, epoch, indexUp, ...) and shipping.
         doc["fleet"] = gateway.fleet_host.status()

@@ -62,6 +62,16 @@ class OwnerStore:
                 )
         return generation
 
+    def sessions_owned_by(self, pid: int, starttime: int, boot_id: str) -> list[str]:
+        """The sessions whose latest owner recorded this identity (more than one: the
+        owners of a session host, :mod:`tether.sessionhost`)."""
+        rows = self._db.execute(
+            "SELECT session_key FROM owner_identity"
+            " WHERE pid = ? AND starttime = ? AND boot_id = ? ORDER BY session_key",
+            (pid, starttime, boot_id),
+        ).fetchall()
+        return [str(row[0]) for row in rows]
+
     def owner_identity(self, key: str) -> dict[str, Any] | None:
         """The identity recorded by the session's latest owner: pid, starttime, boot_id,
         generation (None if no owner recorded one)."""

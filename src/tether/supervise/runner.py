@@ -211,6 +211,12 @@ class AgentProcess:
         """
         return await self._final.wait_ended()
 
+    def abandon(self) -> None:
+        """The supervisor lets go of the run without ending it (a session host's owner
+        whose teardown failed): the keeper's channel closes, and the keeper ends the
+        tree as on its supervisor's death."""
+        self._spawner.close_control()
+
     def note_stop(self, reason: TerminationReason) -> None:
         """Record why the run is about to end (first reason wins) before ending it."""
         self.lifecycle.request_stop(reason)
