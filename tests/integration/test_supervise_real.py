@@ -245,6 +245,35 @@ def test_direct_exit(cgroup_mode: str, project_dir: Path) -> None:
     run(main())
 
 
+def test_a_keeper_started_past_select_s_limit_serves(project_dir: Path) -> None:
+    """A supervisor holding over 1,024 descriptors (a session host does) passes the
+    keeper a control socket numbered past select's FD_SETSIZE: the keeper still waits
+    on it (it died at once, an ``ownership-escape``, when it used select)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1200:
+        pytest.skip(f"the hard limit on open files is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1200), hard))
+    filler = [os.open(os.devnull, os.O_RDONLY) for _ in range(1100)]
+
+    async def main() -> None:
+        with Registry() as reg:
+            argv = [sys.executable, "-c", "import time; time.sleep(0.3); print('bye')"]
+            proc = await spawn_agent(spec(argv, project_dir), reg)
+            report = await asyncio.wait_for(proc.wait_ended(), 10)
+            assert report.exit_code == 0
+            assert_clean(proc, report, "exit")
+
+    try:
+        assert max(filler) > 1024
+        run(main())
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_exit_then_aclose_is_still_exit(project_dir: Path) -> None:
     """wait_exited() then aclose(): the run ended by itself, so it is not a "close"."""
 

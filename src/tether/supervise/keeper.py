@@ -214,11 +214,16 @@ class Keeper:
         os._exit(127)
 
     def _wait(self, timeout: float | None, fds: list[int]) -> list[int]:
+        # poll, not select: the control fd keeps the number it had in the supervisor
+        # (pass_fds), and a session host's supervisor holds more than select's 1024.
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN | select.POLLPRI)
         try:
-            ready, _, _ = select.select(fds, [], [], timeout)
+            events = poller.poll(None if timeout is None else timeout * 1000)
         except InterruptedError:
             return []
-        return ready
+        return [fd for fd, _ in events]
 
     def run(self, supervisor_pidfd: int | None) -> int:
         """Serve until the tree is extinct; return the keeper's exit status."""
