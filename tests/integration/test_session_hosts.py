@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from tests._proctree import cmdline, proc_stat
-from tests.integration._serve import Gateway, running_gateway
+from tests.integration._serve import Gateway, running_gateway, spawn_gateway
 
 from tether import sessions
 
@@ -197,3 +197,28 @@ def test_a_signal_to_a_host_retires_its_sessions(hosted: Gateway, project_dir: P
         assert hosted.http.get(f"/v1/sessions/{sid}").json()["state"] == "open"
     assert turn(hosted, s1, "echo again")["stopReason"] == "end_turn"
     assert status(hosted, s1)["ownerPid"] != h1
+
+
+def test_hosts_outlive_the_gateway_with_their_sessions(
+    tether_home: Path, project_dir: Path
+) -> None:
+    """Stopping the gateway offers its hosts no more starts but ends none of them: a
+    host serves its sessions through the next gateway, whose own starts go to a new
+    host, and leaves once its sessions have closed."""
+    (tether_home / "config.toml").write_text("[serve]\nsessionHosts = 4\n")
+    os.chmod(tether_home / "config.toml", 0o600)
+    first = spawn_gateway(tether_home)
+    try:
+        sid, host = create(first, project_dir, "kept")
+        turn(first, sid)
+    finally:
+        first.stop()  # its sessions left open
+    assert proc_stat(host) is not None
+    with running_gateway(tether_home) as again:
+        assert turn(again, sid, "echo again")["stopReason"] == "end_turn"
+        assert status(again, sid)["ownerPid"] == host
+        other, other_host = create(again, project_dir, "new")
+        assert other_host != host
+        again.http.delete(f"/v1/sessions/{sid}")
+        assert gone(host)
+        assert turn(again, other)["stopReason"] == "end_turn"

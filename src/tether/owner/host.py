@@ -212,6 +212,32 @@ async def _amain(host: SessionHost) -> int:
     return 0
 
 
+#: Descriptors a hosted session holds (measured: ~15 -- its agent's pipes, keeper
+#: channel and pidfd, socket, journal and registry connections -- plus its callers'
+#: connections), and the host's own.
+FDS_PER_SESSION = 24
+FDS_BASE = 128
+
+
+def _room_for(per_host: int) -> int:
+    """Raise our soft limit on open files to what ``per_host`` sessions need (a default
+    soft limit of 1,024 holds about forty), up to the hard limit; the sessions the
+    limit then holds (a start past them is answered ``full``, and goes elsewhere)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    want = FDS_BASE + FDS_PER_SESSION * per_host
+    if soft != resource.RLIM_INFINITY and soft < want:
+        raised = want if hard == resource.RLIM_INFINITY else min(want, hard)
+        if raised > soft:
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return per_host
+    return max(1, min(per_host, (soft - FDS_BASE) // FDS_PER_SESSION))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m tether.owner.host FD PER_HOST``: host owners until none is left."""
     from tether._nossl import import_asyncio_without_ssl
@@ -223,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.fork() != 0:
         os._exit(0)
     sock = socket.socket(fileno=int(args[0]))
-    per_host = max(1, int(args[1]))
+    per_host = _room_for(max(1, int(args[1])))
     env = dict(os.environ)
     # Ours only in /proc/<pid>/environ (the requester hint: tether.policy.access);
     # the keepers and agents we start need not inherit it.
