@@ -141,13 +141,17 @@ def summarize(n: int, rows: list[dict[str, dict[str, int]]]) -> dict[str, Any]:
     return out
 
 
-def gateway_figure(n: int, *, fork_server: bool) -> dict[str, Any]:
-    """The same N idle sessions, created and prompted once through ``tether serve``."""
+def gateway_figure(n: int, *, fork_server: bool, per_host: int = 0) -> dict[str, Any]:
+    """The same N idle sessions, created and prompted once through ``tether serve``
+    (``per_host``: its owners that many to a session host, each host's figures shared
+    out among the sessions it holds)."""
     import asyncio
 
     from scale_sides import TetherSide  # bench/ is this script's directory
 
     config = "" if fork_server else "[serve]\nownerForkServer = false\n"
+    if per_host:
+        config = f"[serve]\nsessionHosts = {per_host}\n"
     env = {k: v for k, v in os.environ.items() if k != "IS_SANDBOX"}
     with tempfile.TemporaryDirectory(prefix="tether-idle-mem-gw-") as tmp:
         side = TetherSide(Path(tmp), env, config)
@@ -159,9 +163,9 @@ def gateway_figure(n: int, *, fork_server: bool) -> dict[str, Any]:
                 side.create(i)
                 asyncio.run(side.prompt(i))
             time.sleep(3.0)  # idle: the owners' post-turn trims have run
-            for sid in side.sessions:
-                status = side.http.get(f"/v1/sessions/{sid}").json()["status"]
-                rows.append(read_row(status, pids))
+            statuses = [side.http.get(f"/v1/sessions/{s}").json()["status"] for s in side.sessions]
+            rows.extend(read_row(status, pids) for status in statuses)
+            share_hosts(statuses, rows)
             forker = side.http.get("/v1/health").json().get("forkServer") or {}
             if forker.get("pid"):
                 server = smaps(int(forker["pid"]))
@@ -176,6 +180,17 @@ def gateway_figure(n: int, *, fork_server: bool) -> dict[str, Any]:
     out["forkserver.Rss"] = server.get("Rss", 0) / 1024
     out["tether.Pss"] += out["forkserver.Pss"] / n  # its pages are the owners' shared ones
     return out
+
+
+def share_hosts(statuses: list[dict[str, Any]], rows: list[dict[str, dict[str, int]]]) -> None:
+    """A session host is the owner of several sessions: each gets its share of it."""
+    count: dict[Any, int] = {}
+    for status in statuses:
+        count[status.get("ownerPid")] = count.get(status.get("ownerPid"), 0) + 1
+    for status, row in zip(statuses, rows, strict=True):
+        shared = count[status.get("ownerPid")]
+        if shared > 1 and "ownerPid" in row:
+            row["ownerPid"] = {k: v // shared for k, v in row["ownerPid"].items()}
 
 
 BREAKDOWN = (
@@ -289,6 +304,13 @@ def main() -> None:
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--fork-probe", action="store_true")
     ap.add_argument("--gateway", action="store_true", help="also through tether serve")
+    ap.add_argument(
+        "--session-hosts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="with --gateway: also with the owners N to a session host",
+    )
     args = ap.parse_args()
     if not 1 <= args.sessions <= 300:
         raise SystemExit("--sessions: 1..300")
@@ -311,6 +333,18 @@ def main() -> None:
                 ("gateway, exec", gateway_figure(args.sessions, fork_server=False)),
                 ("gateway, fork server", gateway_figure(args.sessions, fork_server=True)),
             ]
+            + (
+                [
+                    (
+                        f"gateway, session hosts of {args.session_hosts}",
+                        gateway_figure(
+                            args.sessions, fork_server=True, per_host=args.session_hosts
+                        ),
+                    )
+                ]
+                if args.session_hosts
+                else []
+            )
         )
     if args.breakdown:
         print("\n| an owner's anonymous memory, step by step | MiB |\n|---|---|")

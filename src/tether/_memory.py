@@ -33,7 +33,7 @@ def one_arena() -> None:
         mallopt(M_ARENA_MAX, 1)
 
 
-def give_back(*, freeze: bool = False) -> None:
+def give_back(*, freeze: bool = False, generation: int = 2) -> None:
     """Collect garbage, then hand freed heap pages back to the system.
 
     ``freeze``: after the collection, move every object that survived it into the
@@ -43,8 +43,11 @@ def give_back(*, freeze: bool = False) -> None:
     (modules, the session's state) in ~5 ms, a frozen one ~0.01 ms, and a session
     prompted now and then trims after every turn. What was frozen is never collected:
     cyclic garbage among those objects later would stay (a one-time, bounded set).
+
+    ``generation``: collect up to it only (a session host's trim: its recent garbage,
+    not every session's long-lived objects).
     """
-    gc.collect()
+    gc.collect(generation)
     if freeze:
         gc.freeze()
     if not _TRIM:

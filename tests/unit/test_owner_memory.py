@@ -110,3 +110,46 @@ def test_a_freezing_give_back_leaves_later_collections_only_what_came_since() ->
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=60)
     assert done.returncode == 0, done.stderr.decode()
+
+
+def test_a_host_s_owners_share_one_trim_of_the_young_generations(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three owners of a session host going idle one after another trim once, once all
+    are idle, collecting only the young generations and freezing nothing; an owner still
+    busy holds it off; an owner that ended is no longer waited for."""
+    from tether import _memory
+
+    monkeypatch.setattr(memory, "SETTLE_S", 0.01)
+    calls: list[tuple[bool, int]] = []
+
+    def give_back(*, freeze: bool = False, generation: int = 2) -> None:
+        calls.append((freeze, generation))
+
+    monkeypatch.setattr(_memory, "give_back", give_back)
+    busy = {"a": False, "b": False, "c": True}
+    shrunk: list[str] = []
+
+    async def main() -> memory.HostTrim:
+        host = memory.HostTrim()
+        trims = {
+            k: memory.MemoryTrim(
+                lambda k=k: not busy[k],
+                shrink=lambda k=k: shrunk.append(k),
+                host=host,
+            )
+            for k in busy
+        }
+        for trim in trims.values():
+            trim.soon()
+        await asyncio.sleep(0.05)
+        assert host.trims == 0  # c is busy
+        trims["c"].cancel()  # c ended: it no longer holds the others' trim
+        trims["a"].soon()
+        await asyncio.sleep(0.05)
+        return host
+
+    host = asyncio.run(main())
+    assert host.trims == 1
+    assert calls == [(False, 1)]
+    assert sorted(shrunk) == ["a", "b"]

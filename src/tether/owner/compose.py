@@ -33,7 +33,7 @@ from tether.owner.job_wait import JobWait
 from tether.owner.journaling import Journaling
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, StopReason
 from tether.owner.lock import SessionLock
-from tether.owner.memory import MemoryTrim
+from tether.owner.memory import HostTrim, MemoryTrim
 from tether.owner.questions import Questions
 from tether.owner.relays import ClientRelays
 from tether.owner.retirement import Retirement
@@ -57,7 +57,9 @@ logger = logging.getLogger("tether.owner")
 class Owner:
     """The owner of one session. See the package docstring."""
 
-    def __init__(self, key: str, registry: Registry, *, hosted: bool = False) -> None:
+    def __init__(
+        self, key: str, registry: Registry, *, hosted: bool = False, trim: HostTrim | None = None
+    ) -> None:
         self.key = key
         self.registry = registry
         # One of several owners in a session host's process (tether.owner.host): the
@@ -112,6 +114,7 @@ class Owner:
             # Freezing is for a process that is this owner's alone (tether.owner.memory):
             # in a host it would also freeze other sessions' objects mid-turn.
             freeze=not hosted,
+            host=trim,  # a session host's one trim for all its owners
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(

@@ -28,6 +28,7 @@ from tether import _log, metrics, sessions
 from tether.errors import TetherError, UsageError
 from tether.owner.compose import Owner
 from tether.owner.lifecycle import StopReason
+from tether.owner.memory import HostTrim
 from tether.state.registry import Registry
 
 __all__ = ["main"]
@@ -50,10 +51,12 @@ async def run_owner(
     *,
     hosted: bool = False,
     started: Callable[[Owner], None] | None = None,
+    trim: HostTrim | None = None,
 ) -> int:
     """Take session ``key``, say readiness through ``ready`` once, serve until the owner
     ends; the exit code. The one start of an owner, in its own process (:func:`serve`)
-    or one of several in a session host's (``hosted``; ``started`` is told of it).
+    or one of several in a session host's (``hosted``; ``started`` is told of it;
+    ``trim``: the host's one memory trim).
 
     Raises what ended the owner abnormally, after its shutdown ran (the tree ended).
     """
@@ -65,7 +68,7 @@ async def run_owner(
     kept = metrics.kept()
     try:
         try:
-            owner = Owner(key, registry, hosted=hosted)
+            owner = Owner(key, registry, hosted=hosted, trim=trim)
         except UsageError as exc:
             ready({"ready": False, "noSession": True, "error": str(exc)})
             return 4

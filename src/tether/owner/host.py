@@ -42,7 +42,10 @@ class SessionHost:
     ) -> None:
         import asyncio
 
+        from tether.owner.memory import HostTrim
+
         self.logs = logs
+        self.trim = HostTrim()  # one memory trim for all our owners (tether.owner.memory)
         self.sock: socket.socket | None = sock
         self.per_host = per_host
         self.env_id = sessionhost.environment_id(env)
@@ -137,7 +140,7 @@ class SessionHost:
 
         async def hosted() -> int:
             try:
-                return await run_owner(key, ready, hosted=True, started=started)
+                return await run_owner(key, ready, hosted=True, started=started, trim=self.trim)
             finally:
                 ready({"ready": False, "error": "owner exited"})
 
@@ -185,6 +188,7 @@ def _let_go_of(owner: Owner) -> None:
     """An owner whose teardown failed: whatever it still holds goes as on its process's
     death -- its keeper's channel (EOF: the keeper ends the agent's tree), its socket
     and lock, its threads."""
+    owner.memory.cancel()
     live = owner.slot.live
     if live is not None:
         live.proc.abandon()
