@@ -62,9 +62,7 @@ class Owner:
     ) -> None:
         self.key = key
         self.registry = registry
-        # One of several owners in a session host's process (tether.owner.host): the
-        # process, its signals and its log are the host's, not this owner's.
-        self.hosted = hosted
+        self.hosted = hosted  # in a session host (tether.sessionhost): its process is not ours
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise UsageError("no open session for this key", session_key=key)
@@ -111,9 +109,7 @@ class Owner:
         self.memory = MemoryTrim(
             lambda: self.active is None and not self.admission,
             shrink=self.journaling.shrink,
-            # Freezing is for a process that is this owner's alone (tether.owner.memory):
-            # in a host it would also freeze other sessions' objects mid-turn.
-            freeze=not hosted,
+            freeze=not hosted,  # only a process of our own (tether.owner.memory)
             host=trim,  # a session host's one trim for all its owners
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
