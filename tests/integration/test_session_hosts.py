@@ -222,3 +222,30 @@ def test_hosts_outlive_the_gateway_with_their_sessions(
         again.http.delete(f"/v1/sessions/{sid}")
         assert gone(host)
         assert turn(again, other)["stopReason"] == "end_turn"
+
+
+def test_a_state_database_lost_under_a_host_stops_each_owner_and_the_host(
+    hosted: Gateway, project_dir: Path
+) -> None:
+    """``state.db`` truncated and its WAL deleted under a host of two sessions, one of
+    them streaming: the one watch the host's owners share tells each; the streaming
+    turn ends ``STATE_LOST``, both owners stop with their agents' trees, and the host
+    ends."""
+    s1, h1 = create(hosted, project_dir, "streaming")
+    s2, h2 = create(hosted, project_dir, "idle")
+    assert h1 == h2
+    turn(hosted, s2)
+    script = " ; ".join(f"echo line {i} ; sleep 200" for i in range(100))  # 20 s
+    queued = hosted.prompt(s1, script)
+    deadline = time.monotonic() + 15
+    while status(hosted, s1)["currentRequest"] != queued["requestId"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    agents = [status(hosted, sid)["agentPid"] for sid in (s1, s2)]
+    with (hosted.home / "state.db").open("r+b") as f:
+        f.truncate(0)
+    (hosted.home / "state.db-wal").unlink()
+    assert gone(h1)
+    assert all(gone(pid) for pid in agents)
+    notes = list((hosted.home / "logs").glob("state-lost-*.log"))
+    assert len(notes) == 2  # one per session the host held

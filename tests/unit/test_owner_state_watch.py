@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,3 +60,46 @@ def test_snapshots_of_real_files(tmp_path: Path) -> None:
     assert "replaced" in str(lost_reason(seen, snapshot(str(db))))
     db.unlink()
     assert lost_reason(seen, snapshot(str(db))) == "was removed"
+
+
+def test_one_thread_looks_for_every_owner_and_tells_each_once(tmp_path: Path) -> None:
+    """A session host's owners share one watch: each is told once when its database goes
+    (one look per database a pass), an owner that stopped is told nothing, and each
+    look also looks at each owner's own files."""
+    import threading
+    import time
+
+    from tether.owner.state_watch import StateWatch
+
+    db = tmp_path / "state.db"
+    db.write_bytes(b"\0" * 4096)
+    told: dict[str, list[str]] = {"a": [], "b": [], "c": []}
+    looks = {"a": 0, "b": 0, "c": 0}
+    done = threading.Event()
+
+    def on_lost(name: str) -> Any:
+        def lost(why: str) -> None:
+            told[name].append(why)
+            if told["a"] and told["b"]:
+                done.set()
+
+        return lost
+
+    def each(name: str) -> Any:
+        def look() -> None:
+            looks[name] += 1
+
+        return look
+
+    watch = StateWatch(interval=0.01)
+    watched = {n: watch.add(str(db), on_lost(n), each(n)) for n in told}
+    deadline = time.monotonic() + 5
+    while min(looks.values()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert min(looks.values()) >= 2
+    watched["c"].stop()
+    db.unlink()
+    assert done.wait(5)
+    time.sleep(0.05)  # later passes tell nobody again
+    assert [len(told[n]) for n in "abc"] == [1, 1, 0]
+    assert "was removed" in told["a"][0]

@@ -33,19 +33,20 @@ from tether.owner.job_wait import JobWait
 from tether.owner.journaling import Journaling
 from tether.owner.lifecycle import OwnerInput, OwnerLifecycle, StopReason
 from tether.owner.lock import SessionLock
-from tether.owner.memory import HostTrim, MemoryTrim
+from tether.owner.memory import MemoryTrim
 from tether.owner.questions import Questions
 from tether.owner.relays import ClientRelays
 from tether.owner.retirement import Retirement
 from tether.owner.server import IpcServer
 from tether.owner.settings import OwnerSettings
-from tether.owner.state_watch import StateWatch, watch_state
+from tether.owner.state_watch import Watched, watch_state
 from tether.owner.status import end_event, hello_frame, journal_condition, status_snapshot
 from tether.owner.teardown import Ending, shut_down
 from tether.state.registry import Registry
 from tether.supervise.members import MemberScan
 
 if TYPE_CHECKING:
+    from tether.owner.hosting import Shared
     from tether.owner.watchers import Fanout
     from tether.state.journal.writer import JournalWriter
 
@@ -57,12 +58,11 @@ logger = logging.getLogger("tether.owner")
 class Owner:
     """The owner of one session. See the package docstring."""
 
-    def __init__(
-        self, key: str, registry: Registry, *, hosted: bool = False, trim: HostTrim | None = None
-    ) -> None:
+    def __init__(self, key: str, registry: Registry, *, host: Shared | None = None) -> None:
         self.key = key
         self.registry = registry
-        self.hosted = hosted  # in a session host (tether.sessionhost): its process is not ours
+        self.host = host  # in a session host (tether.sessionhost): its process is not ours
+        self.hosted = host is not None
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise UsageError("no open session for this key", session_key=key)
@@ -109,8 +109,8 @@ class Owner:
         self.memory = MemoryTrim(
             lambda: self.active is None and not self.admission,
             shrink=self.journaling.shrink,
-            freeze=not hosted,  # only a process of our own (tether.owner.memory)
-            host=trim,  # a session host's one trim for all its owners
+            freeze=host is None,  # only a process of our own (tether.owner.memory)
+            host=host.trim if host is not None else None,  # a host's one for all
         )
         self.gate = PeerGate(key, registry, session.cwd)  # who the IPC peer is, and may it
         self.admission.on_change = lambda: self.set_status(
@@ -134,7 +134,7 @@ class Owner:
             scan=lambda reg: member_scan.scan_live(reg, self.slot.live),  # issue 20
         )
         member_scan = MemberScan(key)
-        self.state_watch: StateWatch | None = None
+        self.state_watch: Watched | None = None
 
     @property
     def journal(self) -> JournalWriter | None:
@@ -191,7 +191,8 @@ class Owner:
                     sig, self.request_shutdown, StopReason(f"signal-{signal.Signals(sig).name}")
                 )
         self.heartbeat.start()
-        self.state_watch = watch_state(self)  # state.db removed under us: stop
+        shared = self.host.state_watch if self.host is not None else None
+        self.state_watch = watch_state(self, shared)  # state.db removed under us: stop
         self.lifecycle.feed(OwnerInput.STARTED, time.monotonic())
         self.set_status("idle")
         self.retirement.schedule()

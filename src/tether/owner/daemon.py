@@ -28,8 +28,11 @@ from tether import _log, metrics, sessions
 from tether.errors import TetherError, UsageError
 from tether.owner.compose import Owner
 from tether.owner.lifecycle import StopReason
-from tether.owner.memory import HostTrim
 from tether.state.registry import Registry
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from tether.owner.hosting import Shared
 
 __all__ = ["main"]
 
@@ -49,14 +52,13 @@ async def run_owner(
     key: str,
     ready: Ready,
     *,
-    hosted: bool = False,
+    host: Shared | None = None,
     started: Callable[[Owner], None] | None = None,
-    trim: HostTrim | None = None,
 ) -> int:
     """Take session ``key``, say readiness through ``ready`` once, serve until the owner
     ends; the exit code. The one start of an owner, in its own process (:func:`serve`)
-    or one of several in a session host's (``hosted``; ``started`` is told of it;
-    ``trim``: the host's one memory trim).
+    or one of several in a session host's (``host``: what its owners share; ``started``
+    is told of each).
 
     Raises what ended the owner abnormally, after its shutdown ran (the tree ended).
     """
@@ -68,7 +70,7 @@ async def run_owner(
     kept = metrics.kept()
     try:
         try:
-            owner = Owner(key, registry, hosted=hosted, trim=trim)
+            owner = Owner(key, registry, host=host)
         except UsageError as exc:
             ready({"ready": False, "noSession": True, "error": str(exc)})
             return 4

@@ -42,10 +42,10 @@ class SessionHost:
     ) -> None:
         import asyncio
 
-        from tether.owner.memory import HostTrim
+        from tether.owner.hosting import Shared
 
         self.logs = logs
-        self.trim = HostTrim()  # one memory trim for all our owners (tether.owner.memory)
+        self.shared = Shared()  # one memory trim and state watch for all our owners
         self.sock: socket.socket | None = sock
         self.per_host = per_host
         self.env_id = sessionhost.environment_id(env)
@@ -140,7 +140,7 @@ class SessionHost:
 
         async def hosted() -> int:
             try:
-                return await run_owner(key, ready, hosted=True, started=started, trim=self.trim)
+                return await run_owner(key, ready, host=self.shared, started=started)
             finally:
                 ready({"ready": False, "error": "owner exited"})
 

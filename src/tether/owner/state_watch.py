@@ -28,7 +28,7 @@ verdict the owner's registry is *lost* at once (:meth:`tether.state.registry.Reg
 every later call fails fast, a lock wait on the loop is interrupted), the running turn
 ends with :class:`tether.errors.StateLost`, the owner shuts down as for a signal (the
 agent's tree proven gone; records it cannot write are logged, not waited for), and a
-``state-lost-<time>-<pid>.log`` note is left in ``logs/`` for ``tether doctor``.
+``state-lost-<time>-<pid>-<session>.log`` note is left in ``logs/`` for ``tether doctor``.
 
 Each look that finds the database in place also looks at the owner's lock file and
 socket: a lock file removed from under it is taken again (or, taken by another owner
@@ -59,6 +59,7 @@ __all__ = [
     "MIN_DB_BYTES",
     "Files",
     "StateWatch",
+    "Watched",
     "lost_reason",
     "snapshot",
     "watch_state",
@@ -108,51 +109,94 @@ def snapshot(path: str) -> Files:
     return Files((st.st_dev, st.st_ino), st.st_size >= MIN_DB_BYTES, paths.file_id(path + "-wal"))
 
 
-class StateWatch:
-    """A daemon thread that calls ``on_lost(why)`` once if the database's files change
-    under us (see the module docstring). Start it once the owner's connections are open."""
+class Watched:
+    """One owner's watch: its database's files as it first saw them, what to call."""
 
     def __init__(
         self,
+        watch: StateWatch,
         path: str,
         on_lost: Callable[[str], None],
-        *,
-        interval: float = CHECK_S,
-        each_look: Callable[[], None] | None = None,
+        each_look: Callable[[], None] | None,
     ) -> None:
+        self._watch = watch
         self.path = path
         self.on_lost = on_lost
-        self.interval = interval
-        self._each_look = each_look  # the owner's other files: its socket (owner.lock)
-        self._stop = threading.Event()
-        self._seen = snapshot(path)
-        self._thread = threading.Thread(target=self._run, name="tether-state-watch", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
+        self.each_look = each_look  # the owner's other files: its socket (owner.lock)
+        self.seen = snapshot(path)
 
     def stop(self) -> None:
-        """Stop looking (idempotent; does not wait: a look takes microseconds)."""
-        self._stop.set()
+        """Stop looking for this owner (idempotent; does not wait)."""
+        self._watch.remove(self)
+
+
+class StateWatch:
+    """A daemon thread that looks once a second for each owner added (one: an owner's
+    own process; all of them: a session host's, tether.sessionhost) and calls an
+    owner's ``on_lost(why)`` once if its database's files changed under it (see the
+    module docstring). Add an owner once its connections are open."""
+
+    def __init__(self, *, interval: float = CHECK_S) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._watched: list[Watched] = []
+        self._thread: threading.Thread | None = None
+
+    def add(
+        self,
+        path: str,
+        on_lost: Callable[[str], None],
+        each_look: Callable[[], None] | None = None,
+    ) -> Watched:
+        watched = Watched(self, path, on_lost, each_look)
+        with self._lock:
+            self._watched.append(watched)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="tether-state-watch", daemon=True
+                )
+                self._thread.start()
+        return watched
+
+    def remove(self, watched: Watched) -> None:
+        with self._lock:
+            if watched in self._watched:
+                self._watched.remove(watched)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                now = snapshot(self.path)
-            except OSError:
-                continue  # a transient error reading a file is no verdict
-            why = lost_reason(self._seen, now)
-            if why is None:
-                self._seen = remember(self._seen, now)
-                if self._each_look is not None:
-                    self._each_look()
+        while True:
+            time.sleep(self.interval)
+            with self._lock:
+                watched = list(self._watched)
+            if not watched:
+                with self._lock:
+                    if not self._watched:  # nobody left to look for: the thread ends
+                        self._thread = None
+                        return
                 continue
-            self.on_lost(f"the state database {self.path} {why} while this owner ran")
+            looks: dict[str, Files] = {}  # one look per database, whoever shares it
+            for one in watched:
+                self._look(one, looks)
+
+    def _look(self, one: Watched, looks: dict[str, Files]) -> None:
+        try:
+            now = looks[one.path] if one.path in looks else snapshot(one.path)
+        except OSError:
+            return  # a transient error reading a file is no verdict
+        looks[one.path] = now
+        why = lost_reason(one.seen, now)
+        if why is None:
+            one.seen = remember(one.seen, now)
+            if one.each_look is not None:
+                one.each_look()
             return
+        self.remove(one)
+        one.on_lost(f"the state database {one.path} {why} while this owner ran")
 
 
-def watch_state(owner: Owner) -> StateWatch:
-    """Start watching the owner's state database; on a verdict, stop the owner."""
+def watch_state(owner: Owner, watch: StateWatch | None = None) -> Watched:
+    """Start watching the owner's state database (``watch``: a session host's, shared
+    by its owners; else a thread of its own); on a verdict, stop the owner."""
     loop = asyncio.get_running_loop()
 
     def on_lost(why: str) -> None:  # on the watch thread
@@ -166,9 +210,7 @@ def watch_state(owner: Owner) -> StateWatch:
         elif owner.lock.socket_lost():
             loop.call_soon_threadsafe(_relisten, owner)
 
-    watch = StateWatch(owner.registry.path, on_lost, each_look=files_check)
-    watch.start()
-    return watch
+    return (watch or StateWatch()).add(owner.registry.path, on_lost, files_check)
 
 
 def _retake(owner: Owner) -> None:
@@ -221,10 +263,11 @@ def _state_lost(owner: Owner, why: str) -> None:
 
 
 def _leave_note(key: str, why: str) -> None:
-    """``logs/state-lost-<UTC time>-<pid>.log``: what ``tether doctor`` reports."""
+    """``logs/state-lost-<UTC time>-<pid>-<session>.log``: what ``tether doctor`` reports
+    (one per session: a session host's owners all leave theirs in the same second)."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     with contextlib.suppress(OSError):
-        path = os.path.join(paths.logs_dir(), f"state-lost-{stamp}-{os.getpid()}.log")
+        path = os.path.join(paths.logs_dir(), f"state-lost-{stamp}-{os.getpid()}-{key[:12]}.log")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(f"{stamp} owner pid {os.getpid()} of session {key}: {why}\n")
