@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from tests.integration._serve import Gateway, running_gateway, spawn_gateway
 from tether import sessions
 
 pytest.importorskip("starlette", reason="tether serve needs the serve extra")
+ESCAPER = Path(__file__).parents[1] / "fake_agents" / "escaper.py"
 pytestmark = pytest.mark.integration
 
 
@@ -249,3 +252,40 @@ def test_a_state_database_lost_under_a_host_stops_each_owner_and_the_host(
     assert all(gone(pid) for pid in agents)
     notes = list((hosted.home / "logs").glob("state-lost-*.log"))
     assert len(notes) == 2  # one per session the host held
+
+
+def test_an_agent_that_kills_its_keeper_is_ended_by_its_host_and_its_neighbour_goes_on(
+    hosted: Gateway, project_dir: Path, tmp_path: Path
+) -> None:
+    """A hosted session's agent escapes (double fork, setsid, a bare environment) and
+    kills its keeper: what it left comes up to the host -- the subreaper of last resort
+    for all its runs -- and is ended, the run recorded ``ownership-escape`` in that
+    session's journal only; the other session of the host keeps its agent and answers."""
+    s1, h1 = create(hosted, project_dir, "escaping")
+    s2, h2 = create(hosted, project_dir, "neighbour")
+    assert h1 == h2
+    turn(hosted, s2)
+    neighbour = status(hosted, s2)["agentPid"]
+    out = tmp_path / "esc.txt"
+    argv = [sys.executable, str(ESCAPER), str(out)]
+    r = hosted.http.post(
+        f"/v1/sessions/{s1}/prompt?wait=true", json={"prompt": f"run {shlex.join(argv)}"}
+    )
+    assert r.status_code == 502, r.text  # the turn dies with its keeper: the agent ended
+    assert r.json()["detailCode"] == "AGENT_EXITED", r.text
+    pid, start = (int(w) for w in out.read_text().split()[:2])
+    deadline = time.monotonic() + 15
+    while (proc_stat(pid) or (0, 0, -1))[2] == start:
+        assert time.monotonic() < deadline, "the host did not end the escapee"
+        time.sleep(0.05)
+    ends: list[dict[str, Any]] = []
+    while not ends:  # journaled once the escapee is proven gone
+        assert time.monotonic() < deadline, "the run's end was not journaled"
+        time.sleep(0.05)
+        ends = [e for e in history(hosted, s1) if e["kind"] == "agent_run_ended"]
+    assert ends[-1]["message"].startswith("agent run ended: ownership-escape"), ends
+    assert pid in ends[-1]["escaped"], ends
+    assert not [e for e in history(hosted, s2) if e["kind"] == "agent_run_ended"]
+    assert status(hosted, s2)["agentPid"] == neighbour
+    assert turn(hosted, s2, "echo still")["stopReason"] == "end_turn"
+    assert proc_stat(h1) is not None

@@ -169,6 +169,13 @@ class AgentConnection:
         """Receive notifications that arrive outside any turn (after session/new, late ones)."""
         self.wire.set_fallback_listener(listener)
 
+    def agent_ended(self, why: str) -> None:
+        """The agent's run ended under us: what waits on it (a turn) fails with how it
+        ended (:class:`~tether.errors.AgentExited`), not with our own closing of the
+        connection that follows. A no-op on a connection already broken."""
+        if self.wire.usable():
+            self.wire.fail_everything(self.wire.exit_error(why))
+
     async def aclose(self) -> None:
         """Stop using the connection: fail pending requests, close the agent's input.
 
