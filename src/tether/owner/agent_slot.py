@@ -299,9 +299,7 @@ class AgentSlot:
         """Notice the agent ending by itself (crash, exit) between or during turns."""
         await live.proc.wait_exited()
         if not self._stopping() and self.live is live:
-            # A turn waiting on it is told the agent ended (AGENT_EXITED, with its exit
-            # status), before the teardown closes the connection under it ("closed").
-            live.conn.agent_ended("the agent's run ended")
+            live.conn.agent_ended("the agent's run ended")  # its turn: AGENT_EXITED
             await self.end_run(live, reason=TerminationReason.EXIT)
 
     def cancel(self) -> bool:
