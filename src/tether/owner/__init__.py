@@ -62,6 +62,10 @@ module                    job                                                   
 ``journaling``            the journal this owner writes, and its watchers        yes
 ``job_wait``              the FIFO's wait for a request, cut short by shutdown   yes
 ``compose``               :class:`Owner`: the thin composition and FIFO loop     yes
+``host``                  ``python -m tether.owner.host``: a session host, many  yes
+                          owners on one loop (:mod:`tether.sessionhost`)
+``host_logs``             a host's lines, each to its session's log              yes
+``hosting``               what a host's owners share: one trim, one state watch  no
 ========================  =====================================================  =====
 """
 
