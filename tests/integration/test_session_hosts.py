@@ -289,3 +289,33 @@ def test_an_agent_that_kills_its_keeper_is_ended_by_its_host_and_its_neighbour_g
     assert status(hosted, s2)["agentPid"] == neighbour
     assert turn(hosted, s2, "echo still")["stopReason"] == "end_turn"
     assert proc_stat(h1) is not None
+
+
+def test_terminate_and_the_idle_ttl_end_one_hosted_owner_while_the_other_streams(
+    hosted: Gateway, project_dir: Path
+) -> None:
+    """Terminating one session of a host, and another retiring on its idle TTL, end
+    those owners only: the host's third session streams its turn to its end, and the
+    host leaves once that one is closed too."""
+    s1, h1 = create(hosted, project_dir, "terminated")
+    s2, h2 = create(hosted, project_dir, "streaming")
+    assert h1 == h2
+    r = hosted.http.post(
+        "/v1/sessions", json={"agent": "mock", "cwd": str(project_dir), "name": "ttl", "ttl": 1}
+    )
+    s3, h3 = str(r.json()["id"]), int(r.json()["ownerPid"])
+    assert h3 != h1  # hosts of two: the third session opens a second host
+    turn(hosted, s1)
+    script = " ; ".join(f"echo line {i} ; sleep 100" for i in range(15))  # 1.5 s
+    queued = hosted.prompt(s2, script)
+    terminated = hosted.http.post(f"/v1/sessions/{s1}/terminate").json()
+    assert terminated["terminated"] is True
+    assert terminated["ownerHosted"] is True
+    entries = hosted.until_turn_end(s2, queued["requestId"], query=f"?from={queued['fromSeq']}")
+    assert entries[-1]["stopReason"] == "end_turn"
+    assert sum(1 for e in entries if e["kind"] == "acp") >= 15
+    assert gone(h3)  # the ttl session retired, and its host with it
+    assert hosted.http.get(f"/v1/sessions/{s3}").json()["state"] == "open"
+    assert proc_stat(h1) is not None
+    hosted.http.delete(f"/v1/sessions/{s2}")
+    assert gone(h1)
