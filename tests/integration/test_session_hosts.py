@@ -106,6 +106,10 @@ def test_sessions_share_a_host_and_each_ends_alone(hosted: Gateway, project_dir:
     host_stat = proc_stat(h1)
     assert host_stat is not None
     assert host_stat[0] != hosted.proc.pid  # detached: not the gateway's child
+    with open(f"/proc/{h1}/maps") as f:
+        assert "libssl" not in f.read()  # asyncio without ssl, as an exec'd owner
+    with open(f"/proc/{h1}/environ", "rb") as f:
+        assert b"\0TETHER_OWNER_OF=session-host\0" in b"\0" + f.read() + b"\0"
     host = hosted.http.get("/v1/health").json()["sessionHosts"]
     assert sorted(h["pid"] for h in host["hosts"]) == sorted({h1, h3})
     for sid in (s1, s2, s3):

@@ -113,6 +113,8 @@ class SessionHost:
             return {"ok": True, "sessions": len(self.tasks)}
         except (ValueError, KeyError, TypeError) as exc:
             return {"ok": False, "error": f"a malformed request: {exc}"}
+        except OSError as exc:  # out of descriptors, say: as good as full
+            return {"ok": False, "full": True, "error": str(exc)}
         finally:
             for fd in fds:  # ours are dup'd where kept: the request's copies go
                 with contextlib.suppress(OSError):
@@ -141,6 +143,9 @@ class SessionHost:
         async def hosted() -> int:
             try:
                 return await run_owner(key, ready, host=self.shared, started=started)
+            except BaseException as exc:  # the caller reads why, as an exec'd owner's stderr
+                ready({"ready": False, "error": f"the session's owner failed to start: {exc}"})
+                raise
             finally:
                 ready({"ready": False, "error": "owner exited"})
 
