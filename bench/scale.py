@@ -262,6 +262,9 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--idle-seconds", type=float, default=10.0, help="idle CPU window")
     ap.add_argument("--sandbox-agent", metavar="BIN", help="its Linux binary (default: .cache)")
     ap.add_argument("--no-peer", action="store_true", help="Tether alone")
+    ap.add_argument(
+        "--session-hosts", type=int, default=0, metavar="N", help="Tether's owners N to a host"
+    )
     ap.add_argument("--out", type=Path, default=ROOT / "bench/results/scale")
     args = ap.parse_args()
     if not args.sizes or min(args.sizes) < 1 or max(args.sizes) > 1000:
@@ -294,7 +297,9 @@ def main() -> int:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         try:
             (Path(tmp) / "t").mkdir()
-            measure(lambda: TetherSide(Path(tmp) / "t", env), "tether", args, report)
+            config = f"[serve]\nsessionHosts = {args.session_hosts}\n" if args.session_hosts else ""
+            side = lambda: TetherSide(Path(tmp) / "t", env, config)  # noqa: E731
+            measure(side, "tether", args, report)
             if binary is not None:
                 (Path(tmp) / "p").mkdir()
                 time.sleep(args.settle)

@@ -128,7 +128,8 @@ class TetherSide:
             for role, group in (("ownerPid", "own"), ("keeperPid", "own"), ("agentPid", "agents")):
                 if isinstance(status.get(role), int):
                     out[group].append(status[role])
-        return out
+        # A session host is the owner of several sessions: counted once.
+        return {group: list(dict.fromkeys(pids)) for group, pids in out.items()}
 
     def stop(self) -> list[str]:
         """Close every session (four at a time), then end the gateway; errors met."""
@@ -183,9 +184,8 @@ class PeerSide:
         await rawhttp.peer_prompt(self.url, server, session, self.next_id)
 
     def server_pids(self) -> list[int]:
-        """The gateway and, when it runs one, its owner fork server (tether.forkserver)."""
-        fork_server = self.http.get("/v1/health").json().get("forkServer") or {}
-        return [self.proc.pid] + ([fork_server["pid"]] if fork_server.get("pid") else [])
+        """sandbox-agent itself: one process."""
+        return [self.proc.pid]
 
     def session_pids(self) -> dict[str, list[int]]:
         """Its agents are its descendants; it has no process of its own per session."""
