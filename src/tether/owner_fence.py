@@ -98,7 +98,7 @@ def fence_if_silent(key: str) -> bool:
         }
         for each in [key] + [k for k in keys if k != key and _ran_in(registry, k, ident)]:
             _record_takeover(registry, each, payload)
-    _log.event("owner_takeover", session_key=key, **payload)
+    _log.event("owner_takeover", session_key=key, ownerGeneration=ident["generation"], **payload)
     return True
 
 

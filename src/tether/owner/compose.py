@@ -62,7 +62,6 @@ class Owner:
         self.key = key
         self.registry = registry
         self.host = host  # in a session host (tether.sessionhost): its process is not ours
-        self.hosted = host is not None
         session = registry.session(key)
         if session is None or session.state == "closed":
             raise UsageError("no open session for this key", session_key=key)
@@ -144,6 +143,11 @@ class Owner:
     @property
     def fanout(self) -> Fanout | None:
         return self.journaling.fanout
+
+    @property
+    def hosted(self) -> bool:
+        """One of a session host's owners (its process, signals and log are the host's)."""
+        return self.host is not None
 
     @property
     def stopping(self) -> bool:

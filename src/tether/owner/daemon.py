@@ -136,7 +136,6 @@ def serve(key: str, ready_fd: int) -> NoReturn:
     ``ready_fd``: the readiness pipe's write end. The owner fork server
     (:mod:`tether.forkserver`) calls this in a process it forked and detached.
     """
-
     # The subreaper of last resort for our runs: what a killed keeper leaves is re-parented
     # to us, and ended (tether.supervise.adoption). Not inherited across fork: set it here.
     from tether.supervise.adoption import become_last_resort

@@ -22,8 +22,9 @@ hosted owner still does:
   resort for all its runs (:mod:`tether.supervise.adoption`): it starts no process but
   keepers, so a child that is not a keeper of its is still provably the agents';
 * **the end, once, with its reason**: a session closed, terminated or retired (idle
-  TTL) ends its owner, not the host; the host ends once its last owner has and it is
-  not offered more (the launcher let go of it), or at once when empty after that;
+  TTL) ends its owner, not the host; the host ends as soon as its last owner has (the
+  launcher starts another when it needs one), and one the launcher let go of before
+  any start ends at once;
 * **fencing**: the host is the recorded owner pid of each of its sessions, with its
   start time and boot id. A host silent past a session's ``unresponsive_after`` is
   silent for all of them (they beat from threads of one process); fencing it ends
