@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 from tests.acp_schema import schema_errors
+from tests.integration._journal import count, journal_when
 
 from tether import operations, sessions
 from tether.acp_door import DoorOptions
@@ -35,15 +36,6 @@ def _channel(ring: int = 1024, **owner: Any) -> AcpChannel:
     label = " ".join(MOCK)
     scope = sessions.agent_scope(label, MOCK, named=False)
     return AcpChannel(DoorOptions(label, MOCK, scope, owner_options=owner), ring=ring)
-
-
-def _journal(key: str) -> list[dict[str, Any]]:
-    from tether.state.journal import store
-    from tether.state.journal.entry import parse_line
-    from tether.state.registry import Registry
-
-    with Registry() as registry:
-        return [parse_line(line) for _, line in store.iter_lines(registry._db, key)]
 
 
 def _req(rid: Any, method: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -214,12 +206,8 @@ def test_a_stream_older_than_the_ring_resumes_from_the_journal(project_dir: Path
             if f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
         ]
         assert texts == [f"x {i}\n" for i in range(6)]
-        from tether.state.journal import store
-        from tether.state.journal.entry import parse_line
-        from tether.state.registry import Registry
-
-        with Registry() as registry:
-            entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}
+        stored = journal_when(sid, count("turn_ended"))
+        entries = {e["seq"]: e for e in stored}
         for seq, frame in zip(seqs, (f for _, f in events), strict=True):
             assert entries[seq]["frame"]["params"]["update"] == frame["params"]["update"]
 
@@ -292,9 +280,8 @@ def test_the_doors_wait_for_a_relayed_answer_ends_with_the_owners(project_dir: P
         assert answer is not None
         assert answer["result"]["stopReason"] == "cancelled"
         await channel.aclose()
-        agent_got = [
-            e for e in _journal(sid) if e.get("kind") == "acp" and e.get("direction") == "out"
-        ]
+        stored = journal_when(sid, count("turn_ended"))
+        agent_got = [e for e in stored if e.get("kind") == "acp" and e.get("direction") == "out"]
         assert "too late" not in str(agent_got)
         errors = [e["frame"]["error"]["message"] for e in agent_got if "error" in e["frame"]]
         assert any("did not answer fs/read_text_file" in m for m in errors), errors

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.integration._acp_peer import MOCK, AcpPeer, peer, texts
+from tests.integration._journal import count, journal_when
 
 from tether import operations
 
@@ -24,13 +25,10 @@ pytestmark = pytest.mark.integration
 MOCK_FULL = f"{MOCK} --modes --config-options"
 
 
-def _journal_kinds(key: str, kind: str) -> list[dict[str, object]]:
-    from tether.state.journal import store
-    from tether.state.journal.entry import parse_line
-    from tether.state.registry import Registry
-
-    with Registry() as registry:
-        entries = [parse_line(line) for _, line in store.iter_lines(registry._db, key)]
+def _journal_kinds(key: str, kind: str, *, wait: bool = False) -> list[dict[str, object]]:
+    """The stored entries of ``kind``; with ``wait``, once there is one (bounded: the
+    writer commits within milliseconds of the answer)."""
+    entries = journal_when(key, count(kind), timeout=10.0 if wait else 0.0)
     return [e for e in entries if e.get("kind") == kind]
 
 
@@ -394,7 +392,7 @@ def test_a_permission_the_policy_leaves_open_is_put_to_the_client(
     answer, notes = p.wait(rid)
     assert answer["result"]["stopReason"] == "end_turn"
     assert said in texts(notes)
-    resolved = _journal_kinds(sid, "interaction_resolved")
+    resolved = _journal_kinds(sid, "interaction_resolved", wait=True)
     assert [(r["answer"], r["how"]) for r in resolved] == [(option, "controller")]
     p.disconnect()
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from tests.integration._acp_peer import AcpPeer, peer, sdk_door, texts
+from tests.integration._journal import count, journal_when
 
 from tether import operations
 
@@ -32,15 +33,6 @@ def _close_everything() -> Iterator[None]:
     yield
     for record in operations.list_sessions():
         operations.close_session(record["key"])
-
-
-def _journal(key: str) -> list[dict[str, Any]]:
-    from tether.state.journal import store
-    from tether.state.journal.entry import parse_line
-    from tether.state.registry import Registry
-
-    with Registry() as registry:
-        return [parse_line(line) for _, line in store.iter_lines(registry._db, key)]
 
 
 def test_fs_requests_go_to_a_client_that_serves_files(
@@ -117,7 +109,7 @@ def test_a_client_leaving_mid_request_ends_the_turn_and_the_agent_gets_an_error(
     answer, notes = q.prompt(sid, "echo still here")
     assert answer["stopReason"] == "end_turn"
     assert "still here" in texts(notes)
-    entries = _journal(sid)
+    entries = journal_when(sid, count("turn_ended", 2))
     ended = [e for e in entries if e.get("kind") == "turn_ended"]
     assert len(ended) == 2
     errors = [

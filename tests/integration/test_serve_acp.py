@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from tests.acp_schema import schema_errors
+from tests.integration._journal import count, journal_when
 from tests.integration._serve import Gateway, gateway
 
 __all__ = ["gateway"]
@@ -121,12 +122,8 @@ def test_sse_ids_are_journal_seqs_and_resume_from_the_journal(
     everything = _read_until(gw, "0", "second 3")
     seqs = [int(i) for i, _ in everything]
     assert seqs == sorted(set(seqs))
-    from tether.state.journal import store
-    from tether.state.journal.entry import parse_line
-    from tether.state.registry import Registry
-
-    with Registry() as registry:  # the gateway's home is the test's
-        entries = {seq: parse_line(line) for seq, line in store.iter_lines(registry._db, sid)}
+    # the gateway's home is the test's
+    entries = {e["seq"]: e for e in journal_when(sid, count("turn_ended", 2))}
     for seq, frame in everything:
         entry = entries[int(seq)]
         assert entry["kind"] == "acp"
