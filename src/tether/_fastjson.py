@@ -101,3 +101,50 @@ else:  # pragma: no cover
 
     def dumps(obj: Any) -> str:
         return _std.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+def utf8(obj: Any) -> bytes:
+    """``dumps(obj)`` as UTF-8 bytes, for anything that crossed a wire.
+
+    JSON may escape a lone surrogate (``"\\ud800"``), and a peer that does -- a broken or
+    hostile agent, a client -- hands every reader a ``str`` that UTF-8 cannot encode:
+    written strictly, it crashed whoever wrote it next. See :func:`text_utf8`.
+    """
+    return text_utf8(dumps(obj))
+
+
+def text_utf8(text: str) -> bytes:
+    """JSON text as UTF-8 bytes, a lone surrogate (only ever inside a string) written as
+    the JSON escape it came as: ``backslashreplace`` writes exactly ``\\ud800``. The same
+    single encode as a strict one whenever there is none."""
+    return text.encode("utf-8", "backslashreplace")
+
+
+def unicode_text(text: str) -> str:
+    """JSON text with any lone surrogate written as the JSON escape it came as
+    (``\\ud800``): what SQLite and UTF-8 take. (A journal record holding one killed the
+    writer thread, leaving every later entry of its session unstored.)"""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return text_utf8(text).decode()
+    return text
+
+
+def loads_unicode(data: bytes) -> Any:
+    """One JSON value a peer sent as UTF-8, every string in it Unicode text.
+
+    Raises:
+        ValueError: not UTF-8, not one JSON value, nested too deeply, or a string holds a
+            lone surrogate escape (``"\\ud800"``: valid JSON, but no text: it could be
+            neither stored nor sent on).
+    """
+    value = loads(data.decode("utf-8"))
+    if b"\\ud" in data or b"\\uD" in data:  # only an escape can make a surrogate
+        try:
+            dumps(value).encode()
+        except UnicodeEncodeError:
+            raise ValueError(
+                "a string holds a lone surrogate escape (\\uD800-\\uDFFF): not Unicode text"
+            ) from None
+    return value

@@ -425,6 +425,26 @@ def test_terminate_ends_the_session_at_once(gateway: Gateway, project_dir: Path)
     assert gateway.http.get(f"/v1/sessions/{sid}").json()["state"] == "closed"
 
 
+def test_the_peer_a_terminate_records_is_the_socket_not_a_forwarded_header(
+    gateway: Gateway, project_dir: Path
+) -> None:
+    """A header is a claim: ``X-Forwarded-For`` from a local client never becomes the
+    peer the journal records as having ended the session."""
+    from tests.integration._journal import count, journal_when
+
+    sid = gateway.ensure(project_dir)
+    r = gateway.http.post(
+        f"/v1/sessions/{sid}/terminate",
+        headers={"X-Forwarded-For": "203.0.113.9", "X-Forwarded-Proto": "https"},
+    )
+    assert r.status_code == 200, r.text
+    ended = [e for e in journal_when(sid, count("session_ended")) if e["kind"] == "session_ended"]
+    assert len(ended) == 1
+    peer = ended[0]["requestedBy"]["peer"]
+    assert peer.startswith("127.0.0.1:"), peer
+    assert "203.0.113.9" not in str(ended[0])
+
+
 def test_questions_are_listed_and_answered_over_http(gateway: Gateway, project_dir: Path) -> None:
     """With a controller stream open (``?control=1``) the agent's permission request
     waits: it is listed, a bad answer is 422 and leaves it open, the first valid answer

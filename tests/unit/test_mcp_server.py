@@ -146,6 +146,20 @@ def test_serve_over_streams() -> None:
     assert replies[1]["error"]["code"] == -32700
 
 
+def test_a_frame_nested_too_deeply_is_a_parse_error_and_the_bridge_goes_on() -> None:
+    """A hostile agent's 100,000 nested brackets: a parse error, never a RecursionError
+    that ends the bridge; a reply naming a lone surrogate is written as its escape."""
+    deep = "[" * 100_000 + "]" * 100_000
+    call = _request(2, "tools/call", {"name": "echo", "arguments": {"text": "a\ud800"}})
+    lines = [deep, json.dumps(call)]
+    out = io.BytesIO()
+    serve(_server(), io.BytesIO(("\n".join(lines) + "\n").encode()), out)
+    replies = [json.loads(x) for x in out.getvalue().splitlines()]
+    assert [r.get("id") for r in replies] == [None, 2]
+    assert replies[0]["error"]["code"] == -32700
+    assert "\\ud800" in out.getvalue().decode()  # the escape it came as
+
+
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(), st.lists, max_leaves=8))
 def test_any_json_gets_a_valid_frame_or_nothing(message: Any) -> None:
     """Fuzz: whatever JSON arrives, the server answers a valid JSON-RPC frame or nothing."""

@@ -174,6 +174,9 @@ def main(argv: list[str] | None = None, doors: Doors | None = None) -> int:
     """
     doors = doors or {}
     args = sys.argv[1:] if argv is None else argv
+    from tether.cli._unicode import escape_what_is_not_unicode, require_unicode
+
+    escape_what_is_not_unicode()
     if args[:1] in (["--version"], ["-V"]):
         sys.stdout.write(f"tether {__version__}\n")
         return 0
@@ -196,6 +199,7 @@ def main(argv: list[str] | None = None, doors: Doors | None = None) -> int:
 
     ctx: Context | None = None
     try:
+        require_unicode(args)
         inv = _parse.parse(args, _agent_name)
         if inv.verbose:
             from tether import _log

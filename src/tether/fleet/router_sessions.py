@@ -21,6 +21,7 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from tether import _fastjson
 from tether.errors import FleetError, HostSuperseded, HostUnavailable
 from tether.fleet import http1, router_access, router_forward
 from tether.fleet.delegation import row_of, spawn_ownership
@@ -107,7 +108,7 @@ async def read_json(body: _RequestBody) -> tuple[dict[str, Any] | None, bytes | 
         return None, http1.problem(413, "Content Too Large", f"a body over {BODY_MAX} bytes",
                                    code="BODY_TOO_LARGE", retryable=False)  # fmt: skip
     try:
-        doc = json.loads(raw or b"{}")
+        doc = _fastjson.loads_unicode(raw or b"{}")
     except ValueError:
         return None, _bad("the body is not JSON", "body")
     if not isinstance(doc, dict):

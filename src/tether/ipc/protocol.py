@@ -206,7 +206,9 @@ def caller_line_bound(hello: dict[str, Any], current: int) -> int:
 
 
 def encode(obj: dict[str, Any]) -> bytes:
-    return (_fastjson.dumps(obj) + "\n").encode()
+    """One frame's line. A string that is not Unicode (a lone surrogate an agent's or a
+    client's JSON escaped) goes out escaped, as it came: never an encoding crash."""
+    return _fastjson.text_utf8(_fastjson.dumps(obj) + "\n")
 
 
 def parse_request(line: bytes, *, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> Envelope:

@@ -29,6 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Final
 
+from tether import _fastjson
 from tether.errors import TetherError
 
 __all__ = ["SUPPORTED_VERSIONS", "McpServer", "Tool", "ToolError", "serve"]
@@ -162,11 +163,11 @@ def serve(server: McpServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
             continue
         else:
             try:
-                message = json.loads(line)
+                message = _fastjson.loads(line.decode())  # nesting too deep: ValueError too
             except ValueError:
                 reply = _error(None, PARSE_ERROR, "parse error")
             else:
                 reply = server.handle(message)
         if reply is not None:
-            stdout.write(json.dumps(reply, ensure_ascii=False).encode() + b"\n")
+            stdout.write(_fastjson.utf8(reply) + b"\n")
             stdout.flush()

@@ -26,16 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import json
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
+from tether import _fastjson
 from tether.errors import UsageError
 from tether.serve.acp_binding import AcpBinding, AcpServer
 from tether.serve.app import Gateway, endpoint
+from tether.serve.json_response import JSONResponse
 
 __all__ = ["acp_routes"]
 
@@ -112,9 +113,11 @@ async def post_message(request: Request) -> Response:
     gateway: Gateway = request.app.state.gateway
     server_id = request.path_params["serverId"]
     try:
-        message = json.loads(await request.body())
-    except ValueError:
-        raise UsageError("the body is not JSON: one JSON-RPC message is expected") from None
+        message = _fastjson.loads_unicode(await request.body())
+    except ValueError as exc:
+        raise UsageError(
+            f"the body is not JSON text ({exc}): one JSON-RPC message is expected"
+        ) from None
     if not isinstance(message, dict):
         raise UsageError("the body must be one JSON-RPC message (an object)")
     servers = _servers(gateway)
@@ -155,8 +158,7 @@ async def _sse(
             yield b": heartbeat\n\n"
             continue
         event_id, frame = item
-        data = json.dumps(frame, separators=(",", ":"), ensure_ascii=False)
-        yield f"id: {event_id}\ndata: {data}\n\n".encode()
+        yield f"id: {event_id}\ndata: ".encode() + _fastjson.utf8(frame) + b"\n\n"
 
 
 @endpoint

@@ -27,7 +27,7 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -37,6 +37,7 @@ from tether.serve import problems
 from tether.serve.acp_binding import AcpBinding
 from tether.serve.auth import authorized
 from tether.serve.hosts import HostRule
+from tether.serve.json_response import JSONResponse
 from tether.serve.stream import Hubs
 from tether.serve.submit import Prompter
 

@@ -22,10 +22,10 @@ and have the documented types.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Final
 
+from tether import _fastjson
 from tether.errors import UsageError
 
 # JSON type names -> Python checks. bool is not an integer here (JSON says so).
@@ -127,8 +127,8 @@ def parse(body: bytes, spec: Spec) -> dict[str, Any]:
     """
     if body.strip():
         try:
-            value = json.loads(body.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError) as exc:
+            value = _fastjson.loads_unicode(body)
+        except ValueError as exc:  # UnicodeDecodeError is one
             raise _bad("BAD_JSON", f"the body is not valid JSON: {exc}") from None
     else:
         value = {}

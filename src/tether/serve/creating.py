@@ -10,7 +10,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from tether import operations
+from tether import _fastjson, operations
 from tether.serve import bodies
 from tether.serve.app import Gateway
 
@@ -47,13 +47,11 @@ def fleet_key(request: Request, gateway: Gateway) -> str | None:
 def restarted_from(request: Request) -> dict[str, Any] | None:
     """What a router re-homing a session tells its new host (``x-tether-restarted-from``:
     a JSON object), journaled by the new session's first owner."""
-    import json
-
     raw = request.headers.get("x-tether-restarted-from")
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
+        value = _fastjson.loads_unicode(raw.encode("latin-1"))
     except ValueError:
         value = None
     if not isinstance(value, dict):

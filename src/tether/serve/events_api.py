@@ -20,12 +20,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.serve import bodies, lookups, stream_clients
 from tether.serve.app import Gateway, endpoint
+from tether.serve.json_response import JSONResponse
 from tether.serve.sessions_api import session_key
 
 SSE_HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}

@@ -15,12 +15,13 @@ import asyncio
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.serve import bodies
 from tether.serve.app import endpoint
+from tether.serve.json_response import JSONResponse
 from tether.serve.sessions_api import parse_body, require_session, session_key
 
 

@@ -15,13 +15,14 @@ import socket
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
 from tether.errors import NoSession
 from tether.serve import bodies, creating, lookups
 from tether.serve.app import Gateway, endpoint
+from tether.serve.json_response import JSONResponse
 
 HOST = socket.gethostname()
 CONTROL_BODY_MAX = 64 * 1024  # every body but a prompt's

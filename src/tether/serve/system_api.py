@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from tether import operations
@@ -15,6 +15,7 @@ from tether._version import __version__
 from tether.errors import NoSession
 from tether.serve import bodies
 from tether.serve.app import Gateway, endpoint
+from tether.serve.json_response import JSONResponse
 from tether.serve.sessions_api import HOST, session_key
 
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tether import _profile
+from tether._fastjson import unicode_text
 from tether.errors import StateError
 from tether.state.journal import gaps, retention, store
 from tether.state.journal.entry import Retention, acp_body, body_of, entry_line
@@ -175,6 +176,8 @@ class JournalWriter:
         seq = self.next_seq
         self.next_seq = seq + 1
         at = self._clock()[0]
+        if not body.isascii():
+            body = unicode_text(body)
         line = entry_line(seq, at, kind, request_id, body).encode()
         mark = None if kind == "acp" else (kind, request_id, body)
         return self._push(seq, at, line, mark, urgent=kind not in BATCHED_KINDS)

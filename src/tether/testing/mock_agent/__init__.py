@@ -87,6 +87,10 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
     chunk ``stderr done``.
 ``malformed``
     Write the line ``{this is not json`` to stdout, then continue.
+``surrogate``
+    One ``agent_message_chunk`` whose text is ``lone \\ud800 surrogate``: valid JSON
+    whose string holds a lone surrogate escape, so it decodes to text that is not
+    Unicode (what a hostile or broken agent can send), then continue.
 ``oversized BYTES``
     Write one line of BYTES ``x`` bytes (plus the newline) to stdout, then continue.
 ``big BYTES``

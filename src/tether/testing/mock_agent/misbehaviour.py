@@ -1,12 +1,13 @@
 """The mock agent's misbehaviour: turns that hang, ignore a cancel, crash, flood, break
 framing, or leave children that escape its process group.
 
-``hang``, ``late``, ``crash``, ``stderr``, ``malformed``, ``oversized`` and
+``hang``, ``late``, ``crash``, ``stderr``, ``malformed``, ``oversized``, ``surrogate`` and
 ``spawn-group``/``-setsid``/``-daemon``/``-envclear`` (see the package docstring).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -58,6 +59,16 @@ def _stderr(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Outcom
 
 def _malformed(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Outcome | None:
     agent.write(b"{this is not json\n")
+    return None
+
+
+def _surrogate(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Outcome | None:
+    # Valid JSON, but not Unicode text: a lone high surrogate escaped between two words.
+    # What a reader decodes from it is a str that cannot be encoded as UTF-8.
+    frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.sid}}
+    head = json.dumps(frame, separators=(",", ":"))[:-2]
+    update = '"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
+    agent.write(f'{head},{update}"lone \\ud800 surrogate"}}}}}}}}\n'.encode())
     return None
 
 
@@ -179,4 +190,5 @@ PLAIN_VERBS: dict[str, Callable[[MockAgent, Turn, Session, str], Outcome | None]
     "stderr": _stderr,
     "malformed": _malformed,
     "oversized": _oversized,
+    "surrogate": _surrogate,
 }

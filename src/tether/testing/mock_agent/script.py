@@ -26,6 +26,7 @@ VERBS: dict[str, tuple[str, int, int]] = {
     "stderr": ("BYTES", 1, 0),
     "malformed": ("", 0, 0),
     "oversized": ("BYTES", 1, 0),
+    "surrogate": ("", 0, 0),
     "big": ("BYTES", 1, 0),
     "unknown-update": ("", 0, 0),
     "plan": ("", 0, 0),

@@ -1,0 +1,30 @@
+"""The CLI's edges with text that is not Unicode: what it writes, what it is given."""
+
+from __future__ import annotations
+
+import sys
+
+
+def escape_what_is_not_unicode() -> None:
+    """stdout and stderr write a lone surrogate -- text an agent's JSON escaped that is not
+    Unicode -- as its escape (``\\ud800``; on a JSON line, the JSON escape it came as),
+    where the strict default raised and one broken or hostile agent's chunk ended
+    ``prompt``, ``watch`` and ``read`` with an unexpected error."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+        except (AttributeError, OSError, ValueError):
+            pass  # replaced by a caller (tests), or closed: it is theirs
+
+
+def require_unicode(args: list[str]) -> None:
+    """An argument that is not UTF-8 (bytes Python kept as lone surrogates) can be neither
+    stored nor sent to an agent: a usage error naming it, before anything is done."""
+    for index, arg in enumerate(args):
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            from tether.errors import UsageError
+
+            shown = repr(arg.encode(errors="surrogateescape"))[2:-1]  # the bytes typed
+            raise UsageError(f"argument {index + 1} ({shown}) is not valid UTF-8 text") from None
