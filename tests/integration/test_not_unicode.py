@@ -64,6 +64,17 @@ def test_an_agents_lone_surrogate_reaches_the_cli_as_its_escape(project_dir: Pat
         assert shown.returncode == 0, (argv, shown.stderr)
         assert f"lone {ESCAPE} surrogate" in shown.stdout, argv
         assert "unexpected error" not in shown.stderr
+    status = run_tether("--format", "json", "mock", "status", cwd=project_dir)
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["sessionInfo"]["title"] == "title \ud800"
+    assert "tool \\udfff" in text.stdout  # the tool call's title, as the agent escaped it
+    later = run_tether("mock", "prompt", "echo later", cwd=project_dir)
+    assert later.returncode == 0, later.stderr
+    key = operations.list_sessions()[0]["key"]
+    assert (
+        len([e for e in journal_when(key, count("turn_ended", 3)) if e["kind"] == "turn_ended"])
+        == 3
+    )
 
 
 def test_an_argument_that_is_not_utf8_is_a_usage_error(project_dir: Path) -> None:

@@ -425,6 +425,22 @@ def test_terminate_ends_the_session_at_once(gateway: Gateway, project_dir: Path)
     assert gateway.http.get(f"/v1/sessions/{sid}").json()["state"] == "closed"
 
 
+def test_a_turn_is_in_the_history_the_moment_its_wait_answer_is(
+    gateway: Gateway, project_dir: Path
+) -> None:
+    """The owner answers a turn once its end is stored: a transcript asked for right
+    after each answer already holds the turn, ended (before, it could still read as
+    running: the answer raced the journal's writer)."""
+    sid = gateway.ensure(project_dir)
+    for i in range(25):
+        r = gateway.http.post(f"/v1/sessions/{sid}/prompt?wait=true", json={"prompt": f"echo n{i}"})
+        assert r.status_code == 200, r.text
+        turns = gateway.http.get(f"/v1/sessions/{sid}/transcript").json()["turns"]
+        assert len(turns) == i + 1
+        assert turns[-1]["stopReason"] == "end_turn", turns[-1]
+        assert turns[-1]["text"] == f"n{i}"
+
+
 def test_the_peer_a_terminate_records_is_the_socket_not_a_forwarded_header(
     gateway: Gateway, project_dir: Path
 ) -> None:

@@ -42,6 +42,8 @@ class RequestRunner:
         self.last_prompt_at: float | None = session.last_prompt_at if session else None
         # Journal a record: (kind, payload, request id). The owner wires its journal in.
         self.record: Callable[[str, dict[str, Any], str | None], object] = lambda *_: None
+        # Run a callback once a seq is stored (the journal's ``when_stored``; wired in).
+        self.when_stored: Callable[[int, Callable[[], None]], None] = lambda _s, then: then()
         self.last_stop_reason = ""
         self.to_retire: LiveAgent | None = None  # a run whose agent ignored a cancel
         self.rate_limit = RateLimitWatch()
@@ -80,6 +82,10 @@ class RequestRunner:
     async def _prompt(self, job: Job) -> None:
         started = time.monotonic()
         self.record("turn_started", {}, job.request_id)
+        # The caller is answered once the turn's end is stored: the journal never says
+        # otherwise than the answer (an owner killed in between), and a reader of the
+        # history right after the answer finds the turn there.
+        job.hold_answer()
         try:
             await self._run_prompt(job)
         except BaseException as exc:
@@ -88,16 +94,21 @@ class RequestRunner:
             ended = {"error": str(error), "durationMs": _ms_since(started)}
             if isinstance(exc, TetherError):  # its class, for a reader to raise again
                 ended["errorType"] = type(exc).__name__
-            self.record("turn_ended", ended, job.request_id)
+            self._end_turn(job, ended)
             raise
         else:
             ended = {"stopReason": self.last_stop_reason, "durationMs": _ms_since(started)}
             if job.cancel_outcome:  # whether the agent honoured a cancel (issue 21)
                 ended["cancel"] = job.cancel_outcome
-            self.record("turn_ended", ended, job.request_id)
+            self._end_turn(job, ended)
             if self.to_retire is not None:  # the turn's end first, then the run's
                 live, self.to_retire = self.to_retire, None
                 await self.slot.retire(live)
+
+    def _end_turn(self, job: Job, ended: dict[str, Any]) -> None:
+        """Journal the turn's end; its caller's answer goes once that is stored."""
+        seq = self.record("turn_ended", ended, job.request_id)
+        self.when_stored(seq if isinstance(seq, int) else 0, job.release_answer)
 
     async def _run_prompt(self, job: Job) -> None:
         live = await self._ensure(job)

@@ -210,6 +210,7 @@ class Owner:
             self.settings.retention, on_condition=lambda: journal_condition(self)
         )
         journal.carry = self.heartbeat.carry  # a commit carries the status that changed
+        self.runner.when_stored = journal.stored_waits.add  # a turn's answer after its end
         record = self.journaling.record
         self.admission.record = self.runner.record = self.questions.record = record
         self.slot.record = record

@@ -162,6 +162,7 @@ class Job:
     """One admitted request and the connection its frames go to."""
 
     __slots__ = (
+        "_held",
         "_prefix",
         "admitted_at",
         "cancel_outcome",
@@ -193,6 +194,8 @@ class Job:
         # end is recorded, so its caller sees `session_ended` first.
         self.superseded = False
         self._prefix = b""
+        # The terminal frame kept back until its turn's end is stored (``hold_answer``).
+        self._held: list[bytes] | None = None
         self.last_seq = 0  # the journal seq of the last entry relayed to this caller
         self.lagged = False  # ended with `lagged`: the caller did not leave, it fell behind
         self.state_error: str | None = None  # the state database refused a write for it
@@ -257,6 +260,9 @@ class Job:
         )
 
     def _on_lagged(self) -> bytes | None:
+        if self._held:  # the answer waited for its record: it goes with the connection
+            frames, self._held = self._held, None
+            return b"".join(frames)
         if self.done:
             return None
         self.done = self.lagged = True
@@ -272,10 +278,27 @@ class Job:
             return
         self.done = True
         if error is not None:
-            self.send({"type": "error", "requestId": self.request_id, "error": error.to_wire()})
+            frame = {"type": "error", "requestId": self.request_id, "error": error.to_wire()}
         else:
-            self.send({"type": "result", "requestId": self.request_id, "result": result or {}})
+            frame = {"type": "result", "requestId": self.request_id, "result": result or {}}
+        if self._held is not None:
+            self._held.append(protocol.encode(frame))
+            return
+        self.send(frame)
         self.outbox.flush()
+
+    def hold_answer(self) -> None:
+        """Keep the terminal frame back until :meth:`release_answer` (a turn's caller is
+        answered once the turn's end is stored: :mod:`tether.state.journal.stored_waits`)."""
+        self._held = []
+
+    def release_answer(self) -> None:
+        """Send the kept terminal frame, if there is one; later ones go at once."""
+        held, self._held = self._held, None
+        if held:
+            for data in held:
+                self.outbox.write(data)
+            self.outbox.flush()
 
     def supersede(self) -> None:
         """Hold back this request's own outcome (see ``superseded``)."""

@@ -51,6 +51,7 @@ from tether._fastjson import unicode_text
 from tether.errors import StateError
 from tether.state.journal import gaps, retention, store
 from tether.state.journal.entry import Retention, acp_body, body_of, entry_line
+from tether.state.journal.stored_waits import StoredWaits
 from tether.state.translate import translate_error
 
 TYPE_CHECKING = False
@@ -68,13 +69,11 @@ STALL_MAX_S = 2.0
 RETENTION_EVERY_S = 30.0
 RETRY_MAX_S = 2.0
 # How long appended entries wait for company before the thread is woken. A warm turn
-# appends its ~6 entries (queued, started, its frames, ended) over several loop passes
-# within about a millisecond: woken once per pass, the thread committed 4-6 times per
-# turn, each commit a wake-up and a GIL hand-over (issue 23: a third of the owner's CPU
-# per turn). Any other record -- a turn's end above all -- wakes it at once (before, at
-# the end of its loop pass): a reader that saw a turn end (its caller, a stream) finds
-# it, and all of the turn before it, stored no later than it used to be. So a warm turn
-# is one commit; a SIGKILLed owner loses at most BATCH_S more of a running turn.
+# appends its ~6 entries over several loop passes within about a millisecond: woken once
+# per pass, the thread committed 4-6 times per turn (issue 23: a third of the owner's
+# CPU per turn). Any other record -- a turn's end above all -- wakes it at once, and the
+# turn's caller is answered once that is stored (.stored_waits). So a warm turn is one
+# commit; a SIGKILLed owner loses at most BATCH_S more of a running turn.
 BATCH_S = 0.002
 BATCHED_KINDS = frozenset({"acp", "prompt_queued", "turn_started"})
 
@@ -87,15 +86,17 @@ Listener = Callable[[int, bytes], None]  # (seq, the entry's public line, UTF-8)
 Carry = tuple[dict[str, Any], list["MetricOp"], Callable[[bool], None]]
 
 
-def open_db(path: str) -> sqlite3.Connection:
-    """A connection for the journal's threads (writer, replay readers)."""
-    db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
-    db.execute("PRAGMA journal_mode=WAL")
-    db.execute("PRAGMA synchronous=NORMAL")
-    db.execute("PRAGMA busy_timeout=10000")
-    # Appends and chunked reads touch few pages: a small cache keeps a warm owner small.
-    db.execute("PRAGMA cache_size=-512")
-    return db
+def _releasing(run: Callable[[], None], waits: StoredWaits) -> Callable[[], None]:
+    """The writer's thread: ``run``, then no answer waits on it (stopped, abandoned,
+    given up)."""
+
+    def thread() -> None:
+        try:
+            run()
+        finally:
+            waits.failing()
+
+    return thread
 
 
 class JournalWriter:
@@ -105,7 +106,7 @@ class JournalWriter:
         self.key = key
         self.db_path = db_path
         self.retention = retention or Retention()
-        self._db = open_db(db_path)
+        self._db = store.open_db(db_path)
         # The last seq stored by a previous writer that was lost (None: it stopped cleanly).
         self.lost_after = store.unreleased(self._db, key)
         self.next_seq = store.claim(self._db, key)
@@ -140,7 +141,10 @@ class JournalWriter:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (tests): nobody to tell
             self._loop = None
-        run = _profile.target("writer", self._run)  # bench/turn_cpu.py --profile only
+        self.stored_waits = StoredWaits(self._loop, self.stored_seq)  # answers wait on it
+        run = _profile.target(
+            "writer", _releasing(self._run, self.stored_waits)
+        )  # bench/turn_cpu.py --profile only
         self._thread = threading.Thread(target=run, name="journal-writer", daemon=True)
         self._thread.start()
         if self.lost_after is not None:
@@ -361,6 +365,7 @@ class JournalWriter:
                         error = translate_error(exc, self.db_path)
                         self.failure = error if isinstance(error, StateError) else None
                         self._drained.notify_all()  # a stalled appender stops waiting
+                    self.stored_waits.failing()  # nobody's answer waits on a failing disk
                     if failed and self.failure is not None:
                         self._tell()
                     if self._closing and delay >= RETRY_MAX_S:
@@ -376,6 +381,7 @@ class JournalWriter:
                 self.bytes_written += batch_bytes
                 with self._lock:
                     self._drained.notify_all()
+                self.stored_waits.reached(self.stored_seq)
                 if self.failure is not None:
                     self.failure = None
                     self._tell()

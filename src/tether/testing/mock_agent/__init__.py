@@ -90,7 +90,8 @@ the turn then ends at once with stopReason ``cancelled``. Requests the agent sen
 ``surrogate``
     One ``agent_message_chunk`` whose text is ``lone \\ud800 surrogate``: valid JSON
     whose string holds a lone surrogate escape, so it decodes to text that is not
-    Unicode (what a hostile or broken agent can send), then continue.
+    Unicode (what a hostile or broken agent can send); then a ``session_info_update``
+    titled ``title \\ud800`` and a ``tool_call`` titled ``tool \\udfff``; then continue.
 ``oversized BYTES``
     Write one line of BYTES ``x`` bytes (plus the newline) to stdout, then continue.
 ``big BYTES``

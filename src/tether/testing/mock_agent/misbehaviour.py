@@ -69,6 +69,11 @@ def _surrogate(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Out
     head = json.dumps(frame, separators=(",", ":"))[:-2]
     update = '"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
     agent.write(f'{head},{update}"lone \\ud800 surrogate"}}}}}}}}\n'.encode())
+    # ... and in what the owner itself reads: the session's title, a tool call's title.
+    info = '"update":{"sessionUpdate":"session_info_update","title":"title \\ud800"'
+    agent.write(f"{head},{info}}}}}}}\n".encode())
+    tool = '"update":{"sessionUpdate":"tool_call","toolCallId":"s1","title":"tool \\udfff"'
+    agent.write(f"{head},{tool}}}}}}}\n".encode())
     return None
 
 
