@@ -119,10 +119,10 @@ class JournalAppends(JournalReads):
 
 class JournalReader(JournalReads):
     """A journal-reading connection that may move between threads (an owner's replay
-    reads, the fleet's shipper): :func:`tether.state.journal.store.open_db`'s."""
+    reads, the fleet's shipper): :func:`tether.state.journal.db.open_db`'s."""
 
     def __init__(self, path: str) -> None:
-        from tether.state.journal.store import open_db
+        from tether.state.journal.db import open_db
 
         self._db = open_db(path)
 

@@ -50,6 +50,7 @@ from tether import _profile
 from tether._fastjson import unicode_text
 from tether.errors import StateError
 from tether.state.journal import gaps, retention, store
+from tether.state.journal.db import open_db
 from tether.state.journal.entry import Retention, acp_body, body_of, entry_line
 from tether.state.journal.stored_waits import StoredWaits
 from tether.state.translate import translate_error
@@ -87,8 +88,7 @@ Carry = tuple[dict[str, Any], list["MetricOp"], Callable[[bool], None]]
 
 
 def _releasing(run: Callable[[], None], waits: StoredWaits) -> Callable[[], None]:
-    """The writer's thread: ``run``, then no answer waits on it (stopped, abandoned,
-    given up)."""
+    """The writer's thread: ``run``, then no answer waits on it (stopped, given up)."""
 
     def thread() -> None:
         try:
@@ -106,7 +106,7 @@ class JournalWriter:
         self.key = key
         self.db_path = db_path
         self.retention = retention or Retention()
-        self._db = store.open_db(db_path)
+        self._db = open_db(db_path)
         # The last seq stored by a previous writer that was lost (None: it stopped cleanly).
         self.lost_after = store.unreleased(self._db, key)
         self.next_seq = store.claim(self._db, key)
