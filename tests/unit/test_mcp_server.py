@@ -147,17 +147,18 @@ def test_serve_over_streams() -> None:
 
 
 def test_a_frame_nested_too_deeply_is_a_parse_error_and_the_bridge_goes_on() -> None:
-    """A hostile agent's 100,000 nested brackets: a parse error, never a RecursionError
-    that ends the bridge; a reply naming a lone surrogate is written as its escape."""
+    """A hostile agent's 100,000 nested brackets, or a lone surrogate escape: a parse
+    error, never a RecursionError or an encoding crash that ends the bridge."""
     deep = "[" * 100_000 + "]" * 100_000
-    call = _request(2, "tools/call", {"name": "echo", "arguments": {"text": "a\ud800"}})
-    lines = [deep, json.dumps(call)]
+    lone = _request(2, "tools/call", {"name": "echo", "arguments": {"text": "a\ud800"}})
+    call = _request(3, "tools/call", {"name": "echo", "arguments": {"text": "b"}})
+    lines = [deep, json.dumps(lone), json.dumps(call)]
     out = io.BytesIO()
     serve(_server(), io.BytesIO(("\n".join(lines) + "\n").encode()), out)
     replies = [json.loads(x) for x in out.getvalue().splitlines()]
-    assert [r.get("id") for r in replies] == [None, 2]
-    assert replies[0]["error"]["code"] == -32700
-    assert "\\ud800" in out.getvalue().decode()  # the escape it came as
+    assert [r.get("id") for r in replies] == [None, None, 3]
+    assert [r["error"]["code"] for r in replies[:2]] == [-32700, -32700]
+    assert replies[2]["result"]["structuredContent"] == {"echo": "b"}
 
 
 @given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(), st.lists, max_leaves=8))

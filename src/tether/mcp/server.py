@@ -163,7 +163,9 @@ def serve(server: McpServer, stdin: IO[bytes], stdout: IO[bytes]) -> None:
             continue
         else:
             try:
-                message = _fastjson.loads(line.decode())  # nesting too deep: ValueError too
+                # Too deep, or a lone surrogate (no text: it could be neither stored nor
+                # sent on) is a parse error too, never a crash of the bridge.
+                message = _fastjson.loads_unicode(line)
             except ValueError:
                 reply = _error(None, PARSE_ERROR, "parse error")
             else:
