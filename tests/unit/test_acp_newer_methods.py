@@ -186,3 +186,18 @@ def test_a_boolean_config_option_is_sent_typed() -> None:
         check_sent(agent)
 
     run(main)
+
+
+def test_a_session_id_that_is_not_text_is_a_protocol_error() -> None:
+    """An agent naming its session with a lone surrogate (valid JSON, no text) is told
+    apart as a protocol error, never stored: the state database refused it as an
+    unexpected error before. (session/fork's answer is checked the same way.)"""
+    from tether.errors import RemoteProtocolError
+
+    async def main() -> None:
+        agent = FakeAgent(session_id="bad-\ud800")
+        conn = await connect(agent)
+        with pytest.raises(RemoteProtocolError, match="not text"):
+            await conn.new_session("/work")
+
+    run(main)

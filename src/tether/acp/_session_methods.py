@@ -170,9 +170,7 @@ class SessionCalls:
         self._require(self.can_fork, "session/fork")
         params = {"sessionId": session_id, "cwd": cwd, "mcpServers": list(mcp_servers)}
         result = await self._handshake("session/fork", params)
-        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-            raise RemoteProtocolError("session/fork returned no sessionId")
-        return result
+        return _with_session_id(result, "session/fork")
 
     async def list_sessions(
         self, cwd: str | None = None, cursor: str | None = None
@@ -218,9 +216,7 @@ class SessionCalls:
         """``session/new``; ``extras`` are further params (``systemPrompt``, ``_meta``)."""
         params = {"cwd": cwd, "mcpServers": list(mcp_servers), **(extras or {})}
         result = await self._handshake("session/new", params)
-        if not isinstance(result, dict) or not isinstance(result.get("sessionId"), str):
-            raise RemoteProtocolError("session/new returned no sessionId")
-        return result
+        return _with_session_id(result, "session/new")
 
     async def load_session(
         self,
@@ -270,3 +266,22 @@ class SessionCalls:
         except (AgentRequestError, HandshakeTimeout, BrokenResourceError):
             return False
         return True
+
+
+def _with_session_id(result: Any, method: str) -> dict[str, Any]:
+    """``result``, once it names the agent's session with text Tether can store and send.
+
+    Raises:
+        RemoteProtocolError: no ``sessionId`` string, or one that is not Unicode text
+            (a lone surrogate escaped: it could not be stored, and the state database
+            refused it as an unexpected error).
+    """
+    session_id = result.get("sessionId") if isinstance(result, dict) else None
+    if not isinstance(session_id, str):
+        raise RemoteProtocolError(f"{method} returned no sessionId")
+    try:
+        session_id.encode()
+    except UnicodeEncodeError:
+        raise RemoteProtocolError(f"{method} returned a sessionId that is not text") from None
+    answer: dict[str, Any] = result  # a dict with a sessionId: the same object, as it came
+    return answer
