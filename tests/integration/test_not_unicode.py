@@ -13,6 +13,9 @@ usage error.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -84,6 +87,24 @@ def test_an_argument_that_is_not_utf8_is_a_usage_error(project_dir: Path) -> Non
     assert result.returncode == 2, result.stderr
     assert "argument 5 (echo a\\xffb)" in result.stderr  # after --cwd DIR
     assert "is not valid UTF-8 text" in result.stderr
+    assert "unexpected error" not in result.stderr
+    assert operations.list_sessions() == []
+
+
+def test_a_working_directory_whose_path_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    """ACP names an agent's cwd as text: a directory whose name is not UTF-8 is refused
+    with a usage error naming it (it was an unexpected error from the database)."""
+    bad = os.path.join(os.fsencode(tmp_path), b"bad\xffdir")
+    os.mkdir(bad)
+    result = subprocess.run(
+        [sys.executable, "-m", "tether", "mock", "sessions", "new"],
+        cwd=bad,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert "bad\\xffdir is not valid UTF-8" in result.stderr
     assert "unexpected error" not in result.stderr
     assert operations.list_sessions() == []
 

@@ -87,6 +87,7 @@ def _ignore(_message: str) -> None:
 
 def _context(inv: Any) -> Context:
     from tether import agents, config
+    from tether.cli._unicode import require_text_path
     from tether.cli.output import Output
     from tether.errors import UsageError
 
@@ -98,6 +99,7 @@ def _context(inv: Any) -> Context:
         # A remote Tether's --cwd is a directory there: absolute, maybe not here.
         raise UsageError(f"--cwd {cwd} is not a directory")
     here = cwd if os.path.isdir(cwd) else os.getcwd()
+    require_text_path(cwd)
     cfg = config.load(here, warn=_ignore if inv.json_strict else None)
     from tether.sessions import agent_scope
 

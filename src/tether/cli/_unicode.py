@@ -28,3 +28,18 @@ def require_unicode(args: list[str]) -> None:
 
             shown = repr(arg.encode(errors="surrogateescape"))[2:-1]  # the bytes typed
             raise UsageError(f"argument {index + 1} ({shown}) is not valid UTF-8 text") from None
+
+
+def require_text_path(cwd: str) -> None:
+    """A working directory whose path is not UTF-8 cannot be named to an agent (ACP's
+    ``cwd`` is text) nor stored: a usage error saying so, not an unexpected one."""
+    try:
+        cwd.encode()
+    except UnicodeEncodeError:
+        from tether.errors import UsageError
+
+        shown = repr(cwd.encode(errors="surrogateescape"))[2:-1]
+        raise UsageError(
+            f"the working directory {shown} is not valid UTF-8: an agent's cwd is text;"
+            " run from (or pass --cwd) a directory whose path is"
+        ) from None
