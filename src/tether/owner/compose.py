@@ -210,6 +210,8 @@ class Owner:
             self.settings.retention, on_condition=lambda: journal_condition(self)
         )
         journal.carry = self.heartbeat.carry  # a commit carries the status that changed
+        if self.host is not None:
+            journal.commit_lock = self.host.commit_lock
         self.runner.when_stored = journal.stored_waits.add  # a turn's answer after its end
         record = self.journaling.record
         self.admission.record = self.runner.record = self.questions.record = record

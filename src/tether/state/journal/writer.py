@@ -5,17 +5,16 @@ Theory of operation
 :meth:`JournalWriter.append` runs on the owner's event loop. It assigns the next
 ``seq``, builds the entry's public line, keeps it in a small in-memory *ring* (what a
 watcher attaching right now needs before the database has it), tells the listeners
-(the attached parties), and queues the row. It never touches the database: the turn's
-frames reach their callers first, and nothing on the loop waits on SQLite.
+(the attached parties), and queues the row. Nothing on the loop waits on SQLite; only
+a turn's answer waits for its end to be stored (:mod:`.stored_waits`).
 
 A daemon thread owns its own SQLite connection. It sleeps until rows are queued (woken
-``BATCH_S`` after the first of them, or at once by a turn's end or any other control
-record: a short turn is one commit), takes
-everything queued so far as one batch, and commits it in one transaction together with
-the high-water mark -- so under a 50,000-updates-per-second stream a batch holds
-hundreds of rows and costs one commit. Retention runs in the same thread every so
-often. A failed commit (disk full, I/O error) keeps the batch and retries with backoff;
-the entries stay in the ring until they are stored, so replays never skip them.
+``BATCH_S`` after the first of them, or at once by any control record: a short turn is
+one commit), takes everything queued as one batch, and commits it in one transaction
+with the high-water mark: under a 50,000-updates-per-second stream a batch holds
+hundreds of rows. Retention runs in the same thread every so often. A failed commit
+(disk full, I/O error) keeps the batch and retries with backoff; the entries stay in
+the ring until stored, so replays never skip them.
 
 **A failing disk is a stated condition, never a stall.** The thread records the error
 (:attr:`JournalWriter.failure`, a :class:`~tether.errors.StateError`: ``STATE_FULL`` for
@@ -26,19 +25,17 @@ record (:mod:`tether.state.journal.gaps`) that is stored when the disk takes wri
 so the journal itself says what it lost, and the owner keeps answering (a loop that
 waited on a full disk looked hung, and callers may fence a hung owner).
 
-An owner killed with SIGKILL loses the rows queued but not yet committed (typically the
-last few milliseconds). Watchers may have seen those entries live; so that their seqs
-are never handed out again, a live writer works inside a stored *reservation*
-(:func:`tether.state.journal.store.claim`): the next owner starts past it, and a crash leaves
-a gap, never a reused number, and its first entry is a ``journal_gap`` record saying
-so (``owner-lost``). A clean stop releases the reservation, so consecutive owners
-continue the sequence with no gap. SQLite's WAL keeps the database whole.
+An owner killed with SIGKILL loses the rows not yet committed (the last milliseconds),
+which watchers may have seen: a live writer works inside a stored *reservation*
+(:func:`.store.claim`), so the next owner starts past it -- a gap, never a reused seq,
+its first entry a ``journal_gap`` record (``owner-lost``). A clean stop releases it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import sqlite3
 import threading
@@ -137,6 +134,7 @@ class JournalWriter:
         # Called by the thread as it commits a batch: the session row to write in the
         # same transaction, or None (the owner's status when it changed: see ``Carry``).
         self.carry: Callable[[], Carry | None] | None = None
+        self.commit_lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (tests): nobody to tell
@@ -287,8 +285,7 @@ class JournalWriter:
 
     def will_commit(self) -> bool:
         """Whether entries wait for the thread's next commit (which carries what changed
-        by then: ``carry``). Read on the loop, without the lock: a stale answer only
-        costs one write of the row the other way."""
+        by then: ``carry``). Read without the lock: stale costs one write of the row."""
         return bool(self._pending) and not self._closing and self.failure is None
 
     @property
@@ -353,7 +350,8 @@ class JournalWriter:
                 carried = self._take_carry()
                 try:
                     row = None if carried is None else (carried[0], carried[1])
-                    written = store.write_batch(self._db, self.key, batch, row)
+                    with self.commit_lock:  # a session host's owners: one at a time
+                        written = store.write_batch(self._db, self.key, batch, row)
                 except sqlite3.Error as exc:
                     if carried is not None:
                         carried[2](False)
