@@ -211,7 +211,7 @@ class Owner:
         )
         journal.carry = self.heartbeat.carry  # a commit carries the status that changed
         if self.host is not None:
-            journal.commit_lock = self.host.commit_lock
+            journal.commit = self.host.group_commit.write_batch
         self.runner.when_stored = journal.stored_waits.add  # a turn's answer after its end
         record = self.journaling.record
         self.admission.record = self.runner.record = self.questions.record = record

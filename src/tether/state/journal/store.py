@@ -145,25 +145,34 @@ def write_batch(
     """
     if not items:
         return False
-    if any(items[i][0] <= items[i - 1][0] for i in range(1, len(items))):
-        raise sqlite3.IntegrityError("journal batch: seqs out of order")
     db.execute("BEGIN IMMEDIATE")
     try:
-        if items[0][0] <= last_seq(db, key):
-            raise sqlite3.IntegrityError("journal batch: seq already stored")
-        insert_items(db, key, items)
-        db.execute(
-            "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
-            " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
-            " reserved = max(reserved, excluded.reserved)",
-            (key, items[-1][0], items[-1][0] + RESERVE // 2),
-        )
-        row_written = session_row is not None and _write_row(db, key, session_row)
+        row_written = write_into(db, key, items, session_row)
     except BaseException:
         db.execute("ROLLBACK")
         raise
     db.execute("COMMIT")
     return row_written
+
+
+def write_into(
+    db: sqlite3.Connection, key: str, items: Sequence[Stored], session_row: SessionRow | None
+) -> bool:
+    """:func:`write_batch`'s work inside the caller's transaction (a group commit's:
+    :mod:`.group_commit`); ``IntegrityError`` before anything is written if the seqs do
+    not continue past what is stored."""
+    if any(items[i][0] <= items[i - 1][0] for i in range(1, len(items))):
+        raise sqlite3.IntegrityError("journal batch: seqs out of order")
+    if items[0][0] <= last_seq(db, key):
+        raise sqlite3.IntegrityError("journal batch: seq already stored")
+    insert_items(db, key, items)
+    db.execute(
+        "INSERT INTO journal_heads (session_key, last_seq, reserved) VALUES (?, ?, ?)"
+        " ON CONFLICT (session_key) DO UPDATE SET last_seq = excluded.last_seq,"
+        " reserved = max(reserved, excluded.reserved)",
+        (key, items[-1][0], items[-1][0] + RESERVE // 2),
+    )
+    return session_row is not None and _write_row(db, key, session_row)
 
 
 def _write_row(db: sqlite3.Connection, key: str, row: SessionRow) -> bool:

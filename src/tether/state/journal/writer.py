@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
 import sqlite3
 import threading
@@ -134,7 +133,7 @@ class JournalWriter:
         # Called by the thread as it commits a batch: the session row to write in the
         # same transaction, or None (the owner's status when it changed: see ``Carry``).
         self.carry: Callable[[], Carry | None] | None = None
-        self.commit_lock: contextlib.AbstractContextManager[object] = contextlib.nullcontext()
+        self.commit = store.write_batch  # a session host's: its GroupCommit's write_batch
         try:
             self._loop: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:  # no loop (tests): nobody to tell
@@ -350,8 +349,7 @@ class JournalWriter:
                 carried = self._take_carry()
                 try:
                     row = None if carried is None else (carried[0], carried[1])
-                    with self.commit_lock:  # a session host's owners: one at a time
-                        written = store.write_batch(self._db, self.key, batch, row)
+                    written = self.commit(self._db, self.key, batch, row)
                 except sqlite3.Error as exc:
                     if carried is not None:
                         carried[2](False)
