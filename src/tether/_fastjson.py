@@ -120,15 +120,21 @@ def text_utf8(text: str) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
+def is_text(text: str) -> bool:
+    """Whether ``text`` is Unicode text: no lone surrogate, which a peer's JSON escape
+    (``"\\ud800"``) or bytes that are not UTF-8 (``surrogateescape``) leave in a ``str``."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def unicode_text(text: str) -> str:
     """JSON text with any lone surrogate written as the JSON escape it came as
     (``\\ud800``): what SQLite and UTF-8 take. (A journal record holding one killed the
     writer thread, leaving every later entry of its session unstored.)"""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return text_utf8(text).decode()
-    return text
+    return text if is_text(text) else text_utf8(text).decode()
 
 
 def loads_unicode(data: bytes) -> Any:
@@ -140,11 +146,7 @@ def loads_unicode(data: bytes) -> Any:
             neither stored nor sent on).
     """
     value = loads(data.decode("utf-8"))
-    if b"\\ud" in data or b"\\uD" in data:  # only an escape can make a surrogate
-        try:
-            dumps(value).encode()
-        except UnicodeEncodeError:
-            raise ValueError(
-                "a string holds a lone surrogate escape (\\uD800-\\uDFFF): not Unicode text"
-            ) from None
+    # Only an escape can make a surrogate: look further only when the bytes hold one.
+    if (b"\\ud" in data or b"\\uD" in data) and not is_text(dumps(value)):
+        raise ValueError("a string holds a lone surrogate escape (\\uD800-\\uDFFF): not text")
     return value

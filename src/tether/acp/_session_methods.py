@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tether import _fastjson
 from tether._version import __version__
 from tether.errors import (
     AgentRequestError,
@@ -279,9 +280,7 @@ def _with_session_id(result: Any, method: str) -> dict[str, Any]:
     session_id = result.get("sessionId") if isinstance(result, dict) else None
     if not isinstance(session_id, str):
         raise RemoteProtocolError(f"{method} returned no sessionId")
-    try:
-        session_id.encode()
-    except UnicodeEncodeError:
-        raise RemoteProtocolError(f"{method} returned a sessionId that is not text") from None
+    if not _fastjson.is_text(session_id):
+        raise RemoteProtocolError(f"{method} returned a sessionId that is not text")
     answer: dict[str, Any] = result  # a dict with a sessionId: the same object, as it came
     return answer

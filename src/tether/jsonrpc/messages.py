@@ -30,6 +30,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from tether import _fastjson
 from tether.errors import LocalProtocolError, RemoteProtocolError
 
 __all__ = [
@@ -189,9 +190,6 @@ def encode(obj: Any) -> bytes:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise LocalProtocolError(f"cannot encode message as JSON: {exc}") from exc
-    try:
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        # A lone surrogate (e.g. a "\ud800" escape the agent sent us, relayed back) has no
-        # UTF-8 form. ASCII escapes keep the frame valid JSON and round-trip the string.
-        return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode("ascii") + b"\n"
+    # A lone surrogate (a "\ud800" escape the agent sent us, relayed back) has no UTF-8
+    # form: it goes out as that escape, so the frame stays valid JSON and round-trips.
+    return _fastjson.text_utf8(text) + b"\n"

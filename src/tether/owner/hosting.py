@@ -1,5 +1,5 @@
 """What a session host's owners share (:mod:`tether.sessionhost`): one memory trim, one
-state-database watch and one journal commit lock for all of them."""
+state-database watch and one journal group commit for all of them."""
 
 from __future__ import annotations
 

@@ -139,9 +139,8 @@ class JournalWriter:
         except RuntimeError:  # no loop (tests): nobody to tell
             self._loop = None
         self.stored_waits = StoredWaits(self._loop, self.stored_seq)  # answers wait on it
-        run = _profile.target(
-            "writer", _releasing(self._run, self.stored_waits)
-        )  # bench/turn_cpu.py --profile only
+        run = _releasing(self._run, self.stored_waits)
+        run = _profile.target("writer", run)  # bench/turn_cpu.py --profile only
         self._thread = threading.Thread(target=run, name="journal-writer", daemon=True)
         self._thread.start()
         if self.lost_after is not None:

@@ -62,18 +62,22 @@ def _malformed(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Out
     return None
 
 
+LONE = "LONE-SURROGATE"  # replaced by an escaped lone surrogate in the written line
+
+
 def _surrogate(agent: MockAgent, turn: Turn, session: Session, rest: str) -> Outcome | None:
-    # Valid JSON, but not Unicode text: a lone high surrogate escaped between two words.
-    # What a reader decodes from it is a str that cannot be encoded as UTF-8.
-    frame = {"jsonrpc": "2.0", "method": "session/update", "params": {"sessionId": session.sid}}
-    head = json.dumps(frame, separators=(",", ":"))[:-2]
-    update = '"update":{"sessionUpdate":"agent_message_chunk","content":{"type":"text","text":'
-    agent.write(f'{head},{update}"lone \\ud800 surrogate"}}}}}}}}\n'.encode())
-    # ... and in what the owner itself reads: the session's title, a tool call's title.
-    info = '"update":{"sessionUpdate":"session_info_update","title":"title \\ud800"'
-    agent.write(f"{head},{info}}}}}}}\n".encode())
-    tool = '"update":{"sessionUpdate":"tool_call","toolCallId":"s1","title":"tool \\udfff"'
-    agent.write(f"{head},{tool}}}}}}}\n".encode())
+    # Valid JSON, but not Unicode text: a lone surrogate escaped in a string. What a reader
+    # decodes from it is a str UTF-8 cannot encode. In a chunk, and in what the owner
+    # itself reads: the session's title, a tool call's title.
+    text = {"type": "text", "text": f"lone {LONE} surrogate"}
+    for update, escape in (
+        ({"sessionUpdate": "agent_message_chunk", "content": text}, "\\ud800"),
+        ({"sessionUpdate": "session_info_update", "title": f"title {LONE}"}, "\\ud800"),
+        ({"sessionUpdate": "tool_call", "toolCallId": "s1", "title": f"tool {LONE}"}, "\\udfff"),
+    ):
+        params = {"sessionId": session.sid, "update": update}
+        line = json.dumps({"jsonrpc": "2.0", "method": "session/update", "params": params})
+        agent.write(line.replace(LONE, escape).encode() + b"\n")
     return None
 
 
